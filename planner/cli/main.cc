@@ -1,0 +1,38 @@
+// trainplan: which parallel layout fits this model on this cluster, how fast
+// it runs, and why the alternatives lose.
+//
+// Exit codes: 0 answered (including "this plan does not fit"), 2 bad input.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "planner/cli/commands.h"
+#include "planner/cli/output.h"
+#include "simulator/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"trainplan: plan, simulate and validate distributed LLM training layouts"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("trainplan ") + trainplan::kVersion);
+  int status = 0;
+  trainplan::register_catalog_commands(&app, &status);
+  trainplan::register_memory_command(&app, &status);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "trainplan: %s\n", e.what());
+    return 2;
+  } catch (const trainplan::InputError& e) {
+    std::fprintf(stderr, "trainplan: %s\n", e.what());
+    return 2;
+  }
+  return status;
+}

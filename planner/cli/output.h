@@ -1,0 +1,30 @@
+// Output helpers shared by the commands: the version banner, JSON of a plan,
+// and atomic writes (temp file + rename) so no half-written file is left.
+#ifndef TRAINPLAN_PLANNER_CLI_OUTPUT_H_
+#define TRAINPLAN_PLANNER_CLI_OUTPUT_H_
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "simulator/spec/plan.h"
+
+namespace trainplan {
+
+constexpr const char* kVersion = "0.1.0";
+
+nlohmann::json plan_to_json(const Plan& plan);
+
+// Writes `text` to `path` via a temporary file in the same folder and a
+// rename.  Throws InputError naming `flag` if the file cannot be written.
+void write_file_atomically(const std::string& path, const std::string& text, const std::string& flag);
+
+// Formats x with `decimals` digits after the point.
+std::string fixed(double x, int decimals);
+
+// Rounds x to `decimals` digits so JSON numbers stay short and stable.
+double rounded(double x, int decimals);
+
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_PLANNER_CLI_OUTPUT_H_

@@ -1,0 +1,141 @@
+#include "planner/cli/plan_flags.h"
+
+#include <sstream>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "simulator/core/error.h"
+
+namespace trainplan {
+
+void add_plan_flags(CLI::App* app, PlanFlags* f) {
+  app->add_option("--model", f->model, "model name (see `trainplan models`) or path to a model JSON")->required();
+  app->add_option("--cluster", f->cluster, "cluster name (see `trainplan clusters`) or path to a cluster JSON")
+      ->required();
+  app->add_option("--nodes", f->nodes, "number of nodes");
+  app->add_option("--gpus", f->gpus, "number of GPUs (whole nodes, or part of one node)");
+  app->add_option("--tp", f->tp, "tensor-parallel degree (default 1)");
+  app->add_option("--pp", f->pp, "pipeline-parallel degree (default 1)");
+  app->add_option("--dp", f->dp, "data-parallel degree (default gpus/(tp*pp*cp))");
+  app->add_option("--cp", f->cp, "context-parallel degree (default 1)");
+  app->add_option("--vp", f->vp, "model chunks per pipeline rank, interleaved schedule (default 1)");
+  app->add_option("--zero", f->zero, "ZeRO stage 0|1|2|3 (default 0)");
+  app->add_option("--shard-group", f->shard_group, "hybrid shard: shard within groups of N ranks (default dp*cp)");
+  app->add_option("--mbs", f->mbs, "micro-batch size in sequences (default 1)");
+  app->add_option("--gbs", f->gbs, "global batch size in sequences (default mbs*dp)");
+  app->add_option("--seq", f->seq, "sequence length in tokens (default: the model's)");
+  app->add_option("--recompute", f->recompute, "activation recomputation none|selective|full (default none)");
+  app->add_flag("--sp", f->sp, "sequence parallel (with tp > 1)");
+  app->add_option("--schedule", f->schedule,
+                  "pipeline schedule gpipe|1f1b|interleaved|naive (default 1f1b, interleaved when vp > 1)");
+  app->add_option("--precision", f->precision, "bf16|fp16|fp32 (default bf16)");
+  app->add_option("--grad-dtype", f->grad_dtype, "gradient dtype bf16|fp32 (default fp32, as Megatron)");
+  app->add_option("--attention", f->attention, "flash|naive (default flash)");
+  app->add_option("--dp-mode", f->dp_mode, "sync|async (async: parameter servers; default sync)");
+  app->add_option("--offload", f->offload, "none|optimizer|params (default none)");
+  app->add_option("--ps-servers", f->ps_servers, "async DP: parameter servers (default one per node)");
+  app->add_option("--stage-layers", f->stage_layers, "transformer layers per pipeline stage, e.g. 7,8,8,7");
+}
+
+namespace {
+
+size_t pick(const std::string& flag, const std::string& value, const std::vector<std::string>& allowed) {
+  std::string list;
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    if (allowed[i] == value) return i;
+    list += (i ? ", " : "") + allowed[i];
+  }
+  throw_input_error(flag, "", "unknown value \"" + value + "\"", "allowed: " + list);
+}
+
+int positive(const std::string& flag, int64_t v, int64_t max = 1 << 24) {
+  if (v < 1) throw_input_error(flag, "", "must be >= 1, got " + std::to_string(v), "");
+  if (v > max) throw_input_error(flag, "", "too large: " + std::to_string(v), "at most " + std::to_string(max));
+  return static_cast<int>(v);
+}
+
+int non_negative(const std::string& flag, int64_t v, int64_t max = 1 << 24) {
+  if (v < 0) throw_input_error(flag, "", "must be >= 0, got " + std::to_string(v), "");
+  if (v > max) throw_input_error(flag, "", "too large: " + std::to_string(v), "at most " + std::to_string(max));
+  return static_cast<int>(v);
+}
+
+std::vector<int> parse_stage_layers(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos || item.size() > 7) {
+      throw_input_error("--stage-layers", "", "\"" + text + "\" is not a comma-separated list of layer counts",
+                        "e.g. 7,8,8,7");
+    }
+    int n = std::stoi(item);
+    if (n < 1) throw_input_error("--stage-layers", "", "every stage needs at least one layer", "e.g. 7,8,8,7");
+    out.push_back(n);
+  }
+  if (out.empty()) throw_input_error("--stage-layers", "", "empty list", "e.g. 7,8,8,7");
+  return out;
+}
+
+}  // namespace
+
+Job to_job(const PlanFlags& f) {
+  Job job;
+  // Validate the flags that need no file first, so a bad flag is reported
+  // even when a file is also bad.
+  Plan& p = job.plan;
+  p.tp = positive("--tp", f.tp);
+  p.pp = positive("--pp", f.pp);
+  p.dp = non_negative("--dp", f.dp);
+  p.cp = positive("--cp", f.cp);
+  p.vp = positive("--vp", f.vp);
+  if (f.zero < 0 || f.zero > 3) throw_input_error("--zero", "", "unknown ZeRO stage " + std::to_string(f.zero), "allowed: 0, 1, 2, 3");
+  p.zero = static_cast<int>(f.zero);
+  p.shard_group = non_negative("--shard-group", f.shard_group);
+  p.mbs = positive("--mbs", f.mbs);
+  p.gbs = non_negative("--gbs", f.gbs, int64_t{1} << 30);
+  p.seq = non_negative("--seq", f.seq, int64_t{1} << 24);
+  p.recompute = static_cast<Recompute>(pick("--recompute", f.recompute, {"none", "selective", "full"}));
+  p.sp = f.sp;
+  if (!f.schedule.empty()) {
+    p.schedule = static_cast<Schedule>(pick("--schedule", f.schedule, {"gpipe", "1f1b", "interleaved", "naive"}));
+    p.schedule_given = true;
+  }
+  p.precision = static_cast<Precision>(pick("--precision", f.precision, {"bf16", "fp16", "fp32"}));
+  if (!f.grad_dtype.empty()) {
+    p.grad_dtype = static_cast<GradDtype>(pick("--grad-dtype", f.grad_dtype, {"bf16", "fp32"}));
+  }
+  p.attention = static_cast<Attention>(pick("--attention", f.attention, {"flash", "naive"}));
+  p.dp_mode = static_cast<DpMode>(pick("--dp-mode", f.dp_mode, {"sync", "async"}));
+  p.offload = static_cast<Offload>(pick("--offload", f.offload, {"none", "optimizer", "params"}));
+  p.ps_servers = non_negative("--ps-servers", f.ps_servers);
+  if (!f.stage_layers.empty()) p.stage_layers = parse_stage_layers(f.stage_layers);
+  if ((f.nodes != 0) == (f.gpus != 0)) {
+    throw_input_error("--nodes", "", "give exactly one of --nodes N or --gpus N", "");
+  }
+
+  job.model = load_model(f.model);
+  job.cluster = load_cluster(f.cluster);
+  if (f.nodes != 0) {
+    job.gpus = gpus_of_nodes(job.cluster, f.nodes);
+  } else {
+    job.gpus = positive("--gpus", f.gpus, int64_t{1} << 24);
+  }
+  return job;
+}
+
+std::string describe_plan(const Plan& p) {
+  std::ostringstream s;
+  s << "tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " cp=" << p.cp << " vp=" << p.vp << " zero=" << p.zero;
+  if (p.shard_group) s << " shard_group=" << p.shard_group;
+  s << " mbs=" << p.mbs << " gbs=" << p.gbs << " seq=" << p.seq << " recompute=" << to_string(p.recompute)
+    << " sp=" << (p.sp ? "on" : "off") << " schedule=" << to_string(p.schedule)
+    << " precision=" << to_string(p.precision) << " grad_dtype=" << to_string(p.grad_dtype)
+    << " attention=" << to_string(p.attention);
+  if (p.dp_mode != DpMode::kSync) s << " dp_mode=" << to_string(p.dp_mode);
+  if (p.offload != Offload::kNone) s << " offload=" << to_string(p.offload);
+  return s.str();
+}
+
+}  // namespace trainplan

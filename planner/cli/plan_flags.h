@@ -1,0 +1,62 @@
+// Command-line flags shared by the commands that take a plan: the model,
+// the cluster and its size, and every plan field (DESIGN.md "plan").
+//
+// The flags are parsed into strings and numbers by CLI11, then turned into a
+// Plan by to_job(), which validates each one and throws InputError
+// "--flag: problem; allowed: ..." for bad values.
+#ifndef TRAINPLAN_PLANNER_CLI_PLAN_FLAGS_H_
+#define TRAINPLAN_PLANNER_CLI_PLAN_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
+
+namespace CLI {
+class App;
+}
+
+namespace trainplan {
+
+struct PlanFlags {
+  std::string model;
+  std::string cluster;
+  int64_t nodes = 0;
+  int64_t gpus = 0;
+  int64_t tp = 1, pp = 1, dp = 0, cp = 1, vp = 1;
+  int64_t zero = 0, shard_group = 0;
+  int64_t mbs = 1, gbs = 0, seq = 0;
+  std::string recompute = "none";
+  bool sp = false;
+  std::string schedule;
+  std::string precision = "bf16";
+  std::string grad_dtype;
+  std::string attention = "flash";
+  std::string dp_mode = "sync";
+  std::string offload = "none";
+  int64_t ps_servers = 0;
+  std::string stage_layers;
+};
+
+// Registers --model, --cluster, --nodes, --gpus and the plan flags on `app`.
+void add_plan_flags(CLI::App* app, PlanFlags* flags);
+
+// A validated job: model, cluster, GPU count and plan as given.
+struct Job {
+  ModelSpec model;
+  ClusterSpec cluster;
+  int gpus = 0;
+  Plan plan;
+};
+
+// Loads the model and cluster and converts the flags.  Throws InputError.
+Job to_job(const PlanFlags& flags);
+
+// One line describing the plan, e.g. "tp=8 pp=4 dp=2 cp=1 vp=1 zero=1 ...".
+std::string describe_plan(const Plan& plan);
+
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_PLANNER_CLI_PLAN_FLAGS_H_

@@ -1,0 +1,150 @@
+#include "simulator/memory/memory_model.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "simulator/core/error.h"
+#include "simulator/cost/layer_cost.h"
+
+namespace trainplan {
+
+namespace {
+
+// CUDA context of a PyTorch process with lazy module loading (CUDA >= 11.7):
+// about 0.5 GiB as nvidia-smi reports it for an idle process.
+constexpr double kCudaContextBytes = 0.5 * kGiB;
+// cuBLAS workspace on Hopper (CUBLAS_WORKSPACE_CONFIG default :4096:8 * 4 +
+// Hopper's 32 MiB): 32 MiB.
+constexpr double kCublasWorkspaceBytes = 32.0 * 1024 * 1024;
+// NCCL: NCCL_BUFFSIZE 4 MiB per channel and peer direction; with ~16 channels
+// about 128 MiB per communicator in use.
+constexpr double kNcclBytesPerCommunicator = 128.0 * 1024 * 1024;
+// Gradient reduce buckets (PyTorch DDP bucket_cap_mb = 25, double buffered).
+constexpr double kBucketBytes = 2 * 25e6;
+// Caching-allocator fragmentation: reserved exceeds allocated by about 5% in
+// steady-state training (PyTorch memory stats, reserved vs allocated; ZeRO
+// paper Sec. 3.2 notes OOM with >30% free in the worst case).
+constexpr double kFragmentation = 0.05;
+
+}  // namespace
+
+ModelStateBytes model_state_bytes(double params, Precision precision, GradDtype grad_dtype, int zero, int shard,
+                                  Offload offload) {
+  TRAINPLAN_CHECK(zero >= 0 && zero <= 3 && shard >= 1, "bad ZeRO stage or shard degree");
+  const double w = weight_bytes(precision);
+  const double g = grad_bytes(precision, grad_dtype);
+  // Mixed precision Adam: fp32 master copy + m + v = 12 bytes; fp32 training
+  // needs no master copy: m + v = 8 bytes (Rajbhandari et al. 2020, K = 12).
+  const double k = precision == Precision::kFp32 ? 8.0 : 12.0;
+  ModelStateBytes s;
+  s.weights = params * w / (zero >= 3 ? shard : 1);
+  s.gradients = params * g / (zero >= 2 ? shard : 1);
+  s.optimizer = params * k / (zero >= 1 ? shard : 1);
+  if (offload == Offload::kOptimizer || offload == Offload::kParams) s.optimizer = 0;
+  if (offload == Offload::kParams) s.weights = 0;
+  return s;
+}
+
+int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp, int stage) {
+  if (pp == 1 || schedule == Schedule::kNaive) return 1;
+  switch (schedule) {
+    case Schedule::kGpipe: return microbatches;
+    case Schedule::k1F1B: return std::min<int64_t>(pp - stage, microbatches);
+    case Schedule::kInterleaved: {
+      // Megatron: warm-up = (p - rank - 1) * 2 + (v - 1) * p forward chunks,
+      // plus the one in steady state; with m == p every rank runs all m*v
+      // forwards first.
+      if (microbatches == pp) return microbatches * vp;
+      int64_t warm = int64_t{pp - stage - 1} * 2 + int64_t{vp - 1} * pp + 1;
+      return std::min<int64_t>(warm, microbatches * vp);
+    }
+    case Schedule::kNaive: return 1;
+  }
+  return 1;
+}
+
+MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout) {
+  const Plan& p = layout.plan;
+  LayerShape shape = layer_shape(p);
+  LayerCost layer = transformer_layer_cost(model, shape);
+  LayerCost emb = embedding_cost(model, shape);
+  LayerCost out = output_cost(model, shape);
+  LayerShape no_recompute = shape;
+  no_recompute.recompute = Recompute::kNone;
+  const double layer_full_saved = saved_activation_bytes(layer, model, no_recompute);
+  const double tied_copy = static_cast<double>(model.vocab) * static_cast<double>(model.hidden) / p.tp;
+
+  MemoryReport r;
+  r.capacity_bytes = static_cast<double>(cluster.gpu.memory);
+  double offloaded_per_gpu_max = 0;
+  for (int i = 0; i < p.pp; ++i) {
+    StageMemory st;
+    st.stage = i;
+    st.layers = layout.stage_layers[i];
+    double params = st.layers * layer.params;
+    if (i == 0) params += emb.params;
+    if (i == p.pp - 1) params += out.params - (model.tied_embeddings && p.pp == 1 ? tied_copy : 0.0);
+    st.params = params;
+    ModelStateBytes ms = model_state_bytes(params, p.precision, p.grad_dtype, p.zero, layout.shard_degree, p.offload);
+    MemoryBreakdown& b = st.breakdown;
+    b.weights = ms.weights;
+    b.gradients = ms.gradients;
+    b.optimizer = ms.optimizer;
+    if (p.zero == 3) {
+      // ZeRO-3 / FSDP gathers one layer's full (TP-sharded) weights and
+      // prefetches the next: two layers unsharded in 16-bit.
+      double largest = std::max(layer.params, i == p.pp - 1 ? out.params : 0.0);
+      b.weights += 2 * largest * weight_bytes(p.precision);
+    }
+    ModelStateBytes kept = model_state_bytes(params, p.precision, p.grad_dtype, p.zero, layout.shard_degree);
+    offloaded_per_gpu_max = std::max(offloaded_per_gpu_max, kept.total() - ms.total());
+
+    // Activations.
+    int64_t chunks = inflight_chunks(p.schedule, p.pp, layout.microbatches, p.vp, i);
+    st.inflight_microbatches = chunks;
+    double layer_equiv = p.schedule == Schedule::kInterleaved ? static_cast<double>(chunks) * st.layers / p.vp
+                                                              : static_cast<double>(chunks) * st.layers;
+    double act = layer_equiv * layer.saved_bytes;
+    if (i == 0) {
+      int64_t mb = p.schedule == Schedule::kInterleaved ? (chunks + p.vp - 1) / p.vp : chunks;
+      act += static_cast<double>(mb) * emb.saved_bytes;
+    }
+    if (i == p.pp - 1) {
+      int64_t mb = p.schedule == Schedule::kInterleaved ? 1 : chunks;
+      act += static_cast<double>(mb) * out.saved_bytes;
+    }
+    // Full recompute rematerialises one layer's activations during its
+    // backward.
+    if (p.recompute == Recompute::kFull) act += layer_full_saved;
+    b.activations = act;
+
+    int communicators = (p.tp > 1) + (p.pp > 1) + (p.dp > 1) + (p.cp > 1);
+    double other = kCudaContextBytes + kCublasWorkspaceBytes + communicators * kNcclBytesPerCommunicator;
+    if (p.zero >= 2 || p.dp_mode == DpMode::kAsync) other += kBucketBytes;
+    other += kFragmentation * (b.weights + b.gradients + b.optimizer + b.activations + other);
+    b.other = other;
+    r.stages.push_back(st);
+  }
+  for (const StageMemory& st : r.stages) {
+    if (st.breakdown.total() > r.peak_bytes) {
+      r.peak_bytes = st.breakdown.total();
+      r.peak_stage = st.stage;
+    }
+  }
+  r.host_bytes_per_node = offloaded_per_gpu_max * cluster.gpus_per_node;
+  r.fits = r.peak_bytes <= r.capacity_bytes;
+  char buf[256];
+  if (!r.fits) {
+    std::snprintf(buf, sizeof buf, "needs %.1f GiB per GPU on stage %d, has %.1f GiB", to_gib(r.peak_bytes),
+                  r.peak_stage, to_gib(r.capacity_bytes));
+    r.reason = buf;
+  } else if (r.host_bytes_per_node > static_cast<double>(cluster.host.memory)) {
+    r.fits = false;
+    std::snprintf(buf, sizeof buf, "offload needs %.1f GiB of host memory per node, has %.1f GiB",
+                  to_gib(r.host_bytes_per_node), to_gib(static_cast<double>(cluster.host.memory)));
+    r.reason = buf;
+  }
+  return r;
+}
+
+}  // namespace trainplan

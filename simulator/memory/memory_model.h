@@ -1,0 +1,72 @@
+// Closed-form memory per GPU for every pipeline stage of a layout.
+//
+// Model states (Rajbhandari et al. 2020, Sec. 5; Megatron distributed
+// optimizer docs): weights W bytes, gradients G bytes and optimizer K bytes
+// per parameter (mixed precision: W = 2, G = 4 (Megatron fp32 main grads) or
+// 2, K = 12 = fp32 master + m + v; fp32: W = G = 4, K = 8).  ZeRO-1 shards K,
+// ZeRO-2 also G, ZeRO-3 also W, over the shard degree (dp*cp, or the hybrid
+// shard group).
+// Activations (Korthikanti et al. 2022): per-layer saved bytes (cost/) times
+// the micro-batches a stage holds at its peak: 1F1B stage i holds min(p-i, m),
+// GPipe all m, interleaved min(2(p-i-1) + (v-1)p + 1, m*v) model chunks
+// (Megatron's warm-up count), naive 1.
+// "other": CUDA context, cuBLAS workspace, NCCL and bucket buffers, and a
+// fragmentation margin of the caching allocator.
+#ifndef TRAINPLAN_SIM_MEMORY_MEMORY_MODEL_H_
+#define TRAINPLAN_SIM_MEMORY_MEMORY_MODEL_H_
+
+#include <vector>
+
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
+
+namespace trainplan {
+
+struct MemoryBreakdown {
+  double weights = 0;      // bytes
+  double gradients = 0;
+  double optimizer = 0;
+  double activations = 0;
+  double other = 0;
+  double total() const { return weights + gradients + optimizer + activations + other; }
+};
+
+// Bytes per GPU of weights, gradients and optimizer states for `params`
+// parameters held by a model-parallel rank.
+struct ModelStateBytes {
+  double weights = 0, gradients = 0, optimizer = 0;
+  double total() const { return weights + gradients + optimizer; }
+};
+// REQUIRES: zero in 0..3, shard >= 1.  Offload moves optimizer states (and
+// with kParams also the weights) to host memory.
+ModelStateBytes model_state_bytes(double params, Precision precision, GradDtype grad_dtype, int zero, int shard,
+                                  Offload offload = Offload::kNone);
+
+struct StageMemory {
+  int stage = 0;
+  int layers = 0;
+  double params = 0;             // parameters on one GPU of this stage (unsharded by ZeRO)
+  int64_t inflight_microbatches = 0;  // layers' worth = inflight * layers (chunks for interleaved)
+  MemoryBreakdown breakdown;     // bytes per GPU
+};
+
+struct MemoryReport {
+  std::vector<StageMemory> stages;
+  int peak_stage = 0;            // the most loaded stage
+  double peak_bytes = 0;
+  double capacity_bytes = 0;     // GPU memory
+  double host_bytes_per_node = 0;  // offloaded states per node
+  bool fits = false;
+  std::string reason;            // why it does not fit, if so
+};
+
+// Microbatch-chunks whose activations stage `stage` holds at its peak.
+int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp, int stage);
+
+// REQUIRES: layout resolved by resolve_plan (its reasons are not re-checked).
+MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
+
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_SIM_MEMORY_MEMORY_MODEL_H_

@@ -1,0 +1,125 @@
+#include "simulator/spec/cluster.h"
+
+#include "simulator/core/error.h"
+#include "simulator/spec/data_dir.h"
+#include "simulator/spec/json_reader.h"
+
+namespace trainplan {
+
+const char* to_string(Dtype d) {
+  switch (d) {
+    case Dtype::kBf16: return "bf16";
+    case Dtype::kFp16: return "fp16";
+    case Dtype::kFp32: return "fp32";
+    case Dtype::kTf32: return "tf32";
+    case Dtype::kFp8: return "fp8";
+  }
+  return "?";
+}
+
+const char* to_string(IntraFabric f) {
+  switch (f) {
+    case IntraFabric::kNvswitch: return "nvswitch";
+    case IntraFabric::kNvlink: return "nvlink";
+    case IntraFabric::kPcie: return "pcie";
+  }
+  return "?";
+}
+
+const char* to_string(InterFabric f) {
+  switch (f) {
+    case InterFabric::kInfiniband: return "infiniband";
+    case InterFabric::kRoce: return "roce";
+    case InterFabric::kEthernet: return "ethernet";
+  }
+  return "?";
+}
+
+namespace {
+
+int checked_int(detail::JsonObject& o, const std::string& key, int64_t max) {
+  int64_t v = o.positive_integer(key);
+  if (v > max) throw_input_error(o.where(), o.pointer(key), "too large", "at most " + std::to_string(max));
+  return static_cast<int>(v);
+}
+
+GpuSpec parse_gpu(detail::JsonObject o) {
+  GpuSpec g;
+  g.name = o.string("name");
+  g.memory = static_cast<Bytes>(o.quantity("memory", Dimension::kBytes));
+  g.hbm_bandwidth = Bandwidth::bytes_per_s(o.quantity("hbm_bandwidth", Dimension::kByteRate));
+  detail::JsonObject peak = o.object("peak");
+  const Dtype dtypes[] = {Dtype::kBf16, Dtype::kFp16, Dtype::kFp32, Dtype::kTf32, Dtype::kFp8};
+  for (Dtype d : dtypes) {
+    bool required = d == Dtype::kBf16 || d == Dtype::kFp16 || d == Dtype::kFp32;
+    if (!required && !peak.has(to_string(d))) {
+      peak.optional_string(to_string(d));  // mark as allowed
+      continue;
+    }
+    g.peak[d] = FlopRate::flop_per_s(peak.quantity(to_string(d), Dimension::kFlopRate));
+  }
+  peak.finish();
+  g.gemm_efficiency = o.optional_number_in("gemm_efficiency", 0.01, 1.0).value_or(0.8);
+  g.hbm_efficiency = o.optional_number_in("hbm_efficiency", 0.01, 1.0).value_or(0.85);
+  g.source = o.optional_string("source").value_or("");
+  o.finish();
+  return g;
+}
+
+IntraNodeSpec parse_intra(detail::JsonObject o) {
+  IntraNodeSpec s;
+  s.fabric = static_cast<IntraFabric>(o.choice("fabric", {"nvswitch", "nvlink", "pcie"}));
+  s.bandwidth = Bandwidth::bytes_per_s(o.quantity("bandwidth", Dimension::kByteRate));
+  s.latency = Duration::seconds(o.quantity("latency", Dimension::kDuration, true));
+  s.nvls = o.optional_boolean("nvls").value_or(false);
+  s.gpus_per_switch = static_cast<int>(o.optional_positive_integer("gpus_per_switch").value_or(0));
+  s.source = o.optional_string("source").value_or("");
+  o.finish();
+  return s;
+}
+
+InterNodeSpec parse_inter(detail::JsonObject o) {
+  InterNodeSpec s;
+  s.fabric = static_cast<InterFabric>(o.choice("fabric", {"infiniband", "roce", "ethernet"}));
+  s.nics_per_node = checked_int(o, "nics_per_node", 64);
+  s.nic_bandwidth = Bandwidth::bytes_per_s(o.quantity("nic_bandwidth", Dimension::kByteRate));
+  s.latency = Duration::seconds(o.quantity("latency", Dimension::kDuration, true));
+  s.oversubscription = o.optional_number_in("oversubscription", 1.0, 64.0).value_or(1.0);
+  s.rail_optimized = o.optional_boolean("rail_optimized").value_or(true);
+  s.nodes_per_leaf = static_cast<int>(o.optional_positive_integer("nodes_per_leaf").value_or(32));
+  s.source = o.optional_string("source").value_or("");
+  o.finish();
+  return s;
+}
+
+}  // namespace
+
+ClusterSpec parse_cluster(const std::string& json_text, const std::string& where) {
+  nlohmann::json doc = detail::parse_json_text(json_text, where);
+  detail::JsonObject o(doc, where, "");
+  ClusterSpec c;
+  c.name = o.string("name");
+  if (c.name.empty()) throw_input_error(where, "/name", "must not be empty", "");
+  c.description = o.optional_string("description").value_or("");
+  c.gpus_per_node = checked_int(o, "gpus_per_node", 1024);
+  c.gpu = parse_gpu(o.object("gpu"));
+  c.intra_node = parse_intra(o.object("intra_node"));
+  if (auto inter = o.optional_object("inter_node")) c.inter_node = parse_inter(*inter);
+  detail::JsonObject host = o.object("host");
+  c.host.memory = static_cast<Bytes>(host.quantity("memory", Dimension::kBytes));
+  c.host.bandwidth_per_gpu = Bandwidth::bytes_per_s(host.quantity("bandwidth_per_gpu", Dimension::kByteRate));
+  c.host.source = host.optional_string("source").value_or("");
+  host.finish();
+  c.source = o.optional_string("source").value_or("");
+  o.finish();
+  return c;
+}
+
+ClusterSpec load_cluster(const std::string& name_or_path) {
+  std::string path = resolve_data_file("topologies", name_or_path, "--cluster", "cluster");
+  return parse_cluster(detail::read_text_file(path), path);
+}
+
+std::vector<std::string> builtin_cluster_names() { return list_data_names("topologies"); }
+
+}  // namespace trainplan

@@ -1,0 +1,87 @@
+// A GPU cluster, as read from topologies/*.json: the GPU, the node, the
+// intra-node fabric and the inter-node fabric.  Node count is not part of the
+// file; it comes from --nodes or --gpus (Cluster = ClusterSpec + nodes).
+//
+// Invariants after load_cluster(): all rates, sizes and counts > 0, latencies
+// >= 0, oversubscription >= 1.  A cluster without "inter_node" is one box.
+#ifndef TRAINPLAN_SIM_SPEC_CLUSTER_H_
+#define TRAINPLAN_SIM_SPEC_CLUSTER_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "simulator/core/units.h"
+
+namespace trainplan {
+
+enum class Dtype { kBf16, kFp16, kFp32, kTf32, kFp8 };
+enum class IntraFabric { kNvswitch, kNvlink, kPcie };
+enum class InterFabric { kInfiniband, kRoce, kEthernet };
+
+const char* to_string(Dtype d);
+const char* to_string(IntraFabric f);
+const char* to_string(InterFabric f);
+
+struct GpuSpec {
+  std::string name;
+  Bytes memory = 0;
+  Bandwidth hbm_bandwidth;
+  std::map<Dtype, FlopRate> peak;  // dense peak per dtype
+  double gemm_efficiency = 0.8;    // best-shape GEMM / peak (MAMF), (0, 1]
+  double hbm_efficiency = 0.85;    // achievable copy bandwidth / spec, (0, 1]
+  std::string source;
+};
+
+struct IntraNodeSpec {
+  IntraFabric fabric = IntraFabric::kNvswitch;
+  Bandwidth bandwidth;  // per GPU per direction
+  Duration latency;
+  bool nvls = false;    // NVLink SHARP (in-switch reduction) available
+  int gpus_per_switch = 0;  // PCIe: GPUs behind one switch (0 = all)
+  std::string source;
+};
+
+struct InterNodeSpec {
+  InterFabric fabric = InterFabric::kInfiniband;
+  int nics_per_node = 0;
+  Bandwidth nic_bandwidth;  // per NIC per direction
+  Duration latency;
+  double oversubscription = 1.0;  // leaf uplink:downlink ratio, >= 1
+  bool rail_optimized = true;
+  int nodes_per_leaf = 0;         // nodes under one leaf switch (rail group)
+  std::string source;
+};
+
+struct HostSpec {
+  Bytes memory = 0;               // CPU memory per node
+  Bandwidth bandwidth_per_gpu;    // host <-> GPU (PCIe) per direction
+  std::string source;
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::string description;
+  GpuSpec gpu;
+  int gpus_per_node = 0;
+  IntraNodeSpec intra_node;
+  std::optional<InterNodeSpec> inter_node;
+  HostSpec host;
+  std::string source;
+};
+
+// Parses and validates a cluster JSON document (see topologies/README.md).
+// Throws InputError on any bad field.
+ClusterSpec parse_cluster(const std::string& json_text, const std::string& where);
+
+// Finds a cluster by name or path and parses it; lists the known names in the
+// error if the name is unknown.
+ClusterSpec load_cluster(const std::string& name_or_path);
+
+std::vector<std::string> builtin_cluster_names();
+
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_SIM_SPEC_CLUSTER_H_

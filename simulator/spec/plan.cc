@@ -1,0 +1,199 @@
+#include "simulator/spec/plan.h"
+
+#include <numeric>
+#include <sstream>
+
+#include "simulator/core/error.h"
+
+namespace trainplan {
+
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+const char* to_string(Schedule s) {
+  switch (s) {
+    case Schedule::kGpipe: return "gpipe";
+    case Schedule::k1F1B: return "1f1b";
+    case Schedule::kInterleaved: return "interleaved";
+    case Schedule::kNaive: return "naive";
+  }
+  return "?";
+}
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+    case Precision::kFp32: return "fp32";
+  }
+  return "?";
+}
+const char* to_string(GradDtype g) { return g == GradDtype::kBf16 ? "bf16" : "fp32"; }
+const char* to_string(Attention a) { return a == Attention::kFlash ? "flash" : "naive"; }
+const char* to_string(DpMode m) { return m == DpMode::kSync ? "sync" : "async"; }
+const char* to_string(Offload o) {
+  switch (o) {
+    case Offload::kNone: return "none";
+    case Offload::kOptimizer: return "optimizer";
+    case Offload::kParams: return "params";
+  }
+  return "?";
+}
+
+int activation_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
+int weight_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
+int grad_bytes(Precision p, GradDtype g) {
+  return (p == Precision::kFp32 || g == GradDtype::kFp32) ? 4 : 2;
+}
+
+std::vector<int> balance_stage_layers(int64_t layers, int pp) {
+  TRAINPLAN_CHECK(pp >= 1 && layers >= 1, "balance_stage_layers needs pp >= 1 and layers >= 1");
+  if (pp == 1) return {static_cast<int>(layers)};
+  if (layers % pp == 0) return std::vector<int>(pp, static_cast<int>(layers / pp));
+  int64_t units = layers + 2;  // embedding on the first stage, loss on the last
+  std::vector<int64_t> per(pp, units / pp);
+  int64_t rem = units % pp;
+  std::vector<int> order;
+  for (int i = 1; i + 1 < pp; ++i) order.push_back(i);
+  order.push_back(0);
+  order.push_back(pp - 1);
+  for (int64_t k = 0; k < rem; ++k) per[order[k]] += 1;
+  per[0] -= 1;
+  per[pp - 1] -= 1;
+  std::vector<int> out;
+  for (int64_t n : per) {
+    if (n < 1) return {};
+    out.push_back(static_cast<int>(n));
+  }
+  return out;
+}
+
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+int gpus_of_nodes(const ClusterSpec& cluster, int64_t nodes) {
+  if (nodes < 1) throw_input_error("--nodes", "", "must be >= 1, got " + std::to_string(nodes), "");
+  if (nodes > (int64_t{1} << 20)) throw_input_error("--nodes", "", "too large", "at most 1048576 nodes");
+  return static_cast<int>(nodes * cluster.gpus_per_node);
+}
+
+Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus, const Plan& plan) {
+  if (gpus < 1) throw_input_error("--gpus", "", "must be >= 1, got " + std::to_string(gpus), "");
+  if (gpus > cluster.gpus_per_node && gpus % cluster.gpus_per_node != 0) {
+    throw_input_error("--gpus", "", std::to_string(gpus) + " is not a multiple of the " +
+                      std::to_string(cluster.gpus_per_node) + " GPUs per node of " + cluster.name,
+                      "use whole nodes, or fewer GPUs than one node");
+  }
+  Layout L;
+  L.plan = plan;
+  Plan& p = L.plan;
+  L.gpus = gpus;
+  L.nodes = (gpus + cluster.gpus_per_node - 1) / cluster.gpus_per_node;
+  const int nodes = L.nodes;
+  auto fail = [&L](const std::string& why) {
+    L.feasible = false;
+    L.reasons.push_back(why);
+  };
+
+  if (nodes > 1 && !cluster.inter_node) {
+    fail("cluster " + cluster.name + " is a single box without an inter-node fabric, but " + str(nodes) +
+         " nodes were asked for");
+  }
+  if (p.seq == 0) p.seq = model.seq_len;
+  if (!p.schedule_given) p.schedule = p.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+
+  const int64_t mp = int64_t{p.tp} * p.pp * p.cp;
+  if (p.dp == 0) {
+    if (L.gpus % mp != 0) {
+      fail("tp*pp*cp = " + str(mp) + " does not divide the cluster's " + str(L.gpus) + " GPUs");
+      p.dp = 1;
+    } else {
+      p.dp = static_cast<int>(L.gpus / mp);
+    }
+  } else if (mp * p.dp != L.gpus) {
+    fail("tp*pp*dp*cp = " + str(mp * p.dp) + " but the cluster has " + str(L.gpus) + " GPUs");
+  }
+  if (p.gbs == 0) p.gbs = p.mbs * p.dp;
+
+  if (model.heads % p.tp != 0) fail("tp=" + str(p.tp) + " does not divide heads=" + str(model.heads));
+  else if (model.kv_heads % p.tp != 0)
+    fail("tp=" + str(p.tp) + " does not divide kv_heads=" + str(model.kv_heads));
+  if (model.ffn_hidden % p.tp != 0) fail("tp=" + str(p.tp) + " does not divide ffn_hidden=" + str(model.ffn_hidden));
+  if (model.vocab % p.tp != 0) fail("tp=" + str(p.tp) + " does not divide vocab=" + str(model.vocab));
+  if (p.sp && p.seq % p.tp != 0) fail("sequence parallel needs tp=" + str(p.tp) + " to divide seq=" + str(p.seq));
+  if (p.cp > 1 && p.seq % (2 * p.cp) != 0)
+    fail("cp=" + str(p.cp) + " needs seq=" + str(p.seq) + " to be a multiple of 2*cp (causal load balancing)");
+  if (p.pp > model.layers) fail("pp=" + str(p.pp) + " exceeds layers=" + str(model.layers));
+
+  const int64_t per_step = p.mbs * p.dp;
+  if (p.gbs % per_step != 0) {
+    fail("gbs=" + str(p.gbs) + " is not a multiple of mbs*dp = " + str(per_step));
+    L.microbatches = std::max<int64_t>(1, p.gbs / per_step);
+  } else {
+    L.microbatches = p.gbs / per_step;
+  }
+
+  // Stage layers: explicit or balanced.
+  if (!p.stage_layers.empty()) {
+    if (static_cast<int>(p.stage_layers.size()) != p.pp) {
+      fail("--stage-layers lists " + str(static_cast<int64_t>(p.stage_layers.size())) + " stages but pp=" + str(p.pp));
+    } else if (std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t{0}) != model.layers) {
+      fail("--stage-layers sum to " +
+           str(std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t{0})) + " but the model has " +
+           str(model.layers) + " layers");
+    } else {
+      L.stage_layers = p.stage_layers;
+    }
+  } else if (p.pp <= model.layers) {
+    L.stage_layers = balance_stage_layers(model.layers, p.pp);
+    if (L.stage_layers.empty()) fail("pp=" + str(p.pp) + " leaves a stage without layers");
+  }
+  if (L.stage_layers.empty()) L.stage_layers.assign(p.pp, static_cast<int>(std::max<int64_t>(1, model.layers / p.pp)));
+
+  // Schedule rules.
+  if (p.vp > 1 && p.schedule != Schedule::kInterleaved)
+    fail("vp=" + str(p.vp) + " needs the interleaved schedule, not " + to_string(p.schedule));
+  if (p.schedule == Schedule::kInterleaved) {
+    if (p.pp < 2) fail("the interleaved schedule needs pp >= 2");
+    if (p.vp < 2) fail("the interleaved schedule needs vp >= 2");
+    for (int n : L.stage_layers) {
+      if (n % p.vp != 0) {
+        fail("vp=" + str(p.vp) + " does not divide the " + str(n) + " layers of a pipeline stage");
+        break;
+      }
+    }
+    if (p.pp >= 2 && L.microbatches % p.pp != 0)
+      fail("interleaved schedule needs microbatches=" + str(L.microbatches) + " to be a multiple of pp=" + str(p.pp));
+  }
+
+  // ZeRO, sharding, offload, async.
+  if (p.zero < 0 || p.zero > 3) fail("zero=" + str(p.zero) + " is not a ZeRO stage (0, 1, 2, 3)");
+  const int dp_cp = p.dp * p.cp;
+  if (p.shard_group == 0) {
+    L.shard_degree = p.zero > 0 ? dp_cp : 1;
+  } else {
+    if (p.zero == 0) fail("--shard-group needs --zero 1, 2 or 3");
+    if (dp_cp % p.shard_group != 0)
+      fail("shard-group=" + str(p.shard_group) + " does not divide dp*cp = " + str(dp_cp));
+    L.shard_degree = p.shard_group;
+  }
+  if (p.offload == Offload::kOptimizer && p.zero == 0) fail("optimizer offload needs ZeRO stage 1, 2 or 3");
+  if (p.offload == Offload::kParams && p.zero != 3) fail("parameter offload needs ZeRO stage 3");
+  if (p.precision == Precision::kFp32 && p.grad_dtype == GradDtype::kBf16)
+    fail("fp32 training keeps fp32 gradients; --grad-dtype bf16 needs --precision bf16 or fp16");
+  if (p.dp_mode == DpMode::kAsync) {
+    if (p.zero != 0) fail("async data parallel (parameter servers) cannot shard with ZeRO");
+    if (p.dp < 2) fail("async data parallel needs dp >= 2");
+  }
+  if (p.ps_servers < 0) fail("ps-servers must be >= 0");
+  return L;
+}
+
+}  // namespace trainplan

@@ -1,0 +1,385 @@
+// Tests of the NCCL collective cost model against closed-form oracles and the
+// published nccl-tests measurements of shared/reference (FORMULAS.md section 4,
+// published_dev.json).  Every anchor states its source; tolerances are explicit.
+#include "simulator/network/collective_model.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace trainplan {
+namespace {
+
+using Catch::Matchers::WithinAbs;
+using Catch::Matchers::WithinRel;
+
+constexpr double kKiB = 1024.0;
+constexpr double kMiB = 1024.0 * kKiB;  // kGiB comes from units.h
+
+Bytes bytes(double b) { return static_cast<Bytes>(b); }
+
+// An 8-GPU NVSwitch node; `nvlink_gb_per_s` is per GPU per direction.
+ClusterSpec node8(const std::string& gpu, double nvlink_gb_per_s, bool nvls) {
+  ClusterSpec c;
+  c.name = gpu + "-test";
+  c.gpu.name = gpu;
+  c.gpus_per_node = 8;
+  c.intra_node.fabric = IntraFabric::kNvswitch;
+  c.intra_node.bandwidth = Bandwidth::gigabytes_per_s(nvlink_gb_per_s);
+  c.intra_node.nvls = nvls;
+  return c;
+}
+
+ClusterSpec with_ib(ClusterSpec c, int nics, double nic_gbit_per_s, int nodes_per_leaf = 0,
+                    double oversubscription = 1.0) {
+  InterNodeSpec net;
+  net.fabric = InterFabric::kInfiniband;
+  net.nics_per_node = nics;
+  net.nic_bandwidth = Bandwidth::gigabits_per_s(nic_gbit_per_s);
+  net.nodes_per_leaf = nodes_per_leaf;
+  net.oversubscription = oversubscription;
+  c.inter_node = net;
+  return c;
+}
+
+// DGX A100: NVLink3 + NVSwitch, 300 GB/s per GPU per direction; 8x HDR 200 Gb/s.
+ClusterSpec dgx_a100() { return with_ib(node8("NVIDIA A100-SXM4-80GB", 300, false), 8, 200); }
+// H100/H200 SXM: NVLink4 + NVSwitch, 450 GB/s, NVLS; 8x NDR 400 Gb/s.
+ClusterSpec hgx_h100() { return with_ib(node8("NVIDIA H100 80GB HBM3", 450, true), 8, 400); }
+ClusterSpec hgx_h200() { return with_ib(node8("NVIDIA H200", 450, true), 8, 400); }
+// B200: NVLink5 + NVSwitch, 900 GB/s, NVLS.
+ClusterSpec hgx_b200() { return node8("NVIDIA B200", 900, true); }
+
+GroupPlacement one_node(int ranks) { return GroupPlacement{ranks, 1, ranks, false}; }
+GroupPlacement nodes_of(int nodes, int per_node) {
+  return GroupPlacement{nodes * per_node, nodes, per_node, false};
+}
+
+CollectiveCost forced(Collective c, double size, const GroupPlacement& g, const LinkParams& p,
+                      NcclAlgo algo) {
+  const std::optional<CollectiveCost> cost = collective_cost(c, bytes(size), g, p, AlgoFilter{algo, {}});
+  REQUIRE(cost.has_value());
+  return *cost;
+}
+
+double busbw_gb_per_s(const CollectiveCost& cost) { return reported_bus_bandwidth(cost).gigabytes_per_s(); }
+
+}  // namespace
+
+TEST_CASE("bus_bandwidth_factor: nccl-tests PERFORMANCE.md factors", "[sim][network]") {
+  // doc/PERFORMANCE.md: all-reduce moves 2(n-1)/n of the buffer through each
+  // rank's link (reduce-scatter then all-gather), all-gather / reduce-scatter
+  // (n-1)/n, all-to-all (n-1)/n (nothing is sent to oneself), broadcast and
+  // send/recv 1.
+  SECTION("eight ranks") {
+    CHECK_THAT(bus_bandwidth_factor(Collective::kAllReduce, 8), WithinAbs(1.75, 1e-12));
+    CHECK_THAT(bus_bandwidth_factor(Collective::kAllGather, 8), WithinAbs(0.875, 1e-12));
+    CHECK_THAT(bus_bandwidth_factor(Collective::kReduceScatter, 8), WithinAbs(0.875, 1e-12));
+    CHECK_THAT(bus_bandwidth_factor(Collective::kAllToAll, 8), WithinAbs(0.875, 1e-12));
+    CHECK_THAT(bus_bandwidth_factor(Collective::kBroadcast, 8), WithinAbs(1.0, 1e-12));
+    CHECK_THAT(bus_bandwidth_factor(Collective::kSendRecv, 8), WithinAbs(1.0, 1e-12));
+  }
+  SECTION("two ranks and one rank") {
+    CHECK_THAT(bus_bandwidth_factor(Collective::kAllReduce, 2), WithinAbs(1.0, 1e-12));
+    CHECK_THAT(bus_bandwidth_factor(Collective::kAllGather, 2), WithinAbs(0.5, 1e-12));
+    CHECK(bus_bandwidth_factor(Collective::kAllReduce, 1) == 0.0);
+    CHECK(bus_bandwidth_factor(Collective::kReduceScatter, 1) == 0.0);
+  }
+}
+
+TEST_CASE("collective_cost: DGX A100 one-node all-reduce", "[sim][network]") {
+  const LinkParams p = link_params(dgx_a100());
+  const GroupPlacement g = one_node(8);
+
+  SECTION("16 GiB busbw within 5% of the measured 234.9 GB/s") {
+    // Bandwidth-bound: NCCL's A100 NVLink is 12 links x 20 GB/s (topo.h
+    // SM80_NVLINK_BW) = 0.8 x 300 = 240 GB/s ring busbw; the 56 us latency is
+    // 0.04% of 125 ms.  Measured: nccl_a100_node_allreduce_curve, 234.89 GB/s.
+    const CollectiveCost cost = collective_cost(Collective::kAllReduce, bytes(16 * kGiB), g, p);
+    CHECK(cost.algo == NcclAlgo::kRing);
+    CHECK(cost.proto == NcclProto::kSimple);
+    CHECK_THAT(busbw_gb_per_s(cost), WithinRel(234.89, 0.05));
+  }
+
+  SECTION("latency-bound region of the measured curve") {
+    // The published curve (nccl-tests -g 8: one thread drives all 8 GPUs) is
+    // flat at 32 KiB: 1.31 GB/s busbw = 32 KiB / (1.31/1.75 GB/s) = 43.8 us per
+    // call, against NCCL's own 15.7 us.  That host-side floor is the model's
+    // call_overhead; it is calibrated from the 32 KiB row alone and then the
+    // 1 MiB / 8 MiB / 128 MiB rows are predicted.
+    const double measured_32k_us = 32 * kKiB / (1.31e9 / 1.75) * 1e6;
+    const CollectiveCost bare = collective_cost(Collective::kAllReduce, bytes(32 * kKiB), g, p);
+    LinkParams tuned = p;
+    tuned.call_overhead = Duration::microseconds(measured_32k_us - bare.time.us());
+    CHECK_THAT(tuned.call_overhead.us(), WithinAbs(28.1, 0.5));
+
+    // 8 MiB: Ring/LL128, 40.6 us + 8 MiB / (0.92 x 240 x 8/14 GB/s) = 107 us,
+    // + 28 us floor -> 108.6 GB/s; measured 109.93.
+    const CollectiveCost mid = collective_cost(Collective::kAllReduce, bytes(8 * kMiB), g, tuned);
+    CHECK(mid.proto == NcclProto::kLL128);
+    CHECK_THAT(busbw_gb_per_s(mid), WithinRel(109.93, 0.25));
+
+    // 128 MiB: Ring/Simple, 56 + 28 us + 134 MB / 137 GB/s -> 221 GB/s;
+    // measured 176.92.  The measured curve climbs slowly from 64 MiB to
+    // 512 MiB (171 -> 223 GB/s), a shape no latency + size/bandwidth model
+    // reproduces, so the prediction sits at the edge of the 25% band.
+    const CollectiveCost big = collective_cost(Collective::kAllReduce, bytes(128 * kMiB), g, tuned);
+    CHECK(big.proto == NcclProto::kSimple);
+    CHECK_THAT(busbw_gb_per_s(big), WithinRel(176.92, 0.25));
+
+    // 1 MiB: NCCL's model picks Ring/LL (llMaxBws Ampere 87.7 GB/s busbw):
+    // 15 us + 21 us + 28 us = 64 us -> 28.7 GB/s, but the published run took
+    // 102 us (18.0 GB/s).  Known deviation, kept visible: the model is
+    // optimistic here by less than 1.75x.
+    const CollectiveCost small = collective_cost(Collective::kAllReduce, bytes(1 * kMiB), g, tuned);
+    CHECK(small.proto == NcclProto::kLL);
+    const double ratio = busbw_gb_per_s(small) / 18.0;
+    CHECK(ratio >= 1.0);
+    CHECK(ratio <= 1.75);
+  }
+}
+
+TEST_CASE("collective_cost: H200 / B200 node, NVLS and ring", "[sim][network]") {
+  // Source: nccl_h200_node_collectives_16GiB, nccl_h200_node_allreduce_curve_nvls,
+  // nccl_b200_node_allreduce_8GiB (NCCL 2.27.7).  Ring busbw = NCCL's Hopper
+  // NVLink 18 x 20.6 GB/s = 370.8 GB/s.  NVLS algbw = nvlsEfficiency x 370.8 x
+  // n/(n+1): each GPU's link carries S(n+1)/n (whole buffer to the switch,
+  // reduced shard back), so busbw = 0.85 x 370.8 x 8/9 x 14/8 = 490 GB/s.
+  const LinkParams p = link_params(hgx_h200());
+
+  SECTION("NVLS all-reduce at 16 GiB ~480 GB/s busbw") {
+    const CollectiveCost cost = collective_cost(Collective::kAllReduce, bytes(16 * kGiB), one_node(8), p);
+    CHECK(cost.algo == NcclAlgo::kNvls);
+    CHECK_THAT(busbw_gb_per_s(cost), WithinRel(480.0, 0.05));
+    CHECK_THAT(busbw_gb_per_s(cost), WithinRel(482.26, 0.05));
+  }
+
+  SECTION("ring all-reduce, all-gather and reduce-scatter at 16 GiB ~362-367 GB/s") {
+    const GroupPlacement g = one_node(8);
+    CHECK_THAT(busbw_gb_per_s(forced(Collective::kAllReduce, 16 * kGiB, g, p, NcclAlgo::kRing)),
+               WithinRel(367.2, 0.05));
+    const CollectiveCost ag = collective_cost(Collective::kAllGather, bytes(16 * kGiB), g, p);
+    const CollectiveCost rs = collective_cost(Collective::kReduceScatter, bytes(16 * kGiB), g, p);
+    CHECK(ag.algo == NcclAlgo::kRing);  // NVLS is all-reduce only here
+    CHECK(rs.algo == NcclAlgo::kRing);
+    CHECK_THAT(busbw_gb_per_s(ag), WithinRel(361.4, 0.05));
+    CHECK_THAT(busbw_gb_per_s(rs), WithinRel(362.9, 0.05));
+  }
+
+  SECTION("NVLS gain against GPU count at 8 GiB, off below 5 GPUs") {
+    // Measured busbw: 4 GPUs 363.3 (ring), 5: 414.2, 6: 435.6, 7: 460.0, 8: 473.1.
+    const double measured[] = {363.3, 414.2, 435.6, 460.0, 473.1};
+    for (int n = 4; n <= 8; ++n) {
+      const CollectiveCost cost = collective_cost(Collective::kAllReduce, bytes(8 * kGiB), one_node(n), p);
+      INFO("ranks " << n);
+      CHECK((cost.algo == NcclAlgo::kNvls) == (n >= 5));
+      CHECK_THAT(busbw_gb_per_s(cost), WithinRel(measured[n - 4], 0.05));
+    }
+  }
+
+  SECTION("B200: NVLS 838 GB/s, ring 682 GB/s, NVLS only from 6 GPUs") {
+    // NCCL SM100 NVLink 18 x 40.1 = 721.8 GB/s, nvlsEfficiency 0.74:
+    // 0.74 x 721.8 x 8/9 x 1.75 = 831 GB/s.  The ring prediction (720) is 5.5%
+    // above the measured 682.2 (NCCL's 80.2% of line rate vs 75.8% measured),
+    // hence the 8% band there.
+    const LinkParams b = link_params(hgx_b200());
+    CHECK(b.nvls_min_ranks == 6);
+    const CollectiveCost nvls = collective_cost(Collective::kAllReduce, bytes(8 * kGiB), one_node(8), b);
+    CHECK(nvls.algo == NcclAlgo::kNvls);
+    CHECK_THAT(busbw_gb_per_s(nvls), WithinRel(838.0, 0.05));
+    CHECK_THAT(busbw_gb_per_s(forced(Collective::kAllReduce, 8 * kGiB, one_node(8), b, NcclAlgo::kRing)),
+               WithinRel(682.2, 0.08));
+    const CollectiveCost four = collective_cost(Collective::kAllReduce, bytes(8 * kGiB), one_node(4), b);
+    CHECK(four.algo == NcclAlgo::kRing);
+    CHECK_THAT(busbw_gb_per_s(four), WithinRel(673.2, 0.08));
+    CHECK(collective_cost(Collective::kAllReduce, bytes(8 * kGiB), one_node(5), b).algo == NcclAlgo::kRing);
+  }
+}
+
+TEST_CASE("collective_cost: multi-node all-reduce is bounded by the node NICs", "[sim][network]") {
+  SECTION("DGX A100, 8x HDR 200 Gb/s: ~192 GB/s busbw (nccl#812)") {
+    // Each ring enters and leaves a node once, so the node's 8 NICs carry what
+    // one rank sends: busbw = min(NVLink 240, 8 x 25 GB/s x 0.95) = 190 GB/s.
+    // Four nodes so that Ring, not the two-node Tree, is NCCL's choice.
+    const LinkParams p = link_params(dgx_a100());
+    const CollectiveCost cost = collective_cost(Collective::kAllReduce, bytes(16 * kGiB), nodes_of(4, 8), p);
+    CHECK(cost.algo == NcclAlgo::kRing);
+    CHECK(cost.bottleneck == LinkTier::kInterNode);
+    CHECK_THAT(cost.bus_bandwidth.gigabytes_per_s(), WithinRel(192.0, 0.05));
+    CHECK_THAT(busbw_gb_per_s(cost), WithinRel(192.0, 0.05));
+  }
+
+  SECTION("A100, 4x HDR per node over 3 nodes: ~96 GB/s peak (nccl-tests#119, user report)") {
+    ClusterSpec c = dgx_a100();
+    c.inter_node->nics_per_node = 4;
+    const CollectiveCost cost =
+        forced(Collective::kAllReduce, 4 * kGiB, nodes_of(3, 8), link_params(c), NcclAlgo::kRing);
+    CHECK_THAT(cost.bus_bandwidth.gigabytes_per_s(), WithinRel(96.0, 0.05));
+  }
+
+  SECTION("two-node Tree may exceed the NIC limit (only S crosses each node's NICs)") {
+    const LinkParams p = link_params(dgx_a100());
+    const CollectiveCost cost = collective_cost(Collective::kAllReduce, bytes(4 * kGiB), nodes_of(2, 8), p);
+    CHECK(cost.algo == NcclAlgo::kTree);
+    CHECK(busbw_gb_per_s(cost) > 200.0);  // above 8 x 25 GB/s line rate
+  }
+}
+
+TEST_CASE("collective_cost: H100 with 8x NDR 400 Gb/s", "[sim][network]") {
+  const LinkParams p = link_params(hgx_h100());
+
+  SECTION("46-48 GB/s per NIC (nccl-tests#290)") {
+    // One rank per node uses its own rail NIC: 50 GB/s x 0.95 = 47.5 GB/s.
+    const CollectiveCost ar = forced(Collective::kAllReduce, 4 * kGiB, nodes_of(4, 1), p, NcclAlgo::kRing);
+    CHECK(ar.bottleneck == LinkTier::kInterNode);
+    CHECK(ar.bus_bandwidth.gigabytes_per_s() >= 46.0);
+    CHECK(ar.bus_bandwidth.gigabytes_per_s() <= 48.0);
+    CHECK(busbw_gb_per_s(ar) >= 46.0 * 0.99);
+    const CollectiveCost sr = collective_cost(Collective::kSendRecv, bytes(1 * kGiB), nodes_of(2, 1), p);
+    CHECK(sr.algo == NcclAlgo::kP2p);
+    CHECK_THAT(sr.bus_bandwidth.gigabytes_per_s(), WithinRel(47.0, 0.03));
+  }
+
+  SECTION("eight NICs: ring busbw ~370-385 GB/s (derived in the reference)") {
+    // min(NVLink 370.8, 8 x 47.5 = 380) = 370.8 GB/s.
+    const CollectiveCost cost = forced(Collective::kAllReduce, 16 * kGiB, nodes_of(2, 8), p, NcclAlgo::kRing);
+    CHECK(cost.bus_bandwidth.gigabytes_per_s() >= 370.0 * 0.99);
+    CHECK(cost.bus_bandwidth.gigabytes_per_s() <= 385.0);
+  }
+}
+
+TEST_CASE("collective_cost: the cheapest (algorithm, protocol) wins", "[sim][network]") {
+  const LinkParams p = link_params(dgx_a100());
+
+  SECTION("one node: LL for small messages, Simple for large") {
+    const CollectiveCost small = collective_cost(Collective::kAllReduce, bytes(4 * kKiB), one_node(8), p);
+    CHECK(small.algo == NcclAlgo::kRing);
+    CHECK(small.proto == NcclProto::kLL);
+    const CollectiveCost large = collective_cost(Collective::kAllReduce, bytes(1 * kGiB), one_node(8), p);
+    CHECK(large.proto == NcclProto::kSimple);
+  }
+
+  SECTION("32 nodes: Tree/LL for small messages (log latency), Ring/Simple for 16 GiB") {
+    // Tree/LL latency 6.8 + 2 x (7 x 0.6 + 5 x 5.0) = 65 us against Ring/LL's
+    // 6.6 + 448 x 1.0 + 62 x 2.7 = 622 us.
+    const GroupPlacement g = nodes_of(32, 8);
+    const CollectiveCost small = collective_cost(Collective::kAllReduce, bytes(8 * kKiB), g, p);
+    CHECK(small.algo == NcclAlgo::kTree);
+    CHECK(small.proto == NcclProto::kLL);
+    CHECK_THAT(small.latency.us(), WithinAbs(65.2, 0.05));
+    const CollectiveCost large = collective_cost(Collective::kAllReduce, bytes(16 * kGiB), g, p);
+    CHECK(large.algo == NcclAlgo::kRing);
+    CHECK(large.proto == NcclProto::kSimple);
+  }
+
+  SECTION("the choice is the minimum over all candidates") {
+    for (double size : {1.0, 4 * kKiB, 300 * kKiB, 8 * kMiB, 77 * kMiB, 2 * kGiB}) {
+      for (const GroupPlacement& g : {one_node(8), nodes_of(2, 8), nodes_of(16, 4)}) {
+        const CollectiveCost best = collective_cost(Collective::kAllReduce, bytes(size), g, p);
+        for (const CollectiveCost& other : candidate_costs(Collective::kAllReduce, bytes(size), g, p)) {
+          CHECK(best.time <= other.time);
+        }
+      }
+    }
+  }
+
+  SECTION("PCIe: no LL128 (NCCL enables it only over NVLink)") {
+    ClusterSpec c = dgx_a100();
+    c.intra_node.fabric = IntraFabric::kPcie;
+    c.intra_node.bandwidth = Bandwidth::gigabytes_per_s(32);
+    for (const CollectiveCost& cost :
+         candidate_costs(Collective::kAllReduce, bytes(8 * kMiB), one_node(8), link_params(c))) {
+      CHECK(cost.proto != NcclProto::kLL128);
+    }
+  }
+}
+
+TEST_CASE("collective_cost: crossing oversubscribed leaves", "[sim][network]") {
+  // 64 nodes under leaves of 32 nodes with 2:1 oversubscription: the inter-node
+  // bandwidth halves (190 -> 95 GB/s), the latency does not change, so the
+  // bandwidth term doubles.
+  const ClusterSpec c = with_ib(node8("NVIDIA A100-SXM4-80GB", 300, false), 8, 200, 32, 2.0);
+  const LinkParams p = link_params(c);
+  const GroupPlacement inside = group_placement(32 * 8, 8, c);
+  const GroupPlacement across = group_placement(64 * 8, 8, c);
+  REQUIRE_FALSE(inside.crosses_leaf);
+  REQUIRE(across.crosses_leaf);
+  GroupPlacement same_size_no_cross = across;
+  same_size_no_cross.crosses_leaf = false;
+
+  const AlgoFilter ring_simple{NcclAlgo::kRing, NcclProto::kSimple};
+  const CollectiveCost fast = *collective_cost(Collective::kAllReduce, bytes(4 * kGiB), same_size_no_cross, p, ring_simple);
+  const CollectiveCost slow = *collective_cost(Collective::kAllReduce, bytes(4 * kGiB), across, p, ring_simple);
+  CHECK(slow.latency == fast.latency);
+  CHECK_THAT(fast.bus_bandwidth.bytes_per_s() / slow.bus_bandwidth.bytes_per_s(), WithinRel(2.0, 1e-12));
+  CHECK_THAT((slow.time - slow.latency).s() / (fast.time - fast.latency).s(), WithinRel(2.0, 1e-6));
+}
+
+TEST_CASE("collective_cost: invariants and availability", "[sim][network]") {
+  const LinkParams p = link_params(hgx_h100());
+
+  SECTION("time = latency + wire bytes / bus bandwidth") {
+    const Collective all[] = {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                              Collective::kAllToAll,  Collective::kBroadcast, Collective::kSendRecv};
+    for (Collective c : all) {
+      for (const GroupPlacement& g : {one_node(8), nodes_of(4, 8), nodes_of(3, 2)}) {
+        for (const CollectiveCost& cost : candidate_costs(c, bytes(64 * kMiB), g, p)) {
+          INFO(to_string(c) << " " << to_string(cost.algo) << "/" << to_string(cost.proto));
+          CHECK_THAT(cost.wire_bytes_per_rank, WithinRel(bus_bandwidth_factor(c, g.ranks) * 64 * kMiB, 1e-12));
+          const Duration term = cost.wire_bytes_per_rank / cost.bus_bandwidth;
+          CHECK(std::llabs((cost.latency + term - cost.time).ps()) <= 1);
+          CHECK(reported_bus_bandwidth(cost).bytes_per_s() <= cost.bus_bandwidth.bytes_per_s());
+        }
+      }
+    }
+  }
+
+  SECTION("one rank or an empty buffer costs nothing") {
+    CHECK(collective_cost(Collective::kAllReduce, bytes(1 * kGiB), one_node(1), p).time.ps() == 0);
+    CHECK(collective_cost(Collective::kAllGather, 0, one_node(8), p).time.ps() == 0);
+  }
+
+  SECTION("algorithms only where NCCL has them") {
+    CHECK_FALSE(collective_cost(Collective::kAllGather, bytes(kGiB), one_node(8), p, AlgoFilter{NcclAlgo::kTree, {}}).has_value());
+    CHECK_FALSE(collective_cost(Collective::kAllGather, bytes(kGiB), one_node(8), p, AlgoFilter{NcclAlgo::kNvls, {}}).has_value());
+    CHECK_FALSE(collective_cost(Collective::kAllReduce, bytes(kGiB), nodes_of(2, 8), p, AlgoFilter{NcclAlgo::kNvls, {}}).has_value());
+    CHECK_FALSE(collective_cost(Collective::kAllReduce, bytes(kGiB), one_node(8), p, AlgoFilter{NcclAlgo::kP2p, {}}).has_value());
+    CHECK(collective_cost(Collective::kAllToAll, bytes(kGiB), one_node(8), p).algo == NcclAlgo::kP2p);
+    CHECK(collective_cost(Collective::kBroadcast, bytes(kGiB), one_node(8), p).algo == NcclAlgo::kRing);
+  }
+
+  SECTION("all-to-all across nodes is bounded by NIC bandwidth per rank") {
+    // Node egress r(n-r)/n x S over 8 x 47.5 GB/s, wire (n-1)/n x S per rank:
+    // busbw = (n-1) x 380 / (r (n-r)) = 31 x 380 / (8 x 24) = 61.35 GB/s.
+    const CollectiveCost cost = collective_cost(Collective::kAllToAll, bytes(kGiB), nodes_of(4, 8), p);
+    CHECK(cost.bottleneck == LinkTier::kInterNode);
+    CHECK_THAT(cost.bus_bandwidth.gigabytes_per_s(), WithinRel(31.0 * 380.0 / (8 * 24), 1e-9));
+  }
+}
+
+TEST_CASE("link_params: NCCL constants by GPU generation", "[sim][network]") {
+  const LinkParams a100 = link_params(dgx_a100());
+  CHECK_THAT(a100.intra_efficiency, WithinAbs(0.80, 1e-12));
+  CHECK_FALSE(a100.nvls);
+  CHECK_THAT(a100.ll_max_bus_bandwidth_1node.gigabytes_per_s(), WithinAbs(87.7, 1e-9));
+  CHECK(a100.nics_per_node == 8);
+
+  const LinkParams h200 = link_params(hgx_h200());
+  CHECK(h200.nvls);
+  CHECK(h200.nvls_min_ranks == 5);
+  CHECK_THAT(h200.nvls_efficiency, WithinAbs(0.85, 1e-12));
+  CHECK_THAT(h200.intra_efficiency, WithinAbs(20.6 / 25.0, 1e-12));
+
+  const LinkParams b200 = link_params(hgx_b200());
+  CHECK(b200.nvls_min_ranks == 6);
+  CHECK_THAT(b200.nvls_efficiency, WithinAbs(0.74, 1e-12));
+  CHECK(b200.nics_per_node == 0);
+
+  ClusterSpec unnamed = hgx_b200();
+  unnamed.gpu.name = "prototype";
+  CHECK(link_params(unnamed).nvls_min_ranks == 6);  // 900 GB/s NVLink: Blackwell
+}
+
+}  // namespace trainplan
