@@ -32,6 +32,7 @@ struct GpuSpec {
   std::map<Dtype, FlopRate> peak;  // dense peak per dtype
   double gemm_efficiency = 0.8;    // best-shape GEMM / peak (MAMF), (0, 1]
   double hbm_efficiency = 0.85;    // achievable copy bandwidth / spec, (0, 1]
+  int sm_count = 108;              // streaming multiprocessors (GEMM wave quantization)
   std::string source;
 };
 

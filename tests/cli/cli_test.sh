@@ -1,1 +1,251 @@
-exit 0
+#!/usr/bin/env bash
+# CLI tests of `trainplan`: bad input exits 2 with exactly one line on stderr
+# (the InputError message, verbatim) and nothing on stdout; good input exits 0
+# with parseable, deterministic output.
+#
+# Usage: cli_test.sh <trainplan binary> <tests/data dir>
+# TRAINPLAN_DATA_DIR must point at the repository root (models/, topologies/).
+# Prints each check; exits non-zero on the first failure.
+set -u
+
+if [ $# -ne 2 ]; then
+  echo "usage: $0 <trainplan binary> <tests/data dir>" >&2
+  exit 1
+fi
+BIN=$1
+DATA=$2
+if [ -z "${TRAINPLAN_DATA_DIR:-}" ] || [ ! -d "$TRAINPLAN_DATA_DIR/models" ]; then
+  echo "TRAINPLAN_DATA_DIR must point at the repository root" >&2
+  exit 1
+fi
+
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+CHECKS=0
+
+fail() {
+  printf 'FAIL: %s\n' "$*" >&2
+  exit 1
+}
+
+# known_names <subdir>: the *.json stems of $TRAINPLAN_DATA_DIR/<subdir>,
+# byte-sorted and joined with ", " (the "known: ..." hint of an unknown name).
+known_names() {
+  (cd "$TRAINPLAN_DATA_DIR/$1" && for f in *.json; do printf '%s\n' "${f%.json}"; done) |
+    LC_ALL=C sort | paste -sd, - | sed 's/,/, /g'
+}
+
+# run_bin <args...>: runs trainplan with stdout in $TMP/out, stderr in
+# $TMP/err, exit code in RC.
+run_bin() {
+  "$BIN" "$@" >"$TMP/out" 2>"$TMP/err"
+  RC=$?
+}
+
+# expect_error <name> <expected stderr line> <args...>
+expect_error() {
+  local name=$1 expected=$2
+  shift 2
+  CHECKS=$((CHECKS + 1))
+  echo "check $CHECKS: $name"
+  run_bin "$@"
+  [ "$RC" -eq 2 ] || fail "$name: exit code $RC, expected 2 (stderr: $(cat "$TMP/err"))"
+  [ ! -s "$TMP/out" ] || fail "$name: stdout is not empty: $(cat "$TMP/out")"
+  local lines
+  lines=$(wc -l <"$TMP/err")
+  [ "$lines" -eq 1 ] || fail "$name: $lines lines on stderr, expected 1: $(cat "$TMP/err")"
+  local actual
+  actual=$(cat "$TMP/err")
+  [ "$actual" == "$expected" ] || fail "$name: wrong message
+   got: $actual
+  want: $expected"
+}
+
+# expect_ok <name> <args...>: exit 0, empty stderr.
+expect_ok() {
+  local name=$1
+  shift
+  CHECKS=$((CHECKS + 1))
+  echo "check $CHECKS: $name"
+  run_bin "$@"
+  [ "$RC" -eq 0 ] || fail "$name: exit code $RC, expected 0 (stderr: $(cat "$TMP/err"))"
+  [ ! -s "$TMP/err" ] || fail "$name: stderr is not empty: $(cat "$TMP/err")"
+}
+
+# json_check <name> <python code using d>: runs the code on the JSON in $TMP/out.
+json_check() {
+  local name=$1 code=$2
+  python3 -c "
+import json, sys
+with open(sys.argv[1]) as f:
+    d = json.load(f)
+$code
+" "$TMP/out" || fail "$name: JSON check failed"
+}
+
+MODELS_KNOWN=$(known_names models)
+CLUSTERS_KNOWN=$(known_names topologies)
+GOOD=(memory --model gpt3-1.3b --cluster dgx-a100 --gpus 8)
+
+# ---- bad input: exit 2, one line on stderr, exact message -------------------
+
+expect_error "unknown model" \
+  "trainplan: --model: unknown model \"nope\"; known: $MODELS_KNOWN" \
+  memory --model nope --cluster dgx-a100 --gpus 8
+case "$MODELS_KNOWN" in
+  "bloom-176b, "*) ;;
+  *) fail "models list should start with bloom-176b: $MODELS_KNOWN" ;;
+esac
+
+expect_error "unknown cluster" \
+  "trainplan: --cluster: unknown cluster \"nope\"; known: $CLUSTERS_KNOWN" \
+  memory --model gpt3-1.3b --cluster nope --gpus 8
+
+expect_error "--tp 0" \
+  "trainplan: --tp: must be >= 1, got 0" \
+  "${GOOD[@]}" --tp 0
+
+expect_error "--recompute bogus" \
+  "trainplan: --recompute: unknown value \"bogus\"; allowed: none, selective, full" \
+  "${GOOD[@]}" --recompute bogus
+
+expect_error "--schedule bogus" \
+  "trainplan: --schedule: unknown value \"bogus\"; allowed: gpipe, 1f1b, interleaved, naive" \
+  "${GOOD[@]}" --schedule bogus
+
+expect_error "--zero 4" \
+  "trainplan: --zero: unknown ZeRO stage 4; allowed: 0, 1, 2, 3" \
+  "${GOOD[@]}" --zero 4
+
+expect_error "neither --nodes nor --gpus" \
+  "trainplan: --nodes: give exactly one of --nodes N or --gpus N" \
+  memory --model gpt3-1.3b --cluster dgx-a100
+
+expect_error "both --nodes and --gpus" \
+  "trainplan: --nodes: give exactly one of --nodes N or --gpus N" \
+  memory --model gpt3-1.3b --cluster dgx-a100 --nodes 1 --gpus 8
+
+expect_error "--gpus 12 on 8-GPU nodes" \
+  "trainplan: --gpus: 12 is not a multiple of the 8 GPUs per node of dgx-a100; use whole nodes, or fewer GPUs than one node" \
+  memory --model gpt3-1.3b --cluster dgx-a100 --gpus 12
+
+expect_error "--nodes -1" \
+  "trainplan: --nodes: must be >= 1, got -1" \
+  memory --model gpt3-1.3b --cluster dgx-a100 --nodes -1
+
+expect_error "--stage-layers not a list" \
+  "trainplan: --stage-layers: \"8,x\" is not a comma-separated list of layer counts; e.g. 7,8,8,7" \
+  "${GOOD[@]}" --stage-layers 8,x
+
+expect_error "model file with an unknown key" \
+  "trainplan: $DATA/model_unknown_key.json: /colour: unknown key; allowed: bias, dropout, ffn_hidden, heads, hidden, kv_heads, layers, mlp, name, position_embedding, seq_len, source, tied_embeddings, vocab" \
+  memory --model "$DATA/model_unknown_key.json" --cluster dgx-a100 --gpus 8
+
+# Line 5 is `  "heads": 4` after line 4 lost its comma: the unexpected token is
+# the string "heads" (columns 3-9); the column is that of the last character
+# the parser read, as in nlohmann's messages.
+expect_error "malformed model file" \
+  "trainplan: $DATA/model_malformed.json: malformed JSON at line 5, column 9; expected one JSON object" \
+  memory --model "$DATA/model_malformed.json" --cluster dgx-a100 --gpus 8
+
+expect_error "missing model file" \
+  "trainplan: --model: no such file \"$DATA/no_such_model.json\"" \
+  memory --model "$DATA/no_such_model.json" --cluster dgx-a100 --gpus 8
+
+expect_error "cluster file with a bare-number bandwidth" \
+  "trainplan: $DATA/cluster_bare_bandwidth.json: /intra_node/bandwidth: a bare number has no unit; expected a string with a unit, e.g. \"450GB/s\"" \
+  memory --model gpt3-1.3b --cluster "$DATA/cluster_bare_bandwidth.json" --gpus 8
+
+# A bad flag is reported before a bad file (flags are checked first).
+expect_error "bad flag and bad model file: the flag is reported" \
+  "trainplan: --tp: must be >= 1, got 0" \
+  memory --model "$DATA/model_unknown_key.json" --cluster dgx-a100 --gpus 8 --tp 0
+
+# Errors found by CLI11 itself (wording of the CLI11 packaged with the build).
+expect_error "missing --model (CLI11)" \
+  "trainplan: --model is required" \
+  memory --cluster dgx-a100 --gpus 8
+
+expect_error "non-numeric --tp (CLI11)" \
+  "trainplan: Could not convert: --tp = abc" \
+  "${GOOD[@]}" --tp abc
+
+expect_error "unknown flag (CLI11)" \
+  "trainplan: The following argument was not expected: --bogus" \
+  "${GOOD[@]}" --bogus
+
+# ---- good input ---------------------------------------------------------------
+
+expect_ok "memory --json" "${GOOD[@]}" --json
+json_check "memory --json keys" '
+for k in ("peak_gib", "capacity_gib", "fits", "breakdown_gib", "stages"):
+    assert k in d, "missing key " + k
+assert set(d["breakdown_gib"]) == {"weights", "gradients", "optimizer", "activations", "other"}, d["breakdown_gib"]
+assert d["fits"] is True, d
+assert d["capacity_gib"] == 80.0, d["capacity_gib"]          # 81920 MiB = 80 GiB
+assert len(d["stages"]) == d["plan"]["pp"] == 1, d["stages"]
+assert d["plan"]["dp"] == 8, d["plan"]                        # 8 GPUs / (tp*pp*cp)
+# Each breakdown entry is rounded to 1e-4 GiB; their sum is the peak.
+assert abs(sum(d["breakdown_gib"].values()) - d["peak_gib"]) < 1e-3, d
+assert 0 < d["peak_gib"] < d["capacity_gib"], d
+'
+
+expect_ok "memory --json is byte-identical across runs" "${GOOD[@]}" --json --tp 2 --pp 2 --zero 1 --gbs 64
+cp "$TMP/out" "$TMP/first"
+run_bin "${GOOD[@]}" --json --tp 2 --pp 2 --zero 1 --gbs 64
+cmp -s "$TMP/out" "$TMP/first" || fail "same command, different output"
+json_check "pipeline stages listed" '
+assert len(d["stages"]) == 2, d["stages"]
+assert d["microbatches"] == 32, d["microbatches"]             # 64 / (mbs 1 * dp 2)
+'
+
+expect_ok "memory text output is byte-identical across runs" "${GOOD[@]}"
+cp "$TMP/out" "$TMP/first"
+run_bin "${GOOD[@]}"
+cmp -s "$TMP/out" "$TMP/first" || fail "same command, different text output"
+grep -q '^peak: .* GiB on stage 0 of 80.00 GiB per GPU: fits' "$TMP/out" || fail "text output lacks the peak line"
+
+expect_ok "an impossible plan exits 0 with the reason" \
+  memory --model llama2-7b --cluster dgx-a100 --gpus 6 --tp 3 --json
+json_check "impossible plan JSON" '
+assert d["fits"] is False, d
+assert d["valid"] is False, d
+assert d["reasons"][0] == "tp=3 does not divide heads=32", d["reasons"]
+'
+
+expect_ok "an impossible plan in text" memory --model llama2-7b --cluster dgx-a100 --gpus 6 --tp 3
+grep -qx 'this plan cannot run:' "$TMP/out" || fail "text lacks 'this plan cannot run:'"
+grep -qx '  - tp=3 does not divide heads=32' "$TMP/out" || fail "text lacks the reason"
+
+expect_ok "a plan that does not fit in memory exits 0 with the reason" \
+  memory --model llama3-70b --cluster dgx-a100 --gpus 8 --json
+json_check "out-of-memory JSON" '
+assert d["fits"] is False, d
+assert d["valid"] is True, d
+assert len(d["reasons"]) == 1 and d["reasons"][0].startswith("needs "), d["reasons"]
+assert d["reasons"][0].endswith(" GiB per GPU on stage 0, has 80.0 GiB"), d["reasons"]
+assert d["peak_gib"] > d["capacity_gib"], d
+'
+
+expect_ok "a model file by path" memory --model "$DATA/model_tiny.json" --cluster dgx-a100 --gpus 1 --json
+json_check "model file by path" 'assert d["model"] == "tiny", d["model"]'
+
+expect_ok "models --json lists every model file" models --json
+json_check "models --json" "
+names = [m['name'] for m in d]
+assert names == sorted(names), names
+assert ', '.join(names) == '''$MODELS_KNOWN''', names
+"
+
+expect_ok "clusters --json lists every topology file" clusters --json
+json_check "clusters --json" "
+names = [c['name'] for c in d]
+assert ', '.join(names) == '''$CLUSTERS_KNOWN''', names
+"
+
+expect_ok "models (text)" models
+for m in gpt3-175b llama3-405b megatron-1t; do
+  grep -q "^$m " "$TMP/out" || fail "models text lacks $m"
+done
+
+echo "all $CHECKS checks passed"

@@ -1,1 +1,226 @@
+// Tests of the per-layer cost: saved activation bytes against Korthikanti et
+// al. 2022 Table 2 (FORMULAS.md §2.2), which are exact closed forms, and the
+// changes that flash attention, GQA, SwiGLU and no dropout make to them.
+#include "simulator/cost/layer_cost.h"
+
 #include <catch2/catch.hpp>
+
+namespace trainplan {
+namespace {
+
+// Korthikanti et al. 2022 Table 3, 22B: s = 2048, h = 6144, a = 64, b = 4,
+// 48 layers, GeLU 4h MLP, MHA, dropout.
+ModelSpec gpt22b() {
+  ModelSpec m;
+  m.name = "gpt-22b-test";
+  m.layers = 48;
+  m.hidden = 6144;
+  m.heads = 64;
+  m.kv_heads = 64;
+  m.ffn_hidden = 4 * 6144;
+  m.vocab = 51200;
+  m.seq_len = 2048;
+  m.mlp = MlpKind::kGelu;
+  m.tied_embeddings = true;
+  m.dropout = true;
+  m.bias = true;
+  m.position_embedding = PositionEmbedding::kLearned;
+  return m;
+}
+
+LayerShape shape(int tp, bool sp, Recompute r, Attention att = Attention::kNaive) {
+  LayerShape s;
+  s.tp = tp;
+  s.sp = sp;
+  s.mbs = 4;
+  s.seq = 2048;
+  s.precision = Precision::kBf16;
+  s.attention = att;
+  s.recompute = r;
+  return s;
+}
+
+double saved(const ModelSpec& m, const LayerShape& s) { return transformer_layer_cost(m, s).saved_bytes; }
+
+constexpr double kS = 2048, kB = 4, kH = 6144, kA = 64;
+constexpr double kSbh = kS * kB * kH;  // 50,331,648
+constexpr double kRel = 1e-9;          // the Table 2 forms are exact by construction
+
+TEST_CASE("LayerCost: GPT layer saves sbh(34 + 5as/h) bytes", "[sim][cost]") {
+  const ModelSpec m = gpt22b();
+  SECTION("no parallelism") {
+    // 5as/h = 5*64*2048/6144 = 106.67: sbh * 140.67 = 7,079,985,152 bytes.
+    CHECK(saved(m, shape(1, false, Recompute::kNone)) == Approx(kSbh * (34 + 5 * kA * kS / kH)).epsilon(kRel));
+  }
+  SECTION("the sum of the ops equals the layer total") {
+    const LayerCost c = transformer_layer_cost(m, shape(1, false, Recompute::kNone));
+    double sum = 0;
+    for (const OpCost& op : c.ops) sum += op.saved_bytes;
+    CHECK(c.saved_bytes == Approx(sum).epsilon(kRel));
+  }
+}
+
+TEST_CASE("LayerCost: Korthikanti Table 2 rows under tensor and sequence parallelism", "[sim][cost]") {
+  const ModelSpec m = gpt22b();
+  for (int t : {2, 4, 8}) {
+    DYNAMIC_SECTION("tp=" << t << ": sbh(10 + 24/t + 5as/(ht))") {
+      // LayerNorm inputs, QKV and FC1 inputs and the two dropout masks (10sbh)
+      // are replicated; the rest is split over t.
+      CHECK(saved(m, shape(t, false, Recompute::kNone)) ==
+            Approx(kSbh * (10 + 24.0 / t + 5 * kA * kS / (kH * t))).epsilon(kRel));
+    }
+    DYNAMIC_SECTION("tp=" << t << " + sp: sbh(34 + 5as/h)/t") {
+      CHECK(saved(m, shape(t, true, Recompute::kNone)) == Approx(kSbh * (34 + 5 * kA * kS / kH) / t).epsilon(kRel));
+    }
+    DYNAMIC_SECTION("tp=" << t << " + selective: sbh(10 + 24/t)") {
+      CHECK(saved(m, shape(t, false, Recompute::kSelective)) == Approx(kSbh * (10 + 24.0 / t)).epsilon(kRel));
+    }
+    DYNAMIC_SECTION("tp=" << t << " + sp + selective: 34sbh/t") {
+      CHECK(saved(m, shape(t, true, Recompute::kSelective)) == Approx(34 * kSbh / t).epsilon(kRel));
+    }
+    DYNAMIC_SECTION("tp=" << t << " + full recompute: 2sbh (the layer input)") {
+      CHECK(saved(m, shape(t, false, Recompute::kFull)) == Approx(2 * kSbh).epsilon(kRel));
+    }
+    DYNAMIC_SECTION("tp=" << t << " + sp + full recompute: 2sbh/t") {
+      CHECK(saved(m, shape(t, true, Recompute::kFull)) == Approx(2 * kSbh / t).epsilon(kRel));
+    }
+  }
+  SECTION("sp is ignored at tp=1") {
+    // layer_shape() turns sp off without tp; the tp=1 row is Eq. 1.
+    Plan p;
+    p.tp = 1;
+    p.sp = true;
+    CHECK_FALSE(layer_shape(p).sp);
+  }
+}
+
+TEST_CASE("LayerCost: flash attention keeps the 4-byte log-sum-exp instead of 5as^2b", "[sim][cost]") {
+  const ModelSpec m = gpt22b();
+  for (int t : {1, 8}) {
+    DYNAMIC_SECTION("tp=" << t << ": naive - flash = 5as^2b/t - 4asb/t") {
+      // Naive keeps softmax output (2 bytes), dropout mask (1) and dropout
+      // output (2) per score element: 5as^2b/t; flash keeps one fp32 LSE per
+      // query row and head: 4asb/t (Dao et al. 2022).
+      const double naive = saved(m, shape(t, false, Recompute::kNone, Attention::kNaive));
+      const double flash = saved(m, shape(t, false, Recompute::kNone, Attention::kFlash));
+      CHECK(naive - flash == Approx((5 * kA * kS * kS * kB - 4 * kA * kS * kB) / t).epsilon(kRel));
+      CHECK(flash == Approx(kSbh * (10 + 24.0 / t) + 4 * kA * kS * kB / t).epsilon(kRel));
+    }
+  }
+  SECTION("selective recompute with flash keeps the LSE (only s^2 terms are dropped)") {
+    const double flash_sel = saved(m, shape(8, true, Recompute::kSelective, Attention::kFlash));
+    CHECK(flash_sel == Approx(34 * kSbh / 8 + 4 * kA * kS * kB / 8).epsilon(kRel));
+  }
+}
+
+TEST_CASE("LayerCost: GQA shrinks the saved K and V", "[sim][cost]") {
+  // With kv_heads = 8 of head_dim 96, K and V are 768 wide instead of 6144:
+  // each saves 2*s*b*768/t instead of 2*s*b*6144/t, so the layer saves
+  // 2 tensors * 2 bytes * s*b*(h - kv*d)/t less.
+  ModelSpec mha = gpt22b();
+  ModelSpec gqa = gpt22b();
+  gqa.kv_heads = 8;
+  const double kvd = 8 * (kH / kA);  // 768
+  for (int t : {1, 8}) {
+    DYNAMIC_SECTION("tp=" << t) {
+      const double diff = saved(mha, shape(t, false, Recompute::kNone)) - saved(gqa, shape(t, false, Recompute::kNone));
+      CHECK(diff == Approx(4 * kS * kB * (kH - kvd) / t).epsilon(kRel));
+    }
+  }
+  SECTION("K and V projections also hold fewer parameters") {
+    // Q and output: 2h^2; K and V: 2*h*kvd.
+    CHECK(layer_params(mha) - layer_params(gqa) == Approx(2 * kH * (kH - kvd) + 2 * (kH - kvd)).epsilon(kRel));
+  }
+}
+
+TEST_CASE("LayerCost: a SwiGLU MLP saves 6sbf/t", "[sim][cost]") {
+  // FC1 input 2sbh (replicated / SP-split as for GeLU); SwiGLU keeps gate and
+  // up, 2 * 2sbf/t; FC2 input 2sbf/t: 6sbf/t, against GeLU's 4sbf/t.
+  ModelSpec sw = gpt22b();
+  sw.mlp = MlpKind::kSwiglu;
+  sw.ffn_hidden = 16384;
+  const double f = 16384;
+  for (int t : {1, 4}) {
+    DYNAMIC_SECTION("tp=" << t << ": sbh(10 + 8/t) + 6sbf/t + 5as^2b/t") {
+      CHECK(saved(sw, shape(t, false, Recompute::kNone)) ==
+            Approx(kSbh * (10 + 8.0 / t) + 6 * kS * kB * f / t + 5 * kA * kS * kS * kB / t).epsilon(kRel));
+    }
+  }
+  SECTION("against GeLU of the same width the difference is 2sbf/t") {
+    ModelSpec ge = sw;
+    ge.mlp = MlpKind::kGelu;
+    CHECK(saved(sw, shape(2, false, Recompute::kNone)) - saved(ge, shape(2, false, Recompute::kNone)) ==
+          Approx(2 * kS * kB * f / 2).epsilon(kRel));
+  }
+}
+
+TEST_CASE("LayerCost: without dropout the masks and the dropout output go", "[sim][cost]") {
+  // Korthikanti Sec. 4.1: the two residual dropout masks are sbh bytes each,
+  // attention dropout keeps a 1-byte mask as^2b and its 2-byte output 2as^2b.
+  ModelSpec nd = gpt22b();
+  nd.dropout = false;
+  SECTION("tp=1: sbh(34 - 2) + (5 - 3)as^2b") {
+    CHECK(saved(nd, shape(1, false, Recompute::kNone)) == Approx(32 * kSbh + 2 * kA * kS * kS * kB).epsilon(kRel));
+  }
+  SECTION("tp=8 + sp: (32sbh + 2as^2b)/8") {
+    CHECK(saved(nd, shape(8, true, Recompute::kNone)) == Approx((32 * kSbh + 2 * kA * kS * kS * kB) / 8).epsilon(kRel));
+  }
+}
+
+TEST_CASE("LayerCost: layer FLOPs are 24Bsh^2 + 4Bs^2h forward", "[sim][cost]") {
+  // Korthikanti App. A: QKV 6Bsh^2, QK^T 2Bs^2h, attention*V 2Bs^2h, output
+  // projection 2Bsh^2, MLP 16Bsh^2.
+  const ModelSpec m = gpt22b();
+  SECTION("tp=1") {
+    const LayerCost c = transformer_layer_cost(m, shape(1, false, Recompute::kNone));
+    CHECK(c.fwd_flops == Approx(24 * kB * kS * kH * kH + 4 * kB * kS * kS * kH).epsilon(kRel));
+  }
+  SECTION("tp=8 splits them evenly") {
+    const LayerCost c = transformer_layer_cost(m, shape(8, true, Recompute::kNone));
+    CHECK(c.fwd_flops == Approx((24 * kB * kS * kH * kH + 4 * kB * kS * kS * kH) / 8).epsilon(kRel));
+  }
+  SECTION("selective recompute redoes the attention core, 4Bs^2h") {
+    const LayerCost c = transformer_layer_cost(m, shape(1, false, Recompute::kSelective));
+    CHECK(c.recompute_flops == Approx(4 * kB * kS * kS * kH).epsilon(kRel));
+  }
+  SECTION("full recompute redoes the whole forward") {
+    const LayerCost c = transformer_layer_cost(m, shape(1, false, Recompute::kFull));
+    CHECK(c.recompute_flops == Approx(c.fwd_flops).epsilon(kRel));
+  }
+}
+
+TEST_CASE("LayerCost: the embedding and output layer add Korthikanti's extra terms", "[sim][cost]") {
+  // FORMULAS.md §2.2 "Extra terms": embedding dropout mask sbh/t (with SP);
+  // at p = 1 the final LayerNorm input, the output-layer input (2sbh/t each)
+  // and the fp32 logits 4sbv/t: 4sbh/t (1 + v/h).
+  const ModelSpec m = gpt22b();
+  const double v = 51200;
+  SECTION("embedding dropout mask, tp=8 + sp: sbh/8") {
+    CHECK(embedding_cost(m, shape(8, true, Recompute::kNone)).saved_bytes == Approx(kSbh / 8).epsilon(kRel));
+  }
+  SECTION("output layer, tp=8 + sp: 4sbh/t (1 + v/h)") {
+    CHECK(output_cost(m, shape(8, true, Recompute::kNone)).saved_bytes ==
+          Approx(4 * kSbh / 8 * (1 + v / kH)).epsilon(kRel));
+  }
+  SECTION("output layer FLOPs: logits 2BshV") {
+    CHECK(output_cost(m, shape(1, false, Recompute::kNone)).fwd_flops == Approx(2 * kB * kS * kH * v).epsilon(kRel));
+  }
+}
+
+TEST_CASE("LayerCost: TP splits matrices and column biases, not row biases and norms", "[sim][cost]") {
+  // GPT layer: matrices 12h^2 and column-parallel biases 3h + 4h split over t;
+  // the output-projection and FC2 biases (2h) and two LayerNorms (4h) are
+  // replicated (Megatron ColumnParallelLinear / RowParallelLinear).
+  const ModelSpec m = gpt22b();
+  SECTION("tp=1 holds the whole layer, 12h^2 + 13h") {
+    CHECK(transformer_layer_cost(m, shape(1, false, Recompute::kNone)).params ==
+          Approx(12 * kH * kH + 13 * kH).epsilon(kRel));
+  }
+  SECTION("tp=8") {
+    CHECK(transformer_layer_cost(m, shape(8, false, Recompute::kNone)).params ==
+          Approx((12 * kH * kH + 7 * kH) / 8 + 6 * kH).epsilon(kRel));
+  }
+}
+
+}  // namespace
+}  // namespace trainplan

@@ -1,1 +1,197 @@
+// Tests of the cluster loader: every built-in topology loads with its
+// datasheet figures, and bad files fail with the exact message.
+#include "simulator/spec/cluster.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include <catch2/catch.hpp>
+
+#include "simulator/core/error.h"
+
+namespace trainplan {
+namespace {
+
+// A valid two-level cluster; each error test below changes one thing.
+const char* const kGoodCluster = R"({
+  "name": "tiny",
+  "gpus_per_node": 8,
+  "gpu": {
+    "name": "X",
+    "memory": "80GiB",
+    "hbm_bandwidth": "2TB/s",
+    "peak": {"bf16": "312TFLOP/s", "fp16": "312TFLOP/s", "fp32": "19.5TFLOP/s"}
+  },
+  "intra_node": {"fabric": "nvswitch", "bandwidth": "300GB/s", "latency": "3us"},
+  "inter_node": {"fabric": "infiniband", "nics_per_node": 8, "nic_bandwidth": "200Gb/s", "latency": "5us"},
+  "host": {"memory": "2TiB", "bandwidth_per_gpu": "25GB/s"}
+})";
+
+std::string edited(const std::string& from, const std::string& to) {
+  std::string text = kGoodCluster;
+  size_t pos = text.find(from);
+  REQUIRE(pos != std::string::npos);
+  text.replace(pos, from.size(), to);
+  return text;
+}
+
+TEST_CASE("ClusterSpec: every built-in cluster loads", "[sim][spec]") {
+  const std::vector<std::string> names = builtin_cluster_names();
+  SECTION("at least 7 clusters, and the required ones exist") {
+    CHECK(names.size() >= 7);
+    for (const char* n : {"dgx-a100", "dgx-h100", "dgx-h200", "dgx-b200", "rtx4090-pcie", "v100-pcie", "h100-ethernet"}) {
+      INFO(n);
+      CHECK(std::find(names.begin(), names.end(), n) != names.end());
+    }
+  }
+  SECTION("each file loads, its name equals the file stem and it meets the invariants") {
+    for (const std::string& n : names) {
+      INFO(n);
+      ClusterSpec c;
+      REQUIRE_NOTHROW(c = load_cluster(n));
+      CHECK(c.name == n);
+      CHECK(c.gpus_per_node > 0);
+      CHECK(c.gpu.memory > 0);
+      CHECK(c.gpu.hbm_bandwidth.bytes_per_s() > 0);
+      CHECK(c.gpu.peak.count(Dtype::kBf16) == 1);
+      CHECK(c.gpu.peak.count(Dtype::kFp16) == 1);
+      CHECK(c.gpu.peak.count(Dtype::kFp32) == 1);
+      CHECK(c.intra_node.bandwidth.bytes_per_s() > 0);
+      CHECK(c.intra_node.latency.ps() >= 0);
+      CHECK(c.host.memory > 0);
+      if (c.inter_node) {
+        CHECK(c.inter_node->nics_per_node > 0);
+        CHECK(c.inter_node->oversubscription >= 1.0);
+        CHECK(c.inter_node->latency.ps() >= 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("ClusterSpec: dgx-a100 carries the A100 datasheet figures", "[sim][spec]") {
+  const ClusterSpec c = load_cluster("dgx-a100");
+  SECTION("80 GiB of HBM: 81920 MiB = 80 * 2^30 bytes") { CHECK(c.gpu.memory == int64_t{80} * 1073741824); }
+  SECTION("312 TFLOP/s dense BF16") {
+    CHECK(c.gpu.peak.at(Dtype::kBf16).flop_per_s() == Approx(312e12).epsilon(1e-15));
+  }
+  SECTION("NVLink3: 12 links x 25 GB/s = 300 GB/s per direction, 3 us per step") {
+    CHECK(c.intra_node.fabric == IntraFabric::kNvswitch);
+    CHECK(c.intra_node.bandwidth.bytes_per_s() == Approx(300e9).epsilon(1e-15));
+    CHECK(c.intra_node.latency == Duration::microseconds(3));
+  }
+  SECTION("8 x HDR 200 Gb/s = 25 GB/s per NIC") {
+    REQUIRE(c.inter_node);
+    CHECK(c.inter_node->fabric == InterFabric::kInfiniband);
+    CHECK(c.inter_node->nics_per_node == 8);
+    CHECK(c.inter_node->nic_bandwidth.bytes_per_s() == Approx(25e9).epsilon(1e-15));
+  }
+  SECTION("2 TiB of host memory") { CHECK(c.host.memory == int64_t{2} * 1099511627776); }
+}
+
+TEST_CASE("ClusterSpec: PCIe boxes have no inter-node fabric", "[sim][spec]") {
+  SECTION("rtx4090-pcie") { CHECK_FALSE(load_cluster("rtx4090-pcie").inter_node.has_value()); }
+  SECTION("v100-pcie") { CHECK_FALSE(load_cluster("v100-pcie").inter_node.has_value()); }
+}
+
+TEST_CASE("ClusterSpec: the optional fields take their documented defaults", "[sim][spec]") {
+  const ClusterSpec c = parse_cluster(kGoodCluster, "c.json");
+  SECTION("GPU efficiencies 0.8 and 0.85") {
+    CHECK(c.gpu.gemm_efficiency == 0.8);
+    CHECK(c.gpu.hbm_efficiency == 0.85);
+  }
+  SECTION("no NVLS, 32 nodes per leaf, rail optimized, no oversubscription") {
+    CHECK_FALSE(c.intra_node.nvls);
+    REQUIRE(c.inter_node);
+    CHECK(c.inter_node->nodes_per_leaf == 32);
+    CHECK(c.inter_node->rail_optimized);
+    CHECK(c.inter_node->oversubscription == 1.0);
+  }
+  SECTION("optional peaks stay absent") {
+    CHECK(c.gpu.peak.count(Dtype::kFp8) == 0);
+    CHECK(c.gpu.peak.count(Dtype::kTf32) == 0);
+  }
+}
+
+TEST_CASE("ClusterSpec: bad cluster JSON is rejected with the exact message", "[sim][spec]") {
+  SECTION("malformed JSON names line and column") {
+    // Line 3 is `  "gpus_per_node": 8,` after the comma ending line 2 was
+    // removed.  The unexpected token is the string "gpus_per_node" (columns
+    // 3-17); like nlohmann's own messages, the column is that of the last
+    // character the parser read, 17.
+    REQUIRE_THROWS_AS(parse_cluster(edited("\"tiny\",", "\"tiny\""), "c.json"), InputError);
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"tiny\",", "\"tiny\""), "c.json"),
+                        "c.json: malformed JSON at line 3, column 17; expected one JSON object");
+  }
+  SECTION("missing nested object") {
+    REQUIRE_THROWS_WITH(parse_cluster(edited(R"("host": {"memory": "2TiB", "bandwidth_per_gpu": "25GB/s"})",
+                                             R"("hostx": {})"),
+                                      "c.json"),
+                        "c.json: /host: missing required key");
+  }
+  SECTION("unknown key inside gpu lists the gpu keys") {
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"name\": \"X\",", "\"name\": \"X\", \"colour\": 1,"), "c.json"),
+                        "c.json: /gpu/colour: unknown key; allowed: gemm_efficiency, hbm_bandwidth, hbm_efficiency, "
+                        "memory, name, peak, sm_count, source");
+  }
+  SECTION("unknown dtype under peak lists the dtypes") {
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"fp32\": \"19.5TFLOP/s\"", "\"fp32\": \"19.5TFLOP/s\", \"int8\": \"1TFLOP/s\""),
+                                      "c.json"),
+                        "c.json: /gpu/peak/int8: unknown key; allowed: bf16, fp16, fp32, fp8, tf32");
+  }
+  SECTION("bare number for a bandwidth") {
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"300GB/s\"", "300"), "c.json"),
+                        "c.json: /intra_node/bandwidth: a bare number has no unit; "
+                        "expected a string with a unit, e.g. \"450GB/s\"");
+  }
+  SECTION("a string number without a unit for a bandwidth") {
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"300GB/s\"", "\"300\""), "c.json"),
+                        "c.json: /intra_node/bandwidth: \"300\" has no unit; "
+                        "expected e.g. \"450GB/s\", \"400Gb/s\", \"3.35TB/s\"");
+  }
+  SECTION("a zero bandwidth") {
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"300GB/s\"", "\"0GB/s\""), "c.json"),
+                        "c.json: /intra_node/bandwidth: must be > 0");
+  }
+  SECTION("a negative latency") {
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"3us\"", "\"-3us\""), "c.json"),
+                        "c.json: /intra_node/latency: \"-3us\" is negative; "
+                        "expected e.g. \"2.5us\", \"30min\", \"50000h\"");
+  }
+  SECTION("bytes given as a rate") {
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"80GiB\"", "\"80GiB/s\""), "c.json"),
+                        "c.json: /gpu/memory: unknown unit \"GiB/s\" in \"80GiB/s\"; "
+                        "expected e.g. \"80GiB\", \"512MiB\", \"25MB\"");
+  }
+  SECTION("unknown fabric lists the allowed values") {
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"nvswitch\"", "\"nvlink5\""), "c.json"),
+                        "c.json: /intra_node/fabric: unknown value \"nvlink5\"; allowed: nvswitch, nvlink, pcie");
+  }
+  SECTION("zero NICs") {
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"nics_per_node\": 8", "\"nics_per_node\": 0"), "c.json"),
+                        "c.json: /inter_node/nics_per_node: must be > 0, got 0");
+  }
+  SECTION("too many GPUs per node") {
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"gpus_per_node\": 8", "\"gpus_per_node\": 4096"), "c.json"),
+                        "c.json: /gpus_per_node: too large; at most 1024");
+  }
+  SECTION("oversubscription below 1") {
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"latency\": \"5us\"", "\"latency\": \"5us\", \"oversubscription\": 0.5"),
+                                      "c.json"),
+                        "c.json: /inter_node/oversubscription: out of range; allowed: 1 to 64");
+  }
+  SECTION("a missing required peak") {
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"bf16\": \"312TFLOP/s\", ", ""), "c.json"),
+                        "c.json: /gpu/peak/bf16: missing required key");
+  }
+}
+
+TEST_CASE("ClusterSpec: load_cluster lists the known clusters for an unknown name", "[sim][spec]") {
+  std::string known;
+  for (const std::string& n : builtin_cluster_names()) known += (known.empty() ? "" : ", ") + n;
+  REQUIRE_THROWS_WITH(load_cluster("nope"), "--cluster: unknown cluster \"nope\"; known: " + known);
+  REQUIRE_THROWS_WITH(load_cluster("nope"), Catch::Matchers::StartsWith("--cluster: unknown cluster \"nope\"; known: dgx-a100, "));
+}
+
+}  // namespace
+}  // namespace trainplan

@@ -1,1 +1,283 @@
+// Tests of plan resolution: derived values, the exact reasons an impossible
+// plan gives, and the pipeline stage split (FORMULAS.md §2.4).
+#include "simulator/spec/plan.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
 #include <catch2/catch.hpp>
+
+#include "simulator/core/error.h"
+
+namespace trainplan {
+namespace {
+
+bool has_reason(const Layout& l, const std::string& why) {
+  return std::find(l.reasons.begin(), l.reasons.end(), why) != l.reasons.end();
+}
+
+std::string all_reasons(const Layout& l) {
+  std::string out;
+  for (const std::string& r : l.reasons) out += r + "\n";
+  return out;
+}
+
+TEST_CASE("Plan: resolve_plan derives dp, gbs, seq and the schedule", "[sim][spec]") {
+  const ModelSpec m = load_model("llama2-7b");
+  const ClusterSpec c = load_cluster("dgx-a100");
+  SECTION("dp = gpus / (tp*pp*cp)") {
+    // 64 GPUs / (4 * 2 * 2) = 4.
+    Plan p;
+    p.tp = 4;
+    p.pp = 2;
+    p.cp = 2;
+    const Layout l = resolve_plan(m, c, 64, p);
+    INFO(all_reasons(l));
+    CHECK(l.feasible);
+    CHECK(l.plan.dp == 4);
+    CHECK(l.nodes == 8);
+    CHECK(l.gpus == 64);
+  }
+  SECTION("gbs defaults to mbs*dp, so one micro-batch per step") {
+    Plan p;
+    p.tp = 8;
+    p.mbs = 2;
+    const Layout l = resolve_plan(m, c, 64, p);
+    CHECK(l.plan.dp == 8);
+    CHECK(l.plan.gbs == 16);
+    CHECK(l.microbatches == 1);
+  }
+  SECTION("microbatches = gbs / (mbs*dp)") {
+    // 1024 / (2 * 8) = 64.
+    Plan p;
+    p.tp = 8;
+    p.mbs = 2;
+    p.gbs = 1024;
+    CHECK(resolve_plan(m, c, 64, p).microbatches == 64);
+  }
+  SECTION("seq defaults to the model's training length") { CHECK(resolve_plan(m, c, 8, Plan{}).plan.seq == 4096); }
+  SECTION("vp > 1 selects the interleaved schedule, otherwise 1F1B") {
+    Plan p;
+    p.pp = 4;
+    p.vp = 2;
+    p.gbs = 8;
+    const Layout l = resolve_plan(m, c, 8, p);
+    CHECK(l.plan.schedule == Schedule::kInterleaved);
+    CHECK(resolve_plan(m, c, 8, Plan{}).plan.schedule == Schedule::k1F1B);
+  }
+  SECTION("a part of one node is allowed") {
+    const Layout l = resolve_plan(m, c, 4, Plan{});
+    CHECK(l.feasible);
+    CHECK(l.nodes == 1);
+    CHECK(l.plan.dp == 4);
+  }
+  SECTION("ZeRO shards over dp*cp, no ZeRO over 1") {
+    Plan p;
+    p.tp = 2;
+    p.cp = 2;
+    p.zero = 1;
+    CHECK(resolve_plan(m, c, 16, p).shard_degree == 8);  // dp = 16/4 = 4; dp*cp = 8
+    p.zero = 0;
+    CHECK(resolve_plan(m, c, 16, p).shard_degree == 1);
+  }
+}
+
+TEST_CASE("Plan: an impossible plan is an answer with exact reasons", "[sim][spec]") {
+  const ModelSpec m = load_model("llama2-7b");  // 32 heads, 32 layers
+  const ClusterSpec c = load_cluster("dgx-a100");
+  SECTION("tp must divide the heads") {
+    // 6 GPUs (part of a node), tp=3, dp=2; 32 % 3 != 0.
+    Plan p;
+    p.tp = 3;
+    const Layout l = resolve_plan(m, c, 6, p);
+    CHECK_FALSE(l.feasible);
+    REQUIRE_FALSE(l.reasons.empty());
+    CHECK(l.reasons[0] == "tp=3 does not divide heads=32");
+  }
+  SECTION("an explicit dp must fill the cluster") {
+    // 8 * 4 * 3 * 1 = 96 on 8 nodes of 8 GPUs.
+    Plan p;
+    p.tp = 8;
+    p.pp = 4;
+    p.dp = 3;
+    const Layout l = resolve_plan(m, c, 64, p);
+    CHECK_FALSE(l.feasible);
+    CHECK(has_reason(l, "tp*pp*dp*cp = 96 but the cluster has 64 GPUs"));
+  }
+  SECTION("tp*pp*cp must divide the GPUs when dp is derived") {
+    Plan p;
+    p.tp = 8;
+    p.pp = 3;
+    const Layout l = resolve_plan(m, c, 64, p);
+    CHECK(has_reason(l, "tp*pp*cp = 24 does not divide the cluster's 64 GPUs"));
+  }
+  SECTION("gbs must be a multiple of mbs*dp") {
+    // tp=8 on 64 GPUs: dp = 8; mbs*dp = 64; 1000 = 15*64 + 40.
+    Plan p;
+    p.tp = 8;
+    p.mbs = 8;
+    p.gbs = 1000;
+    const Layout l = resolve_plan(m, c, 64, p);
+    CHECK_FALSE(l.feasible);
+    CHECK(has_reason(l, "gbs=1000 is not a multiple of mbs*dp = 64"));
+  }
+  SECTION("pp may not exceed the layers") {
+    Plan p;
+    p.pp = 64;
+    CHECK(has_reason(resolve_plan(m, c, 64, p), "pp=64 exceeds layers=32"));
+  }
+  SECTION("sequence parallel needs tp to divide seq") {
+    Plan p;
+    p.tp = 8;
+    p.sp = true;
+    p.seq = 4100;  // 4100 % 8 = 4
+    CHECK(has_reason(resolve_plan(m, c, 8, p), "sequence parallel needs tp=8 to divide seq=4100"));
+  }
+  SECTION("several nodes of a single box") {
+    const ClusterSpec box = load_cluster("rtx4090-pcie");
+    const Layout l = resolve_plan(m, box, 8, Plan{});
+    CHECK(has_reason(l, "cluster rtx4090-pcie is a single box without an inter-node fabric, but 2 nodes were asked for"));
+  }
+  SECTION("parameter offload needs ZeRO-3") {
+    Plan p;
+    p.zero = 2;
+    p.offload = Offload::kParams;
+    CHECK(has_reason(resolve_plan(m, c, 8, p), "parameter offload needs ZeRO stage 3"));
+  }
+  SECTION("a feasible plan has no reasons") {
+    const Layout l = resolve_plan(m, c, 8, Plan{});
+    CHECK(l.feasible);
+    CHECK(l.reasons.empty());
+  }
+}
+
+TEST_CASE("Plan: the GPU count must be whole nodes or part of one", "[sim][spec]") {
+  const ModelSpec m = load_model("llama2-7b");
+  const ClusterSpec c = load_cluster("dgx-a100");
+  SECTION("12 GPUs on 8-GPU nodes") {
+    REQUIRE_THROWS_AS(resolve_plan(m, c, 12, Plan{}), InputError);
+    REQUIRE_THROWS_WITH(resolve_plan(m, c, 12, Plan{}),
+                        "--gpus: 12 is not a multiple of the 8 GPUs per node of dgx-a100; "
+                        "use whole nodes, or fewer GPUs than one node");
+  }
+  SECTION("zero GPUs") { REQUIRE_THROWS_WITH(resolve_plan(m, c, 0, Plan{}), "--gpus: must be >= 1, got 0"); }
+  SECTION("zero nodes") { REQUIRE_THROWS_WITH(gpus_of_nodes(c, 0), "--nodes: must be >= 1, got 0"); }
+  SECTION("nodes times GPUs per node") { CHECK(gpus_of_nodes(c, 16) == 128); }
+}
+
+TEST_CASE("Plan: balance_stage_layers splits layers over pipeline stages", "[sim][spec]") {
+  SECTION("Llama 3 405B: 126 layers over 16 stages give 7, 8 x 14, 7") {
+    // Dubey et al. 2024 Sec. 3.3.2: one layer fewer on the first and last
+    // stage, for the embedding and the loss: (126 + 2) / 16 = 8 units each.
+    std::vector<int> expected(16, 8);
+    expected.front() = 7;
+    expected.back() = 7;
+    const std::vector<int> got = balance_stage_layers(126, 16);
+    CHECK(got == expected);
+    CHECK(std::accumulate(got.begin(), got.end(), 0) == 126);
+  }
+  SECTION("an even split stays even") { CHECK(balance_stage_layers(32, 4) == std::vector<int>{8, 8, 8, 8}); }
+  SECTION("30 layers over 4 stages: (30 + 2) / 4 = 8 units each") {
+    CHECK(balance_stage_layers(30, 4) == std::vector<int>{7, 8, 8, 7});
+  }
+  SECTION("the remainder goes to the middle stages first") {
+    // (31 + 2) = 8*4 + 1: the extra unit goes to stage 1.
+    CHECK(balance_stage_layers(31, 4) == std::vector<int>{7, 9, 8, 7});
+  }
+  SECTION("one stage takes all layers") { CHECK(balance_stage_layers(80, 1) == std::vector<int>{80}); }
+  SECTION("the split always sums to the layers") {
+    for (int layers : {24, 30, 31, 33, 61, 80, 95, 96, 105, 126}) {
+      for (int pp : {2, 3, 4, 8}) {
+        INFO("layers=" << layers << " pp=" << pp);
+        const std::vector<int> got = balance_stage_layers(layers, pp);
+        REQUIRE(got.size() == static_cast<size_t>(pp));
+        CHECK(std::accumulate(got.begin(), got.end(), 0) == layers);
+        CHECK(*std::min_element(got.begin(), got.end()) >= 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("Plan: resolve_plan uses the balanced split and checks explicit ones", "[sim][spec]") {
+  const ModelSpec m = load_model("llama3-405b");  // 126 layers
+  const ClusterSpec c = load_cluster("dgx-h100");
+  SECTION("the balanced split is used when none is given") {
+    Plan p;
+    p.tp = 8;
+    p.pp = 16;
+    const Layout l = resolve_plan(m, c, 128, p);
+    INFO(all_reasons(l));
+    CHECK(l.feasible);
+    CHECK(l.stage_layers == balance_stage_layers(126, 16));
+  }
+  SECTION("explicit stage layers must sum to the layers") {
+    Plan p;
+    p.tp = 8;
+    p.pp = 4;
+    p.stage_layers = {32, 32, 32, 31};  // 127
+    CHECK(has_reason(resolve_plan(m, c, 32, p), "--stage-layers sum to 127 but the model has 126 layers"));
+  }
+  SECTION("explicit stage layers must list pp stages") {
+    Plan p;
+    p.tp = 8;
+    p.pp = 4;
+    p.stage_layers = {63, 63};
+    CHECK(has_reason(resolve_plan(m, c, 32, p), "--stage-layers lists 2 stages but pp=4"));
+  }
+  SECTION("a valid explicit split is taken as given") {
+    Plan p;
+    p.tp = 8;
+    p.pp = 4;
+    p.stage_layers = {30, 33, 33, 30};
+    const Layout l = resolve_plan(m, c, 32, p);
+    CHECK(l.feasible);
+    CHECK(l.stage_layers == std::vector<int>{30, 33, 33, 30});
+  }
+}
+
+TEST_CASE("Plan: the interleaved schedule needs vp to divide each stage's layers", "[sim][spec]") {
+  const ModelSpec m = load_model("llama2-7b");  // 32 layers: 8 per stage with pp = 4
+  const ClusterSpec c = load_cluster("dgx-a100");
+  Plan p;
+  p.pp = 4;
+  p.gbs = 16;  // dp = 2 on 8 GPUs: 8 micro-batches, a multiple of pp
+  SECTION("vp=2 divides 8") {
+    p.vp = 2;
+    const Layout l = resolve_plan(m, c, 8, p);
+    INFO(all_reasons(l));
+    CHECK(l.feasible);
+  }
+  SECTION("vp=3 does not divide 8") {
+    p.vp = 3;
+    CHECK(has_reason(resolve_plan(m, c, 8, p), "vp=3 does not divide the 8 layers of a pipeline stage"));
+  }
+  SECTION("micro-batches must be a multiple of pp") {
+    p.vp = 2;
+    p.gbs = 12;  // 6 micro-batches
+    CHECK(has_reason(resolve_plan(m, c, 8, p), "interleaved schedule needs microbatches=6 to be a multiple of pp=4"));
+  }
+  SECTION("vp > 1 with another schedule is refused") {
+    p.vp = 2;
+    p.schedule = Schedule::k1F1B;
+    p.schedule_given = true;
+    CHECK(has_reason(resolve_plan(m, c, 8, p), "vp=2 needs the interleaved schedule, not 1f1b"));
+  }
+}
+
+TEST_CASE("Plan: element sizes by precision", "[sim][spec]") {
+  SECTION("16-bit activations and weights, fp32 otherwise") {
+    CHECK(activation_bytes(Precision::kBf16) == 2);
+    CHECK(activation_bytes(Precision::kFp32) == 4);
+    CHECK(weight_bytes(Precision::kFp16) == 2);
+  }
+  SECTION("gradients: fp32 main grads unless bf16 is asked for with 16-bit training") {
+    CHECK(grad_bytes(Precision::kBf16, GradDtype::kFp32) == 4);
+    CHECK(grad_bytes(Precision::kBf16, GradDtype::kBf16) == 2);
+    CHECK(grad_bytes(Precision::kFp32, GradDtype::kBf16) == 4);
+  }
+}
+
+}  // namespace
+}  // namespace trainplan

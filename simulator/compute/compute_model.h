@@ -1,0 +1,53 @@
+// Time of compute kernels on one GPU: GEMMs by shape, attention, and
+// memory-bound (elementwise) ops.
+//
+// GEMM: FLOPs / (peak * e_max * tile * wave * depth) where e_max is the
+// best-shape efficiency (MAMF, stas00/ml-engineering; FORMULAS.md sec. 4),
+// `tile` the fraction of 128x128 output tiles that is real work, `wave` the
+// fraction of SMs busy in the last wave of tiles, `depth` = k/(k + 64) the
+// prologue/epilogue cost of a short reduction dimension; never faster than
+// its HBM traffic allows (roofline).  Memory-bound ops: bytes / (HBM * eff).
+// Every kernel pays a fixed launch/tail overhead.
+// Invariants: times are monotone in FLOPs and bytes; a calibration replaces
+// e_max, the attention and HBM efficiencies.
+#ifndef TRAINPLAN_SIM_COMPUTE_COMPUTE_MODEL_H_
+#define TRAINPLAN_SIM_COMPUTE_COMPUTE_MODEL_H_
+
+#include "simulator/core/units.h"
+#include "simulator/cost/layer_cost.h"
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/plan.h"
+
+namespace trainplan {
+
+struct ComputeParams {
+  FlopRate peak;                 // dense peak for the training dtype
+  double gemm_efficiency = 0.8;  // best-shape GEMM / peak
+  // FlashAttention-2 reaches about 70% of the best GEMM rate forward and
+  // ~55% backward (Dao 2023, Fig. 4-5 on A100, head dim 128) : 0.65 overall.
+  double attention_efficiency = 0.65;  // relative to gemm_efficiency
+  Bandwidth hbm;
+  double hbm_efficiency = 0.85;
+  int sm_count = 108;
+  Duration kernel_overhead = Duration::microseconds(3);  // launch gap + tail per kernel
+  int element_bytes = 2;
+};
+
+// REQUIRES: cluster.gpu.peak has the dtype of `precision`.
+ComputeParams compute_params(const ClusterSpec& cluster, Precision precision);
+
+// Efficiency (fraction of peak) of an m x n x k GEMM.
+double gemm_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k);
+Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k);
+Duration memory_time(const ComputeParams& p, double bytes);
+
+// Forward and backward time of one op.  Backward of a GEMM = data-gradient
+// GEMM (m x k x n) + weight-gradient GEMM (n x k x m); of flash attention
+// 2.5x the forward FLOPs (FlashAttention-2 recomputes S = QK^T); of a naive
+// attention 2x; of an elementwise op 2x its bytes.
+Duration op_forward_time(const ComputeParams& p, const OpCost& op);
+Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention attention);
+
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_SIM_COMPUTE_COMPUTE_MODEL_H_

@@ -1,0 +1,62 @@
+// Max-min fair sharing of links among concurrent flows (progressive filling,
+// Bertsekas & Gallager, Data Networks, sec. 6.5.2; SimGrid's lmm solver).
+//
+// A flow has a rate cap (its own bottleneck, e.g. NCCL's bus bandwidth for
+// its group alone) and uses links with weights: a flow at rate r puts w*r
+// bytes/s on a link.  Rates are recomputed when a flow starts or ends, only
+// for the flows connected to it through shared links.
+// Invariants after update(): every link carries <= its capacity (up to
+// rounding); every flow is limited by its cap or by a saturated link on which
+// no other flow has a higher rate (max-min optimality).
+#ifndef TRAINPLAN_SIM_NETWORK_FLOW_NETWORK_H_
+#define TRAINPLAN_SIM_NETWORK_FLOW_NETWORK_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace trainplan {
+
+struct FlowLink {
+  int32_t link = 0;
+  float weight = 1.0f;
+};
+
+class FlowNetwork {
+ public:
+  // Adds a link of `capacity` bytes/s; returns its id.
+  int32_t add_link(double capacity_bytes_per_s);
+  int32_t link_count() const { return static_cast<int32_t>(capacity_.size()); }
+
+  // Starts flow `id` (caller-chosen, unique among active flows, >= 0) with a
+  // rate cap and links.  Rates of connected flows change; changed() lists them.
+  void start(int32_t id, double cap_bytes_per_s, const FlowLink* links, int n_links);
+  // Ends flow `id`.  REQUIRES: active.
+  void stop(int32_t id);
+  double rate(int32_t id) const { return flows_[static_cast<size_t>(id)].rate; }
+  bool active(int32_t id) const;
+
+  // Flow ids whose rate was recomputed by the last start()/stop().
+  const std::vector<int32_t>& changed() const { return changed_; }
+
+ private:
+  struct Flow {
+    double cap = 0;
+    double rate = 0;
+    std::vector<FlowLink> links;
+    bool active = false;
+    uint32_t mark = 0;
+  };
+  void recompute_from(int32_t seed_flow, const std::vector<int32_t>& seed_links);
+
+  std::vector<double> capacity_;
+  std::vector<std::vector<int32_t>> link_flows_;  // active flows per link
+  std::vector<uint32_t> link_mark_;
+  std::vector<Flow> flows_;
+  std::vector<int32_t> changed_;
+  uint32_t epoch_ = 0;
+};
+
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_SIM_NETWORK_FLOW_NETWORK_H_

@@ -1,0 +1,187 @@
+#include "simulator/report/step_report.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "simulator/core/error.h"
+#include "simulator/cost/step_flops.h"
+#include "simulator/engine/engine.h"
+#include "simulator/memory/memory_model.h"
+#include "simulator/spec/cluster.h"
+
+namespace trainplan {
+
+namespace {
+
+double overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+  return static_cast<double>(std::max<int64_t>(0, std::min(a1, b1) - std::max(a0, b0)));
+}
+
+// Splits the idle gap [from, to) before `task` by what it waited for.
+void classify_gap(const TaskGraph& g, const EngineResult& r, int32_t task, int64_t from, int64_t to,
+                  TimeBreakdown* b) {
+  if (to <= from) return;
+  const double gap = static_cast<double>(to - from);
+  const int32_t pred = task >= 0 ? r.last_pred[static_cast<size_t>(task)] : -1;
+  double comm = 0;
+  Category cat = Category::kCompute;
+  if (pred >= 0 && g.task(pred).type == TaskType::kComm) {
+    const TaskTime& t = r.times[static_cast<size_t>(pred)];
+    comm = overlap(from, to, t.start_ps, t.end_ps);
+    cat = g.task(pred).category;
+  }
+  if (cat == Category::kPpComm) b->pp_comm += comm * 1e-12;
+  else b->dp_comm += comm * 1e-12;
+  b->bubble += (gap - comm) * 1e-12;
+}
+
+std::string chrome_trace(const LoweredStep& step, const EngineResult& r) {
+  const TaskGraph& g = step.graph;
+  std::ostringstream out;
+  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first = true;
+  char buf[512];
+  for (size_t i = 0; i < step.ranks.size(); ++i) {
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":\"rank %d (pp %d dp %d cp %d "
+                  "tp %d, node %d)\"}}",
+                  first ? "" : ",\n", step.ranks[i].global, step.ranks[i].global, step.ranks[i].pp, step.ranks[i].dp,
+                  step.ranks[i].cp, step.ranks[i].tp, step.ranks[i].node);
+    out << buf;
+    first = false;
+    const char* threads[] = {"compute", "pp comm", "dp comm"};
+    for (int t = 0; t < 3; ++t) {
+      std::snprintf(buf, sizeof buf,
+                    ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+                    step.ranks[i].global, t, threads[t]);
+      out << buf;
+    }
+  }
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    const TaskTime& tt = r.times[static_cast<size_t>(id)];
+    const double ts = static_cast<double>(tt.start_ps) * 1e-6, dur = static_cast<double>(tt.end_ps - tt.start_ps) * 1e-6;
+    auto emit = [&](int pid, int tid) {
+      std::snprintf(buf, sizeof buf,
+                    ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                    "\"args\":{\"microbatch\":%d,\"chunk\":%d,\"layer\":%d}}",
+                    to_string(t.label), to_string(t.category), pid, tid, ts, dur, t.microbatch, t.chunk, t.layer);
+      out << buf;
+    };
+    if (t.type == TaskType::kCompute) {
+      emit(step.ranks[static_cast<size_t>(t.rank)].global, 0);
+    } else {
+      const int tid = t.category == Category::kPpComm ? 1 : 2;
+      const int32_t* m = g.members(t);
+      for (uint32_t k = 0; k < t.member_count; ++k) emit(step.ranks[static_cast<size_t>(m[k])].global, tid);
+    }
+  }
+  out << "\n]}\n";
+  return out.str();
+}
+
+}  // namespace
+
+StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                         const SimulateOptions& options) {
+  TRAINPLAN_CHECK(layout.feasible, "simulating an infeasible layout");
+  LoweringOptions lo;
+  lo.representative = options.representative;
+  lo.bucket_bytes = options.bucket_bytes;
+  LoweredStep step = lower_step(model, cluster, layout, lo);
+  EngineOptions eo;
+  eo.comm_slowdown = step.comm_slowdown;
+  eo.static_bytes = step.static_bytes;
+  auto t0 = std::chrono::steady_clock::now();
+  EngineResult r = run_engine(step.graph, step.network, eo);
+  auto t1 = std::chrono::steady_clock::now();
+
+  StepReport rep;
+  rep.engine_wall_s = std::chrono::duration<double>(t1 - t0).count();
+  rep.events = r.events;
+  rep.tasks = step.graph.size();
+  rep.simulated_ranks = static_cast<int>(step.ranks.size());
+  rep.layer = step.layer;
+  const Plan& p = layout.plan;
+  rep.step_time_s = static_cast<double>(r.makespan_ps) * 1e-12;
+  rep.tokens_per_s = static_cast<double>(p.gbs) * static_cast<double>(p.seq) / rep.step_time_s;
+  StepFlops flops = step_flops(model, p);
+  const Dtype dt = p.precision == Precision::kBf16 ? Dtype::kBf16 : p.precision == Precision::kFp16 ? Dtype::kFp16 : Dtype::kFp32;
+  const double peak = cluster.gpu.peak.at(dt).flop_per_s();
+  rep.model_tflops_per_gpu = flops.model_flops / rep.step_time_s / layout.gpus * 1e-12;
+  rep.hw_tflops_per_gpu = flops.hardware_flops / rep.step_time_s / layout.gpus * 1e-12;
+  rep.mfu = rep.model_tflops_per_gpu * 1e12 / peak;
+  rep.hfu = rep.hw_tflops_per_gpu * 1e12 / peak;
+
+  // Time breakdown per rank, averaged.
+  const TaskGraph& g = step.graph;
+  TimeBreakdown sum;
+  std::vector<int64_t> last_dp_end(step.ranks.size(), 0);
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    if (t.type != TaskType::kComm || t.category != Category::kDpComm) continue;
+    const int32_t* m = g.members(t);
+    for (uint32_t k = 0; k < t.member_count; ++k) {
+      int64_t& e = last_dp_end[static_cast<size_t>(m[k])];
+      e = std::max(e, r.times[static_cast<size_t>(id)].end_ps);
+    }
+  }
+  for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
+    TimeBreakdown b;
+    int64_t prev_end = 0;
+    for (int32_t id : g.program[rank]) {
+      const Task& t = g.task(id);
+      const TaskTime& tt = r.times[static_cast<size_t>(id)];
+      classify_gap(g, r, id, prev_end, tt.start_ps, &b);
+      const double busy = static_cast<double>(tt.end_ps - tt.start_ps) * 1e-12;
+      if (t.category == Category::kOptimizer) {
+        b.optimizer += busy;
+      } else {
+        const double tp = t.work_ps > 0 ? busy * static_cast<double>(t.tp_comm_ps) / static_cast<double>(t.work_ps) : 0;
+        b.tp_comm += tp;
+        b.compute += busy - tp;
+      }
+      prev_end = tt.end_ps;
+    }
+    // After the rank's last task: waiting for trailing DP all-gathers, or for
+    // slower stages (pipeline imbalance).
+    if (r.makespan_ps > prev_end) {
+      const int64_t last_comm = last_dp_end[rank];
+      const double dp = static_cast<double>(std::max<int64_t>(0, std::min(last_comm, r.makespan_ps) - prev_end));
+      b.dp_comm += dp * 1e-12;
+      b.bubble += (static_cast<double>(r.makespan_ps - prev_end) - dp) * 1e-12;
+    }
+    sum.compute += b.compute;
+    sum.tp_comm += b.tp_comm;
+    sum.pp_comm += b.pp_comm;
+    sum.dp_comm += b.dp_comm;
+    sum.bubble += b.bubble;
+    sum.optimizer += b.optimizer;
+  }
+  const double n = static_cast<double>(step.ranks.size());
+  rep.breakdown = TimeBreakdown{sum.compute / n, sum.tp_comm / n, sum.pp_comm / n, sum.dp_comm / n, sum.bubble / n,
+                                sum.optimizer / n};
+  rep.bubble_fraction = rep.breakdown.bubble / rep.step_time_s;
+  rep.exposed_comm_fraction = (rep.breakdown.tp_comm + rep.breakdown.pp_comm + rep.breakdown.dp_comm) / rep.step_time_s;
+
+  // Memory: simulated peak per stage against the closed form.
+  MemoryReport mem = estimate_memory(model, cluster, layout);
+  rep.capacity_bytes = mem.capacity_bytes;
+  rep.stages.resize(static_cast<size_t>(p.pp));
+  for (int s = 0; s < p.pp; ++s) {
+    rep.stages[static_cast<size_t>(s)].stage = s;
+    rep.stages[static_cast<size_t>(s)].closed_form_peak_bytes = mem.stages[static_cast<size_t>(s)].breakdown.total();
+  }
+  for (size_t i = 0; i < step.ranks.size(); ++i) {
+    StageResult& st = rep.stages[static_cast<size_t>(step.ranks[i].pp)];
+    st.simulated_peak_bytes = std::max(st.simulated_peak_bytes, static_cast<double>(r.peak_bytes[i]));
+  }
+  for (const StageResult& st : rep.stages) rep.peak_memory_bytes = std::max(rep.peak_memory_bytes, st.simulated_peak_bytes);
+  rep.fits = rep.peak_memory_bytes <= rep.capacity_bytes && mem.fits;
+  if (options.trace) rep.trace_json = chrome_trace(step, r);
+  return rep;
+}
+
+}  // namespace trainplan

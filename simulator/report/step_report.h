@@ -1,0 +1,68 @@
+// Simulate one training step of a layout and explain where the time goes.
+//
+// step_time = makespan of the task graph.  Per simulated rank, the step is
+// split into compute (busy, less exposed TP/CP communication folded into
+// layer tasks), tp_comm, optimizer, and idle time; idle time before a task is
+// pp_comm or dp_comm for the part that overlaps the transfer it waited for
+// (its last dependency), bubble otherwise; the components are averaged over
+// ranks and sum to the step time.  MFU/HFU use the model and hardware FLOPs
+// of cost/step_flops.h against the dense peak of the training dtype.
+#ifndef TRAINPLAN_SIM_REPORT_STEP_REPORT_H_
+#define TRAINPLAN_SIM_REPORT_STEP_REPORT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
+#include "simulator/taskgraph/lowering.h"
+
+namespace trainplan {
+
+struct SimulateOptions {
+  bool representative = true;   // one rank per pipeline stage
+  bool trace = false;           // build a Chrome trace
+  double bucket_bytes = 25e6;
+};
+
+struct TimeBreakdown {  // seconds, averaged over ranks
+  double compute = 0, tp_comm = 0, pp_comm = 0, dp_comm = 0, bubble = 0, optimizer = 0;
+  double total() const { return compute + tp_comm + pp_comm + dp_comm + bubble + optimizer; }
+};
+
+struct StageResult {
+  int stage = 0;
+  double simulated_peak_bytes = 0;   // tracked over simulated time
+  double closed_form_peak_bytes = 0; // memory model
+};
+
+struct StepReport {
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double model_tflops_per_gpu = 0;
+  double hw_tflops_per_gpu = 0;
+  double mfu = 0, hfu = 0;
+  double bubble_fraction = 0;
+  double exposed_comm_fraction = 0;
+  double peak_memory_bytes = 0;
+  double capacity_bytes = 0;
+  bool fits = false;
+  TimeBreakdown breakdown;
+  std::vector<StageResult> stages;
+  LayerTimes layer;
+  int simulated_ranks = 0;
+  int64_t tasks = 0;
+  uint64_t events = 0;
+  double engine_wall_s = 0;
+  std::string trace_json;   // when options.trace
+};
+
+// REQUIRES: layout.feasible.
+StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                         const SimulateOptions& options);
+
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_SIM_REPORT_STEP_REPORT_H_

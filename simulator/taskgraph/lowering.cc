@@ -1,0 +1,526 @@
+#include "simulator/taskgraph/lowering.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "simulator/compute/compute_model.h"
+#include "simulator/core/error.h"
+#include "simulator/cost/layer_cost.h"
+#include "simulator/memory/memory_model.h"
+#include "simulator/network/collective_model.h"
+#include "simulator/taskgraph/pipeline_schedule.h"
+
+namespace trainplan {
+
+int global_rank(const Plan& p, int pp, int dp, int cp, int tp) {
+  return tp + p.tp * (cp + p.cp * (dp + p.dp * pp));
+}
+
+namespace {
+
+// NCCL reserves up to 32 channels = SMs for collectives; 16 channels is its
+// usual choice on NVSwitch systems, so comm kernels take ~16 of the SMs.
+constexpr double kNcclChannels = 16.0;
+// DeepSpeed CPU-Adam updates about 1e9 parameters/s per node (AVX-512,
+// ZeRO-Offload paper Sec. 5: 6x faster than torch CPU Adam).
+constexpr double kCpuAdamParamsPerSPerNode = 1e9;
+
+int64_t ps(Duration d) { return d.ps(); }
+
+struct Chunk {
+  int first_layer = 0;
+  int layers = 0;
+  bool embedding = false;
+  bool output = false;
+};
+
+// One program entry of a rank: what it is, to find the matching task on
+// other ranks (identical structure) and to attach communication.
+struct Entry {
+  PipeOp::Kind kind = PipeOp::Kind::kForward;
+  int mb = 0;
+  int chunk = 0;
+  int layer = -1;           // -1: whole chunk
+  bool last_backward = false;  // last backward of its chunk (gradients final)
+  double grad_params = 0;   // parameters whose gradients this task finalises
+  double gather_params = 0; // ZeRO-3: parameters to gather before it
+};
+
+class Lowerer {
+ public:
+  Lowerer(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, const LoweringOptions& opt)
+      : m_(model), c_(cluster), L_(layout), p_(layout.plan), opt_(opt), lp_(link_params(cluster)) {}
+
+  LoweredStep run() {
+    prepare_costs();
+    place_ranks();
+    build_links();
+    build_schedule();
+    build_compute();
+    build_p2p();
+    build_dp();
+    out_.graph.finalize();
+    return std::move(out_);
+  }
+
+ private:
+  // ---- costs ----
+  Duration collective(Collective kind, double bytes, int ranks, int ranks_per_node) const {
+    if (ranks <= 1 || bytes <= 0) return Duration();
+    GroupPlacement g = group_placement(ranks, ranks_per_node, c_);
+    return collective_cost(kind, static_cast<Bytes>(bytes), g, lp_).time;
+  }
+
+  void prepare_costs() {
+    shape_ = layer_shape(p_);
+    layer_ = transformer_layer_cost(m_, shape_);
+    emb_ = embedding_cost(m_, shape_);
+    outc_ = output_cost(m_, shape_);
+    cpm_ = compute_params(c_, p_.precision);
+    const int tp_rpn = std::min(p_.tp, c_.gpus_per_node);
+    auto op_times = [&](const LayerCost& lc, int64_t* fwd, int64_t* bwd, int64_t* tp_f, int64_t* tp_b,
+                        int64_t* attn_f, int64_t* attn_b) {
+      for (const OpCost& op : lc.ops) {
+        int64_t f = ps(op_forward_time(cpm_, op));
+        int64_t b = ps(op_backward_time(cpm_, op, p_.attention));
+        *fwd += f;
+        *bwd += b;
+        if (op.kind == OpKind::kAttention) {
+          *attn_f += f;
+          *attn_b += b;
+        }
+        if (op.tp_comm_after != TpComm::kNone) {
+          Collective fk = op.tp_comm_after == TpComm::kAllReduce   ? Collective::kAllReduce
+                          : op.tp_comm_after == TpComm::kAllGather ? Collective::kAllGather
+                                                                   : Collective::kReduceScatter;
+          // Backward: all-reduce stays all-reduce; all-gather <-> reduce-scatter.
+          Collective bk = fk == Collective::kAllGather       ? Collective::kReduceScatter
+                          : fk == Collective::kReduceScatter ? Collective::kAllGather
+                                                             : fk;
+          *tp_f += ps(collective(fk, op.tp_comm_bytes, p_.tp, tp_rpn));
+          *tp_b += ps(collective(bk, op.tp_comm_bytes, p_.tp, tp_rpn));
+        }
+      }
+    };
+    int64_t f = 0, b = 0, tf = 0, tb = 0, af = 0, ab = 0;
+    op_times(layer_, &f, &b, &tf, &tb, &af, &ab);
+    int64_t cp_f = 0, cp_b = 0;
+    if (p_.cp > 1) {
+      // Ring attention overlaps the K/V exchange with the attention blocks
+      // (Megatron context parallel): only the excess is exposed.
+      const int cp_rpn = std::max(1, std::min(p_.cp, c_.gpus_per_node / std::min(p_.tp, c_.gpus_per_node)));
+      cp_f = std::max<int64_t>(0, ps(collective(Collective::kAllGather, layer_.cp_comm_bytes, p_.cp, cp_rpn)) - af);
+      cp_b = std::max<int64_t>(0, ps(collective(Collective::kReduceScatter, layer_.cp_comm_bytes, p_.cp, cp_rpn)) - ab);
+    }
+    int64_t recompute = 0, recompute_tp = 0;
+    if (p_.recompute == Recompute::kFull) {
+      recompute = f + tf;
+      recompute_tp = tf;
+    } else if (p_.recompute == Recompute::kSelective) {
+      recompute = af;
+    }
+    LayerTimes& lt = out_.layer;
+    lt.forward_ps = f + tf + cp_f;
+    lt.backward_ps = b + tb + cp_b + recompute;
+    lt.tp_comm_forward_ps = tf + cp_f;
+    lt.tp_comm_backward_ps = tb + cp_b + recompute_tp;
+    lt.recompute_ps = recompute;
+    int64_t x = 0, ef = 0, eb = 0, etf = 0, etb = 0;
+    op_times(emb_, &ef, &eb, &etf, &etb, &x, &x);
+    emb_f_ = ef + etf;
+    emb_b_ = eb + etb;
+    emb_tp_f_ = etf;
+    emb_tp_b_ = etb;
+    int64_t of = 0, ob = 0, otf = 0, otb = 0;
+    op_times(outc_, &of, &ob, &otf, &otb, &x, &x);
+    out_f_ = of + otf;
+    out_b_ = ob + otb;
+    out_tp_f_ = otf;
+    out_tp_b_ = otb;
+    out_.comm_slowdown = kNcclChannels / std::max(1, c_.gpu.sm_count);
+    layer_grad_bytes_ = grad_bytes(p_.precision, p_.grad_dtype);
+  }
+
+  // ---- ranks and links ----
+  void place_ranks() {
+    const int gpn = c_.gpus_per_node;
+    auto coord = [&](int g) {
+      RankCoord r;
+      r.global = g;
+      r.tp = g % p_.tp;
+      r.cp = (g / p_.tp) % p_.cp;
+      r.dp = (g / (p_.tp * p_.cp)) % p_.dp;
+      r.pp = g / (p_.tp * p_.cp * p_.dp);
+      r.node = g / gpn;
+      return r;
+    };
+    if (opt_.representative) {
+      for (int s = 0; s < p_.pp; ++s) out_.ranks.push_back(coord(global_rank(p_, s, 0, 0, 0)));
+    } else {
+      for (int g = 0; g < L_.gpus; ++g) out_.ranks.push_back(coord(g));
+    }
+    out_.graph.ranks = static_cast<int32_t>(out_.ranks.size());
+    out_.graph.program.assign(out_.ranks.size(), {});
+    MemoryReport mem = estimate_memory(m_, c_, L_);
+    for (const RankCoord& r : out_.ranks) {
+      const MemoryBreakdown& b = mem.stages[static_cast<size_t>(r.pp)].breakdown;
+      out_.static_bytes.push_back(static_cast<int64_t>(b.weights + b.gradients + b.optimizer + b.other));
+    }
+    stage_params_.clear();
+    for (const StageMemory& st : mem.stages) stage_params_.push_back(st.params);
+  }
+
+  int sim_index(int pp, int dp, int cp, int tp) const {
+    if (opt_.representative) return pp;
+    return global_rank(p_, pp, dp, cp, tp);
+  }
+
+  void build_links() {
+    for (size_t i = 0; i < out_.ranks.size(); ++i) {
+      intra_link_.push_back(out_.network.add_link(lp_.intra_bandwidth.bytes_per_s() * lp_.intra_efficiency));
+      if (lp_.nics_per_node > 0) {
+        double share = lp_.nic_bandwidth.bytes_per_s() * lp_.inter_efficiency * lp_.nics_per_node / c_.gpus_per_node;
+        nic_link_.push_back(out_.network.add_link(share));
+      } else {
+        nic_link_.push_back(-1);
+      }
+    }
+  }
+
+  // ---- pipeline schedule and compute tasks ----
+  void build_schedule() {
+    const int v = p_.schedule == Schedule::kInterleaved ? p_.vp : 1;
+    v_ = v;
+    Feasibility f = check_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v);
+    TRAINPLAN_CHECK(f.ok, "infeasible pipeline schedule reached lowering: " + f.reason);
+    schedule_ = build_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v);
+    chunks_.assign(static_cast<size_t>(p_.pp), {});
+    for (int s = 0; s < p_.pp; ++s) {
+      const int n = L_.stage_layers[static_cast<size_t>(s)];
+      for (int c = 0; c < v; ++c) {
+        Chunk ch;
+        ch.layers = n / v;
+        ch.first_layer = c * ch.layers;
+        ch.embedding = s == 0 && c == 0;
+        ch.output = s == p_.pp - 1 && c == v - 1;
+        chunks_[static_cast<size_t>(s)].push_back(ch);
+      }
+    }
+    // Program entries per stage (identical for every rank of a stage).
+    entries_.assign(static_cast<size_t>(p_.pp), {});
+    const double layer_params = layer_.params;
+    for (int s = 0; s < p_.pp; ++s) {
+      const auto& ops = schedule_[static_cast<size_t>(s)];
+      std::vector<int> last_b(static_cast<size_t>(v), -1);
+      for (size_t k = 0; k < ops.size(); ++k) {
+        if (ops[k].kind == PipeOp::Kind::kBackward) last_b[static_cast<size_t>(ops[k].chunk)] = static_cast<int>(k);
+      }
+      for (size_t k = 0; k < ops.size(); ++k) {
+        const PipeOp& op = ops[k];
+        const Chunk& ch = chunks_[static_cast<size_t>(s)][static_cast<size_t>(op.chunk)];
+        const bool is_b = op.kind == PipeOp::Kind::kBackward;
+        const bool last = is_b && last_b[static_cast<size_t>(op.chunk)] == static_cast<int>(k);
+        const bool per_layer = p_.zero == 3 || (last && p_.dp * p_.cp > 1 && p_.dp_mode == DpMode::kSync);
+        if (!per_layer) {
+          Entry e;
+          e.kind = op.kind;
+          e.mb = op.microbatch;
+          e.chunk = op.chunk;
+          e.last_backward = last;
+          if (last) e.grad_params = ch.layers * layer_params + extra_params(ch);
+          entries_[static_cast<size_t>(s)].push_back(e);
+          continue;
+        }
+        for (int i = 0; i < ch.layers; ++i) {
+          // Backward runs the layers in reverse order.
+          const int layer = is_b ? ch.layers - 1 - i : i;
+          Entry e;
+          e.kind = op.kind;
+          e.mb = op.microbatch;
+          e.chunk = op.chunk;
+          e.layer = layer;
+          e.last_backward = last;
+          double params = layer_params;
+          if (ch.embedding && layer == 0) params += emb_.params;
+          if (ch.output && layer == ch.layers - 1) params += outc_.params;
+          if (is_b) e.grad_params = params;
+          if (p_.zero == 3) e.gather_params = params;
+          entries_[static_cast<size_t>(s)].push_back(e);
+        }
+      }
+    }
+  }
+
+  double extra_params(const Chunk& ch) const {
+    return (ch.embedding ? emb_.params : 0.0) + (ch.output ? outc_.params : 0.0);
+  }
+
+  void build_compute() {
+    TaskGraph& g = out_.graph;
+    const double saved_layer = layer_.saved_bytes;
+    LayerShape no_rc = shape_;
+    no_rc.recompute = Recompute::kNone;
+    const double full_layer = saved_activation_bytes(layer_, m_, no_rc);
+    const bool full = p_.recompute == Recompute::kFull;
+    op_index_.assign(out_.ranks.size(), {});
+    const LayerTimes& lt = out_.layer;
+    for (size_t r = 0; r < out_.ranks.size(); ++r) {
+      const int s = out_.ranks[r].pp;
+      const auto& entries = entries_[static_cast<size_t>(s)];
+      auto& index = op_index_[r];
+      index.assign(static_cast<size_t>(L_.microbatches) * v_ * 2 * 2, -1);
+      for (size_t k = 0; k < entries.size(); ++k) {
+        const Entry& e = entries[k];
+        const Chunk& ch = chunks_[static_cast<size_t>(s)][static_cast<size_t>(e.chunk)];
+        const bool is_b = e.kind == PipeOp::Kind::kBackward;
+        const int first = e.layer < 0 ? 0 : e.layer;
+        const int count = e.layer < 0 ? ch.layers : 1;
+        int64_t work = count * (is_b ? lt.backward_ps : lt.forward_ps);
+        int64_t tp = count * (is_b ? lt.tp_comm_backward_ps : lt.tp_comm_forward_ps);
+        double alloc = count * saved_layer;
+        const bool with_emb = ch.embedding && first == 0;
+        const bool with_out = ch.output && first + count == ch.layers;
+        if (with_emb) {
+          work += is_b ? emb_b_ : emb_f_;
+          tp += is_b ? emb_tp_b_ : emb_tp_f_;
+          alloc += emb_.saved_bytes;
+        }
+        if (with_out) {
+          work += is_b ? out_b_ : out_f_;
+          tp += is_b ? out_tp_b_ : out_tp_f_;
+          alloc += outc_.saved_bytes;
+        }
+        int32_t id = g.add_compute(static_cast<int32_t>(r), work, Category::kCompute,
+                                   is_b ? TaskLabel::kBackward : TaskLabel::kForward);
+        Task& t = g.task(id);
+        t.tp_comm_ps = tp;
+        t.microbatch = e.mb;
+        t.chunk = static_cast<int16_t>(e.chunk);
+        t.layer = static_cast<int16_t>(e.layer);
+        if (!is_b) {
+          t.mem_alloc = static_cast<int64_t>(alloc);
+        } else {
+          // Full recompute rematerialises one layer at a time in backward.
+          const int64_t transient = full ? static_cast<int64_t>(full_layer) : 0;
+          t.mem_alloc = transient;
+          t.mem_free = static_cast<int64_t>(alloc) + transient;
+        }
+        // Record first and last task of each (mb, chunk, kind).
+        const size_t key = ((static_cast<size_t>(e.mb) * v_ + static_cast<size_t>(e.chunk)) * 2 + (is_b ? 1 : 0)) * 2;
+        if (index[key] < 0) index[key] = id;
+        index[key + 1] = id;
+      }
+      // The optimizer step ends the program.
+      const double params = stage_params_[static_cast<size_t>(s)];
+      const double shard = p_.zero >= 1 ? L_.shard_degree : 1;
+      int64_t opt_ps = 0;
+      if (p_.offload == Offload::kNone) {
+        // Adam reads fp32 master, m, v and the gradient and writes master, m,
+        // v and the 16-bit weight: 4*4 + 3*4 + 2 = 30 bytes per parameter
+        // (fp32 training: no master copy, 24 bytes).
+        const double bytes_per_param = p_.precision == Precision::kFp32 ? 24.0 : 30.0;
+        opt_ps = ps(memory_time(cpm_, params / shard * bytes_per_param));
+      } else {
+        // CPU Adam on the host plus gradients down and weights up over PCIe.
+        const double local = params / shard;
+        const double cpu_s = local / (kCpuAdamParamsPerSPerNode / c_.gpus_per_node);
+        const double pcie_s = local * (layer_grad_bytes_ + weight_bytes(p_.precision)) / c_.host.bandwidth_per_gpu.bytes_per_s();
+        opt_ps = Duration::seconds(cpu_s + pcie_s).ps();
+      }
+      int32_t opt = g.add_compute(static_cast<int32_t>(r), opt_ps, Category::kOptimizer, TaskLabel::kOptimizer);
+      optimizer_task_.push_back(opt);
+    }
+  }
+
+  int32_t task_of(size_t r, int mb, int chunk, bool backward, bool last) const {
+    const size_t key = ((static_cast<size_t>(mb) * v_ + static_cast<size_t>(chunk)) * 2 + (backward ? 1 : 0)) * 2;
+    return op_index_[r][key + (last ? 1 : 0)];
+  }
+
+  // ---- pipeline point-to-point ----
+  void build_p2p() {
+    if (p_.pp == 1) return;
+    TaskGraph& g = out_.graph;
+    // One send channel per simulated rank (Megatron's p2p stream).
+    first_p2p_channel_ = g.channels;
+    g.channels += static_cast<int32_t>(out_.ranks.size());
+    g.channel_order.resize(static_cast<size_t>(g.channels));
+    const double bytes = static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) / p_.cp *
+                         static_cast<double>(m_.hidden) * activation_bytes(p_.precision) / p_.tp;
+    const int stages = p_.pp * v_;
+    for (size_t r = 0; r < out_.ranks.size(); ++r) {
+      const RankCoord& rc = out_.ranks[r];
+      for (const PipeOp& op : schedule_[static_cast<size_t>(rc.pp)]) {
+        const int vs = op.chunk * p_.pp + rc.pp;
+        const bool fwd = op.kind == PipeOp::Kind::kForward;
+        const int to = fwd ? vs + 1 : vs - 1;
+        if (to < 0 || to >= stages) continue;
+        const int to_stage = to % p_.pp, to_chunk = to / p_.pp;
+        const size_t dst = static_cast<size_t>(sim_index(to_stage, rc.dp, rc.cp, rc.tp));
+        const int dst_global = global_rank(p_, to_stage, rc.dp, rc.cp, rc.tp);
+        const bool same_node = dst_global / c_.gpus_per_node == rc.global / c_.gpus_per_node;
+        GroupPlacement gp = group_placement(2, same_node ? 2 : 1, c_);
+        CollectiveCost cost = collective_cost(Collective::kSendRecv, static_cast<Bytes>(bytes), gp, lp_);
+        std::vector<FlowLink> links;
+        int32_t link = same_node ? intra_link_[r] : nic_link_[r];
+        if (link >= 0) links.push_back(FlowLink{link, 1.0f});
+        int32_t id = g.add_comm(first_p2p_channel_ + static_cast<int32_t>(r), cost.latency.ps(),
+                                cost.wire_bytes_per_rank, cost.bus_bandwidth.bytes_per_s(), Category::kPpComm,
+                                fwd ? TaskLabel::kSendForward : TaskLabel::kSendBackward,
+                                {static_cast<int32_t>(r)}, links);
+        g.task(id).microbatch = op.microbatch;
+        g.task(id).chunk = static_cast<int16_t>(op.chunk);
+        g.add_dep(task_of(r, op.microbatch, op.chunk, !fwd, true), id);
+        g.add_dep(id, task_of(dst, op.microbatch, to_chunk, !fwd, false));
+      }
+    }
+  }
+
+  // ---- data parallel ----
+  std::vector<int32_t> group_members(const RankCoord& leader, bool shard_group_only) const {
+    std::vector<int32_t> members;
+    if (opt_.representative) return {static_cast<int32_t>(sim_index(leader.pp, 0, 0, 0))};
+    const int size = shard_group_only ? L_.shard_degree : p_.dp * p_.cp;
+    const int base = leader.dp * p_.cp + leader.cp;
+    for (int k = base; k < base + size; ++k) {
+      members.push_back(sim_index(leader.pp, k / p_.cp, k % p_.cp, leader.tp));
+    }
+    return members;
+  }
+
+  // Placement of a group of `size` ranks whose global ranks are `stride`
+  // apart (a DP group: stride tp; hybrid-shard replicas: tp * shard).
+  GroupPlacement dp_placement(int size, int stride) const {
+    const int per_node = std::max(1, std::min(size, c_.gpus_per_node / std::min(stride, c_.gpus_per_node)));
+    return group_placement(size, per_node, c_);
+  }
+
+  int32_t add_group_comm(int32_t channel, Collective kind, TaskLabel label, double bytes, int size,
+                         const std::vector<int32_t>& members, int stride_in_dp = 1) {
+    GroupPlacement gp = dp_placement(size, p_.tp * stride_in_dp);
+    CollectiveCost cost = collective_cost(kind, static_cast<Bytes>(std::max(1.0, bytes)), gp, lp_);
+    std::vector<FlowLink> links;
+    for (int32_t mr : members) {
+      if (gp.ranks_per_node > 1) links.push_back(FlowLink{intra_link_[static_cast<size_t>(mr)], 1.0f});
+      if (gp.nodes > 1 && nic_link_[static_cast<size_t>(mr)] >= 0) {
+        links.push_back(FlowLink{nic_link_[static_cast<size_t>(mr)], 1.0f / static_cast<float>(gp.ranks_per_node)});
+      }
+    }
+    return out_.graph.add_comm(channel, cost.latency.ps(), cost.wire_bytes_per_rank, cost.bus_bandwidth.bytes_per_s(),
+                               Category::kDpComm, label, members, links);
+  }
+
+  void build_dp() {
+    const int world_dp = p_.dp * p_.cp;
+    if (world_dp <= 1 || p_.dp_mode != DpMode::kSync) return;
+    TaskGraph& g = out_.graph;
+    const bool hybrid = L_.shard_degree < world_dp && p_.zero >= 1;
+    const int shard = p_.zero >= 1 ? L_.shard_degree : world_dp;
+    const double wbytes = weight_bytes(p_.precision);
+    const double gbytes = layer_grad_bytes_;
+    for (size_t r = 0; r < out_.ranks.size(); ++r) {
+      const RankCoord& rc = out_.ranks[r];
+      // One leader per group: the rank with the lowest dp*cp index of its
+      // (shard) group.
+      const int idx = rc.dp * p_.cp + rc.cp;
+      if (idx % shard != 0) continue;
+      if (!opt_.representative && !hybrid && idx != 0) continue;
+      const std::vector<int32_t> members = group_members(rc, hybrid);
+      const int32_t channel = g.channels++;
+      g.channel_order.emplace_back();
+      const auto& entries = entries_[static_cast<size_t>(rc.pp)];
+      std::vector<int32_t> reductions;
+      double bucket = 0;
+      auto task_at = [&](int32_t member, size_t k) { return g.program[static_cast<size_t>(member)][k]; };
+      auto reduce = [&](size_t k, double params) {
+        const double bytes = params * gbytes;
+        Collective kind = p_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
+        int32_t id = add_group_comm(channel, kind, p_.zero == 0 ? TaskLabel::kDpAllReduce : TaskLabel::kDpReduceScatter,
+                                    bytes, shard, members);
+        for (int32_t mr : members) g.add_dep(task_at(mr, k), id);
+        reductions.push_back(id);
+        if (hybrid) {
+          // Hybrid shard: the shard's gradients are then all-reduced across
+          // the replicas (HSDP / ZeRO++ hpZ).
+          int32_t ar = add_group_comm(channel, Collective::kAllReduce, TaskLabel::kDpAllReduce, bytes / shard,
+                                      world_dp / shard, members, shard);
+          g.add_dep(id, ar);
+          reductions.push_back(ar);
+        }
+      };
+      std::vector<int32_t> gathered;  // ZeRO-3 gathers, by program index
+      for (size_t k = 0; k < entries.size(); ++k) {
+        const Entry& e = entries[k];
+        if (e.gather_params > 0) {
+          int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kParamAllGather,
+                                      e.gather_params * wbytes, shard, members);
+          // One layer of prefetch: gather layer k once layer k-2 is done.
+          if (k >= 2) {
+            for (int32_t mr : members) g.add_dep(task_at(mr, k - 2), ag);
+          }
+          for (int32_t mr : members) g.add_dep(ag, task_at(mr, k));
+        }
+        if (e.kind == PipeOp::Kind::kBackward && e.grad_params > 0) {
+          if (p_.zero == 3) {
+            reduce(k, e.grad_params);  // every micro-batch, per layer
+          } else if (e.last_backward) {
+            bucket += e.grad_params;
+            // A bucket closes when full or when the chunk's last layer (layer 0
+            // in backward order) is done.
+            if (bucket * gbytes >= opt_.bucket_bytes || e.layer <= 0) {
+              reduce(k, bucket);
+              bucket = 0;
+            }
+          }
+        }
+      }
+      for (int32_t mr : members) {
+        for (int32_t red : reductions) g.add_dep(red, optimizer_task_[static_cast<size_t>(mr)]);
+      }
+      if (p_.zero == 1 || p_.zero == 2) {
+        // Distributed optimizer: the updated shards are all-gathered.
+        const double params = stage_params_[static_cast<size_t>(rc.pp)];
+        const int buckets = std::max(1, static_cast<int>(std::ceil(params * wbytes / opt_.bucket_bytes / 4)));
+        for (int b = 0; b < buckets; ++b) {
+          int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kDpAllGather,
+                                      params * wbytes / buckets, shard, members);
+          for (int32_t mr : members) g.add_dep(optimizer_task_[static_cast<size_t>(mr)], ag);
+        }
+      }
+    }
+  }
+
+  const ModelSpec& m_;
+  const ClusterSpec& c_;
+  const Layout& L_;
+  const Plan& p_;
+  const LoweringOptions& opt_;
+  LinkParams lp_;
+  LayerShape shape_;
+  LayerCost layer_, emb_, outc_;
+  ComputeParams cpm_;
+  int64_t emb_f_ = 0, emb_b_ = 0, emb_tp_f_ = 0, emb_tp_b_ = 0;
+  int64_t out_f_ = 0, out_b_ = 0, out_tp_f_ = 0, out_tp_b_ = 0;
+  double layer_grad_bytes_ = 4;
+  int v_ = 1;
+  PipelineSchedule schedule_;
+  std::vector<std::vector<Chunk>> chunks_;
+  std::vector<std::vector<Entry>> entries_;
+  std::vector<std::vector<int32_t>> op_index_;
+  std::vector<int32_t> optimizer_task_;
+  std::vector<int32_t> intra_link_, nic_link_;
+  std::vector<double> stage_params_;
+  int32_t first_p2p_channel_ = 0;
+  LoweredStep out_;
+};
+
+}  // namespace
+
+LoweredStep lower_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                       const LoweringOptions& options) {
+  TRAINPLAN_CHECK(layout.feasible, "lowering an infeasible layout");
+  Lowerer l(model, cluster, layout, options);
+  return l.run();
+}
+
+}  // namespace trainplan

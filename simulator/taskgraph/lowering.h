@@ -1,0 +1,68 @@
+// Lowering: a resolved plan on a cluster -> the task graph of one training
+// step, the flow network it runs on and each rank's static memory.
+//
+// Ranks are placed in Megatron's order (tp innermost, then cp, dp, pp), so a
+// TP group stays inside a node.  Per rank: the pipeline schedule's forward and
+// backward ops (per model chunk, or per layer where DP/ZeRO needs layer
+// granularity), TP/CP collectives folded into the layer time (they block the
+// compute stream, Megatron without comm overlap), pipeline send/recv, DP
+// gradient buckets (all-reduce, or reduce-scatter + all-gather under ZeRO),
+// ZeRO-3 per-layer parameter all-gathers with one layer of prefetch, and the
+// optimizer step.
+// Representative mode simulates one rank per pipeline stage (all DP, TP, CP
+// replicas are symmetric); full mode simulates every rank.  Both give the
+// same timeline when nothing breaks symmetry.
+#ifndef TRAINPLAN_SIM_TASKGRAPH_LOWERING_H_
+#define TRAINPLAN_SIM_TASKGRAPH_LOWERING_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "simulator/network/flow_network.h"
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
+#include "simulator/taskgraph/task_graph.h"
+
+namespace trainplan {
+
+struct LoweringOptions {
+  bool representative = true;
+  // Gradient bucket size (PyTorch DDP bucket_cap_mb default 25 MB).
+  double bucket_bytes = 25e6;
+};
+
+struct RankCoord {
+  int global = 0;
+  int pp = 0, dp = 0, cp = 0, tp = 0;
+  int node = 0;
+};
+
+// Per-layer figures the report shows.
+struct LayerTimes {
+  int64_t forward_ps = 0;    // one layer, one micro-batch, including TP/CP comm
+  int64_t backward_ps = 0;   // including recomputation
+  int64_t tp_comm_forward_ps = 0;
+  int64_t tp_comm_backward_ps = 0;
+  int64_t recompute_ps = 0;
+};
+
+struct LoweredStep {
+  TaskGraph graph;
+  FlowNetwork network;
+  std::vector<RankCoord> ranks;        // simulated ranks
+  std::vector<int64_t> static_bytes;   // per simulated rank
+  double comm_slowdown = 0;
+  LayerTimes layer;
+};
+
+// REQUIRES: layout.feasible.
+LoweredStep lower_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                       const LoweringOptions& options);
+
+// Global rank of coordinates in Megatron order.
+int global_rank(const Plan& plan, int pp, int dp, int cp, int tp);
+
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_SIM_TASKGRAPH_LOWERING_H_

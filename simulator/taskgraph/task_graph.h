@@ -1,0 +1,90 @@
+// The task graph of one training step: compute tasks bound to one rank's
+// compute stream (run in program order), communication tasks (collectives,
+// point-to-point) bound to a FIFO channel, with dependencies.
+//
+// Invariants after finalize(): successors are stored in CSR form; the graph is
+// acyclic (the engine detects a stall and reports it); every compute task's
+// rank is in [0, ranks); memory allocated at a task's start and freed at its
+// end are in bytes.  Plain data: no JSON, no strings per task.
+#ifndef TRAINPLAN_SIM_TASKGRAPH_TASK_GRAPH_H_
+#define TRAINPLAN_SIM_TASKGRAPH_TASK_GRAPH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "simulator/network/flow_network.h"
+
+namespace trainplan {
+
+enum class TaskType : uint8_t { kCompute, kComm };
+enum class Category : uint8_t { kCompute, kTpComm, kCpComm, kPpComm, kDpComm, kOptimizer };
+constexpr int kCategoryCount = 6;
+const char* to_string(Category c);
+
+// What a task is, for traces and reports.
+enum class TaskLabel : uint8_t {
+  kForward, kBackward, kOptimizer, kSendForward, kSendBackward, kDpAllReduce, kDpReduceScatter,
+  kDpAllGather, kParamAllGather, kPsPush, kPsPull, kPsUpdate
+};
+const char* to_string(TaskLabel l);
+
+struct Task {
+  int64_t work_ps = 0;       // compute: time alone on the GPU; comm: latency
+  int64_t tp_comm_ps = 0;    // compute: part of work_ps that is exposed TP/CP communication
+  double wire_bytes = 0;     // comm: bytes through each member's bottleneck (busbw units)
+  double max_rate = 0;       // comm: bus bandwidth of the group alone, bytes/s
+  int64_t mem_alloc = 0;     // compute: bytes allocated at start
+  int64_t mem_free = 0;      // compute: bytes freed at end
+  int32_t rank = -1;         // compute: simulated rank
+  int32_t channel = -1;      // comm: FIFO channel
+  int32_t comm_index = -1;   // comm: dense index among comm tasks
+  uint32_t succ_begin = 0, succ_count = 0;
+  uint32_t member_begin = 0, member_count = 0;  // comm: simulated ranks taking part
+  uint32_t link_begin = 0, link_count = 0;      // comm: links of its flow
+  int32_t preds = 0;
+  int32_t microbatch = -1;
+  int16_t chunk = -1;
+  int16_t layer = -1;
+  TaskType type = TaskType::kCompute;
+  Category category = Category::kCompute;
+  TaskLabel label = TaskLabel::kForward;
+};
+
+class TaskGraph {
+ public:
+  int32_t add_compute(int32_t rank, int64_t work_ps, Category category, TaskLabel label);
+  // members: simulated ranks whose compute is slowed while it runs.
+  int32_t add_comm(int32_t channel, int64_t latency_ps, double wire_bytes, double max_rate, Category category,
+                   TaskLabel label, const std::vector<int32_t>& members, const std::vector<FlowLink>& links);
+  void add_dep(int32_t before, int32_t after);
+  // Builds the CSR successor lists.  REQUIRES: called once, after all adds.
+  void finalize();
+
+  Task& task(int32_t id) { return tasks_[static_cast<size_t>(id)]; }
+  const Task& task(int32_t id) const { return tasks_[static_cast<size_t>(id)]; }
+  int32_t size() const { return static_cast<int32_t>(tasks_.size()); }
+  int32_t comm_count() const { return comm_count_; }
+  const uint32_t* successors(const Task& t) const { return succ_.data() + t.succ_begin; }
+  const int32_t* members(const Task& t) const { return members_.data() + t.member_begin; }
+  const FlowLink* links(const Task& t) const { return links_.data() + t.link_begin; }
+
+  int32_t ranks = 0;     // simulated ranks
+  int32_t channels = 0;  // comm channels
+  // Per rank, compute tasks in program order.
+  std::vector<std::vector<int32_t>> program;
+  // Per channel, comm tasks in FIFO order.
+  std::vector<std::vector<int32_t>> channel_order;
+
+ private:
+  std::vector<Task> tasks_;
+  std::vector<std::pair<uint32_t, uint32_t>> edges_;
+  std::vector<uint32_t> succ_;
+  std::vector<int32_t> members_;
+  std::vector<FlowLink> links_;
+  int32_t comm_count_ = 0;
+};
+
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_SIM_TASKGRAPH_TASK_GRAPH_H_
