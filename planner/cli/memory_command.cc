@@ -32,6 +32,7 @@ int run_memory(const PlanFlags& flags, bool json) {
   out["gpus"] = layout.gpus;
   out["nodes"] = layout.nodes;
   out["plan"] = plan_to_json(layout.plan);
+  out["plan"]["stage_layers"] = layout.stage_layers;
   out["valid"] = layout.feasible;
   out["capacity_gib"] = rounded(to_gib(static_cast<double>(job.cluster.gpu.memory)), 4);
   if (!layout.feasible) {

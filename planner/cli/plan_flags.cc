@@ -111,13 +111,13 @@ Job to_job(const PlanFlags& f) {
   p.offload = static_cast<Offload>(pick("--offload", f.offload, {"none", "optimizer", "params"}));
   p.ps_servers = non_negative("--ps-servers", f.ps_servers);
   if (!f.stage_layers.empty()) p.stage_layers = parse_stage_layers(f.stage_layers);
-  if ((f.nodes != 0) == (f.gpus != 0)) {
+  if ((f.nodes != PlanFlags::kUnset) == (f.gpus != PlanFlags::kUnset)) {
     throw_input_error("--nodes", "", "give exactly one of --nodes N or --gpus N", "");
   }
 
   job.model = load_model(f.model);
   job.cluster = load_cluster(f.cluster);
-  if (f.nodes != 0) {
+  if (f.nodes != PlanFlags::kUnset) {
     job.gpus = gpus_of_nodes(job.cluster, f.nodes);
   } else {
     job.gpus = positive("--gpus", f.gpus, int64_t{1} << 24);

@@ -23,8 +23,9 @@ namespace trainplan {
 struct PlanFlags {
   std::string model;
   std::string cluster;
-  int64_t nodes = 0;
-  int64_t gpus = 0;
+  static constexpr int64_t kUnset = INT64_MIN;
+  int64_t nodes = kUnset;
+  int64_t gpus = kUnset;
   int64_t tp = 1, pp = 1, dp = 0, cp = 1, vp = 1;
   int64_t zero = 0, shard_group = 0;
   int64_t mbs = 1, gbs = 0, seq = 0;

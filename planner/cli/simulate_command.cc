@@ -34,6 +34,7 @@ int run_simulate(const SimulateFlags& f) {
   out["gpus"] = layout.gpus;
   out["nodes"] = layout.nodes;
   out["plan"] = plan_to_json(layout.plan);
+  out["plan"]["stage_layers"] = layout.stage_layers;
   out["valid"] = layout.feasible;
   if (!layout.feasible) {
     out["fits"] = false;

@@ -13,7 +13,7 @@
 namespace trainplan {
 
 Duration Duration::seconds(double s) {
-  TRAINPLAN_CHECK(std::isfinite(s) && std::fabs(s) < 9.2e6 * 1e1, "duration out of range");
+  TRAINPLAN_CHECK(std::isfinite(s) && std::fabs(s) < 9.2e6, "duration out of range");
   return Duration(static_cast<int64_t>(std::llround(s * 1e12)));
 }
 
@@ -112,7 +112,10 @@ double parse_quantity(const std::string& text, Dimension dimension, const std::s
     if (f == 0) continue;
     if (n > 0 && !prefixable) continue;
     double result = value * p.factor * f;
-    if (!std::isfinite(result) || result > 1e30) {
+    // Byte counts must fit int64; durations are checked where they become
+    // Durations (an MTBF of "50000h" is a valid double number of seconds).
+    const double limit = dimension == Dimension::kBytes ? 4.0e18 : 1e30;
+    if (!std::isfinite(result) || result > limit) {
       throw_input_error(where, pointer, "\"" + text + "\" is out of range", hint);
     }
     return result;

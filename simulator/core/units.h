@@ -22,7 +22,7 @@ class Duration {
  public:
   constexpr Duration() = default;
   static constexpr Duration picoseconds(int64_t ps) { return Duration(ps); }
-  // Rounds to the nearest picosecond.  REQUIRES: |s| < 1.06e8 (int64 range).
+  // Rounds to the nearest picosecond.  REQUIRES: |s| < 9.2e6 (int64 range).
   static Duration seconds(double s);
   static Duration microseconds(double us) { return seconds(us * 1e-6); }
   static Duration milliseconds(double ms) { return seconds(ms * 1e-3); }
@@ -99,7 +99,8 @@ enum class Dimension { kBytes, kByteRate, kDuration, kFlopRate };
 
 // Parses "80GiB", "450GB/s", "400Gb/s", "2.5us", "30min", "50000h",
 // "989TFLOP/s" into the base unit of `dimension` (bytes, bytes/s, seconds,
-// FLOP/s).  Zero may be written without a unit ("0").
+// FLOP/s).  Zero may be written without a unit ("0").  Bytes above 4e18 are
+// out of range (int64); durations may exceed the engine's +-106 days.
 // Throws InputError("<where>: <pointer>: ...") if the text has no unit, an
 // unknown unit, a unit of another dimension, or is not a finite number >= 0.
 double parse_quantity(const std::string& text, Dimension dimension, const std::string& where,

@@ -43,6 +43,13 @@ int checked_int(detail::JsonObject& o, const std::string& key, int64_t max) {
   return static_cast<int>(v);
 }
 
+// Link latencies are microseconds; anything above a second is a typo.
+Duration latency(detail::JsonObject& o) {
+  double s = o.quantity("latency", Dimension::kDuration, true);
+  if (s > 1.0) throw_input_error(o.where(), o.pointer("latency"), "latency above 1s", "expected e.g. \"2.5us\"");
+  return Duration::seconds(s);
+}
+
 GpuSpec parse_gpu(detail::JsonObject o) {
   GpuSpec g;
   g.name = o.string("name");
@@ -71,7 +78,7 @@ IntraNodeSpec parse_intra(detail::JsonObject o) {
   IntraNodeSpec s;
   s.fabric = static_cast<IntraFabric>(o.choice("fabric", {"nvswitch", "nvlink", "pcie"}));
   s.bandwidth = Bandwidth::bytes_per_s(o.quantity("bandwidth", Dimension::kByteRate));
-  s.latency = Duration::seconds(o.quantity("latency", Dimension::kDuration, true));
+  s.latency = latency(o);
   s.nvls = o.optional_boolean("nvls").value_or(false);
   s.gpus_per_switch = static_cast<int>(o.optional_positive_integer("gpus_per_switch").value_or(0));
   s.source = o.optional_string("source").value_or("");
@@ -84,7 +91,7 @@ InterNodeSpec parse_inter(detail::JsonObject o) {
   s.fabric = static_cast<InterFabric>(o.choice("fabric", {"infiniband", "roce", "ethernet"}));
   s.nics_per_node = checked_int(o, "nics_per_node", 64);
   s.nic_bandwidth = Bandwidth::bytes_per_s(o.quantity("nic_bandwidth", Dimension::kByteRate));
-  s.latency = Duration::seconds(o.quantity("latency", Dimension::kDuration, true));
+  s.latency = latency(o);
   s.oversubscription = o.optional_number_in("oversubscription", 1.0, 64.0).value_or(1.0);
   s.rail_optimized = o.optional_boolean("rail_optimized").value_or(true);
   s.nodes_per_leaf = static_cast<int>(o.optional_positive_integer("nodes_per_leaf").value_or(32));

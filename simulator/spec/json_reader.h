@@ -19,7 +19,8 @@
 namespace trainplan {
 namespace detail {
 
-// Parses text; throws InputError "<where>: malformed JSON at line L, column C: ...".
+// Parses text; throws InputError "<where>: malformed JSON at line L, column C;
+// expected one JSON object" (the column of the last character read).
 nlohmann::json parse_json_text(const std::string& text, const std::string& where);
 
 // Reads a whole file; throws InputError if it cannot be read.

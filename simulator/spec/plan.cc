@@ -1,5 +1,6 @@
 #include "simulator/spec/plan.h"
 
+#include <algorithm>
 #include <numeric>
 #include <sstream>
 
@@ -65,11 +66,14 @@ std::vector<int> balance_stage_layers(int64_t layers, int pp) {
   per[0] -= 1;
   per[pp - 1] -= 1;
   std::vector<int> out;
-  for (int64_t n : per) {
-    if (n < 1) return {};
-    out.push_back(static_cast<int>(n));
-  }
-  return out;
+  for (int64_t n : per) out.push_back(static_cast<int>(n));
+  if (*std::min_element(out.begin(), out.end()) >= 1) return out;
+  // Too few layers to give the embedding and loss a layer's weight: split
+  // the layers alone as evenly as possible, extras to the middle stages.
+  std::vector<int> even(pp, static_cast<int>(layers / pp));
+  for (int64_t k = 0; k < layers % pp; ++k) even[order[k]] += 1;
+  if (*std::min_element(even.begin(), even.end()) < 1) return {};
+  return even;
 }
 
 namespace {
@@ -163,9 +167,16 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (p.schedule == Schedule::kInterleaved) {
     if (p.pp < 2) fail("the interleaved schedule needs pp >= 2");
     if (p.vp < 2) fail("the interleaved schedule needs vp >= 2");
+    // Megatron needs vp | layers per stage; with auto-balanced uneven stages
+    // (Llama 3 405B: 7 and 8 layers) the chunks differ by at most one layer.
+    const bool even = model.layers % p.pp == 0 && p.stage_layers.empty();
     for (int n : L.stage_layers) {
-      if (n % p.vp != 0) {
+      if (even && n % p.vp != 0) {
         fail("vp=" + str(p.vp) + " does not divide the " + str(n) + " layers of a pipeline stage");
+        break;
+      }
+      if (n < p.vp) {
+        fail("vp=" + str(p.vp) + " exceeds the " + str(n) + " layers of a pipeline stage");
         break;
       }
     }

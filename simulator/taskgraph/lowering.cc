@@ -197,10 +197,13 @@ class Lowerer {
     chunks_.assign(static_cast<size_t>(p_.pp), {});
     for (int s = 0; s < p_.pp; ++s) {
       const int n = L_.stage_layers[static_cast<size_t>(s)];
+      int first = 0;
       for (int c = 0; c < v; ++c) {
         Chunk ch;
-        ch.layers = n / v;
-        ch.first_layer = c * ch.layers;
+        // Chunks differ by at most one layer; the later chunks take the extra.
+        ch.layers = n / v + (c >= v - n % v ? 1 : 0);
+        ch.first_layer = first;
+        first += ch.layers;
         ch.embedding = s == 0 && c == 0;
         ch.output = s == p_.pp - 1 && c == v - 1;
         chunks_[static_cast<size_t>(s)].push_back(ch);
