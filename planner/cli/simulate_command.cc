@@ -81,6 +81,10 @@ int run_simulate(const SimulateFlags& f) {
                      {"backward", rounded(rep.layer.backward_ps * 1e-9, 4)},
                      {"tp_comm_forward", rounded(rep.layer.tp_comm_forward_ps * 1e-9, 4)},
                      {"tp_comm_backward", rounded(rep.layer.tp_comm_backward_ps * 1e-9, 4)}};
+  if (rep.async) {
+    out["staleness"] = {{"mean", rounded(rep.staleness.mean, 3)}, {"p90", rep.staleness.p90},
+                        {"max", rep.staleness.max}, {"samples", rep.staleness.samples}};
+  }
   out["simulated_ranks"] = rep.simulated_ranks;
   out["tasks"] = rep.tasks;
   out["events"] = rep.events;
@@ -99,6 +103,10 @@ int run_simulate(const SimulateFlags& f) {
   std::printf("hw TFLOP/s       %10.1f per GPU   HFU %.1f%%\n", rep.hw_tflops_per_gpu, 100 * rep.hfu);
   std::printf("bubble           %10.1f%% of the step\n", 100 * rep.bubble_fraction);
   std::printf("exposed comm     %10.1f%% of the step\n", 100 * rep.exposed_comm_fraction);
+  if (rep.async) {
+    std::printf("async staleness  mean %.2f, p90 %.0f, max %.0f updates between a worker's pull and its push\n",
+                rep.staleness.mean, rep.staleness.p90, rep.staleness.max);
+  }
   std::printf("where the time goes (s, mean over ranks):\n");
   const double st = rep.step_time_s;
   auto line = [st](const char* name, double v) { std::printf("  %-10s %10.4f  %5.1f%%\n", name, v, 100 * v / st); };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <string>
 
 #include "simulator/core/error.h"
@@ -36,6 +37,13 @@ class Engine {
     for (size_t i = 0; i < r && i < opt.static_bytes.size(); ++i) mem_[i] = result_.peak_bytes[i] = opt.static_bytes[i];
     chan_cursor_.assign(static_cast<size_t>(g.channels), 0);
     chan_busy_.assign(static_cast<size_t>(g.channels), 0);
+    arrivals_.assign(static_cast<size_t>(g.channels), {});
+    for (int32_t i = 0; i < g.size(); ++i) {
+      const Task& t = g.task(i);
+      if (t.type == TaskType::kComm && t.preds == 0 && g.channel_arrival[static_cast<size_t>(t.channel)]) {
+        arrivals_[static_cast<size_t>(t.channel)].push_back(i);
+      }
+    }
     const size_t c = static_cast<size_t>(g.comm_count());
     comm_task_.assign(c, -1);
     flow_bytes_.assign(c, 0);
@@ -110,10 +118,18 @@ class Engine {
   void try_start_channel(int32_t c) {
     const size_t ci = static_cast<size_t>(c);
     if (chan_busy_[ci]) return;
-    const auto& order = g_.channel_order[ci];
-    if (chan_cursor_[ci] >= order.size()) return;
-    int32_t t = order[chan_cursor_[ci]];
-    if (deps_[static_cast<size_t>(t)] > 0) return;
+    int32_t t = -1;
+    if (g_.channel_arrival[ci]) {
+      auto& q = arrivals_[ci];
+      if (q.empty()) return;
+      t = q.front();
+      q.pop_front();
+    } else {
+      const auto& order = g_.channel_order[ci];
+      if (chan_cursor_[ci] >= order.size()) return;
+      t = order[chan_cursor_[ci]];
+      if (deps_[static_cast<size_t>(t)] > 0) return;
+    }
     chan_busy_[ci] = 1;
     const Task& task = g_.task(t);
     result_.times[static_cast<size_t>(t)].start_ps = now_;
@@ -190,6 +206,7 @@ class Engine {
         if (nt.type == TaskType::kCompute) {
           try_start_rank(nt.rank);
         } else {
+          if (g_.channel_arrival[static_cast<size_t>(nt.channel)]) arrivals_[static_cast<size_t>(nt.channel)].push_back(n);
           try_start_channel(nt.channel);
         }
       }
@@ -227,6 +244,7 @@ class Engine {
   std::vector<int64_t> mem_;
   std::vector<size_t> chan_cursor_;
   std::vector<uint8_t> chan_busy_;
+  std::vector<std::deque<int32_t>> arrivals_;
   std::vector<int32_t> comm_task_;
   std::vector<double> flow_bytes_;
   std::vector<double> flow_rate_;

@@ -37,6 +37,35 @@ void classify_gap(const TaskGraph& g, const EngineResult& r, int32_t task, int64
   b->bubble += (gap - comm) * 1e-12;
 }
 
+Staleness async_staleness(const LoweredStep& step, const EngineResult& r) {
+  // Update order = order of completion at the server queue.
+  std::vector<int64_t> update_end;
+  for (const AsyncIteration& it : step.async) update_end.push_back(r.times[static_cast<size_t>(it.update)].end_ps);
+  std::vector<int64_t> sorted = update_end;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<double> values;
+  for (size_t i = 0; i < step.async.size(); ++i) {
+    const AsyncIteration& it = step.async[i];
+    if (it.previous_pull < 0) continue;  // start-up iteration
+    const int64_t pulled_at = r.times[static_cast<size_t>(it.previous_pull)].start_ps;
+    // Updates finished before the pull started = the version the worker read.
+    const auto version = std::upper_bound(sorted.begin(), sorted.end(), pulled_at) - sorted.begin();
+    // Updates finished before this one = its position in the order.
+    const auto position = std::lower_bound(sorted.begin(), sorted.end(), update_end[i]) - sorted.begin();
+    values.push_back(static_cast<double>(std::max<std::ptrdiff_t>(0, position - version)));
+  }
+  Staleness s;
+  if (values.empty()) return s;
+  std::sort(values.begin(), values.end());
+  double sum = 0;
+  for (double v : values) sum += v;
+  s.samples = static_cast<int>(values.size());
+  s.mean = sum / static_cast<double>(values.size());
+  s.p90 = values[std::min(values.size() - 1, static_cast<size_t>(0.9 * static_cast<double>(values.size())))];
+  s.max = values.back();
+  return s;
+}
+
 std::string chrome_trace(const LoweredStep& step, const EngineResult& r) {
   const TaskGraph& g = step.graph;
   std::ostringstream out;
@@ -106,7 +135,17 @@ StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, con
   rep.layer = step.layer;
   const Plan& p = layout.plan;
   rep.step_time_s = static_cast<double>(r.makespan_ps) * 1e-12;
-  rep.tokens_per_s = static_cast<double>(p.gbs) * static_cast<double>(p.seq) / rep.step_time_s;
+  if (!step.async.empty()) {
+    // Throughput over the run; a "step" is the time to process gbs samples.
+    rep.async = true;
+    const double tokens = static_cast<double>(step.async_iterations) * static_cast<double>(p.gbs) *
+                          static_cast<double>(p.seq);
+    rep.tokens_per_s = tokens / rep.step_time_s;
+    rep.step_time_s = static_cast<double>(p.gbs) * static_cast<double>(p.seq) / rep.tokens_per_s;
+    rep.staleness = async_staleness(step, r);
+  } else {
+    rep.tokens_per_s = static_cast<double>(p.gbs) * static_cast<double>(p.seq) / rep.step_time_s;
+  }
   StepFlops flops = step_flops(model, p);
   const Dtype dt = p.precision == Precision::kBf16 ? Dtype::kBf16 : p.precision == Precision::kFp16 ? Dtype::kFp16 : Dtype::kFp32;
   const double peak = cluster.gpu.peak.at(dt).flop_per_s();
@@ -160,7 +199,8 @@ StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, con
     sum.bubble += b.bubble;
     sum.optimizer += b.optimizer;
   }
-  const double n = static_cast<double>(step.ranks.size());
+  // Async runs several iterations: scale the run's split to one step.
+  const double n = static_cast<double>(step.ranks.size()) * (static_cast<double>(r.makespan_ps) * 1e-12 / rep.step_time_s);
   rep.breakdown = TimeBreakdown{sum.compute / n, sum.tp_comm / n, sum.pp_comm / n, sum.dp_comm / n, sum.bubble / n,
                                 sum.optimizer / n};
   rep.bubble_fraction = rep.breakdown.bubble / rep.step_time_s;

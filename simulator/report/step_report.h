@@ -38,6 +38,13 @@ struct StageResult {
   double closed_form_peak_bytes = 0; // memory model
 };
 
+// Async DP: updates applied at the servers between a worker's pull and the
+// application of its push (first iteration of each worker excluded: start-up).
+struct Staleness {
+  double mean = 0, p90 = 0, max = 0;
+  int samples = 0;
+};
+
 struct StepReport {
   double step_time_s = 0;
   double tokens_per_s = 0;
@@ -57,6 +64,8 @@ struct StepReport {
   uint64_t events = 0;
   double engine_wall_s = 0;
   std::string trace_json;   // when options.trace
+  bool async = false;
+  Staleness staleness;
 };
 
 // REQUIRES: layout.feasible.

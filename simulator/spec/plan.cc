@@ -202,6 +202,7 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (p.dp_mode == DpMode::kAsync) {
     if (p.zero != 0) fail("async data parallel (parameter servers) cannot shard with ZeRO");
     if (p.dp < 2) fail("async data parallel needs dp >= 2");
+    if (p.pp != 1 || p.cp != 1) fail("async data parallel (parameter servers) is modelled for pp=1 and cp=1");
   }
   if (p.ps_servers < 0) fail("ps-servers must be >= 0");
   return L;

@@ -24,6 +24,9 @@ constexpr double kNcclChannels = 16.0;
 // DeepSpeed CPU-Adam updates about 1e9 parameters/s per node (AVX-512,
 // ZeRO-Offload paper Sec. 5: 6x faster than torch CPU Adam).
 constexpr double kCpuAdamParamsPerSPerNode = 1e9;
+// Async DP: iterations simulated per worker (enough for the staleness
+// distribution to settle after the start-up transient).
+constexpr int kAsyncIterations = 16;
 
 int64_t ps(Duration d) { return d.ps(); }
 
@@ -55,6 +58,11 @@ class Lowerer {
     prepare_costs();
     place_ranks();
     build_links();
+    if (p_.dp_mode == DpMode::kAsync) {
+      build_async();
+      out_.graph.finalize();
+      return std::move(out_);
+    }
     build_schedule();
     build_compute();
     build_p2p();
@@ -154,7 +162,10 @@ class Lowerer {
       r.node = g / gpn;
       return r;
     };
-    if (opt_.representative) {
+    if (p_.dp_mode == DpMode::kAsync) {
+      // Every worker: async training is not symmetric in time.
+      for (int d = 0; d < p_.dp; ++d) out_.ranks.push_back(coord(global_rank(p_, 0, d, 0, 0)));
+    } else if (opt_.representative) {
       for (int s = 0; s < p_.pp; ++s) out_.ranks.push_back(coord(global_rank(p_, s, 0, 0, 0)));
     } else {
       for (int g = 0; g < L_.gpus; ++g) out_.ranks.push_back(coord(g));
@@ -319,9 +330,11 @@ class Lowerer {
       int64_t opt_ps = 0;
       if (p_.offload == Offload::kNone) {
         // Adam reads fp32 master, m, v and the gradient and writes master, m,
-        // v and the 16-bit weight: 4*4 + 3*4 + 2 = 30 bytes per parameter
-        // (fp32 training: no master copy, 24 bytes).
-        const double bytes_per_param = p_.precision == Precision::kFp32 ? 24.0 : 30.0;
+        // v and the 16-bit weight (4*4 + 3*4 + 2 = 30 bytes per parameter);
+        // the gradient-norm/overflow check reads the gradients twice more and
+        // zeroing them writes them once (Megatron's optimizer.step):
+        // 30 + 3*4 = 42 bytes (fp32 training: no master copy, 36 bytes).
+        const double bytes_per_param = p_.precision == Precision::kFp32 ? 36.0 : 42.0;
         opt_ps = ps(memory_time(cpm_, params / shard * bytes_per_param));
       } else {
         // CPU Adam on the host plus gradients down and weights up over PCIe.
@@ -335,6 +348,58 @@ class Lowerer {
     }
   }
 
+  // ---- async data parallel (parameter servers) ----
+  void build_async() {
+    TaskGraph& g = out_.graph;
+    const int workers = static_cast<int>(out_.ranks.size());
+    const int servers = p_.ps_servers > 0 ? p_.ps_servers : std::max(1, L_.nodes);
+    const int iterations = kAsyncIterations;
+    out_.async_iterations = iterations;
+    const double params = total_params(m_);
+    const LayerTimes& lt = out_.layer;
+    const int64_t iteration_ps =
+        L_.microbatches * (m_.layers * (lt.forward_ps + lt.backward_ps) + emb_f_ + emb_b_ + out_f_ + out_b_);
+    // Each GPU of a worker pushes its TP shard of the gradients and pulls its
+    // shard of the weights; the servers' NICs are shared by every worker.
+    const double push_bytes = params / p_.tp * layer_grad_bytes_;
+    const double pull_bytes = params / p_.tp * weight_bytes(p_.precision);
+    const bool net = lp_.nics_per_node > 0;
+    const double port = net ? lp_.nic_bandwidth.bytes_per_s() * lp_.inter_efficiency * lp_.nics_per_node / c_.gpus_per_node
+                            : lp_.intra_bandwidth.bytes_per_s() * lp_.intra_efficiency;
+    const double server_bw = net ? servers * lp_.nics_per_node * lp_.nic_bandwidth.bytes_per_s() * lp_.inter_efficiency
+                                 : lp_.intra_bandwidth.bytes_per_s() * lp_.intra_efficiency;
+    const int32_t ps_in = out_.network.add_link(server_bw);
+    const int32_t ps_out = out_.network.add_link(server_bw);
+    const Duration latency = net ? c_.inter_node->latency : c_.intra_node.latency;
+    // Servers apply Adam on their share in parallel; updates are serialised
+    // in arrival order.
+    const int64_t update_ps = Duration::seconds(params / servers / kCpuAdamParamsPerSPerNode).ps();
+    const int32_t server_queue = g.add_channel(true);
+    for (int w = 0; w < workers; ++w) {
+      const int32_t push_ch = g.add_channel(), pull_ch = g.add_channel();
+      int32_t prev_pull = -1;
+      const int32_t own = static_cast<size_t>(w) < nic_link_.size() && net ? nic_link_[static_cast<size_t>(w)]
+                                                                            : intra_link_[static_cast<size_t>(w)];
+      for (int it = 0; it < iterations; ++it) {
+        int32_t c = g.add_compute(w, iteration_ps, Category::kCompute, TaskLabel::kIteration);
+        g.task(c).microbatch = it;
+        if (prev_pull >= 0) g.add_dep(prev_pull, c);
+        int32_t push = g.add_comm(push_ch, latency.ps(), push_bytes, port, Category::kDpComm, TaskLabel::kPsPush, {w},
+                                  {FlowLink{own, 1.0f}, FlowLink{ps_in, static_cast<float>(p_.tp)}});
+        g.add_dep(c, push);
+        int32_t upd = g.add_comm(server_queue, update_ps, 0, 0, Category::kDpComm, TaskLabel::kPsUpdate, {}, {});
+        g.add_dep(push, upd);
+        int32_t pull = g.add_comm(pull_ch, latency.ps(), pull_bytes, port, Category::kDpComm, TaskLabel::kPsPull, {w},
+                                  {FlowLink{own, 1.0f}, FlowLink{ps_out, static_cast<float>(p_.tp)}});
+        g.add_dep(upd, pull);
+        g.task(push).microbatch = g.task(upd).microbatch = g.task(pull).microbatch = it;
+        out_.async.push_back(AsyncIteration{w, prev_pull, upd});
+        prev_pull = pull;
+      }
+    }
+    (void)workers;
+  }
+
   int32_t task_of(size_t r, int mb, int chunk, bool backward, bool last) const {
     const size_t key = ((static_cast<size_t>(mb) * v_ + static_cast<size_t>(chunk)) * 2 + (backward ? 1 : 0)) * 2;
     return op_index_[r][key + (last ? 1 : 0)];
@@ -346,8 +411,11 @@ class Lowerer {
     TaskGraph& g = out_.graph;
     // One send channel per simulated rank (Megatron's p2p stream).
     first_p2p_channel_ = g.channels;
-    g.channels += static_cast<int32_t>(out_.ranks.size());
-    g.channel_order.resize(static_cast<size_t>(g.channels));
+    for (size_t r = 0; r < out_.ranks.size(); ++r) g.add_channel();
+    next_in_program_.assign(static_cast<size_t>(g.size()), -1);
+    for (const auto& prog : g.program) {
+      for (size_t k = 0; k + 1 < prog.size(); ++k) next_in_program_[static_cast<size_t>(prog[k])] = prog[k + 1];
+    }
     const double bytes = static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) / p_.cp *
                          static_cast<double>(m_.hidden) * activation_bytes(p_.precision) / p_.tp;
     const int stages = p_.pp * v_;
@@ -373,8 +441,17 @@ class Lowerer {
                                 {static_cast<int32_t>(r)}, links);
         g.task(id).microbatch = op.microbatch;
         g.task(id).chunk = static_cast<int16_t>(op.chunk);
-        g.add_dep(task_of(r, op.microbatch, op.chunk, !fwd, true), id);
+        const int32_t producer = task_of(r, op.microbatch, op.chunk, !fwd, true);
+        g.add_dep(producer, id);
         g.add_dep(id, task_of(dst, op.microbatch, to_chunk, !fwd, false));
+        // Megatron's non-interleaved schedules send and receive with blocking
+        // batched isend/irecv + wait (send_forward_recv_backward): the sender's
+        // next compute waits for the transfer.  The interleaved schedule
+        // overlaps p2p with compute (--overlap-p2p-comm).
+        if (p_.schedule != Schedule::kInterleaved) {
+          const int32_t next = next_in_program_[static_cast<size_t>(producer)];
+          if (next >= 0) g.add_dep(id, next);
+        }
       }
     }
   }
@@ -429,8 +506,7 @@ class Lowerer {
       if (idx % shard != 0) continue;
       if (!opt_.representative && !hybrid && idx != 0) continue;
       const std::vector<int32_t> members = group_members(rc, hybrid);
-      const int32_t channel = g.channels++;
-      g.channel_order.emplace_back();
+      const int32_t channel = g.add_channel();
       const auto& entries = entries_[static_cast<size_t>(rc.pp)];
       std::vector<int32_t> reductions;
       double bucket = 0;
@@ -511,6 +587,7 @@ class Lowerer {
   std::vector<std::vector<Entry>> entries_;
   std::vector<std::vector<int32_t>> op_index_;
   std::vector<int32_t> optimizer_task_;
+  std::vector<int32_t> next_in_program_;
   std::vector<int32_t> intra_link_, nic_link_;
   std::vector<double> stage_params_;
   int32_t first_p2p_channel_ = 0;

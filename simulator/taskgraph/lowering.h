@@ -9,6 +9,9 @@
 // gradient buckets (all-reduce, or reduce-scatter + all-gather under ZeRO),
 // ZeRO-3 per-layer parameter all-gathers with one layer of prefetch, and the
 // optimizer step.
+// Async DP (parameter servers): each DP worker loops compute -> push
+// gradients -> server update (served in arrival order, no barrier) -> pull
+// weights, for a fixed number of iterations.
 // Representative mode simulates one rank per pipeline stage (all DP, TP, CP
 // replicas are symmetric); full mode simulates every rank.  Both give the
 // same timeline when nothing breaks symmetry.
@@ -47,6 +50,13 @@ struct LayerTimes {
   int64_t recompute_ps = 0;
 };
 
+// Async data parallel: one worker iteration (compute, push, PS update, pull).
+struct AsyncIteration {
+  int worker = 0;
+  int32_t previous_pull = -1;  // the pull whose weights this iteration used (-1: initial)
+  int32_t update = -1;         // the parameter-server update of its gradients
+};
+
 struct LoweredStep {
   TaskGraph graph;
   FlowNetwork network;
@@ -54,6 +64,8 @@ struct LoweredStep {
   std::vector<int64_t> static_bytes;   // per simulated rank
   double comm_slowdown = 0;
   LayerTimes layer;
+  std::vector<AsyncIteration> async;  // async DP only
+  int async_iterations = 0;           // per worker
 };
 
 // REQUIRES: layout.feasible.

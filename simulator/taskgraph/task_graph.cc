@@ -32,8 +32,15 @@ const char* to_string(TaskLabel l) {
     case TaskLabel::kPsPush: return "ps-push";
     case TaskLabel::kPsPull: return "ps-pull";
     case TaskLabel::kPsUpdate: return "ps-update";
+    case TaskLabel::kIteration: return "F+B";
   }
   return "?";
+}
+
+int32_t TaskGraph::add_channel(bool arrival_order) {
+  channel_order.emplace_back();
+  channel_arrival.push_back(arrival_order ? 1 : 0);
+  return channels++;
 }
 
 int32_t TaskGraph::add_compute(int32_t rank, int64_t work_ps, Category category, TaskLabel label) {

@@ -25,7 +25,7 @@ const char* to_string(Category c);
 // What a task is, for traces and reports.
 enum class TaskLabel : uint8_t {
   kForward, kBackward, kOptimizer, kSendForward, kSendBackward, kDpAllReduce, kDpReduceScatter,
-  kDpAllGather, kParamAllGather, kPsPush, kPsPull, kPsUpdate
+  kDpAllGather, kParamAllGather, kPsPush, kPsPull, kPsUpdate, kIteration
 };
 const char* to_string(TaskLabel l);
 
@@ -53,6 +53,9 @@ struct Task {
 
 class TaskGraph {
  public:
+  // Adds a comm channel.  Tasks of an ordered channel run in creation order;
+  // of an arrival channel in the order they become ready (a server queue).
+  int32_t add_channel(bool arrival_order = false);
   int32_t add_compute(int32_t rank, int64_t work_ps, Category category, TaskLabel label);
   // members: simulated ranks whose compute is slowed while it runs.
   int32_t add_comm(int32_t channel, int64_t latency_ps, double wire_bytes, double max_rate, Category category,
@@ -73,8 +76,9 @@ class TaskGraph {
   int32_t channels = 0;  // comm channels
   // Per rank, compute tasks in program order.
   std::vector<std::vector<int32_t>> program;
-  // Per channel, comm tasks in FIFO order.
+  // Per channel, comm tasks in FIFO order, and whether it serves by arrival.
   std::vector<std::vector<int32_t>> channel_order;
+  std::vector<uint8_t> channel_arrival;
 
  private:
   std::vector<Task> tasks_;
