@@ -383,6 +383,7 @@ class Lowerer {
       for (int it = 0; it < iterations; ++it) {
         int32_t c = g.add_compute(w, iteration_ps, Category::kCompute, TaskLabel::kIteration);
         g.task(c).microbatch = it;
+        g.task(c).tp_comm_ps = L_.microbatches * m_.layers * (lt.tp_comm_forward_ps + lt.tp_comm_backward_ps);
         if (prev_pull >= 0) g.add_dep(prev_pull, c);
         int32_t push = g.add_comm(push_ch, latency.ps(), push_bytes, port, Category::kDpComm, TaskLabel::kPsPush, {w},
                                   {FlowLink{own, 1.0f}, FlowLink{ps_in, static_cast<float>(p_.tp)}});
@@ -397,7 +398,6 @@ class Lowerer {
         prev_pull = pull;
       }
     }
-    (void)workers;
   }
 
   int32_t task_of(size_t r, int mb, int chunk, bool backward, bool last) const {
