@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "simulator/compute/compute_model.h"
 #include "simulator/core/error.h"
 #include "simulator/cost/layer_cost.h"
 #include "simulator/memory/memory_model.h"
@@ -18,17 +17,12 @@ int global_rank(const Plan& p, int pp, int dp, int cp, int tp) {
 
 namespace {
 
-// NCCL reserves up to 32 channels = SMs for collectives; 16 channels is its
-// usual choice on NVSwitch systems, so comm kernels take ~16 of the SMs.
-constexpr double kNcclChannels = 16.0;
 // DeepSpeed CPU-Adam updates about 1e9 parameters/s per node (AVX-512,
 // ZeRO-Offload paper Sec. 5: 6x faster than torch CPU Adam).
 constexpr double kCpuAdamParamsPerSPerNode = 1e9;
 // Async DP: iterations simulated per worker (enough for the staleness
 // distribution to settle after the start-up transient).
 constexpr int kAsyncIterations = 16;
-
-int64_t ps(Duration d) { return d.ps(); }
 
 struct Chunk {
   int first_layer = 0;
@@ -72,81 +66,23 @@ class Lowerer {
   }
 
  private:
-  // ---- costs ----
-  Duration collective(Collective kind, double bytes, int ranks, int ranks_per_node) const {
-    if (ranks <= 1 || bytes <= 0) return Duration();
-    GroupPlacement g = group_placement(ranks, ranks_per_node, c_);
-    return collective_cost(kind, static_cast<Bytes>(bytes), g, lp_).time;
-  }
-
   void prepare_costs() {
-    shape_ = layer_shape(p_);
-    layer_ = transformer_layer_cost(m_, shape_);
-    emb_ = embedding_cost(m_, shape_);
-    outc_ = output_cost(m_, shape_);
-    cpm_ = compute_params(c_, p_.precision);
-    const int tp_rpn = std::min(p_.tp, c_.gpus_per_node);
-    auto op_times = [&](const LayerCost& lc, int64_t* fwd, int64_t* bwd, int64_t* tp_f, int64_t* tp_b,
-                        int64_t* attn_f, int64_t* attn_b) {
-      for (const OpCost& op : lc.ops) {
-        int64_t f = ps(op_forward_time(cpm_, op));
-        int64_t b = ps(op_backward_time(cpm_, op, p_.attention));
-        *fwd += f;
-        *bwd += b;
-        if (op.kind == OpKind::kAttention) {
-          *attn_f += f;
-          *attn_b += b;
-        }
-        if (op.tp_comm_after != TpComm::kNone) {
-          Collective fk = op.tp_comm_after == TpComm::kAllReduce   ? Collective::kAllReduce
-                          : op.tp_comm_after == TpComm::kAllGather ? Collective::kAllGather
-                                                                   : Collective::kReduceScatter;
-          // Backward: all-reduce stays all-reduce; all-gather <-> reduce-scatter.
-          Collective bk = fk == Collective::kAllGather       ? Collective::kReduceScatter
-                          : fk == Collective::kReduceScatter ? Collective::kAllGather
-                                                             : fk;
-          *tp_f += ps(collective(fk, op.tp_comm_bytes, p_.tp, tp_rpn));
-          *tp_b += ps(collective(bk, op.tp_comm_bytes, p_.tp, tp_rpn));
-        }
-      }
-    };
-    int64_t f = 0, b = 0, tf = 0, tb = 0, af = 0, ab = 0;
-    op_times(layer_, &f, &b, &tf, &tb, &af, &ab);
-    int64_t cp_f = 0, cp_b = 0;
-    if (p_.cp > 1) {
-      // Ring attention overlaps the K/V exchange with the attention blocks
-      // (Megatron context parallel): only the excess is exposed.
-      const int cp_rpn = std::max(1, std::min(p_.cp, c_.gpus_per_node / std::min(p_.tp, c_.gpus_per_node)));
-      cp_f = std::max<int64_t>(0, ps(collective(Collective::kAllGather, layer_.cp_comm_bytes, p_.cp, cp_rpn)) - af);
-      cp_b = std::max<int64_t>(0, ps(collective(Collective::kReduceScatter, layer_.cp_comm_bytes, p_.cp, cp_rpn)) - ab);
-    }
-    int64_t recompute = 0, recompute_tp = 0;
-    if (p_.recompute == Recompute::kFull) {
-      recompute = f + tf;
-      recompute_tp = tf;
-    } else if (p_.recompute == Recompute::kSelective) {
-      recompute = af;
-    }
-    LayerTimes& lt = out_.layer;
-    lt.forward_ps = f + tf + cp_f;
-    lt.backward_ps = b + tb + cp_b + recompute;
-    lt.tp_comm_forward_ps = tf + cp_f;
-    lt.tp_comm_backward_ps = tb + cp_b + recompute_tp;
-    lt.recompute_ps = recompute;
-    int64_t x = 0, ef = 0, eb = 0, etf = 0, etb = 0;
-    op_times(emb_, &ef, &eb, &etf, &etb, &x, &x);
-    emb_f_ = ef + etf;
-    emb_b_ = eb + etb;
-    emb_tp_f_ = etf;
-    emb_tp_b_ = etb;
-    int64_t of = 0, ob = 0, otf = 0, otb = 0;
-    op_times(outc_, &of, &ob, &otf, &otb, &x, &x);
-    out_f_ = of + otf;
-    out_b_ = ob + otb;
-    out_tp_f_ = otf;
-    out_tp_b_ = otb;
-    out_.comm_slowdown = kNcclChannels / std::max(1, c_.gpu.sm_count);
+    sc_ = step_costs(m_, c_, p_);
+    shape_ = sc_.shape;
+    layer_ = sc_.layer;
+    emb_ = sc_.embedding;
+    outc_ = sc_.output;
+    out_.layer = sc_.layer_times;
+    out_.comm_slowdown = sc_.comm_slowdown;
     layer_grad_bytes_ = grad_bytes(p_.precision, p_.grad_dtype);
+    emb_f_ = sc_.embedding_forward_ps;
+    emb_b_ = sc_.embedding_backward_ps;
+    emb_tp_f_ = sc_.embedding_tp_forward_ps;
+    emb_tp_b_ = sc_.embedding_tp_backward_ps;
+    out_f_ = sc_.output_forward_ps;
+    out_b_ = sc_.output_backward_ps;
+    out_tp_f_ = sc_.output_tp_forward_ps;
+    out_tp_b_ = sc_.output_tp_backward_ps;
   }
 
   // ---- ranks and links ----
@@ -326,23 +262,7 @@ class Lowerer {
       }
       // The optimizer step ends the program.
       const double params = stage_params_[static_cast<size_t>(s)];
-      const double shard = p_.zero >= 1 ? L_.shard_degree : 1;
-      int64_t opt_ps = 0;
-      if (p_.offload == Offload::kNone) {
-        // Adam reads fp32 master, m, v and the gradient and writes master, m,
-        // v and the 16-bit weight (4*4 + 3*4 + 2 = 30 bytes per parameter);
-        // the gradient-norm/overflow check reads the gradients twice more and
-        // zeroing them writes them once (Megatron's optimizer.step):
-        // 30 + 3*4 = 42 bytes (fp32 training: no master copy, 36 bytes).
-        const double bytes_per_param = p_.precision == Precision::kFp32 ? 36.0 : 42.0;
-        opt_ps = ps(memory_time(cpm_, params / shard * bytes_per_param));
-      } else {
-        // CPU Adam on the host plus gradients down and weights up over PCIe.
-        const double local = params / shard;
-        const double cpu_s = local / (kCpuAdamParamsPerSPerNode / c_.gpus_per_node);
-        const double pcie_s = local * (layer_grad_bytes_ + weight_bytes(p_.precision)) / c_.host.bandwidth_per_gpu.bytes_per_s();
-        opt_ps = Duration::seconds(cpu_s + pcie_s).ps();
-      }
+      const int64_t opt_ps = optimizer_ps(c_, L_, params);
       int32_t opt = g.add_compute(static_cast<int32_t>(r), opt_ps, Category::kOptimizer, TaskLabel::kOptimizer);
       optimizer_task_.push_back(opt);
     }
@@ -577,7 +497,7 @@ class Lowerer {
   LinkParams lp_;
   LayerShape shape_;
   LayerCost layer_, emb_, outc_;
-  ComputeParams cpm_;
+  StepCosts sc_;
   int64_t emb_f_ = 0, emb_b_ = 0, emb_tp_f_ = 0, emb_tp_b_ = 0;
   int64_t out_f_ = 0, out_b_ = 0, out_tp_f_ = 0, out_tp_b_ = 0;
   double layer_grad_bytes_ = 4;

@@ -25,6 +25,7 @@
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
+#include "simulator/taskgraph/step_costs.h"
 #include "simulator/taskgraph/task_graph.h"
 
 namespace trainplan {
@@ -39,15 +40,6 @@ struct RankCoord {
   int global = 0;
   int pp = 0, dp = 0, cp = 0, tp = 0;
   int node = 0;
-};
-
-// Per-layer figures the report shows.
-struct LayerTimes {
-  int64_t forward_ps = 0;    // one layer, one micro-batch, including TP/CP comm
-  int64_t backward_ps = 0;   // including recomputation
-  int64_t tp_comm_forward_ps = 0;
-  int64_t tp_comm_backward_ps = 0;
-  int64_t recompute_ps = 0;
 };
 
 // Async data parallel: one worker iteration (compute, push, PS update, pull).

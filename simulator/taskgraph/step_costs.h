@@ -1,0 +1,55 @@
+// Per-micro-batch times of a layer, the embedding and the output layer on one
+// rank (compute plus the TP/CP communication folded into them), and of the
+// optimizer step: the numbers both the lowering and the planner's fast
+// estimate use, so the estimate is a true lower bound of the simulation.
+#ifndef TRAINPLAN_SIM_TASKGRAPH_STEP_COSTS_H_
+#define TRAINPLAN_SIM_TASKGRAPH_STEP_COSTS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "simulator/cost/layer_cost.h"
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
+
+namespace trainplan {
+
+// Per-layer figures the report shows.
+struct LayerTimes {
+  int64_t forward_ps = 0;    // one layer, one micro-batch, including TP/CP comm
+  int64_t backward_ps = 0;   // including recomputation
+  int64_t tp_comm_forward_ps = 0;
+  int64_t tp_comm_backward_ps = 0;
+  int64_t recompute_ps = 0;
+};
+
+struct StepCosts {
+  LayerShape shape;
+  LayerCost layer, embedding, output;
+  LayerTimes layer_times;
+  int64_t embedding_forward_ps = 0, embedding_backward_ps = 0;  // including TP comm
+  int64_t embedding_tp_forward_ps = 0, embedding_tp_backward_ps = 0;
+  int64_t output_forward_ps = 0, output_backward_ps = 0;
+  int64_t output_tp_forward_ps = 0, output_tp_backward_ps = 0;
+  double comm_slowdown = 0;  // compute slowdown while NCCL kernels run
+};
+
+// Depends only on the model, the cluster and the plan's tp, cp, sp, mbs, seq,
+// precision, attention and recompute.  REQUIRES: those are valid.
+StepCosts step_costs(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan);
+
+// Time of the optimizer step on a rank holding `stage_params` parameters
+// (sharded by ZeRO over layout.shard_degree), on the GPU or, with offload, on
+// the host.
+int64_t optimizer_ps(const ClusterSpec& cluster, const Layout& layout, double stage_params);
+
+// A lower bound on the simulated step time: the busiest rank's own work (its
+// layers' forward and backward for every micro-batch, embedding/output, and
+// the optimizer).  Never above simulate_step's step time (tested).
+int64_t step_time_lower_bound(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                              const StepCosts& costs, const std::vector<double>& stage_params);
+
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_SIM_TASKGRAPH_STEP_COSTS_H_
