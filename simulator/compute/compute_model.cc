@@ -24,6 +24,7 @@ ComputeParams compute_params(const ClusterSpec& cluster, Precision precision) {
   p.hbm = cluster.gpu.hbm_bandwidth;
   p.hbm_efficiency = cluster.gpu.hbm_efficiency;
   p.sm_count = cluster.gpu.sm_count;
+  p.attention_efficiency = cluster.gpu.attention_efficiency;
   p.element_bytes = activation_bytes(precision);
   return p;
 }
@@ -60,7 +61,7 @@ Duration op_forward_time(const ComputeParams& p, const OpCost& op) {
     case OpKind::kGemm: return gemm_time(p, op.m, op.n, op.k);
     case OpKind::kAttention:
       if (op.bytes > 0 && op.flops == 0) return memory_time(p, op.bytes);
-      return Duration::seconds(op.flops / (p.peak.flop_per_s() * p.gemm_efficiency * p.attention_efficiency)) +
+      return Duration::seconds(op.flops / (p.peak.flop_per_s() * p.attention_efficiency)) +
              memory_time(p, op.bytes);
     case OpKind::kElementwise: return memory_time(p, op.bytes);
   }
@@ -73,7 +74,7 @@ Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention at
     case OpKind::kAttention: {
       const double factor = attention == Attention::kFlash ? 2.5 : 2.0;
       return Duration::seconds(factor * op.flops /
-                               (p.peak.flop_per_s() * p.gemm_efficiency * p.attention_efficiency)) +
+                               (p.peak.flop_per_s() * p.attention_efficiency)) +
              memory_time(p, 2 * op.bytes);
     }
     case OpKind::kElementwise: return memory_time(p, 2 * op.bytes);

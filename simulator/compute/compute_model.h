@@ -23,9 +23,9 @@ namespace trainplan {
 struct ComputeParams {
   FlopRate peak;                 // dense peak for the training dtype
   double gemm_efficiency = 0.8;  // best-shape GEMM / peak
-  // FlashAttention-2 reaches about 70% of the best GEMM rate forward and
-  // ~55% backward (Dao 2023, Fig. 4-5 on A100, head dim 128) : 0.65 overall.
-  double attention_efficiency = 0.65;  // relative to gemm_efficiency
+  // Fraction of the dense peak the attention kernel sustains, per GPU from
+  // the cluster file (FlashAttention-2: ~0.57 on A100, ~0.40 on H100).
+  double attention_efficiency = 0.55;
   Bandwidth hbm;
   double hbm_efficiency = 0.85;
   int sm_count = 108;

@@ -32,9 +32,18 @@ void classify_gap(const TaskGraph& g, const EngineResult& r, int32_t task, int64
     comm = overlap(from, to, t.start_ps, t.end_ps);
     cat = g.task(pred).category;
   }
-  if (cat == Category::kPpComm) b->pp_comm += comm * 1e-12;
-  else b->dp_comm += comm * 1e-12;
-  b->bubble += (gap - comm) * 1e-12;
+  if (cat == Category::kPpComm) {
+    // Waiting for a pipeline transfer: the transfer itself is PP
+    // communication, the wait for the other stage to produce it is bubble.
+    b->pp_comm += comm * 1e-12;
+    b->bubble += (gap - comm) * 1e-12;
+  } else if (cat == Category::kDpComm) {
+    // Waiting on the DP channel (ZeRO-3 gathers, gradient reductions queued
+    // behind each other): all of it is exposed DP communication.
+    b->dp_comm += gap * 1e-12;
+  } else {
+    b->bubble += gap * 1e-12;
+  }
 }
 
 Staleness async_staleness(const LoweredStep& step, const EngineResult& r) {

@@ -69,6 +69,7 @@ GpuSpec parse_gpu(detail::JsonObject o) {
   g.gemm_efficiency = o.optional_number_in("gemm_efficiency", 0.01, 1.0).value_or(0.8);
   g.hbm_efficiency = o.optional_number_in("hbm_efficiency", 0.01, 1.0).value_or(0.85);
   g.sm_count = static_cast<int>(o.optional_positive_integer("sm_count").value_or(108));
+  g.attention_efficiency = o.optional_number_in("attention_efficiency", 0.01, 1.0).value_or(0.55);
   g.source = o.optional_string("source").value_or("");
   o.finish();
   return g;

@@ -33,6 +33,7 @@ struct GpuSpec {
   double gemm_efficiency = 0.8;    // best-shape GEMM / peak (MAMF), (0, 1]
   double hbm_efficiency = 0.85;    // achievable copy bandwidth / spec, (0, 1]
   int sm_count = 108;              // streaming multiprocessors (GEMM wave quantization)
+  double attention_efficiency = 0.55;  // fused attention FLOPs / dense peak, fwd+bwd, (0, 1]
   std::string source;
 };
 

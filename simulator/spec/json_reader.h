@@ -47,6 +47,10 @@ class JsonObject {
   // One of `allowed`; returns its index.
   size_t choice(const std::string& key, const std::vector<std::string>& allowed);
   std::optional<size_t> optional_choice(const std::string& key, const std::vector<std::string>& allowed);
+  // Marks an optional key as allowed without reading it.
+  void allow(const std::string& key) { read_.insert(key); }
+  // The raw value of a required key (marked as read).
+  const nlohmann::json& raw(const std::string& key) { return at(key); }
   JsonObject object(const std::string& key);
   std::optional<JsonObject> optional_object(const std::string& key);
   // Keys of this object, in document order of nlohmann (sorted).

@@ -1,0 +1,192 @@
+// `trainplan recommend`: search every layout, simulate the best, rank them
+// and explain why the others lose.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+
+#include "planner/cli/commands.h"
+#include "planner/cli/output.h"
+#include "planner/plan/plan_file.h"
+#include "planner/search/search.h"
+#include "simulator/core/error.h"
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+
+namespace trainplan {
+
+namespace {
+
+struct RecommendFlags {
+  std::string model = "llama3-8b";
+  std::string cluster = "dgx-h100";
+  int64_t nodes = PlanFlagsUnset;
+  int64_t gpus = PlanFlagsUnset;
+  int64_t gbs = 0;
+  int64_t seq = 0;
+  int top = 5;
+  std::string precision = "bf16";
+  std::string strategies;
+  std::string save;
+  bool json = false;
+  static constexpr int64_t PlanFlagsUnset = INT64_MIN;
+};
+
+int run_recommend(const RecommendFlags& f) {
+  SearchOptions o;
+  if (f.top < 1 || f.top > 1000) throw_input_error("--top", "", "must be between 1 and 1000, got " + std::to_string(f.top), "");
+  if (f.seq < 0 || f.seq > (int64_t{1} << 24)) throw_input_error("--seq", "", "must be between 1 and 16777216", "");
+  o.top_k = f.top;
+  o.seq = f.seq;
+  if (f.precision == "bf16") o.precision = Precision::kBf16;
+  else if (f.precision == "fp16") o.precision = Precision::kFp16;
+  else if (f.precision == "fp32") o.precision = Precision::kFp32;
+  else throw_input_error("--precision", "", "unknown value \"" + f.precision + "\"", "allowed: bf16, fp16, fp32");
+  std::stringstream ss(f.strategies);
+  std::string s;
+  while (std::getline(ss, s, ',')) {
+    if (s == "gpipe") o.gpipe = true;
+    else if (s == "naive") o.naive = true;
+    else if (s == "async") o.async_dp = true;
+    else if (s == "offload") o.offload = true;
+    else if (s == "all") o.gpipe = o.naive = o.async_dp = o.offload = true;
+    else throw_input_error("--strategies", "", "unknown strategy \"" + s + "\"", "allowed: gpipe, naive, async, offload, all");
+  }
+  ModelSpec model = load_model(f.model);
+  ClusterSpec cluster = load_cluster(f.cluster);
+  int gpus = 0;
+  if (f.nodes != RecommendFlags::PlanFlagsUnset && f.gpus != RecommendFlags::PlanFlagsUnset) {
+    throw_input_error("--nodes", "", "give only one of --nodes N or --gpus N", "");
+  }
+  if (f.gpus != RecommendFlags::PlanFlagsUnset) {
+    if (f.gpus < 1 || f.gpus > (1 << 24)) throw_input_error("--gpus", "", "must be >= 1, got " + std::to_string(f.gpus), "");
+    gpus = static_cast<int>(f.gpus);
+    if (gpus > cluster.gpus_per_node && gpus % cluster.gpus_per_node != 0) {
+      throw_input_error("--gpus", "", std::to_string(gpus) + " is not a multiple of the " +
+                        std::to_string(cluster.gpus_per_node) + " GPUs per node of " + cluster.name, "");
+    }
+  } else {
+    gpus = gpus_of_nodes(cluster, f.nodes == RecommendFlags::PlanFlagsUnset ? 1 : f.nodes);
+  }
+  if (f.gbs < 0) throw_input_error("--gbs", "", "must be >= 1, got " + std::to_string(f.gbs), "");
+  // Default global batch: about 4M tokens (Llama 3 / GPT-3 scale), at least
+  // one sequence per GPU.
+  const int64_t seq = f.seq > 0 ? f.seq : model.seq_len;
+  o.gbs = f.gbs > 0 ? f.gbs : std::max<int64_t>(gpus, (int64_t{4} << 20) / seq / gpus * gpus);
+  const bool tty = isatty(2) != 0;
+  if (tty) {
+    o.progress = [](int64_t done, int64_t total) {
+      std::fprintf(stderr, "\rsearching: %lld / %lld plans", static_cast<long long>(done), static_cast<long long>(total));
+    };
+  }
+  SearchResult r = search_plans(model, cluster, gpus, o);
+  if (tty) std::fprintf(stderr, "\r%60s\r", "");
+
+  nlohmann::json out;
+  out["tool"] = std::string("trainplan ") + kVersion;
+  out["command"] = "recommend";
+  out["model"] = model.name;
+  out["cluster"] = cluster.name;
+  out["gpus"] = gpus;
+  out["gbs"] = o.gbs;
+  out["seq"] = seq;
+  out["evaluated"] = r.evaluated;
+  out["valid"] = r.valid;
+  out["feasible"] = r.feasible;
+  out["simulated"] = r.simulated;
+  out["elapsed_s"] = rounded(r.elapsed_s, 3);
+  nlohmann::json plans = nlohmann::json::array();
+  for (const RankedPlan& p : r.plans) {
+    nlohmann::json j = plan_to_json(p.layout.plan);
+    j["stage_layers"] = p.layout.stage_layers;
+    j["family"] = p.family;
+    j["step_time_s"] = rounded(p.report.step_time_s, 6);
+    j["tokens_per_s"] = rounded(p.report.tokens_per_s, 1);
+    j["mfu"] = rounded(p.report.mfu, 4);
+    j["peak_memory_gib"] = rounded(to_gib(p.report.peak_memory_bytes), 3);
+    j["bubble_fraction"] = rounded(p.report.bubble_fraction, 4);
+    j["exposed_comm_fraction"] = rounded(p.report.exposed_comm_fraction, 4);
+    j["lower_bound_s"] = rounded(p.lower_bound_s, 6);
+    j["limit"] = p.limit;
+    plans.push_back(j);
+  }
+  out["plans"] = plans;
+  out["rejected"] = r.rejected;
+  nlohmann::json fam = nlohmann::json::array();
+  for (const FamilyVerdict& v : r.families) fam.push_back({{"family", v.family}, {"verdict", v.verdict}});
+  out["families"] = fam;
+  out["fits"] = !r.plans.empty();
+  if (r.plans.empty()) {
+    out["min_peak_gib"] = rounded(to_gib(r.min_peak_bytes), 3);
+    out["capacity_gib"] = rounded(to_gib(static_cast<double>(cluster.gpu.memory)), 3);
+    out["advice"] = r.advice;
+  }
+  if (!f.save.empty()) {
+    if (r.plans.empty()) throw_input_error("--save", "", "no plan fits, nothing to save", "see the advice above");
+    PlanFile pf;
+    pf.model = f.model;
+    pf.cluster = f.cluster;
+    pf.gpus = gpus;
+    pf.plan = r.plans.front().layout.plan;
+    write_file_atomically(f.save, plan_file_json(pf), "--save");
+  }
+  if (f.json) {
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("# trainplan %s recommend: %s on %s, %d GPUs, gbs %lld sequences of %lld tokens\n", kVersion,
+              model.name.c_str(), cluster.name.c_str(), gpus, static_cast<long long>(o.gbs),
+              static_cast<long long>(seq));
+  std::printf("# %lld plans: %lld valid, %lld fit in memory, %lld simulated; %.2f s\n",
+              static_cast<long long>(r.evaluated), static_cast<long long>(r.valid), static_cast<long long>(r.feasible),
+              static_cast<long long>(r.simulated), r.elapsed_s);
+  if (r.plans.empty()) {
+    std::printf("nothing fits: the closest plan needs %.1f GiB per GPU, the GPU has %.1f GiB\n",
+                to_gib(r.min_peak_bytes), to_gib(static_cast<double>(cluster.gpu.memory)));
+    for (const std::string& a : r.advice) std::printf("  with %s\n", a.c_str());
+  } else {
+    std::printf("%4s %3s %3s %5s %3s %3s %4s %4s %5s %-9s %-3s %-11s %11s %12s %6s %9s\n", "rank", "tp", "pp", "dp",
+                "cp", "vp", "zero", "shrd", "mbs", "recompute", "sp", "schedule", "step(s)", "tokens/s", "MFU",
+                "mem(GiB)");
+    int rank = 1;
+    for (const RankedPlan& p : r.plans) {
+      const Plan& q = p.layout.plan;
+      std::printf("%4d %3d %3d %5d %3d %3d %4d %4d %5lld %-9s %-3s %-11s %11.4f %12.0f %5.1f%% %9.2f\n", rank++, q.tp, q.pp,
+                  q.dp, q.cp, q.vp, q.zero, q.shard_group, static_cast<long long>(q.mbs), to_string(q.recompute),
+                  q.sp ? "on" : "off", to_string(q.schedule), p.report.step_time_s, p.report.tokens_per_s,
+                  100 * p.report.mfu, to_gib(p.report.peak_memory_bytes));
+      std::printf("       %s: %s\n", p.family.c_str(), p.limit.c_str());
+    }
+  }
+  std::printf("why the others lose:\n");
+  for (const auto& [reason, count] : r.rejected) {
+    if (count > 0) std::printf("  %8lld  %s\n", static_cast<long long>(count), reason.c_str());
+  }
+  for (const FamilyVerdict& v : r.families) std::printf("  %s: %s\n", v.family.c_str(), v.verdict.c_str());
+  if (!f.save.empty()) std::printf("saved the best plan to %s\n", f.save.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void register_recommend_command(CLI::App* app, int* status) {
+  static RecommendFlags f;
+  CLI::App* cmd = app->add_subcommand("recommend", "find the fastest layout that fits, and explain why the others lose");
+  cmd->add_option("--model", f.model, "model name or path (default llama3-8b)");
+  cmd->add_option("--cluster", f.cluster, "cluster name or path (default dgx-h100)");
+  cmd->add_option("--nodes", f.nodes, "number of nodes (default 1)");
+  cmd->add_option("--gpus", f.gpus, "number of GPUs");
+  cmd->add_option("--gbs", f.gbs, "global batch in sequences (default: about 4M tokens)");
+  cmd->add_option("--seq", f.seq, "sequence length (default: the model's)");
+  cmd->add_option("--top", f.top, "how many plans to show (default 5)");
+  cmd->add_option("--precision", f.precision, "bf16|fp16|fp32 (default bf16)");
+  cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload or all");
+  cmd->add_option("--save", f.save, "write the best plan to this plan.json");
+  cmd->add_flag("--json", f.json, "JSON output");
+  cmd->callback([status] { *status = run_recommend(f); });
+}
+
+}  // namespace trainplan

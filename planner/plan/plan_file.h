@@ -1,0 +1,30 @@
+// plan.json: a plan with the model, cluster and size it was made for, the
+// file `recommend --save` writes and `simulate`, `memory`, `export` and
+// `validate` read with --plan.  Field names are the CLI flag names with '_'
+// for '-'.  Unknown keys are errors.
+#ifndef TRAINPLAN_PLANNER_PLAN_PLAN_FILE_H_
+#define TRAINPLAN_PLANNER_PLAN_PLAN_FILE_H_
+
+#include <string>
+
+#include "simulator/spec/plan.h"
+
+namespace trainplan {
+
+struct PlanFile {
+  std::string model;    // name or path, as given to --model
+  std::string cluster;  // name or path
+  int gpus = 0;
+  Plan plan;            // resolved (no "derive" zeros)
+};
+
+// Returns the JSON text (2-space indent, sorted keys, trailing newline).
+std::string plan_file_json(const PlanFile& f);
+
+// Parses and validates plan.json; throws InputError "<path>: <pointer>: ...".
+PlanFile parse_plan_file(const std::string& json_text, const std::string& where);
+PlanFile load_plan_file(const std::string& path);
+
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_PLANNER_PLAN_PLAN_FILE_H_

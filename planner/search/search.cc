@@ -1,0 +1,343 @@
+#include "planner/search/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <tuple>
+
+#include "simulator/core/error.h"
+#include "simulator/taskgraph/step_costs.h"
+
+namespace trainplan {
+
+namespace {
+
+std::string fmt(const char* f, double a) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, f, a);
+  return buf;
+}
+
+// "tp=3 does not divide heads=32" -> "tp=N does not divide heads=N".
+std::string rule_of(const std::string& reason) {
+  std::string out;
+  bool in_number = false;
+  for (char ch : reason) {
+    const bool digit = ch >= '0' && ch <= '9';
+    if (digit && !in_number) out += 'N';
+    if (!digit) out += ch;
+    in_number = digit;
+  }
+  return out;
+}
+
+std::vector<int> powers_of_two_up_to(int n) {
+  std::vector<int> v;
+  for (int x = 1; x <= n; x *= 2) v.push_back(x);
+  if (v.back() != n && n > 0 && (n & (n - 1)) != 0) v.push_back(n);
+  return v;
+}
+
+std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, const SearchOptions& o) {
+  std::vector<Plan> plans;
+  const int64_t seq = o.seq > 0 ? o.seq : m.seq_len;
+  const std::vector<int> tps = powers_of_two_up_to(std::min(gpus, c.gpus_per_node));
+  std::vector<int> cps = {1};
+  if (seq >= 4096) {
+    for (int cp : {2, 4, 8}) cps.push_back(cp);
+  }
+  for (int tp : tps) {
+    for (int cp : cps) {
+      if (gpus % (tp * cp) != 0) continue;
+      const int rest = gpus / (tp * cp);
+      for (int pp = 1; pp <= rest && pp <= m.layers; ++pp) {
+        if (rest % pp != 0) continue;
+        const int dp = rest / pp;
+        std::vector<int> vps = {1};
+        if (pp > 1) {
+          const std::vector<int> stages = balance_stage_layers(m.layers, pp);
+          const int min_layers = stages.empty() ? 0 : *std::min_element(stages.begin(), stages.end());
+          for (int v = 2; v <= 8 && v <= min_layers; ++v) {
+            if (m.layers % pp == 0 && (m.layers / pp) % v != 0) continue;
+            vps.push_back(v);
+          }
+        }
+        for (int vp : vps) {
+          std::vector<Schedule> schedules;
+          if (vp > 1) {
+            schedules = {Schedule::kInterleaved};
+          } else {
+            schedules = {Schedule::k1F1B};
+            if (pp > 1 && o.gpipe) schedules.push_back(Schedule::kGpipe);
+            if (pp > 1 && o.naive) schedules.push_back(Schedule::kNaive);
+          }
+          for (Schedule sched : schedules) {
+            for (int mbs : {1, 2, 4, 8, 16}) {
+              if (o.gbs % (int64_t{mbs} * dp) != 0) continue;
+              std::vector<std::pair<int, int>> zeros = {{0, 0}, {1, 0}};  // (stage, shard group)
+              if (pp == 1) {
+                zeros.push_back({2, 0});
+                zeros.push_back({3, 0});
+                const int in_node = c.gpus_per_node / std::min(c.gpus_per_node, tp * cp);
+                if (in_node > 1 && in_node < dp * cp && (dp * cp) % in_node == 0) zeros.push_back({3, in_node});
+              }
+              for (auto [zero, shard] : zeros) {
+                std::vector<Offload> offloads = {Offload::kNone};
+                if (o.offload && zero >= 1) offloads.push_back(Offload::kOptimizer);
+                if (o.offload && zero == 3) offloads.push_back(Offload::kParams);
+                std::vector<DpMode> modes = {DpMode::kSync};
+                if (o.async_dp && zero == 0 && pp == 1 && cp == 1 && dp >= 2) modes.push_back(DpMode::kAsync);
+                for (Offload off : offloads) {
+                  for (DpMode mode : modes) {
+                    for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+                      for (bool sp : {false, true}) {
+                        if (sp && tp == 1) continue;
+                        Plan p;
+                        p.tp = tp;
+                        p.pp = pp;
+                        p.dp = dp;
+                        p.cp = cp;
+                        p.vp = vp;
+                        p.zero = zero;
+                        p.shard_group = shard;
+                        p.mbs = mbs;
+                        p.gbs = o.gbs;
+                        p.seq = seq;
+                        p.recompute = rc;
+                        p.sp = sp;
+                        p.schedule = sched;
+                        p.schedule_given = true;
+                        p.precision = o.precision;
+                        p.grad_dtype = o.precision == Precision::kFp32 ? GradDtype::kFp32 : GradDtype::kFp32;
+                        p.offload = off;
+                        p.dp_mode = mode;
+                        plans.push_back(p);
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return plans;
+}
+
+struct Candidate {
+  size_t index = 0;
+  Layout layout;
+  double lower_bound_s = 0;
+  double peak_bytes = 0;
+  std::string family;
+};
+
+std::string limit_of(const StepReport& r) {
+  const TimeBreakdown& b = r.breakdown;
+  const std::pair<double, const char*> parts[] = {{b.bubble, "pipeline bubble"},
+                                                  {b.tp_comm, "TP communication"},
+                                                  {b.pp_comm, "PP communication"},
+                                                  {b.dp_comm, "exposed DP communication"},
+                                                  {b.optimizer, "optimizer step"}};
+  const auto* worst = &parts[0];
+  for (const auto& p : parts) {
+    if (p.first > worst->first) worst = &p;
+  }
+  std::string s;
+  if (worst->first < 0.05 * r.step_time_s) {
+    s = "compute-bound (" + fmt("%.0f%%", 100 * b.compute / r.step_time_s) + " of the step in kernels)";
+  } else {
+    s = std::string("limited by ") + worst->second + " (" + fmt("%.1f%%", 100 * worst->first / r.step_time_s) +
+        " of the step)";
+  }
+  const double free_gib = to_gib(r.capacity_bytes - r.peak_memory_bytes);
+  s += "; " + fmt("%.1f GiB free per GPU", free_gib);
+  if (free_gib < 0.1 * to_gib(r.capacity_bytes)) s += " (tight: fragmentation may OOM)";
+  return s;
+}
+
+std::string why_slower(const StepReport& loser, const StepReport& winner) {
+  const TimeBreakdown& a = loser.breakdown;
+  const TimeBreakdown& w = winner.breakdown;
+  const std::pair<double, const char*> parts[] = {{a.compute - w.compute, "more compute time (recompute or smaller GEMMs)"},
+                                                  {a.tp_comm - w.tp_comm, "TP communication"},
+                                                  {a.pp_comm - w.pp_comm, "PP communication"},
+                                                  {a.dp_comm - w.dp_comm, "DP communication exposed"},
+                                                  {a.bubble - w.bubble, "pipeline bubble"},
+                                                  {a.optimizer - w.optimizer, "optimizer step"}};
+  const auto* worst = &parts[0];
+  for (const auto& p : parts) {
+    if (p.first > worst->first) worst = &p;
+  }
+  const double slower = loser.step_time_s / winner.step_time_s - 1;
+  if (slower < 0.005) return "ties with the best (within 0.5%)";
+  return fmt("%.0f%% slower", 100 * slower) + ", mostly " + worst->second +
+         fmt(" (+%.3g s per step)", worst->first);
+}
+
+}  // namespace
+
+std::string plan_family(const Plan& p) {
+  if (p.dp_mode == DpMode::kAsync) return "async DP (parameter servers)";
+  if (p.schedule == Schedule::kNaive && p.pp > 1) return "naive model parallel";
+  if (p.cp > 1) return "with context parallel";
+  if (p.tp == 1 && p.pp == 1) {
+    if (p.zero == 0) return "plain DDP";
+    if (p.zero <= 2) return "ZeRO-1/2";
+    return p.shard_group > 0 ? "FSDP hybrid shard" : "ZeRO-3 / FSDP without TP";
+  }
+  if (p.pp == 1) return "TP + DP";
+  if (p.tp == 1) return "PP + DP";
+  return "3D (TP + PP + DP)";
+}
+
+SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, const SearchOptions& o) {
+  if (o.gbs < 1) throw_input_error("--gbs", "", "must be >= 1", "");
+  if (o.top_k < 1 || o.top_k > 1000) throw_input_error("--top", "", "must be between 1 and 1000", "");
+  const auto t0 = std::chrono::steady_clock::now();
+  SearchResult res;
+  const std::vector<Plan> plans = enumerate(m, c, gpus, o);
+  res.evaluated = static_cast<int64_t>(plans.size());
+
+  // Step costs depend on a few plan fields only: cache them.
+  std::map<std::tuple<int, int, bool, int64_t, int64_t, int>, StepCosts> cost_cache;
+  std::vector<Candidate> candidates;
+  std::map<std::string, double> family_min_peak;
+  std::vector<Candidate> min_peak_valid;  // the valid plan closest to fitting
+  double min_peak = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (o.progress && i % 4096 == 0) o.progress(static_cast<int64_t>(i), res.evaluated);
+    Layout L = resolve_plan(m, c, gpus, plans[i]);
+    if (!L.feasible) {
+      res.rejected["invalid: " + rule_of(L.reasons.front())] += 1;
+      continue;
+    }
+    res.valid += 1;
+    MemoryReport mem = estimate_memory(m, c, L);
+    const std::string family = plan_family(L.plan);
+    auto it = family_min_peak.find(family);
+    if (it == family_min_peak.end() || mem.peak_bytes < it->second) family_min_peak[family] = mem.peak_bytes;
+    if (mem.peak_bytes < min_peak) {
+      min_peak = mem.peak_bytes;
+      min_peak_valid = {Candidate{i, L, 0, mem.peak_bytes, family}};
+    }
+    if (!mem.fits) {
+      res.rejected[mem.peak_bytes > mem.capacity_bytes ? "out of GPU memory" : "out of host memory (offload)"] += 1;
+      continue;
+    }
+    res.feasible += 1;
+    const Plan& p = L.plan;
+    auto key = std::make_tuple(p.tp * 1000 + p.cp, static_cast<int>(p.recompute), p.sp, p.mbs, p.seq,
+                               static_cast<int>(p.attention) * 10 + static_cast<int>(p.precision));
+    auto cit = cost_cache.find(key);
+    if (cit == cost_cache.end()) cit = cost_cache.emplace(key, step_costs(m, c, p)).first;
+    std::vector<double> stage_params;
+    for (const StageMemory& st : mem.stages) stage_params.push_back(st.params);
+    const double lb = static_cast<double>(step_time_lower_bound(m, c, L, cit->second, stage_params)) * 1e-12;
+    candidates.push_back(Candidate{i, std::move(L), lb, mem.peak_bytes, family});
+  }
+  res.min_peak_bytes = std::isfinite(min_peak) ? min_peak : 0;
+
+  // Branch and bound over the lower bound.
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.lower_bound_s != b.lower_bound_s ? a.lower_bound_s < b.lower_bound_s : a.index < b.index;
+  });
+  std::vector<std::pair<Candidate*, StepReport>> best;  // sorted by (step, index)
+  std::map<std::string, std::pair<Candidate*, StepReport>> family_best;
+  SimulateOptions so;
+  auto simulate = [&](Candidate& cand) {
+    res.simulated += 1;
+    return simulate_step(m, c, cand.layout, so);
+  };
+  for (Candidate& cand : candidates) {
+    if (static_cast<int>(best.size()) >= o.top_k && cand.lower_bound_s > best.back().second.step_time_s) break;
+    StepReport rep = simulate(cand);
+    auto fb = family_best.find(cand.family);
+    if (fb == family_best.end() || rep.step_time_s < fb->second.second.step_time_s) family_best[cand.family] = {&cand, rep};
+    best.emplace_back(&cand, std::move(rep));
+    std::sort(best.begin(), best.end(), [](const auto& a, const auto& b) {
+      return a.second.step_time_s != b.second.step_time_s ? a.second.step_time_s < b.second.step_time_s
+                                                           : a.first->index < b.first->index;
+    });
+    if (static_cast<int>(best.size()) > o.top_k) best.pop_back();
+  }
+  for (auto& [cand, rep] : best) {
+    RankedPlan rp;
+    rp.layout = cand->layout;
+    rp.report = rep;
+    rp.lower_bound_s = cand->lower_bound_s;
+    rp.limit = limit_of(rep);
+    rp.family = cand->family;
+    res.plans.push_back(std::move(rp));
+  }
+  res.rejected["slower than the top " + std::to_string(o.top_k) + " (simulated)"] =
+      std::max<int64_t>(0, res.simulated - static_cast<int64_t>(res.plans.size()));
+  res.rejected["slower than the top " + std::to_string(o.top_k) + " (lower bound)"] =
+      static_cast<int64_t>(candidates.size()) - res.simulated;
+
+  // Why the other families lose: their best plan by lower bound, simulated.
+  const std::string winner = res.plans.empty() ? "" : res.plans.front().family;
+  std::map<std::string, Candidate*> family_first;
+  for (Candidate& cand : candidates) {
+    if (!family_first.count(cand.family)) family_first[cand.family] = &cand;
+  }
+  for (const auto& [family, peak] : family_min_peak) {
+    if (family == winner) continue;
+    FamilyVerdict v;
+    v.family = family;
+    if (family_first.count(family)) {
+      auto fb = family_best.find(family);
+      StepReport rep = fb != family_best.end() ? fb->second.second : simulate(*family_first[family]);
+      v.verdict = why_slower(rep, res.plans.front().report);
+    } else {
+      v.verdict = fmt("does not fit: needs %.1f GiB per GPU", to_gib(peak)) +
+                  fmt(", has %.1f", to_gib(static_cast<double>(c.gpu.memory)));
+    }
+    res.families.push_back(v);
+  }
+
+  // Nothing fits: by how much, and what would make it fit.
+  if (res.plans.empty() && !min_peak_valid.empty()) {
+    const Candidate& near = min_peak_valid.front();
+    auto try_variant = [&](const std::string& what, Plan p, int g) {
+      Layout L = resolve_plan(m, c, g, p);
+      if (!L.feasible) return;
+      MemoryReport mem = estimate_memory(m, c, L);
+      res.advice.push_back(what + fmt(": %.1f GiB per GPU", to_gib(mem.peak_bytes)) +
+                           (mem.fits ? " (fits)" : " (still too much)"));
+    };
+    Plan base = near.layout.plan;
+    Plan v = base;
+    v.recompute = Recompute::kFull;
+    try_variant("full recompute", v, gpus);
+    v = base;
+    v.zero = std::max(v.zero, 1);
+    v.offload = Offload::kOptimizer;
+    try_variant("optimizer offload to host memory (ZeRO-Offload)", v, gpus);
+    if (base.pp == 1) {
+      v = base;
+      v.zero = 3;
+      v.shard_group = 0;
+      v.offload = Offload::kParams;
+      try_variant("ZeRO-3 with parameter offload (ZeRO-Infinity)", v, gpus);
+    }
+    v = base;
+    v.seq = std::max<int64_t>(1, base.seq / 2);
+    try_variant("half the sequence length (" + std::to_string(v.seq) + ")", v, gpus);
+    for (int factor : {2, 4, 8, 16}) {
+      v = base;
+      v.dp = 0;
+      v.gbs = o.gbs * factor;
+      try_variant(std::to_string(factor) + "x the GPUs (" + std::to_string(gpus * factor) + ", same layout, more DP)",
+                  v, gpus * factor);
+    }
+  }
+  res.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+}  // namespace trainplan

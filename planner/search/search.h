@@ -1,0 +1,77 @@
+// The plan search behind `trainplan recommend`.
+//
+// 1. Enumerate every plan of the space (tp, pp, dp, cp, vp, ZeRO stage and
+//    hybrid shard group, mbs, recompute, sequence parallel, schedule,
+//    offload; naive model parallel, GPipe and async DP when asked for).
+// 2. Reject invalid plans with the framework rules (resolve_plan), and plans
+//    that do not fit with the closed-form memory model.
+// 3. Bound: step_time_lower_bound() never exceeds the simulated step time, so
+//    plans are simulated in order of their bound and the search stops once
+//    the next bound is slower than the K-th best simulated plan: the top K is
+//    exact (branch and bound), not a heuristic.
+// 4. Rank by tokens/s (equivalently step time; gbs is fixed); ties broken by
+//    enumeration order, so results are deterministic.
+#ifndef TRAINPLAN_PLANNER_SEARCH_SEARCH_H_
+#define TRAINPLAN_PLANNER_SEARCH_SEARCH_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "simulator/memory/memory_model.h"
+#include "simulator/report/step_report.h"
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
+
+namespace trainplan {
+
+struct SearchOptions {
+  int64_t gbs = 0;           // global batch in sequences; REQUIRED > 0
+  int64_t seq = 0;           // 0: the model's
+  int top_k = 5;
+  Precision precision = Precision::kBf16;
+  bool gpipe = false;        // also consider GPipe
+  bool naive = false;        // also consider naive model parallel
+  bool async_dp = false;     // also consider async DP (parameter servers)
+  bool offload = false;      // also consider optimizer/parameter offload
+  std::function<void(int64_t done, int64_t total)> progress;  // optional
+};
+
+struct RankedPlan {
+  Layout layout;
+  StepReport report;
+  double lower_bound_s = 0;
+  std::string limit;         // what limits it, one line
+  std::string family;
+};
+
+struct FamilyVerdict {
+  std::string family;
+  std::string verdict;       // e.g. "needs 142.0 GiB per GPU, has 80.0"
+};
+
+struct SearchResult {
+  int64_t evaluated = 0;     // plans enumerated
+  int64_t valid = 0;         // pass the framework rules
+  int64_t feasible = 0;      // valid and fit in memory
+  int64_t simulated = 0;
+  double elapsed_s = 0;
+  std::vector<RankedPlan> plans;               // best first, at most top_k
+  std::map<std::string, int64_t> rejected;     // reason -> count
+  std::vector<FamilyVerdict> families;         // why the other families lose
+  double min_peak_bytes = 0;                   // nearest miss when nothing fits
+  std::vector<std::string> advice;             // what would make it fit
+};
+
+// Throws InputError if gpus or options are out of range.
+SearchResult search_plans(const ModelSpec& model, const ClusterSpec& cluster, int gpus, const SearchOptions& options);
+
+// The family of a plan ("DDP", "ZeRO-3 / FSDP", "TP + DP", "3D", ...).
+std::string plan_family(const Plan& plan);
+
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_PLANNER_SEARCH_SEARCH_H_
