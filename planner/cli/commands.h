@@ -14,6 +14,7 @@ void register_catalog_commands(CLI::App* app, int* status);  // models, clusters
 void register_memory_command(CLI::App* app, int* status);
 void register_simulate_command(CLI::App* app, int* status);
 void register_recommend_command(CLI::App* app, int* status);
+void register_export_command(CLI::App* app, int* status);
 
 }  // namespace trainplan
 

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   trainplan::register_memory_command(&app, &status);
   trainplan::register_simulate_command(&app, &status);
   trainplan::register_recommend_command(&app, &status);
+  trainplan::register_export_command(&app, &status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -5,14 +5,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include "planner/plan/plan_file.h"
 #include "simulator/core/error.h"
 
 namespace trainplan {
 
 void add_plan_flags(CLI::App* app, PlanFlags* f) {
-  app->add_option("--model", f->model, "model name (see `trainplan models`) or path to a model JSON")->required();
-  app->add_option("--cluster", f->cluster, "cluster name (see `trainplan clusters`) or path to a cluster JSON")
-      ->required();
+  f->app = app;
+  app->add_option("--plan", f->plan_file, "plan.json (from `recommend --save`) instead of the flags below");
+  app->add_option("--model", f->model, "model name (see `trainplan models`) or path to a model JSON");
+  app->add_option("--cluster", f->cluster, "cluster name (see `trainplan clusters`) or path to a cluster JSON");
   app->add_option("--nodes", f->nodes, "number of nodes");
   app->add_option("--gpus", f->gpus, "number of GPUs (whole nodes, or part of one node)");
   app->add_option("--tp", f->tp, "tensor-parallel degree (default 1)");
@@ -82,6 +84,24 @@ std::vector<int> parse_stage_layers(const std::string& text) {
 
 Job to_job(const PlanFlags& f) {
   Job job;
+  if (!f.plan_file.empty()) {
+    for (const char* flag : {"--model", "--cluster", "--nodes", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp",
+                             "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--sp", "--schedule",
+                             "--precision", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
+                             "--stage-layers"}) {
+      if (f.app != nullptr && f.app->count(flag) > 0) {
+        throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
+      }
+    }
+    PlanFile pf = load_plan_file(f.plan_file);
+    job.model = load_model(pf.model);
+    job.cluster = load_cluster(pf.cluster);
+    job.gpus = pf.gpus;
+    job.plan = pf.plan;
+    return job;
+  }
+  if (f.model.empty()) throw_input_error("--model", "", "is required", "give --model NAME, or --plan plan.json");
+  if (f.cluster.empty()) throw_input_error("--cluster", "", "is required", "give --cluster NAME, or --plan plan.json");
   // Validate the flags that need no file first, so a bad flag is reported
   // even when a file is also bad.
   Plan& p = job.plan;

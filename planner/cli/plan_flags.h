@@ -21,6 +21,8 @@ class App;
 namespace trainplan {
 
 struct PlanFlags {
+  std::string plan_file;      // --plan plan.json (replaces the other flags)
+  CLI::App* app = nullptr;    // to tell which flags were given
   std::string model;
   std::string cluster;
   static constexpr int64_t kUnset = INT64_MIN;
@@ -41,7 +43,8 @@ struct PlanFlags {
   std::string stage_layers;
 };
 
-// Registers --model, --cluster, --nodes, --gpus and the plan flags on `app`.
+// Registers --plan, --model, --cluster, --nodes, --gpus and the plan flags on
+// `app`.
 void add_plan_flags(CLI::App* app, PlanFlags* flags);
 
 // A validated job: model, cluster, GPU count and plan as given.
@@ -52,7 +55,8 @@ struct Job {
   Plan plan;
 };
 
-// Loads the model and cluster and converts the flags.  Throws InputError.
+// Loads the model and cluster and converts the flags, or loads --plan.
+// Throws InputError (also when --plan is combined with other plan flags).
 Job to_job(const PlanFlags& flags);
 
 // One line describing the plan, e.g. "tp=8 pp=4 dp=2 cp=1 vp=1 zero=1 ...".

@@ -103,6 +103,7 @@ int run_recommend(const RecommendFlags& f) {
     nlohmann::json j = plan_to_json(p.layout.plan);
     j["stage_layers"] = p.layout.stage_layers;
     j["family"] = p.family;
+    j["gpus"] = p.layout.gpus;
     j["step_time_s"] = rounded(p.report.step_time_s, 6);
     j["tokens_per_s"] = rounded(p.report.tokens_per_s, 1);
     j["mfu"] = rounded(p.report.mfu, 4);
@@ -129,7 +130,7 @@ int run_recommend(const RecommendFlags& f) {
     PlanFile pf;
     pf.model = f.model;
     pf.cluster = f.cluster;
-    pf.gpus = gpus;
+    pf.gpus = r.plans.front().layout.gpus;
     pf.plan = r.plans.front().layout.plan;
     write_file_atomically(f.save, plan_file_json(pf), "--save");
   }
@@ -143,18 +144,21 @@ int run_recommend(const RecommendFlags& f) {
   std::printf("# %lld plans: %lld valid, %lld fit in memory, %lld simulated; %.2f s\n",
               static_cast<long long>(r.evaluated), static_cast<long long>(r.valid), static_cast<long long>(r.feasible),
               static_cast<long long>(r.simulated), r.elapsed_s);
-  if (r.plans.empty()) {
+  if (r.valid == 0) {
+    std::printf("no valid plan for %d GPUs and gbs %lld (see the rules below)\n", gpus, static_cast<long long>(o.gbs));
+  } else if (r.plans.empty()) {
     std::printf("nothing fits: the closest plan needs %.1f GiB per GPU, the GPU has %.1f GiB\n",
                 to_gib(r.min_peak_bytes), to_gib(static_cast<double>(cluster.gpu.memory)));
     for (const std::string& a : r.advice) std::printf("  with %s\n", a.c_str());
   } else {
-    std::printf("%4s %3s %3s %5s %3s %3s %4s %4s %5s %-9s %-3s %-11s %11s %12s %6s %9s\n", "rank", "tp", "pp", "dp",
+    std::printf("%4s %6s %3s %3s %5s %3s %3s %4s %4s %5s %-9s %-3s %-11s %11s %12s %6s %9s\n", "rank", "gpus", "tp", "pp", "dp",
                 "cp", "vp", "zero", "shrd", "mbs", "recompute", "sp", "schedule", "step(s)", "tokens/s", "MFU",
                 "mem(GiB)");
     int rank = 1;
     for (const RankedPlan& p : r.plans) {
       const Plan& q = p.layout.plan;
-      std::printf("%4d %3d %3d %5d %3d %3d %4d %4d %5lld %-9s %-3s %-11s %11.4f %12.0f %5.1f%% %9.2f\n", rank++, q.tp, q.pp,
+      std::printf("%4d %6d %3d %3d %5d %3d %3d %4d %4d %5lld %-9s %-3s %-11s %11.4f %12.0f %5.1f%% %9.2f\n", rank++,
+                  p.layout.gpus, q.tp, q.pp,
                   q.dp, q.cp, q.vp, q.zero, q.shard_group, static_cast<long long>(q.mbs), to_string(q.recompute),
                   q.sp ? "on" : "off", to_string(q.schedule), p.report.step_time_s, p.report.tokens_per_s,
                   100 * p.report.mfu, to_gib(p.report.peak_memory_bytes));

@@ -40,7 +40,24 @@ std::vector<int> powers_of_two_up_to(int n) {
   return v;
 }
 
-std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, const SearchOptions& o) {
+// World sizes to try: every GPU, and whole-node counts just below it with
+// more factors of two (641 nodes -> 640, 636, 632, ...) so a prime node count
+// does not rule out pipeline and data parallel layouts; the idle nodes are
+// reported.
+std::vector<int> world_sizes(const ClusterSpec& c, int gpus) {
+  std::vector<int> worlds = {gpus};
+  if (gpus > c.gpus_per_node) {
+    const int nodes = gpus / c.gpus_per_node;
+    for (int k = 1; k <= 7; ++k) {
+      const int n = nodes - nodes % (1 << k);
+      if (n >= 1 && n * c.gpus_per_node != worlds.back()) worlds.push_back(n * c.gpus_per_node);
+    }
+  }
+  return worlds;
+}
+
+std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, const SearchOptions& o,
+                            std::vector<int>* world_of_plan) {
   std::vector<Plan> plans;
   const int64_t seq = o.seq > 0 ? o.seq : m.seq_len;
   const std::vector<int> tps = powers_of_two_up_to(std::min(gpus, c.gpus_per_node));
@@ -114,6 +131,7 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         p.offload = off;
                         p.dp_mode = mode;
                         plans.push_back(p);
+                        world_of_plan->push_back(gpus);
                       }
                     }
                   }
@@ -200,7 +218,12 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   if (o.top_k < 1 || o.top_k > 1000) throw_input_error("--top", "", "must be between 1 and 1000", "");
   const auto t0 = std::chrono::steady_clock::now();
   SearchResult res;
-  const std::vector<Plan> plans = enumerate(m, c, gpus, o);
+  std::vector<Plan> plans;
+  std::vector<int> world_of_plan;
+  for (int world : world_sizes(c, gpus)) {
+    std::vector<Plan> more = enumerate(m, c, world, o, &world_of_plan);
+    plans.insert(plans.end(), more.begin(), more.end());
+  }
   res.evaluated = static_cast<int64_t>(plans.size());
 
   // Step costs depend on a few plan fields only: cache them.
@@ -209,9 +232,10 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   std::map<std::string, double> family_min_peak;
   std::vector<Candidate> min_peak_valid;  // the valid plan closest to fitting
   double min_peak = std::numeric_limits<double>::infinity();
+  int min_peak_world = gpus;
   for (size_t i = 0; i < plans.size(); ++i) {
     if (o.progress && i % 4096 == 0) o.progress(static_cast<int64_t>(i), res.evaluated);
-    Layout L = resolve_plan(m, c, gpus, plans[i]);
+    Layout L = resolve_plan(m, c, world_of_plan[i], plans[i]);
     if (!L.feasible) {
       res.rejected["invalid: " + rule_of(L.reasons.front())] += 1;
       continue;
@@ -224,6 +248,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     if (mem.peak_bytes < min_peak) {
       min_peak = mem.peak_bytes;
       min_peak_valid = {Candidate{i, L, 0, mem.peak_bytes, family}};
+      min_peak_world = world_of_plan[i];
     }
     if (!mem.fits) {
       res.rejected[mem.peak_bytes > mem.capacity_bytes ? "out of GPU memory" : "out of host memory (offload)"] += 1;
@@ -313,27 +338,28 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     Plan base = near.layout.plan;
     Plan v = base;
     v.recompute = Recompute::kFull;
-    try_variant("full recompute", v, gpus);
+    try_variant("full recompute", v, min_peak_world);
     v = base;
     v.zero = std::max(v.zero, 1);
     v.offload = Offload::kOptimizer;
-    try_variant("optimizer offload to host memory (ZeRO-Offload)", v, gpus);
+    try_variant("optimizer offload to host memory (ZeRO-Offload)", v, min_peak_world);
     if (base.pp == 1) {
       v = base;
       v.zero = 3;
       v.shard_group = 0;
       v.offload = Offload::kParams;
-      try_variant("ZeRO-3 with parameter offload (ZeRO-Infinity)", v, gpus);
+      try_variant("ZeRO-3 with parameter offload (ZeRO-Infinity)", v, min_peak_world);
     }
     v = base;
     v.seq = std::max<int64_t>(1, base.seq / 2);
-    try_variant("half the sequence length (" + std::to_string(v.seq) + ")", v, gpus);
+    try_variant("half the sequence length (" + std::to_string(v.seq) + ")", v, min_peak_world);
     for (int factor : {2, 4, 8, 16}) {
       v = base;
       v.dp = 0;
       v.gbs = o.gbs * factor;
-      try_variant(std::to_string(factor) + "x the GPUs (" + std::to_string(gpus * factor) + ", same layout, more DP)",
-                  v, gpus * factor);
+      try_variant(std::to_string(factor) + "x the GPUs (" + std::to_string(min_peak_world * factor) +
+                      ", same layout, more DP)",
+                  v, min_peak_world * factor);
     }
   }
   res.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

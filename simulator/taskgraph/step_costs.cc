@@ -124,7 +124,11 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
                               const std::vector<double>& stage_params) {
   const Plan& p = layout.plan;
   const int64_t mb = layout.microbatches;
+  const int v = p.schedule == Schedule::kInterleaved ? p.vp : 1;
   int64_t best = 0;
+  // Stage st cannot start before micro-batch 0 has gone forward through the
+  // first chunk of every earlier stage.
+  int64_t start_delay = 0;
   for (int st = 0; st < p.pp; ++st) {
     const int64_t layers = layout.stage_layers[static_cast<size_t>(st)];
     int64_t work = layers * (s.layer_times.forward_ps + s.layer_times.backward_ps);
@@ -132,8 +136,9 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
     if (st == p.pp - 1) work += s.output_forward_ps + s.output_backward_ps;
     // Naive model parallel: one stage busy at a time, so the step is at least
     // the sum over stages.
-    int64_t total = mb * work + optimizer_ps(c, layout, stage_params[static_cast<size_t>(st)]);
+    int64_t total = start_delay + mb * work + optimizer_ps(c, layout, stage_params[static_cast<size_t>(st)]);
     best = std::max(best, total);
+    start_delay += (layers / v) * s.layer_times.forward_ps + (st == 0 ? s.embedding_forward_ps : 0);
   }
   if (p.schedule == Schedule::kNaive && p.pp > 1) {
     int64_t sum = 0;

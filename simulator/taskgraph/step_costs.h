@@ -44,9 +44,11 @@ StepCosts step_costs(const ModelSpec& model, const ClusterSpec& cluster, const P
 // the host.
 int64_t optimizer_ps(const ClusterSpec& cluster, const Layout& layout, double stage_params);
 
-// A lower bound on the simulated step time: the busiest rank's own work (its
-// layers' forward and backward for every micro-batch, embedding/output, and
-// the optimizer).  Never above simulate_step's step time (tested).
+// A lower bound on the simulated step time: over pipeline stages, the time
+// micro-batch 0 needs to reach the stage (the first chunk's forward on every
+// earlier stage) plus the stage's own work (its layers' forward and backward
+// for every micro-batch, embedding/output, optimizer).  Never above
+// simulate_step's step time (tested).
 int64_t step_time_lower_bound(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                               const StepCosts& costs, const std::vector<double>& stage_params);
 
