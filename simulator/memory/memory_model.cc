@@ -19,8 +19,8 @@ constexpr double kCublasWorkspaceBytes = 32.0 * 1024 * 1024;
 // NCCL: NCCL_BUFFSIZE 4 MiB per channel and peer direction; with ~16 channels
 // about 128 MiB per communicator in use.
 constexpr double kNcclBytesPerCommunicator = 128.0 * 1024 * 1024;
-// Gradient reduce buckets (PyTorch DDP bucket_cap_mb = 25, double buffered).
-constexpr double kBucketBytes = 2 * 25e6;
+// Gradient reduce buckets (PyTorch DDP bucket_cap_mb = 25 MiB, double buffered).
+constexpr double kBucketBytes = 2 * 25.0 * 1024 * 1024;
 // Caching-allocator fragmentation: reserved exceeds allocated by about 5% in
 // steady-state training (PyTorch memory stats, reserved vs allocated; ZeRO
 // paper Sec. 3.2 notes OOM with >30% free in the worst case).

@@ -24,7 +24,7 @@ namespace trainplan {
 struct SimulateOptions {
   bool representative = true;   // one rank per pipeline stage
   bool trace = false;           // build a Chrome trace
-  double bucket_bytes = 25e6;
+  double bucket_bytes = 25.0 * 1024 * 1024;
 };
 
 struct TimeBreakdown {  // seconds, averaged over ranks

@@ -75,6 +75,14 @@ class Lowerer {
     out_.layer = sc_.layer_times;
     out_.comm_slowdown = sc_.comm_slowdown;
     layer_grad_bytes_ = grad_bytes(p_.precision, p_.grad_dtype);
+    {
+      // The largest parameter tensor of a layer on this TP rank: the fused
+      // QKV weight or an MLP weight (SwiGLU: fused gate+up).
+      const double h = static_cast<double>(m_.hidden);
+      const double kvd = static_cast<double>(m_.kv_heads * m_.head_dim());
+      const double f = static_cast<double>(m_.ffn_hidden);
+      largest_tensor_params_ = std::max(h * (h + 2 * kvd), h * f * (m_.mlp == MlpKind::kSwiglu ? 2 : 1)) / p_.tp;
+    }
     emb_f_ = sc_.embedding_forward_ps;
     emb_b_ = sc_.embedding_backward_ps;
     emb_tp_f_ = sc_.embedding_tp_forward_ps;
@@ -463,10 +471,19 @@ class Lowerer {
           if (p_.zero == 3) {
             reduce(k, e.grad_params);  // every micro-batch, per layer
           } else if (e.last_backward) {
-            bucket += e.grad_params;
-            // A bucket closes when full or when the chunk's last layer (layer 0
-            // in backward order) is done.
-            if (bucket * gbytes >= opt_.bucket_bytes || e.layer <= 0) {
+            // PyTorch DDP fills buckets tensor by tensor and closes one once it
+            // reaches the cap, so a bucket is at most cap + one tensor: walk
+            // the layer's gradients in tensor-sized pieces.
+            const int pieces = std::max(1, static_cast<int>(std::ceil(e.grad_params / largest_tensor_params_)));
+            for (int piece = 0; piece < pieces; ++piece) {
+              bucket += e.grad_params / pieces;
+              if (bucket * gbytes >= opt_.bucket_bytes) {
+                reduce(k, bucket);
+                bucket = 0;
+              }
+            }
+            // The chunk's last layer (layer 0 in backward order) flushes.
+            if (e.layer <= 0 && bucket > 0) {
               reduce(k, bucket);
               bucket = 0;
             }
@@ -501,6 +518,7 @@ class Lowerer {
   int64_t emb_f_ = 0, emb_b_ = 0, emb_tp_f_ = 0, emb_tp_b_ = 0;
   int64_t out_f_ = 0, out_b_ = 0, out_tp_f_ = 0, out_tp_b_ = 0;
   double layer_grad_bytes_ = 4;
+  double largest_tensor_params_ = 1;
   int v_ = 1;
   PipelineSchedule schedule_;
   std::vector<std::vector<Chunk>> chunks_;

@@ -32,8 +32,8 @@ namespace trainplan {
 
 struct LoweringOptions {
   bool representative = true;
-  // Gradient bucket size (PyTorch DDP bucket_cap_mb default 25 MB).
-  double bucket_bytes = 25e6;
+  // Gradient bucket size (PyTorch DDP bucket_cap_mb = 25, i.e. 25 MiB).
+  double bucket_bytes = 25.0 * 1024 * 1024;
 };
 
 struct RankCoord {

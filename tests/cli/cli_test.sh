@@ -162,8 +162,8 @@ expect_error "bad flag and bad model file: the flag is reported" \
   memory --model "$DATA/model_unknown_key.json" --cluster dgx-a100 --gpus 8 --tp 0
 
 # Errors found by CLI11 itself (wording of the CLI11 packaged with the build).
-expect_error "missing --model (CLI11)" \
-  "trainplan: --model is required" \
+expect_error "missing --model" \
+  "trainplan: --model: is required; give --model NAME, or --plan plan.json" \
   memory --cluster dgx-a100 --gpus 8
 
 expect_error "non-numeric --tp (CLI11)" \

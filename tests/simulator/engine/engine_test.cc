@@ -232,6 +232,21 @@ TEST_CASE("Engine: comm_slowdown stretches compute by (1 + k) while a member's c
     CHECK(start_of(r, m) == 200'000);
     CHECK(std::llabs(end_of(r, c) - 1'080'000) <= 1);
   }
+  SECTION("compute starting while the comm runs: [1e5, 1e6) slowed, then full speed") {
+    // Starts at 1e5 (after rank 1's task); by 1e6 it has done 9e5 / 1.25 =
+    // 7.2e5 of its 1e6; 2.8e5 left: end = 1.28e6.
+    TaskGraph g = graph_with_ranks(2);
+    const int32_t ch = g.add_channel();
+    const int32_t delay = compute(g, 1, 100'000);
+    const int32_t c = compute(g, 0, 1'000'000);
+    g.add_dep(delay, c);
+    comm(g, ch, 1'000'000, 0.0, 0.0, {0});
+    g.finalize();
+    FlowNetwork net;
+    const EngineResult r = run(g, net, opt);
+    CHECK(start_of(r, c) == 100'000);
+    CHECK(std::llabs(end_of(r, c) - 1'280'000) <= 1);
+  }
   SECTION("a comm task of another rank does not slow this one") {
     TaskGraph g = graph_with_ranks(2);
     const int32_t ch = g.add_channel();

@@ -131,8 +131,8 @@ TEST_CASE("ClusterSpec: bad cluster JSON is rejected with the exact message", "[
   }
   SECTION("unknown key inside gpu lists the gpu keys") {
     REQUIRE_THROWS_WITH(parse_cluster(edited("\"name\": \"X\",", "\"name\": \"X\", \"colour\": 1,"), "c.json"),
-                        "c.json: /gpu/colour: unknown key; allowed: gemm_efficiency, hbm_bandwidth, hbm_efficiency, "
-                        "memory, name, peak, sm_count, source");
+                        "c.json: /gpu/colour: unknown key; allowed: attention_efficiency, gemm_efficiency, hbm_bandwidth, "
+                        "hbm_efficiency, memory, name, peak, sm_count, source");
   }
   SECTION("unknown dtype under peak lists the dtypes") {
     REQUIRE_THROWS_WITH(parse_cluster(edited("\"fp32\": \"19.5TFLOP/s\"", "\"fp32\": \"19.5TFLOP/s\", \"int8\": \"1TFLOP/s\""),
