@@ -6,7 +6,8 @@ Usage: python3 tools/accuracy.py [--trainplan build/planner/trainplan]
        [--reference ../shared/reference/published_dev.json] [--out docs/accuracy.md]
 
 Each row is mapped to `trainplan simulate` flags by fixed rules (below), not
-tuned per row: the model shape comes from the row; the cluster from the GPU;
+tuned per row: the model shape comes from the row; the cluster from the GPU and its fabric (Jean Zay's Omni-Path A100 nodes
+for BLOOM, a DGX A100 otherwise, a DGX H100 for H100);
 the attention kernel from the year (FlashAttention from 2023 on); the
 micro-batch from the row, else the largest power of two <= gbs/dp that fits.
 """
@@ -51,6 +52,9 @@ def model_file(row, tmp):
 
 def cluster_for(row):
     gpu = row["hardware"]["gpu"]
+    inter = row["hardware"].get("inter_node") or ""
+    if gpu.startswith("A100") and "Omni-Path" in inter:
+        return "jean-zay-a100"
     if gpu.startswith("A100"):
         return "dgx-a100"
     if gpu.startswith("H100"):
