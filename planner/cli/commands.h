@@ -15,6 +15,9 @@ void register_memory_command(CLI::App* app, int* status);
 void register_simulate_command(CLI::App* app, int* status);
 void register_recommend_command(CLI::App* app, int* status);
 void register_export_command(CLI::App* app, int* status);
+// calibrate and validate start a backend (MPI_Init takes argc/argv).
+void register_calibrate_command(CLI::App* app, int* status, int* argc, char*** argv);
+void register_validate_command(CLI::App* app, int* status, int* argc, char*** argv);
 
 }  // namespace trainplan
 

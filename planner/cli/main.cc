@@ -1,7 +1,8 @@
 // trainplan: which parallel layout fits this model on this cluster, how fast
 // it runs, and why the alternatives lose.
 //
-// Exit codes: 0 answered (including "this plan does not fit"), 2 bad input.
+// Exit codes: 0 answered (including "this plan does not fit"), 1 a device or
+// runtime failure (or wrong data in calibrate), 2 bad input.
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
   trainplan::register_simulate_command(&app, &status);
   trainplan::register_recommend_command(&app, &status);
   trainplan::register_export_command(&app, &status);
+  trainplan::register_calibrate_command(&app, &status, &argc, &argv);
+  trainplan::register_validate_command(&app, &status, &argc, &argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -36,6 +39,10 @@ int main(int argc, char** argv) {
   } catch (const trainplan::InputError& e) {
     std::fprintf(stderr, "trainplan: %s\n", e.what());
     return 2;
+  } catch (const std::exception& e) {
+    // A device or runtime failure (CUDA, NCCL, MPI): not bad input.
+    std::fprintf(stderr, "trainplan: error: %s\n", e.what());
+    return 1;
   }
   return status;
 }

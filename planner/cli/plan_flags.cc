@@ -7,12 +7,14 @@
 
 #include "planner/plan/plan_file.h"
 #include "simulator/core/error.h"
+#include "simulator/spec/calibration.h"
 
 namespace trainplan {
 
 void add_plan_flags(CLI::App* app, PlanFlags* f) {
   f->app = app;
   app->add_option("--plan", f->plan_file, "plan.json (from `recommend --save`) instead of the flags below");
+  app->add_option("--calibration", f->calibration, "calibration.json from `trainplan calibrate` (overrides the cluster's figures)");
   app->add_option("--model", f->model, "model name (see `trainplan models`) or path to a model JSON");
   app->add_option("--cluster", f->cluster, "cluster name (see `trainplan clusters`) or path to a cluster JSON");
   app->add_option("--nodes", f->nodes, "number of nodes");
@@ -98,6 +100,7 @@ Job to_job(const PlanFlags& f) {
     job.cluster = load_cluster(pf.cluster);
     job.gpus = pf.gpus;
     job.plan = pf.plan;
+    if (!f.calibration.empty()) apply_calibration(load_calibration(f.calibration), "--calibration", &job.cluster);
     return job;
   }
   if (f.model.empty()) throw_input_error("--model", "", "is required", "give --model NAME, or --plan plan.json");
@@ -137,6 +140,7 @@ Job to_job(const PlanFlags& f) {
 
   job.model = load_model(f.model);
   job.cluster = load_cluster(f.cluster);
+  if (!f.calibration.empty()) apply_calibration(load_calibration(f.calibration), "--calibration", &job.cluster);
   if (f.nodes != PlanFlags::kUnset) {
     job.gpus = gpus_of_nodes(job.cluster, f.nodes);
   } else {

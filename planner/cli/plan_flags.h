@@ -22,6 +22,7 @@ namespace trainplan {
 
 struct PlanFlags {
   std::string plan_file;      // --plan plan.json (replaces the other flags)
+  std::string calibration;    // --calibration calibration.json (overlays the cluster)
   CLI::App* app = nullptr;    // to tell which flags were given
   std::string model;
   std::string cluster;

@@ -1,5 +1,6 @@
 // `trainplan recommend`: search every layout, simulate the best, rank them
-// and explain why the others lose.
+// and explain why the others lose.  With the fault options (stragglers,
+// failures, --train-tokens) plans are ranked by expected time to train.
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "planner/plan/plan_file.h"
 #include "planner/search/search.h"
 #include "simulator/core/error.h"
+#include "simulator/faults/faults.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 
@@ -32,11 +34,38 @@ struct RecommendFlags {
   std::string strategies;
   std::string save;
   bool json = false;
+  FaultFlags faults;
+  CLI::App* app = nullptr;
   static constexpr int64_t PlanFlagsUnset = INT64_MIN;
 };
 
+// The fields that tell plans of one search apart (gbs, seq, dtypes are fixed).
+std::string short_plan(const Plan& q) {
+  std::ostringstream s;
+  s << "tp=" << q.tp << " pp=" << q.pp << " dp=" << q.dp << " cp=" << q.cp << " vp=" << q.vp << " zero=" << q.zero;
+  if (q.shard_group) s << " shard=" << q.shard_group;
+  s << " mbs=" << q.mbs << " " << to_string(q.schedule) << " recompute=" << to_string(q.recompute)
+    << " sp=" << (q.sp ? "on" : "off");
+  if (q.dp_mode != DpMode::kSync) s << " " << to_string(q.dp_mode);
+  if (q.offload != Offload::kNone) s << " offload=" << to_string(q.offload);
+  return s.str();
+}
+
+std::string days(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", s / 86400);
+  return buf;
+}
+
 int run_recommend(const RecommendFlags& f) {
+  FaultFlags fault_flags = f.faults;
+  for (const FaultFlagInfo& info : fault_flag_table(&fault_flags)) {
+    if (f.app != nullptr && f.app->count(info.name) > 0 && info.value->empty()) {
+      throw_input_error(info.name, "", "empty value", "");
+    }
+  }
   SearchOptions o;
+  o.faults = parse_fault_flags(f.faults);
   if (f.top < 1 || f.top > 1000) throw_input_error("--top", "", "must be between 1 and 1000, got " + std::to_string(f.top), "");
   if (f.seq < 0 || f.seq > (int64_t{1} << 24)) throw_input_error("--seq", "", "must be between 1 and 16777216", "");
   o.top_k = f.top;
@@ -112,9 +141,46 @@ int run_recommend(const RecommendFlags& f) {
     j["exposed_comm_fraction"] = rounded(p.report.exposed_comm_fraction, 4);
     j["lower_bound_s"] = rounded(p.lower_bound_s, 6);
     j["limit"] = p.limit;
+    if (p.has_faults) {
+      const FaultReport& fr = p.faults;
+      if (fr.has_stragglers) j["straggler_tax"] = rounded(fr.stragglers.tax, 4);
+      if (fr.has_time_to_train) {
+        j["goodput"] = rounded(fr.goodput, 4);
+        j["time_to_train_s"] = {{"mean", rounded(fr.time_to_train_mean_s, 1)},
+                                {"p50", rounded(fr.time_to_train_p50_s, 1)},
+                                {"p90", rounded(fr.time_to_train_p90_s, 1)},
+                                {"expected", rounded(fr.time_to_train_expected_s, 1)}};
+      }
+      if (fr.has_failures) {
+        j["failures_per_hour"] = rounded(fr.failures.rate_per_hour, 6);
+        j["checkpoint_interval_s"] = rounded(fr.failures.interval_s, 3);
+        j["young_daly_interval_s"] = rounded(fr.failures.young_interval_s, 3);
+      }
+      j["score_s"] = rounded(p.score_s, 3);
+    }
     plans.push_back(j);
   }
   out["plans"] = plans;
+  nlohmann::json worlds = nlohmann::json::array();
+  for (const WorldBest& w : r.worlds) {
+    const FaultReport& fr = w.best.faults;
+    worlds.push_back({{"gpus", w.gpus},
+                      {"plan", plan_to_json(w.best.layout.plan)},
+                      {"step_time_s", rounded(w.best.report.step_time_s, 6)},
+                      {"failures_per_hour", rounded(fr.failures.rate_per_hour, 6)},
+                      {"goodput", rounded(fr.goodput, 4)},
+                      {"time_to_train_s", {{"mean", rounded(fr.time_to_train_mean_s, 1)},
+                                           {"p50", rounded(fr.time_to_train_p50_s, 1)},
+                                           {"p90", rounded(fr.time_to_train_p90_s, 1)},
+                                           {"expected", rounded(fr.time_to_train_expected_s, 1)}}}});
+  }
+  if (!r.worlds.empty()) out["worlds"] = worlds;
+  if (o.faults.any()) {
+    out["ranked_by"] = o.faults.train_tokens > 0 ? "expected time to train" : "step time with stragglers";
+    out["seed"] = o.faults.seed;
+  } else {
+    out["ranked_by"] = "step time";
+  }
   out["rejected"] = r.rejected;
   nlohmann::json fam = nlohmann::json::array();
   for (const FamilyVerdict& v : r.families) fam.push_back({{"family", v.family}, {"verdict", v.verdict}});
@@ -151,18 +217,43 @@ int run_recommend(const RecommendFlags& f) {
                 to_gib(r.min_peak_bytes), to_gib(static_cast<double>(cluster.gpu.memory)));
     for (const std::string& a : r.advice) std::printf("  with %s\n", a.c_str());
   } else {
-    std::printf("%4s %6s %3s %3s %5s %3s %3s %4s %4s %5s %-9s %-3s %-11s %11s %12s %6s %9s\n", "rank", "gpus", "tp", "pp", "dp",
+    const bool ttt = o.faults.train_tokens > 0;
+    const bool tax = o.faults.stragglers_given;
+    if (o.faults.any()) {
+      std::printf("# ranked by %s\n", ttt ? "expected time to train (closed form; p50/p90 from the Monte Carlo in --json)"
+                                          : "step time with stragglers");
+    }
+    std::printf("%4s %6s %3s %3s %5s %3s %3s %4s %4s %5s %-9s %-3s %-11s %11s %12s %6s %9s", "rank", "gpus", "tp", "pp", "dp",
                 "cp", "vp", "zero", "shrd", "mbs", "recompute", "sp", "schedule", "step(s)", "tokens/s", "MFU",
                 "mem(GiB)");
+    if (tax) std::printf(" %7s", "tax");
+    if (o.faults.failures_given) std::printf(" %8s %8s", "fail/h", "goodput");
+    if (ttt) std::printf(" %9s", "TTT(d)");
+    std::printf("\n");
     int rank = 1;
     for (const RankedPlan& p : r.plans) {
       const Plan& q = p.layout.plan;
-      std::printf("%4d %6d %3d %3d %5d %3d %3d %4d %4d %5lld %-9s %-3s %-11s %11.4f %12.0f %5.1f%% %9.2f\n", rank++,
+      std::printf("%4d %6d %3d %3d %5d %3d %3d %4d %4d %5lld %-9s %-3s %-11s %11.4f %12.0f %5.1f%% %9.2f", rank++,
                   p.layout.gpus, q.tp, q.pp,
                   q.dp, q.cp, q.vp, q.zero, q.shard_group, static_cast<long long>(q.mbs), to_string(q.recompute),
                   q.sp ? "on" : "off", to_string(q.schedule), p.report.step_time_s, p.report.tokens_per_s,
                   100 * p.report.mfu, to_gib(p.report.peak_memory_bytes));
+      if (tax) std::printf(" %6.1f%%", 100 * p.faults.stragglers.tax);
+      if (o.faults.failures_given) std::printf(" %8.3f %7.1f%%", p.faults.failures.rate_per_hour, 100 * p.faults.goodput);
+      if (ttt) std::printf(" %9s", days(p.faults.time_to_train_expected_s).c_str());
+      std::printf("\n");
       std::printf("       %s: %s\n", p.family.c_str(), p.limit.c_str());
+    }
+  }
+  if (!r.worlds.empty() && !r.plans.empty()) {
+    std::printf("best plan per world size (a larger world fails more often):\n");
+    std::printf("  %6s %10s %8s %8s %9s %9s  %s\n", "gpus", "step(s)", "fail/h", "goodput", "TTT(d)", "vs best", "plan");
+    const double best = r.plans.front().score_s;
+    for (const WorldBest& w : r.worlds) {
+      const FaultReport& fr = w.best.faults;
+      std::printf("  %6d %10.4f %8.3f %7.1f%% %9s %+8.1f%%  %s\n", w.gpus, w.best.report.step_time_s,
+                  fr.failures.rate_per_hour, 100 * fr.goodput, days(fr.time_to_train_expected_s).c_str(),
+                  100 * (w.best.score_s / best - 1), short_plan(w.best.layout.plan).c_str());
     }
   }
   std::printf("why the others lose:\n");
@@ -190,6 +281,8 @@ void register_recommend_command(CLI::App* app, int* status) {
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload or all");
   cmd->add_option("--save", f.save, "write the best plan to this plan.json");
   cmd->add_flag("--json", f.json, "JSON output");
+  for (const FaultFlagInfo& info : fault_flag_table(&f.faults)) cmd->add_option(info.name, *info.value, info.help)->type_name(info.type_name);
+  f.app = cmd;
   cmd->callback([status] { *status = run_recommend(f); });
 }
 

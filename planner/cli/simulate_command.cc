@@ -1,6 +1,9 @@
 // `trainplan simulate`: one training step through the discrete-event
 // simulator: step time, throughput, MFU/HFU, bubble, exposed communication,
-// memory per stage and where the time goes.
+// memory per stage and where the time goes; with the fault options
+// (simulator/faults/faults.h), the straggler tax, goodput under failures and
+// the expected time to train.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -10,6 +13,7 @@
 #include "planner/cli/output.h"
 #include "planner/cli/plan_flags.h"
 #include "simulator/core/error.h"
+#include "simulator/faults/faults.h"
 #include "simulator/report/step_report.h"
 
 namespace trainplan {
@@ -21,9 +25,170 @@ struct SimulateFlags {
   bool json = false;
   bool full = false;
   std::string trace;
+  FaultFlags faults;
+  CLI::App* app = nullptr;
 };
 
+// "42.0 s", "12.5 min", "3.09 h", "54.2 d".
+std::string human_duration(double s) {
+  char buf[64];
+  if (s < 120) std::snprintf(buf, sizeof buf, "%.1f s", s);
+  else if (s < 2 * 3600) std::snprintf(buf, sizeof buf, "%.1f min", s / 60);
+  else if (s < 2 * 86400) std::snprintf(buf, sizeof buf, "%.2f h", s / 3600);
+  else std::snprintf(buf, sizeof buf, "%.1f d", s / 86400);
+  return buf;
+}
+
+nlohmann::json spread_json(const ArrivalSpread& a) {
+  return {{"syncs", a.syncs},
+          {"std_mean_ms", rounded(a.std_mean_s * 1e3, 3)},
+          {"range_mean_ms", rounded(a.range_mean_s * 1e3, 3)},
+          {"range_p90_ms", rounded(a.range_p90_s * 1e3, 3)},
+          {"range_max_ms", rounded(a.range_max_s * 1e3, 3)}};
+}
+
+nlohmann::json staleness_json(const Staleness& s) {
+  return {{"mean", rounded(s.mean, 3)}, {"p90", s.p90}, {"max", s.max}, {"samples", s.samples}};
+}
+
+// Adds the fault fields to `out` (DESIGN: fields carry their unit).
+void faults_to_json(const FaultReport& fr, const FaultConfig& cfg, nlohmann::json& out) {
+  out["seed"] = cfg.seed;
+  if (fr.has_stragglers) {
+    const StragglerReport& s = fr.stragglers;
+    out["straggler_tax"] = rounded(s.tax, 4);
+    nlohmann::json j;
+    j["spec"] = cfg.stragglers.text;
+    j["sampled_steps"] = s.samples;
+    j["simulated_ranks"] = s.simulated_ranks;
+    j["step_time_s"] = {{"without", rounded(s.base_step_s, 6)}, {"mean", rounded(s.step_mean_s, 6)},
+                        {"p50", rounded(s.step_p50_s, 6)},      {"p90", rounded(s.step_p90_s, 6)},
+                        {"max", rounded(s.step_max_s, 6)}};
+    j["gpu_busy_fraction"] = {{"without", rounded(s.base_busy_fraction, 4)}, {"with", rounded(s.busy_fraction, 4)}};
+    j["sync_arrival_spread"] = {{"without", spread_json(s.base_arrivals)}, {"with", spread_json(s.arrivals)}};
+    j["jitter_max_tax"] = rounded(s.jitter_max_tax, 4);
+    if (s.async) {
+      j["tokens_per_s"] = {{"without", rounded(s.base_tokens_per_s, 1)}, {"with", rounded(s.tokens_per_s, 1)}};
+      j["staleness"] = {{"without", staleness_json(s.base_staleness)}, {"with", staleness_json(s.staleness)}};
+    }
+    out["stragglers"] = j;
+  }
+  if (fr.has_time_to_train) {
+    out["train_tokens"] = cfg.train_tokens;
+    out["steps"] = fr.steps;
+    out["goodput"] = rounded(fr.goodput, 4);
+    out["time_to_train_s"] = {{"mean", rounded(fr.time_to_train_mean_s, 1)},
+                              {"p50", rounded(fr.time_to_train_p50_s, 1)},
+                              {"p90", rounded(fr.time_to_train_p90_s, 1)},
+                              {"expected", rounded(fr.time_to_train_expected_s, 1)},
+                              {"fault_free", rounded(static_cast<double>(fr.steps) * fr.base_step_s, 1)}};
+  }
+  if (fr.has_failures) {
+    const FailureReport& f = fr.failures;
+    out["checkpoint_interval_s"] = rounded(f.interval_s, 3);
+    out["young_daly_interval_s"] = rounded(f.young_interval_s, 3);
+    nlohmann::json j;
+    j["rate_per_hour"] = rounded(f.rate_per_hour, 6);
+    j["job_mtbf_s"] = rounded(f.job_mtbf_s, 1);
+    j["mtbf_gpu_s"] = cfg.failures.mtbf_gpu_s;
+    j["mtbf_node_s"] = cfg.failures.mtbf_node_s;
+    j["detect_s"] = cfg.failures.detect_s;
+    j["restart_s"] = cfg.failures.restart_s;
+    j["storage_bandwidth_gb_per_s"] = rounded(cfg.failures.storage_bytes_per_s * 1e-9, 3);
+    j["checkpoint"] = {{"size_gib", rounded(to_gib(f.checkpoint.total_bytes), 3)},
+                       {"written_per_gpu_gib", rounded(to_gib(f.checkpoint.per_gpu_written_bytes), 4)},
+                       {"state_per_gpu_gib", rounded(to_gib(f.checkpoint.per_gpu_state_bytes), 4)},
+                       {"write_s", rounded(f.checkpoint.write_s, 3)},
+                       {"load_s", rounded(f.checkpoint.load_s, 3)}};
+    j["interval"] = {{"mode", f.auto_interval ? "auto" : "given"},
+                     {"steps", f.interval_steps},
+                     {"seconds", rounded(f.interval_s, 3)},
+                     {"optimal_continuous_s", rounded(f.optimal_interval_s, 3)},
+                     {"young_s", rounded(f.young_interval_s, 3)},
+                     {"daly_s", rounded(f.daly_interval_s, 3)}};
+    j["goodput_expected"] = rounded(f.goodput_expected, 4);
+    j["goodput_at_young_interval"] = rounded(f.goodput_young, 4);
+    j["runs"] = f.mc.runs;
+    j["failures_mean"] = rounded(f.mc.failures_mean, 2);
+    const WallBreakdown& b = f.mc.breakdown;
+    j["wall_breakdown_s"] = {{"useful", rounded(b.useful, 1)},     {"checkpoint", rounded(b.checkpoint, 1)},
+                             {"lost", rounded(b.lost, 1)},         {"downtime", rounded(b.downtime, 1)},
+                             {"load", rounded(b.load, 1)}};
+    nlohmann::json sweep = nlohmann::json::array();
+    for (const IntervalPoint& pt : f.sweep) {
+      sweep.push_back({{"interval_s", rounded(pt.interval_s, 3)}, {"goodput", rounded(pt.goodput, 4)}});
+    }
+    j["interval_sweep"] = sweep;
+    out["failures"] = j;
+  }
+}
+
+void print_faults(const FaultReport& fr, const FaultConfig& cfg, int gpus) {
+  if (fr.has_stragglers) {
+    const StragglerReport& s = fr.stragglers;
+    std::printf("stragglers       %s (%d sampled steps, %d ranks simulated, seed %llu)\n", cfg.stragglers.text.c_str(),
+                s.samples, s.simulated_ranks, static_cast<unsigned long long>(cfg.seed));
+    std::printf("  step time      %.4f s -> %.4f s mean (p50 %.4f, p90 %.4f): straggler tax %.1f%%\n", s.base_step_s,
+                s.step_mean_s, s.step_p50_s, s.step_p90_s, 100 * s.tax);
+    std::printf("  GPU busy       %.1f%% -> %.1f%% of the step in compute kernels\n", 100 * s.base_busy_fraction,
+                100 * s.busy_fraction);
+    if (s.arrivals.syncs > 0) {
+      std::printf("  gradient sync  arrival spread (last - first rank) mean %.2f ms, p90 %.2f ms, max %.2f ms; std %.2f ms\n",
+                  s.arrivals.range_mean_s * 1e3, s.arrivals.range_p90_s * 1e3, s.arrivals.range_max_s * 1e3,
+                  s.arrivals.std_mean_s * 1e3);
+    }
+    if (s.jitter_max_tax > 0) {
+      std::printf("  bound          E[max of %d jitter factors] - 1 = %.1f%% (the tax of a compute-bound step)\n", gpus,
+                  100 * s.jitter_max_tax);
+    }
+    if (s.async) {
+      std::printf("  async          %.0f -> %.0f tokens/s; staleness mean %.2f -> %.2f, p90 %.0f, max %.0f\n",
+                  s.base_tokens_per_s, s.tokens_per_s, s.base_staleness.mean, s.staleness.mean, s.staleness.p90,
+                  s.staleness.max);
+    }
+  }
+  if (fr.has_failures) {
+    const FailureReport& f = fr.failures;
+    const FailureModel& m = cfg.failures;
+    auto hours = [](double s) { return s > 0 ? fixed(s / 3600, 0) + " h" : std::string("never"); };
+    std::printf("failures         MTBF per GPU %s, per node %s: the job fails every %s (%.3f per hour)\n",
+                hours(m.mtbf_gpu_s).c_str(), hours(m.mtbf_node_s).c_str(), human_duration(f.job_mtbf_s).c_str(),
+                f.rate_per_hour);
+    std::printf("  checkpoint     %.1f GiB (weights + optimizer), %.3f GiB written per GPU; write %s, load %s at %.1f GB/s\n",
+                to_gib(f.checkpoint.total_bytes), to_gib(f.checkpoint.per_gpu_written_bytes),
+                human_duration(f.checkpoint.write_s).c_str(), human_duration(f.checkpoint.load_s).c_str(),
+                m.storage_bytes_per_s * 1e-9);
+    std::printf("  recovery       detect %s + restart %s + load %s\n", human_duration(m.detect_s).c_str(),
+                human_duration(m.restart_s).c_str(), human_duration(f.checkpoint.load_s).c_str());
+    std::printf("  interval       %s (%lld steps, %s); optimum %s, Young %s, Daly %s\n", human_duration(f.interval_s).c_str(),
+                static_cast<long long>(f.interval_steps), f.auto_interval ? "auto" : "given",
+                human_duration(f.optimal_interval_s).c_str(), human_duration(f.young_interval_s).c_str(),
+                human_duration(f.daly_interval_s).c_str());
+    std::printf("  goodput        %.1f%% (closed form %.1f%%; at Young's interval %.1f%%)\n", 100 * f.goodput,
+                100 * f.goodput_expected, 100 * f.goodput_young);
+    const WallBreakdown& b = f.mc.breakdown;
+    const double w = f.mc.mean_s;
+    std::printf("  where it goes  useful %.1f%%, checkpoint %.1f%%, lost work %.1f%%, down %.1f%%, load %.1f%%; %.1f failures\n",
+                100 * b.useful / w, 100 * b.checkpoint / w, 100 * b.lost / w, 100 * b.downtime / w, 100 * b.load / w,
+                f.mc.failures_mean);
+  }
+  if (fr.has_time_to_train) {
+    std::printf("time to train    %lld steps: p50 %s, p90 %s, mean %s (fault-free %s)%s\n", static_cast<long long>(fr.steps),
+                human_duration(fr.time_to_train_p50_s).c_str(), human_duration(fr.time_to_train_p90_s).c_str(),
+                human_duration(fr.time_to_train_mean_s).c_str(),
+                human_duration(static_cast<double>(fr.steps) * fr.base_step_s).c_str(),
+                fr.has_failures ? (" over " + std::to_string(fr.failures.mc.runs) + " Monte Carlo runs").c_str() : "");
+  }
+}
+
 int run_simulate(const SimulateFlags& f) {
+  FaultFlags fault_flags = f.faults;
+  for (const FaultFlagInfo& info : fault_flag_table(&fault_flags)) {
+    if (f.app != nullptr && f.app->count(info.name) > 0 && info.value->empty()) {
+      throw_input_error(info.name, "", "empty value", "");
+    }
+  }
+  const FaultConfig faults = parse_fault_flags(f.faults);
   Job job = to_job(f.plan);
   Layout layout = resolve_plan(job.model, job.cluster, job.gpus, job.plan);
   nlohmann::json out;
@@ -88,6 +253,12 @@ int run_simulate(const SimulateFlags& f) {
   out["simulated_ranks"] = rep.simulated_ranks;
   out["tasks"] = rep.tasks;
   out["events"] = rep.events;
+  FaultReport fr;
+  if (faults.any()) {
+    const double tokens_per_step = static_cast<double>(layout.plan.gbs) * static_cast<double>(layout.plan.seq);
+    fr = evaluate_faults(job.model, job.cluster, layout, rep.step_time_s, tokens_per_step, faults);
+    faults_to_json(fr, faults, out);
+  }
   if (f.json) {
     std::cout << out.dump(2) << "\n";
     return 0;
@@ -122,6 +293,7 @@ int run_simulate(const SimulateFlags& f) {
   }
   std::printf("peak %.2f GiB of %.2f GiB: %s\n", to_gib(rep.peak_memory_bytes), to_gib(rep.capacity_bytes),
               rep.fits ? "fits" : "DOES NOT FIT");
+  if (faults.any()) print_faults(fr, faults, layout.gpus);
   return 0;
 }
 
@@ -134,6 +306,8 @@ void register_simulate_command(CLI::App* app, int* status) {
   cmd->add_flag("--json", flags.json, "JSON output");
   cmd->add_flag("--full", flags.full, "simulate every rank instead of one representative rank per stage");
   cmd->add_option("--trace", flags.trace, "write a Chrome trace (open in Perfetto) to this file");
+  for (const FaultFlagInfo& info : fault_flag_table(&flags.faults)) cmd->add_option(info.name, *info.value, info.help)->type_name(info.type_name);
+  flags.app = cmd;
   cmd->callback([status] { *status = run_simulate(flags); });
 }
 

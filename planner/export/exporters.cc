@@ -1,2 +1,1143 @@
-// (being written)
+// Exporters: a resolved plan as Megatron-LM arguments, a DeepSpeed config,
+// a torchtitan TOML or a PyTorch FSDP2/DDP script.
+//
+// The rules each exporter enforces are the framework's own, taken from its
+// source (the file is named next to each rule), so that a refusal here is a
+// launch failure there:
+//   Megatron-LM  megatron/training/arguments.py (validate_args and the
+//                argument definitions).
+//   DeepSpeed    docs/_pages/config-json.md, deepspeed/runtime/pipe/engine.py
+//                (PipelineEngine asserts ZeRO stage < 2), and
+//                Megatron-DeepSpeed megatron/arguments.py.
+//   torchtitan   torchtitan/config/job_config.py,
+//                torchtitan/models/llama3/infra/parallelize.py,
+//                torchtitan/distributed/parallel_dims.py.
+//   PyTorch      torch.distributed.fsdp.fully_shard, DeviceMesh,
+//                torch.distributed.tensor.parallel, DistributedDataParallel.
 #include "planner/export/exporters.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "simulator/core/error.h"
+
+namespace trainplan {
+
+const char* to_string(ExportTarget t) {
+  switch (t) {
+    case ExportTarget::kMegatron: return "megatron";
+    case ExportTarget::kDeepSpeed: return "deepspeed";
+    case ExportTarget::kTorchtitan: return "torchtitan";
+    case ExportTarget::kFsdp: return "fsdp";
+  }
+  return "?";
+}
+
+std::optional<ExportTarget> export_target_from_string(const std::string& name) {
+  for (ExportTarget t : {ExportTarget::kMegatron, ExportTarget::kDeepSpeed, ExportTarget::kTorchtitan,
+                         ExportTarget::kFsdp}) {
+    if (name == to_string(t)) return t;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Training hyper-parameters the plan does not fix.  Written out so that the
+// configs run as they are; the values are the Llama 3 / GPT-3 recipe ones
+// (AdamW beta2 0.95, weight decay 0.1, clip 1.0, init std 0.02).
+constexpr const char* kLearningRate = "3.0e-4";
+constexpr const char* kMinLearningRate = "3.0e-5";
+constexpr int kTrainIters = 1000;
+constexpr int kWarmupIters = 100;
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+ExportResult refuse(const std::string& reason) {
+  ExportResult r;
+  r.ok = false;
+  r.reason = reason;
+  return r;
+}
+
+ExportResult accept(std::string text) {
+  ExportResult r;
+  r.ok = true;
+  r.text = std::move(text);
+  return r;
+}
+
+std::string join(const std::vector<int>& v, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) out += sep;
+    out += std::to_string(v[i]);
+  }
+  return out;
+}
+
+bool all_equal(const std::vector<int>& v) {
+  return std::adjacent_find(v.begin(), v.end(), std::not_equal_to<int>()) == v.end();
+}
+
+// One line with every plan field, for the header comment of each output.
+std::string plan_summary(const Layout& L) {
+  const Plan& p = L.plan;
+  std::ostringstream s;
+  s << "tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " cp=" << p.cp << " vp=" << p.vp << " zero=" << p.zero
+    << " shard=" << L.shard_degree << " mbs=" << p.mbs << " gbs=" << p.gbs << " seq=" << p.seq
+    << " recompute=" << to_string(p.recompute) << " sp=" << (p.sp ? "on" : "off")
+    << " schedule=" << to_string(p.schedule) << " precision=" << to_string(p.precision)
+    << " grad_dtype=" << to_string(p.grad_dtype) << " attention=" << to_string(p.attention)
+    << " offload=" << to_string(p.offload);
+  return s.str();
+}
+
+int gpus_per_node_used(const Layout& L) { return L.gpus / L.nodes; }
+
+// "llama3-8b on dgx-h100: 8 GPUs (1 node x 8)"
+std::string job_summary(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+  const std::string nodes = str(L.nodes) + (L.nodes == 1 ? " node" : " nodes");
+  return m.name + " on " + c.name + ": " + str(L.gpus) + " GPUs (" + nodes + " x " + str(gpus_per_node_used(L)) + ")";
+}
+
+std::string header_comment(const char* prefix, const std::string& what, const ModelSpec& m, const ClusterSpec& c,
+                           const Layout& L) {
+  std::string out;
+  out += std::string(prefix) + what + " for " + job_summary(m, c, L) + ",\n";
+  out += std::string(prefix) + "written by `trainplan export`.\n";
+  out += std::string(prefix) + "plan: " + plan_summary(L) + "\n";
+  out += std::string(prefix) + "transformer layers per pipeline stage: " + join(L.stage_layers, " ") + "\n";
+  return out;
+}
+
+// Async data parallelism (parameter servers) is modelled by trainplan but
+// offered by none of the targets.
+std::optional<std::string> async_refusal(const std::string& framework, const Plan& p) {
+  if (p.dp_mode != DpMode::kAsync) return std::nullopt;
+  return framework + " has no asynchronous data parallelism (parameter servers); its data-parallel ranks "
+                     "reduce gradients in step (use dp_mode sync)";
+}
+
+// Megatron's vocabulary is the tokenizer's, padded to a multiple of
+// make_vocab_size_divisible_by * tp (_vocab_size_with_padding).  Returns the
+// largest power of two up to 128 that keeps the model's vocabulary unpadded.
+// REQUIRES: vocab % tp == 0 (resolve_plan checks it).
+int64_t vocab_divisor(int64_t vocab, int tp) {
+  for (int64_t d = 128; d > 1; d /= 2) {
+    if (vocab % (d * tp) == 0) return d;
+  }
+  return 1;
+}
+
+// Layers of each virtual pipeline stage in execution order: chunk v of
+// pipeline rank r is virtual stage v*pp + r (Megatron and
+// torch.distributed.pipelining loop the same way); a rank's layers are
+// split over its vp chunks as evenly as possible, the extra ones first.
+std::vector<int> virtual_stage_layers(const Layout& L) {
+  const int pp = L.plan.pp;
+  const int vp = L.plan.vp;
+  std::vector<int> out(static_cast<size_t>(pp * vp), 0);
+  for (int r = 0; r < pp; ++r) {
+    const int n = L.stage_layers[static_cast<size_t>(r)];
+    for (int v = 0; v < vp; ++v) out[static_cast<size_t>(v * pp + r)] = n / vp + (v < n % vp ? 1 : 0);
+  }
+  return out;
+}
+
+// Bash array of arguments, one per line ("--flag value").
+class BashArgs {
+ public:
+  void flag(const std::string& f) { lines_.push_back(f); }
+  void opt(const std::string& f, const std::string& v) { lines_.push_back(f + " " + v); }
+  void opt(const std::string& f, int64_t v) { opt(f, str(v)); }
+  std::string array(const std::string& name) const {
+    std::string out = name + "=(\n";
+    for (const std::string& l : lines_) out += "  " + l + "\n";
+    return out + ")\n";
+  }
+
+ private:
+  std::vector<std::string> lines_;
+};
+
+// torchrun's rendezvous arguments.  One node runs as is; on several nodes
+// NODE_RANK and MASTER_ADDR must be set on each, and bash stops with the
+// message if they are not.
+BashArgs torchrun_args(const Layout& L) {
+  BashArgs a;
+  a.opt("--nproc_per_node", gpus_per_node_used(L));
+  a.opt("--nnodes", L.nodes);
+  if (L.nodes == 1) {
+    a.opt("--node_rank", "\"${NODE_RANK:-0}\"");
+    a.opt("--master_addr", "\"${MASTER_ADDR:-localhost}\"");
+  } else {
+    a.opt("--node_rank", "\"${NODE_RANK:?set NODE_RANK to this node's index, 0.." + str(L.nodes - 1) + "}\"");
+    a.opt("--master_addr", "\"${MASTER_ADDR:?set MASTER_ADDR to the address of node 0}\"");
+  }
+  a.opt("--master_port", "\"${MASTER_PORT:-6000}\"");
+  return a;
+}
+
+std::string launch_note(const Layout& L, const char* checkout) {
+  std::string out = "# Run it from a " + std::string(checkout) + " checkout";
+  if (L.nodes == 1) return out + ".\n";
+  return out + " on each of the " + str(L.nodes) +
+         " nodes, with NODE_RANK\n# (0.." + str(L.nodes - 1) + ") and MASTER_ADDR (node 0) set there.\n";
+}
+
+// ---- Megatron-LM ------------------------------------------------------------
+
+ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+  const Plan& p = L.plan;
+  if (auto r = async_refusal("Megatron-LM", p)) return refuse(*r);
+  if (p.pp > 1 && p.schedule == Schedule::kNaive) {
+    return refuse(
+        "Megatron-LM has no naive pipeline schedule (one micro-batch in flight); its pipeline schedules are 1F1B and "
+        "interleaved 1F1B (use schedule 1f1b)");
+  }
+  if (p.pp > 1 && p.schedule == Schedule::kGpipe) {
+    return refuse(
+        "Megatron-LM has no GPipe schedule (all forwards, then all backwards); its pipeline schedules are 1F1B and "
+        "interleaved 1F1B (use schedule 1f1b)");
+  }
+  if (m.position_embedding == PositionEmbedding::kAlibi) {
+    return refuse(
+        "Megatron-LM has no ALiBi position embedding (--position-embedding-type takes learned_absolute, rope, mrope, "
+        "relative or none)");
+  }
+  if (p.cp > 1 && p.attention == Attention::kNaive) {
+    return refuse(
+        "Megatron-LM runs context parallelism inside Transformer Engine's fused or flash attention, not unfused "
+        "attention (use attention flash)");
+  }
+  if (p.offload == Offload::kParams) {
+    return refuse(
+        "Megatron-LM cannot offload parameters to the host; --optimizer-cpu-offload moves optimizer state only (use "
+        "offload optimizer)");
+  }
+  if (p.precision == Precision::kFp16 && p.grad_dtype == GradDtype::kBf16) {
+    return refuse("Megatron-LM reduces gradients in bf16 only under --bf16 (--grad-reduce-in-bf16)");
+  }
+  const bool megatron_fsdp = p.zero >= 2;
+  if (megatron_fsdp && p.pp > 1) {
+    return refuse(
+        "Megatron-LM shards gradients and parameters (ZeRO-2/3) only with Megatron-FSDP (--use-megatron-fsdp), which "
+        "is documented with tensor, context and expert parallelism but not pipeline parallelism; its distributed "
+        "optimizer (--use-distributed-optimizer) is ZeRO-1 (use zero 1 with pp > 1)");
+  }
+  const bool even = all_equal(L.stage_layers);
+  if (!even && p.pp > 2) {
+    const std::vector<int> middle(L.stage_layers.begin() + 1, L.stage_layers.end() - 1);
+    if (!all_equal(middle)) {
+      return refuse(
+          "Megatron-LM places uneven pipeline stages with --decoder-first-pipeline-num-layers and "
+          "--decoder-last-pipeline-num-layers, which split the remaining layers evenly over the middle stages; stage "
+          "layers " +
+          join(L.stage_layers, ",") + " have unequal middle stages");
+    }
+  }
+  if (p.vp > 1) {
+    for (int n : L.stage_layers) {
+      if (n % p.vp != 0) {
+        return refuse("Megatron-LM's interleaved schedule needs every pipeline stage's layers divisible by vp=" +
+                      str(p.vp) + " (stage layers " + join(L.stage_layers, ",") + ")");
+      }
+    }
+  }
+
+  BashArgs model;
+  model.opt("--num-layers", m.layers);
+  model.opt("--hidden-size", m.hidden);
+  model.opt("--ffn-hidden-size", m.ffn_hidden);
+  model.opt("--num-attention-heads", m.heads);
+  if (m.kv_heads != m.heads) {
+    model.flag("--group-query-attention");
+    model.opt("--num-query-groups", m.kv_heads);
+  }
+  model.opt("--seq-length", p.seq);
+  model.opt("--max-position-embeddings", std::max(p.seq, m.seq_len));
+  const bool rope = m.position_embedding == PositionEmbedding::kRope;
+  model.opt("--position-embedding-type", rope ? "rope" : "learned_absolute");
+  if (m.mlp == MlpKind::kSwiglu) model.flag("--swiglu");
+  if (!m.bias) model.flag("--disable-bias-linear");
+  model.opt("--normalization", m.bias ? "LayerNorm" : "RMSNorm");
+  if (!m.tied_embeddings) model.flag("--untie-embeddings-and-output-weights");
+  model.opt("--attention-dropout", m.dropout ? "0.1" : "0.0");
+  model.opt("--hidden-dropout", m.dropout ? "0.1" : "0.0");
+  model.opt("--attention-backend", p.attention == Attention::kFlash ? "flash" : "unfused");
+
+  BashArgs parallel;
+  parallel.opt("--tensor-model-parallel-size", p.tp);
+  parallel.opt("--pipeline-model-parallel-size", p.pp);
+  parallel.opt("--context-parallel-size", p.cp);
+  if (p.sp && p.tp > 1) parallel.flag("--sequence-parallel");
+  if (!even) {
+    parallel.opt("--decoder-first-pipeline-num-layers", L.stage_layers.front());
+    parallel.opt("--decoder-last-pipeline-num-layers", L.stage_layers.back());
+  }
+  if (p.vp > 1) {
+    // arguments.py: uneven stages take the chunk count, even ones either.
+    if (even) parallel.opt("--num-layers-per-virtual-pipeline-stage", L.stage_layers.front() / p.vp);
+    else parallel.opt("--num-virtual-stages-per-pipeline-rank", p.vp);
+  }
+  const int dp_cp = p.dp * p.cp;
+  if (p.zero >= 1) parallel.flag("--use-distributed-optimizer");
+  if (megatron_fsdp) {
+    parallel.flag("--use-megatron-fsdp");
+    parallel.opt("--data-parallel-sharding-strategy", p.zero == 2 ? "optim_grads" : "optim_grads_params");
+    parallel.flag("--no-gradient-accumulation-fusion");
+    parallel.opt("--ckpt-format", "fsdp_dtensor");
+  }
+  if (p.zero >= 1 && L.shard_degree < dp_cp) {
+    parallel.opt("--num-distributed-optimizer-instances", dp_cp / L.shard_degree);
+  }
+  if (dp_cp > 1) {
+    parallel.flag("--overlap-grad-reduce");
+    if (p.zero >= 1) parallel.flag("--overlap-param-gather");
+  }
+  if (p.offload == Offload::kOptimizer) {
+    parallel.flag("--optimizer-cpu-offload");
+    parallel.flag("--use-precision-aware-optimizer");
+  }
+
+  BashArgs training;
+  training.opt("--micro-batch-size", p.mbs);
+  training.opt("--global-batch-size", p.gbs);
+  if (p.precision == Precision::kBf16) training.flag("--bf16");
+  if (p.precision == Precision::kFp16) training.flag("--fp16");
+  if (p.precision == Precision::kBf16 && p.grad_dtype == GradDtype::kBf16) training.flag("--grad-reduce-in-bf16");
+  if (p.recompute == Recompute::kFull) {
+    training.opt("--recompute-granularity", "full");
+    training.opt("--recompute-method", "uniform");
+    training.opt("--recompute-num-layers", 1);
+  } else if (p.recompute == Recompute::kSelective) {
+    training.opt("--recompute-granularity", "selective");
+  }
+  training.opt("--train-iters", kTrainIters);
+  training.opt("--lr", kLearningRate);
+  training.opt("--min-lr", kMinLearningRate);
+  training.opt("--lr-decay-style", "cosine");
+  training.opt("--lr-warmup-iters", kWarmupIters);
+  training.opt("--weight-decay", "0.1");
+  training.opt("--adam-beta1", "0.9");
+  training.opt("--adam-beta2", "0.95");
+  training.opt("--clip-grad", "1.0");
+  training.opt("--init-method-std", "0.02");
+  training.opt("--log-interval", 10);
+  training.opt("--eval-iters", 0);
+
+  // NullTokenizer's vocabulary is --vocab-size + 1 (the end-of-document id).
+  BashArgs data;
+  data.flag("--mock-data");
+  data.opt("--tokenizer-type", "NullTokenizer");
+  data.opt("--vocab-size", m.vocab - 1);
+  data.opt("--make-vocab-size-divisible-by", vocab_divisor(m.vocab, p.tp));
+
+  std::string s = "#!/usr/bin/env bash\n";
+  s += header_comment("# ", "Megatron-LM pretraining", m, c, L);
+  s += launch_note(L, "Megatron-LM");
+  s += "# Trains on mock data; replace DATA_ARGS with --data-path and a tokenizer for a\n# real run.\n";
+  s += "set -euo pipefail\n\n";
+  if (megatron_fsdp) {
+    s += "# Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is not 1 (arguments.py).\n";
+    s += "unset CUDA_DEVICE_MAX_CONNECTIONS\n\n";
+  } else if (p.tp > 1 || p.cp > 1) {
+    s += "# Tensor and context parallelism need one hardware queue per GPU so that\n"
+         "# communication and compute kernels keep their order (arguments.py checks it).\n";
+    s += "export CUDA_DEVICE_MAX_CONNECTIONS=1\n\n";
+  }
+  s += torchrun_args(L).array("DISTRIBUTED_ARGS") + "\n";
+  s += model.array("MODEL_ARGS") + "\n";
+  s += parallel.array("PARALLEL_ARGS") + "\n";
+  s += training.array("TRAINING_ARGS") + "\n";
+  s += data.array("DATA_ARGS") + "\n";
+  s += "torchrun \"${DISTRIBUTED_ARGS[@]}\" pretrain_gpt.py \\\n"
+       "  \"${MODEL_ARGS[@]}\" \\\n"
+       "  \"${PARALLEL_ARGS[@]}\" \\\n"
+       "  \"${TRAINING_ARGS[@]}\" \\\n"
+       "  \"${DATA_ARGS[@]}\" \\\n"
+       "  \"$@\"\n";
+  return accept(s);
+}
+
+// ---- DeepSpeed --------------------------------------------------------------
+
+// The DeepSpeed config (docs/_pages/config-json.md).  train_batch_size =
+// train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp, where
+// DeepSpeed's dp = world / (tp * pp).  `client_optimizer`: Megatron-DeepSpeed
+// builds its own optimizer, so the "optimizer" block is left out there.
+nlohmann::ordered_json deepspeed_config(const Layout& L, bool client_optimizer) {
+  const Plan& p = L.plan;
+  nlohmann::ordered_json j;
+  j["train_batch_size"] = p.gbs;
+  j["train_micro_batch_size_per_gpu"] = p.mbs;
+  j["gradient_accumulation_steps"] = L.microbatches;
+  j["gradient_clipping"] = 1.0;
+  j["steps_per_print"] = 10;
+  j["wall_clock_breakdown"] = false;
+  if (!client_optimizer) {
+    j["optimizer"] = {{"type", "AdamW"},
+                      {"params", {{"lr", 3.0e-4}, {"betas", {0.9, 0.95}}, {"eps", 1.0e-8}, {"weight_decay", 0.1}}}};
+  }
+  if (p.precision == Precision::kBf16) {
+    j["bf16"] = {{"enabled", true}};
+    j["data_types"] = {{"grad_accum_dtype", p.grad_dtype == GradDtype::kBf16 ? "bf16" : "fp32"}};
+  } else if (p.precision == Precision::kFp16) {
+    // Dynamic loss scaling (loss_scale 0) from 2^16, as in the docs example.
+    j["fp16"] = {{"enabled", true},     {"loss_scale", 0},  {"initial_scale_power", 16}, {"loss_scale_window", 1000},
+                 {"hysteresis", 2},     {"min_loss_scale", 1}};
+  }
+  nlohmann::ordered_json z;
+  z["stage"] = p.zero;
+  if (p.zero >= 1) {
+    // 5e8 elements per bucket: the documented defaults, written out.
+    z["overlap_comm"] = true;
+    z["contiguous_gradients"] = true;
+    z["reduce_scatter"] = true;
+    z["reduce_bucket_size"] = 500000000;
+    if (p.zero <= 2) z["allgather_bucket_size"] = 500000000;
+  }
+  if (p.offload != Offload::kNone) z["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+  if (p.offload == Offload::kParams) z["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
+  j["zero_optimization"] = z;
+  if (p.recompute != Recompute::kNone) {
+    j["activation_checkpointing"] = {{"partition_activations", false},
+                                     {"cpu_checkpointing", false},
+                                     {"contiguous_memory_optimization", false},
+                                     {"synchronize_checkpoint_boundary", false},
+                                     {"profile", false}};
+  }
+  return j;
+}
+
+ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+  const Plan& p = L.plan;
+  if (auto r = async_refusal("DeepSpeed", p)) return refuse(*r);
+  if (p.cp > 1) {
+    return refuse(
+        "DeepSpeed has no ring context parallelism; its sequence parallelism (DeepSpeed-Ulysses) splits attention "
+        "heads with all-to-all instead (use cp 1)");
+  }
+  if (p.pp > 1 && p.zero >= 2) {
+    return refuse(
+        "DeepSpeed's pipeline engine refuses ZeRO stage 2 and 3 (\"ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+        "parallelism\"); use zero 0 or 1 with pp > 1");
+  }
+  if (p.pp > 1 && p.schedule != Schedule::k1F1B) {
+    return refuse(std::string("DeepSpeed's pipeline engine runs one 1F1B schedule (TrainSchedule) with one model chunk "
+                              "per stage; it has no ") +
+                  to_string(p.schedule) + " schedule (use schedule 1f1b)");
+  }
+  if (p.pp > 1 && !all_equal(L.stage_layers)) {
+    return refuse(
+        "Megatron-DeepSpeed splits transformer layers evenly over pipeline stages (partition_method "
+        "type:transformer); it cannot place stage layers " +
+        join(L.stage_layers, ","));
+  }
+  if (p.zero >= 1 && L.shard_degree < p.dp) {
+    // MiCS ("mics_shard_size", ZeRO-3 only) was DeepSpeed's hybrid scheme;
+    // current releases reject it (tests/unit/runtime/test_ds_config_dict.py).
+    return refuse(
+        "DeepSpeed shards ZeRO state over the whole data-parallel group; its hybrid sharding (MiCS, "
+        "mics_shard_size) is rejected by current releases (use shard_group = dp)");
+  }
+  if (p.pp > 1 && p.offload != Offload::kNone && p.precision == Precision::kBf16) {
+    return refuse(
+        "DeepSpeed's pipeline engine fails with bf16 and optimizer offload (deepspeedai/DeepSpeed#3866); use fp16, "
+        "pp 1 or no offload");
+  }
+  const bool model_parallel = p.tp > 1 || p.pp > 1;
+  if (!model_parallel) return accept(deepspeed_config(L, false).dump(2) + "\n");
+
+  // Tensor and pipeline parallelism: Megatron-DeepSpeed's pretrain_gpt.py.
+  if (m.position_embedding == PositionEmbedding::kAlibi) {
+    return refuse(
+        "DeepSpeed gets tensor and pipeline parallelism from Megatron-DeepSpeed, which has no ALiBi position "
+        "embedding (rotary or learned positions)");
+  }
+  BashArgs model;
+  model.opt("--num-layers", m.layers);
+  model.opt("--hidden-size", m.hidden);
+  model.opt("--ffn-hidden-size", m.ffn_hidden);
+  model.opt("--num-attention-heads", m.heads);
+  if (m.kv_heads != m.heads) model.opt("--num-key-value-heads", m.kv_heads);
+  model.opt("--seq-length", p.seq);
+  model.opt("--max-position-embeddings", std::max(p.seq, m.seq_len));
+  if (m.position_embedding == PositionEmbedding::kRope) model.flag("--use-rotary-position-embeddings");
+  if (m.mlp == MlpKind::kSwiglu) model.flag("--swiglu");
+  if (!m.bias) model.flag("--disable-bias-linear");
+  model.opt("--normalization", m.bias ? "layernorm" : "rmsnorm");
+  if (!m.tied_embeddings) model.flag("--untie-embeddings-and-output-weights");
+  model.opt("--attention-dropout", m.dropout ? "0.1" : "0.0");
+  model.opt("--hidden-dropout", m.dropout ? "0.1" : "0.0");
+  if (p.attention == Attention::kFlash) model.flag("--use-flash-attn-v2");
+
+  BashArgs parallel;
+  parallel.opt("--tensor-model-parallel-size", p.tp);
+  parallel.opt("--pipeline-model-parallel-size", p.pp);
+  if (p.pp == 1) parallel.flag("--no-pipeline-parallel");
+  if (p.sp && p.tp > 1) parallel.flag("--sequence-parallel");
+  parallel.flag("--deepspeed");
+  parallel.opt("--deepspeed_config", "\"$DS_CONFIG\"");
+  parallel.opt("--zero-stage", p.zero);
+  if (p.offload != Offload::kNone) parallel.flag("--cpu-optimizer");
+
+  BashArgs training;
+  training.opt("--micro-batch-size", p.mbs);
+  training.opt("--global-batch-size", p.gbs);
+  if (p.precision == Precision::kBf16) training.flag("--bf16");
+  if (p.precision == Precision::kFp16) training.flag("--fp16");
+  if (p.recompute == Recompute::kFull) {
+    training.flag("--deepspeed-activation-checkpointing");
+    training.flag("--checkpoint-activations");
+  } else if (p.recompute == Recompute::kSelective) {
+    training.opt("--recompute-granularity", "selective");
+  }
+  training.opt("--train-iters", kTrainIters);
+  training.opt("--lr", kLearningRate);
+  training.opt("--min-lr", kMinLearningRate);
+  training.opt("--lr-decay-style", "cosine");
+  training.opt("--lr-warmup-iters", kWarmupIters);
+  training.opt("--weight-decay", "0.1");
+  training.opt("--adam-beta1", "0.9");
+  training.opt("--adam-beta2", "0.95");
+  training.opt("--clip-grad", "1.0");
+  training.opt("--init-method-std", "0.02");
+  training.opt("--log-interval", 10);
+  training.opt("--eval-iters", 0);
+
+  BashArgs data;
+  data.opt("--data-path", "\"${DATA_PATH:?set DATA_PATH to a preprocessed .bin/.idx prefix}\"");
+  data.opt("--tokenizer-type", "NullTokenizer");
+  data.opt("--vocab-size", m.vocab - 1);
+  data.opt("--make-vocab-size-divisible-by", vocab_divisor(m.vocab, p.tp));
+
+  std::string s = "#!/usr/bin/env bash\n";
+  s += header_comment("# ", "DeepSpeed (Megatron-DeepSpeed) pretraining", m, c, L);
+  s += "# DeepSpeed has tensor and pipeline parallelism through Megatron-DeepSpeed, so\n"
+       "# this writes the DeepSpeed config and launches its pretrain_gpt.py.\n";
+  s += launch_note(L, "Megatron-DeepSpeed");
+  s += "# DATA_PATH: a dataset preprocessed with tools/preprocess_data.py; NullTokenizer\n"
+       "# only fixes the vocabulary size, use your tokenizer for a real run.\n";
+  s += "set -euo pipefail\n\n";
+  if (p.tp > 1) {
+    s += "# Megatron-DeepSpeed raises without it when sequence parallelism is on.\n";
+    s += "export CUDA_DEVICE_MAX_CONNECTIONS=1\n\n";
+  }
+  s += "DS_CONFIG=\"${DS_CONFIG:-ds_config.json}\"\n";
+  s += "cat >\"$DS_CONFIG\" <<'JSON'\n" + deepspeed_config(L, true).dump(2) + "\nJSON\n\n";
+  s += torchrun_args(L).array("DISTRIBUTED_ARGS") + "\n";
+  s += model.array("MODEL_ARGS") + "\n";
+  s += parallel.array("PARALLEL_ARGS") + "\n";
+  s += training.array("TRAINING_ARGS") + "\n";
+  s += data.array("DATA_ARGS") + "\n";
+  s += "torchrun \"${DISTRIBUTED_ARGS[@]}\" pretrain_gpt.py \\\n"
+       "  \"${MODEL_ARGS[@]}\" \\\n"
+       "  \"${PARALLEL_ARGS[@]}\" \\\n"
+       "  \"${TRAINING_ARGS[@]}\" \\\n"
+       "  \"${DATA_ARGS[@]}\" \\\n"
+       "  \"$@\"\n";
+  return accept(s);
+}
+
+// ---- torchtitan -------------------------------------------------------------
+
+// The llama3 flavors torchtitan ships (torchtitan/models/llama3/__init__.py),
+// with the ffn size its ffn_dim_multiplier / multiple_of give.
+struct TitanFlavor {
+  const char* flavor;
+  int64_t layers, hidden, heads, kv_heads, ffn_hidden;
+};
+constexpr TitanFlavor kTitanFlavors[] = {
+    {"8B", 32, 4096, 32, 8, 14336},
+    {"70B", 80, 8192, 64, 8, 28672},
+    {"405B", 126, 16384, 128, 8, 53248},
+};
+
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+  const Plan& p = L.plan;
+  if (auto r = async_refusal("torchtitan", p)) return refuse(*r);
+  std::vector<std::string> not_llama;
+  if (m.mlp != MlpKind::kSwiglu) not_llama.push_back("a GeLU MLP");
+  if (m.position_embedding == PositionEmbedding::kLearned) not_llama.push_back("learned positions");
+  if (m.position_embedding == PositionEmbedding::kAlibi) not_llama.push_back("ALiBi positions");
+  if (m.bias) not_llama.push_back("biases with LayerNorm");
+  if (!not_llama.empty()) {
+    std::string what = not_llama.front();
+    for (size_t i = 1; i < not_llama.size(); ++i) what += (i + 1 == not_llama.size() ? " and " : ", ") + not_llama[i];
+    return refuse("torchtitan ships Llama-family models only (SwiGLU, RoPE, RMSNorm, no biases); " + m.name +
+                  " has " + what);
+  }
+  const TitanFlavor* flavor = nullptr;
+  for (const TitanFlavor& t : kTitanFlavors) {
+    if (t.layers == m.layers && t.hidden == m.hidden && t.heads == m.heads && t.kv_heads == m.kv_heads &&
+        t.ffn_hidden == m.ffn_hidden) {
+      flavor = &t;
+    }
+  }
+  if (flavor == nullptr) {
+    return refuse("torchtitan picks the architecture by [model] name and flavor, and no llama3 flavor (8B, 70B, "
+                  "405B) has " +
+                  m.name + "'s shape (layers=" + str(m.layers) + ", hidden=" + str(m.hidden) +
+                  ", heads=" + str(m.heads) + ", kv_heads=" + str(m.kv_heads) + ", ffn_hidden=" + str(m.ffn_hidden) +
+                  "); add a flavor to torchtitan/models/llama3 first");
+  }
+  if (p.zero == 1) {
+    return refuse(
+        "torchtitan has no optimizer-only sharding (ZeRO-1); its data parallelism is DDP "
+        "(data_parallel_replicate_degree) or FSDP2 (data_parallel_shard_degree: ZeRO-2 with "
+        "fsdp_reshard_after_forward = \"never\", ZeRO-3 otherwise)");
+  }
+  if (p.zero == 0 && p.cp > 1) {
+    return refuse(
+        "torchtitan shards parameters over the context-parallel ranks with FSDP2 whenever cp > 1, so zero 0 with "
+        "cp > 1 cannot be expressed (use zero 3)");
+  }
+  if (p.zero == 0 && p.dp > 1 && (p.tp > 1 || p.pp > 1)) {
+    return refuse(
+        "torchtitan applies DDP (zero 0) only without other parallelism (\"DDP has not supported > 1D "
+        "parallelism\"); use zero 2 or 3 to combine data parallelism with tp or pp");
+  }
+  if (p.zero >= 2 && L.shard_degree % p.cp != 0) {
+    return refuse("torchtitan's FSDP2 shards over dp_shard x cp ranks, so the shard group must be a multiple of cp=" +
+                  str(p.cp) + " (shard group " + str(L.shard_degree) + ")");
+  }
+  if (p.precision == Precision::kFp16) {
+    return refuse(
+        "torchtitan's training.mixed_precision_param is bfloat16 or float32; it has no fp16 (loss-scaled) training "
+        "(use precision bf16)");
+  }
+  if (p.grad_dtype == GradDtype::kBf16) {
+    return refuse("torchtitan reduces gradients in float32 only (training.mixed_precision_reduce)");
+  }
+  if (p.offload == Offload::kOptimizer) {
+    return refuse(
+        "torchtitan's training.enable_cpu_offload (FSDP2 CPUOffloadPolicy) moves parameters, gradients and optimizer "
+        "state together; it has no optimizer-only offload (use offload params with zero 3)");
+  }
+  if (p.attention == Attention::kNaive) {
+    return refuse(
+        "torchtitan's llama3 attention is scaled_dot_product_attention (fused kernels); it has no unfused attention "
+        "(use attention flash)");
+  }
+  if (p.pp > 1 && p.schedule == Schedule::kNaive) {
+    return refuse(
+        "torchtitan has no naive pipeline schedule (one micro-batch in flight); pipeline_parallel_schedule takes "
+        "GPipe, 1F1B, Interleaved1F1B and others (use schedule 1f1b)");
+  }
+  const int64_t divisor = int64_t{p.tp} * p.cp * 2;
+  if (p.seq % divisor != 0) {
+    return refuse("torchtitan needs seq_len=" + str(p.seq) + " divisible by tp*cp*2 = " + str(divisor) +
+                  " (sequence parallelism and load-balanced context parallelism)");
+  }
+
+  // dp_shard x cp ranks hold one copy of sharded state; replicas across the rest.
+  int dp_shard = 1;
+  int dp_replicate = p.dp;
+  if (p.zero >= 2) {
+    dp_shard = L.shard_degree / p.cp;
+    dp_replicate = p.dp / dp_shard;
+  }
+  const char* schedule = "1F1B";
+  if (p.schedule == Schedule::kGpipe) schedule = "GPipe";
+  if (p.schedule == Schedule::kInterleaved) schedule = "Interleaved1F1B";
+
+  std::string s = header_comment("# ", "torchtitan job config", m, c, L);
+  s += "# Run it from a torchtitan checkout";
+  if (L.nodes == 1) {
+    s += ":\n#   NGPU=" + str(L.gpus) + " CONFIG_FILE=<this file> ./run_train.sh\n";
+  } else {
+    s += " on each of the " + str(L.nodes) + " nodes:\n#   torchrun --nproc_per_node " + str(gpus_per_node_used(L)) +
+         " --nnodes " + str(L.nodes) +
+         " --node_rank $NODE_RANK --rdzv_backend c10d \\\n#     --rdzv_endpoint $MASTER_ADDR:29500 -m "
+         "torchtitan.train --job.config_file <this file>\n";
+  }
+  s += "# Set [model] tokenizer_path (hf_assets_path in newer releases) and\n"
+       "# [training] dataset for your data. Releases before local_batch_size call\n"
+       "# it batch_size.\n\n";
+  s += "[job]\n";
+  s += "dump_folder = \"./outputs\"\n";
+  s += "description = " + toml_string(m.name + " on " + c.name + ", " + str(L.gpus) + " GPUs (trainplan export)") +
+       "\n\n";
+  s += "[model]\n";
+  s += "name = \"llama3\"\n";
+  s += "flavor = " + toml_string(flavor->flavor) + "\n\n";
+  s += "[optimizer]\n";
+  s += "name = \"AdamW\"\n";
+  s += "lr = " + std::string(kLearningRate) + "\n";
+  s += "eps = 1e-8\n";
+  s += "weight_decay = 0.1\n\n";
+  s += "[lr_scheduler]\n";
+  s += "warmup_steps = " + str(kWarmupIters) + "\n\n";
+  s += "[training]\n";
+  if (p.pp > 1) {
+    s += "# Per data-parallel rank per step: " + str(L.microbatches) + " pipeline micro-batches of " + str(p.mbs) +
+         ".\n";
+    s += "local_batch_size = " + str(p.mbs * L.microbatches) + "\n";
+  } else {
+    s += "# Per data-parallel rank per micro-step; global / (local * dp) = " + str(L.microbatches) +
+         " accumulation steps.\n";
+    s += "local_batch_size = " + str(p.mbs) + "\n";
+  }
+  s += "global_batch_size = " + str(p.gbs) + "\n";
+  s += "seq_len = " + str(p.seq) + "\n";
+  s += "max_norm = 1.0\n";
+  s += "steps = " + str(kTrainIters) + "\n";
+  s += std::string("mixed_precision_param = ") + (p.precision == Precision::kBf16 ? "\"bfloat16\"" : "\"float32\"") +
+       "\n";
+  s += "mixed_precision_reduce = \"float32\"\n";
+  s += std::string("enable_cpu_offload = ") + (p.offload == Offload::kParams ? "true" : "false") + "\n\n";
+  s += "[parallelism]\n";
+  s += "data_parallel_replicate_degree = " + str(dp_replicate) + "\n";
+  s += "data_parallel_shard_degree = " + str(dp_shard) + "\n";
+  if (p.zero >= 2) {
+    s += "# ZeRO-" + str(p.zero) + ": " +
+         (p.zero == 2 ? "keep gathered parameters from forward to backward."
+                      : "free gathered parameters after forward, gather again in backward.") +
+         "\n";
+    s += std::string("fsdp_reshard_after_forward = ") + (p.zero == 2 ? "\"never\"" : "\"always\"") + "\n";
+  }
+  s += "tensor_parallel_degree = " + str(p.tp) + "\n";
+  if (p.tp > 1 && !p.sp) s += "# torchtitan always shards norms and dropout over the sequence (sp) with tp.\n";
+  s += "enable_async_tensor_parallel = false\n";
+  s += "pipeline_parallel_degree = " + str(p.pp) + "\n";
+  if (p.pp > 1) {
+    s += "pipeline_parallel_schedule = " + toml_string(schedule) + "\n";
+    s += "pipeline_parallel_microbatch_size = " + str(p.mbs) + "\n";
+    const std::vector<int> stages = virtual_stage_layers(L);
+    s += "# Virtual stages of " + join(stages, ", ") + " layers.\n";
+    s += "pipeline_parallel_split_points = [";
+    int sum = 0;
+    for (size_t i = 0; i + 1 < stages.size(); ++i) {
+      sum += stages[i];
+      s += std::string(i > 0 ? ", " : "") + "\"layers." + std::to_string(sum) + "\"";
+    }
+    s += "]\n";
+  }
+  s += "context_parallel_degree = " + str(p.cp) + "\n\n";
+  s += "[activation_checkpoint]\n";
+  if (p.recompute == Recompute::kFull) {
+    s += "mode = \"full\"\n";
+  } else if (p.recompute == Recompute::kSelective) {
+    s += "mode = \"selective\"\n";
+    s += "selective_ac_option = \"op\"\n";
+  } else {
+    s += "mode = \"none\"\n";
+  }
+  return accept(s);
+}
+
+// ---- PyTorch FSDP2 / DDP ----------------------------------------------------
+
+// The body of the FSDP script; the constants above it come from the plan.
+constexpr const char* kFsdpScriptBody = R"PY(DTYPES = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp32": torch.float32,
+}
+FSDP = ZERO >= 2 and DP > 1
+
+
+def rope_table(seq, head_dim, theta=10000.0):
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv)
+    return torch.stack((angles.cos(), angles.sin()))  # [2, seq, head_dim / 2]
+
+
+def apply_rope(x, table):
+    # x: [batch, seq, heads, head_dim]; rotates the pairs (x[2i], x[2i+1]).
+    cos = table[0].to(x.dtype)[None, :, None, :]
+    sin = table[1].to(x.dtype)[None, :, None, :]
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+def make_norm():
+    return nn.LayerNorm(HIDDEN, bias=True) if BIAS else nn.RMSNorm(HIDDEN, eps=1e-5)
+
+
+def core_attention(q, k, v, training):
+    # q, k, v: [batch, heads, seq, head_dim]; causal.
+    p = DROPOUT if training else 0.0
+    if ATTENTION == "flash":
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+    probs = F.dropout(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1), p)
+    return probs @ v
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head_dim = HIDDEN // HEADS
+        self.wq = nn.Linear(HIDDEN, HEADS * self.head_dim, bias=BIAS)
+        self.wk = nn.Linear(HIDDEN, KV_HEADS * self.head_dim, bias=BIAS)
+        self.wv = nn.Linear(HIDDEN, KV_HEADS * self.head_dim, bias=BIAS)
+        self.wo = nn.Linear(HEADS * self.head_dim, HIDDEN, bias=BIAS)
+
+    def forward(self, x, rope):
+        b, s, _ = x.shape
+        # -1: the heads of this tensor-parallel rank.
+        q = self.wq(x).view(b, s, -1, self.head_dim)
+        k = self.wk(x).view(b, s, -1, self.head_dim)
+        v = self.wv(x).view(b, s, -1, self.head_dim)
+        if POSITIONS == "rope":
+            q, k = apply_rope(q, rope[:, :s]), apply_rope(k, rope[:, :s])
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if q.shape[1] != k.shape[1]:  # grouped-query attention
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        if RECOMPUTE == "selective":
+            o = checkpoint(core_attention, q, k, v, self.training, use_reentrant=False)
+        else:
+            o = core_attention(q, k, v, self.training)
+        return self.wo(o.transpose(1, 2).reshape(b, s, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Linear(HIDDEN, FFN_HIDDEN, bias=BIAS)
+        self.w2 = nn.Linear(FFN_HIDDEN, HIDDEN, bias=BIAS)
+        self.w3 = nn.Linear(HIDDEN, FFN_HIDDEN, bias=BIAS) if MLP == "swiglu" else None
+
+    def forward(self, x):
+        if self.w3 is not None:
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(F.gelu(self.w1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention_norm = make_norm()
+        self.attention = Attention()
+        self.ffn_norm = make_norm()
+        self.feed_forward = FeedForward()
+
+    def forward(self, x, rope):
+        # Full recompute inside the block, so that FSDP2 has gathered the
+        # block's parameters when backward replays its forward.
+        if RECOMPUTE == "full":
+            return checkpoint(self.layer, x, rope, use_reentrant=False)
+        return self.layer(x, rope)
+
+    def layer(self, x, rope):
+        h = x + F.dropout(self.attention(self.attention_norm(x), rope), DROPOUT, self.training)
+        return h + F.dropout(self.feed_forward(self.ffn_norm(h)), DROPOUT, self.training)
+
+
+class Transformer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(VOCAB, HIDDEN)
+        self.pos_embeddings = nn.Embedding(SEQ, HIDDEN) if POSITIONS == "learned" else None
+        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.norm = make_norm()
+        self.output = nn.Linear(HIDDEN, VOCAB, bias=False)
+        if TIED_EMBEDDINGS:
+            self.output.weight = self.tok_embeddings.weight
+        self.register_buffer("rope", torch.empty(2, SEQ, HIDDEN // HEADS // 2), persistent=False)
+
+    @torch.no_grad()
+    def init_weights(self):
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+            if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+                nn.init.ones_(m.weight)
+                if getattr(m, "bias", None) is not None:
+                    nn.init.zeros_(m.bias)
+        self.rope.copy_(rope_table(SEQ, HIDDEN // HEADS))
+
+    def forward(self, tokens):
+        x = self.tok_embeddings(tokens)
+        if self.pos_embeddings is not None:
+            x = x + self.pos_embeddings(torch.arange(tokens.shape[1], device=tokens.device))
+        x = F.dropout(x, DROPOUT, self.training)
+        for block in self.layers:
+            x = block(x, self.rope)
+        return self.output(self.norm(x))
+
+
+def apply_tensor_parallel(model, tp_mesh):
+    # torchtitan's Llama plan (torchtitan/models/llama3/infra/parallelize.py):
+    # column-parallel in, row-parallel out; with SP the norms and residuals
+    # are sharded over the sequence between the blocks.
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    between = Shard(1) if SP else Replicate()
+    plan = {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=between),
+        "output": ColwiseParallel(input_layouts=between, output_layouts=Replicate()),
+    }
+    if SP:
+        plan["norm"] = SequenceParallel()
+    parallelize_module(model, tp_mesh, plan)
+    for block in model.layers:
+        plan = {
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=between),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=between),
+        }
+        if MLP == "swiglu":
+            plan["feed_forward.w3"] = ColwiseParallel()
+        if SP:
+            plan["attention_norm"] = SequenceParallel()
+            plan["attention"] = PrepareModuleInput(
+                input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)
+            )
+            plan["ffn_norm"] = SequenceParallel()
+            plan["feed_forward"] = PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+            )
+        parallelize_module(block, tp_mesh, plan)
+
+
+def main():
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    if world != DP * TP:
+        raise SystemExit(f"this plan needs {DP * TP} processes, torchrun started {world}")
+    torch.manual_seed(0)
+
+    # Ranks: tp innermost (one node's NVLink), then the data-parallel dims.
+    if FSDP:
+        dims = [("dp_replicate", REPLICATE), ("dp_shard", SHARD), ("tp", TP)]
+    else:
+        dims = [("dp", DP), ("tp", TP)]
+    dims = [(name, size) for name, size in dims if size > 1 or name == "dp_shard"]
+    mesh = None
+    if dims:
+        mesh = init_device_mesh(
+            "cuda", tuple(size for _, size in dims), mesh_dim_names=tuple(name for name, _ in dims)
+        )
+
+    with torch.device("meta"):
+        model = Transformer()
+    if TP > 1:
+        apply_tensor_parallel(model, mesh["tp"])
+    dtype = DTYPES[PRECISION]
+    if FSDP:
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+        dp_names = tuple(name for name, _ in dims if name.startswith("dp"))
+        # A 2-D mesh is HSDP: replicate over dim 0, shard over dim 1.
+        dp_mesh = mesh[dp_names[0]] if len(dp_names) == 1 else mesh[dp_names]
+        kwargs = {
+            "mesh": dp_mesh,
+            "reshard_after_forward": ZERO == 3,  # False keeps gathered parameters: ZeRO-2
+            "mp_policy": MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=DTYPES[REDUCE_DTYPE]),
+        }
+        if CPU_OFFLOAD:
+            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+        for block in model.layers:
+            fully_shard(block, **kwargs)
+        fully_shard(model, **kwargs)
+    model.to_empty(device="cpu" if CPU_OFFLOAD else "cuda")
+    model.init_weights()
+    if CPU_OFFLOAD:
+        model.rope = model.rope.cuda()
+    model.train()
+
+    if not FSDP and DP > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(model, device_ids=[local_rank], bucket_cap_mb=25)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if ZERO == 1 and DP > 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        optimizer = ZeroRedundancyOptimizer(
+            params, optimizer_class=torch.optim.AdamW, lr=LR, betas=(0.9, 0.95), weight_decay=0.1
+        )
+    else:
+        optimizer = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), weight_decay=0.1)
+    # FSDP2 casts through mp_policy; DDP and single replicas use autocast.
+    use_autocast = not FSDP and PRECISION != "fp32"
+    scaler = torch.amp.GradScaler("cuda") if PRECISION == "fp16" else None
+
+    # Tensor-parallel ranks of one replica read the same batch.
+    generator = torch.Generator(device="cuda").manual_seed(1234 + rank // TP)
+    for step in range(STEPS):
+        for micro in range(ACCUM):
+            tokens = torch.randint(0, VOCAB, (MBS, SEQ + 1), device="cuda", generator=generator)
+            last = micro == ACCUM - 1
+            sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+            with sync:
+                with torch.autocast("cuda", dtype=dtype, enabled=use_autocast):
+                    logits = model(tokens[:, :-1])
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten()) / ACCUM
+                (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        if scaler:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if rank == 0:
+            print(f"step {step + 1}/{STEPS} loss {loss.item() * ACCUM:.4f}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+)PY";
+
+std::string py_bool(bool b) { return b ? "True" : "False"; }
+
+ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+  const Plan& p = L.plan;
+  if (auto r = async_refusal("PyTorch DDP/FSDP2", p)) return refuse(*r);
+  if (p.pp > 1) {
+    return refuse(
+        "PyTorch FSDP2 and DDP have no pipeline schedule; export pipeline-parallel plans with --to torchtitan "
+        "(torch.distributed.pipelining) or --to megatron");
+  }
+  if (p.cp > 1) {
+    return refuse(
+        "the FSDP2 script has no context parallelism; export context-parallel plans with --to torchtitan or --to "
+        "megatron");
+  }
+  if (m.position_embedding == PositionEmbedding::kAlibi) {
+    return refuse("the FSDP2 script's model has RoPE or learned position embeddings, not ALiBi");
+  }
+  const bool fsdp = p.zero >= 2 && p.dp > 1;
+  if (p.tp > 1 && p.dp > 1 && p.zero < 2) {
+    return refuse(
+        "PyTorch composes tensor parallelism (DTensor) with FSDP2's fully_shard, not with DistributedDataParallel or "
+        "ZeroRedundancyOptimizer (use zero 2 or 3 with tp > 1)");
+  }
+  if (p.tp > 1 && (m.position_embedding != PositionEmbedding::kRope || m.tied_embeddings)) {
+    return refuse(
+        "the FSDP2 script applies tensor parallelism with torchtitan's Llama plan, which needs RoPE and untied "
+        "embeddings; " +
+        m.name + " has " + (m.tied_embeddings && m.position_embedding == PositionEmbedding::kRope
+                                   ? "tied embeddings"
+                                   : "learned positions") +
+        " (use --to megatron)");
+  }
+  if (p.zero == 1 && L.shard_degree < p.dp) {
+    return refuse(
+        "torch.distributed.optim.ZeroRedundancyOptimizer shards over the whole data-parallel group; it has no "
+        "hybrid shard groups (use zero 3 for hybrid sharding)");
+  }
+  if (p.offload == Offload::kOptimizer) {
+    return refuse(
+        "FSDP2's CPUOffloadPolicy moves parameters, gradients and optimizer state together; it has no "
+        "optimizer-only offload (use offload params with zero 3)");
+  }
+  if (p.precision == Precision::kFp16 && (fsdp || p.tp > 1)) {
+    return refuse(
+        "the FSDP2 script scales fp16 losses with torch.amp.GradScaler only for plain tensors (DDP, no tensor "
+        "parallelism); use precision bf16");
+  }
+  if (p.grad_dtype == GradDtype::kBf16 && !fsdp) {
+    return refuse(
+        "DDP under torch.autocast keeps fp32 parameters and gradients; bf16 gradient reduction needs FSDP2's "
+        "MixedPrecisionPolicy(reduce_dtype=bfloat16) (use zero 2 or 3)");
+  }
+
+  const int shard = fsdp ? L.shard_degree : 1;
+  std::string s = "#!/usr/bin/env python3\n";
+  s += header_comment("# ", "PyTorch training script", m, c, L);
+  s += "# Launch on every node (NODE_RANK 0..N-1, MASTER_ADDR = node 0):\n";
+  s += "#   torchrun --nproc_per_node " + str(gpus_per_node_used(L)) + " --nnodes " + str(L.nodes) +
+       " --node_rank ${NODE_RANK:-0} \\\n#     --master_addr ${MASTER_ADDR:-localhost} --master_port "
+       "${MASTER_PORT:-29500} <this file>\n";
+  s += "# Needs PyTorch >= 2.6 (torch.distributed.fsdp.fully_shard). Trains on random\n"
+       "# tokens: replace torch.randint in main() with your data loader.\n";
+  s += "import contextlib\nimport math\nimport os\n\n";
+  s += "import torch\nimport torch.distributed as dist\nimport torch.nn as nn\nimport torch.nn.functional as F\n";
+  s += "from torch.distributed.device_mesh import init_device_mesh\nfrom torch.utils.checkpoint import checkpoint\n\n";
+  s += "# Model: " + m.name + ".\n";
+  s += "LAYERS = " + str(m.layers) + "\n";
+  s += "HIDDEN = " + str(m.hidden) + "\n";
+  s += "HEADS = " + str(m.heads) + "\n";
+  s += "KV_HEADS = " + str(m.kv_heads) + "\n";
+  s += "FFN_HIDDEN = " + str(m.ffn_hidden) + "\n";
+  s += "VOCAB = " + str(m.vocab) + "\n";
+  s += std::string("MLP = ") + (m.mlp == MlpKind::kSwiglu ? "\"swiglu\"" : "\"gelu\"") +
+       "  # \"swiglu\" (SiLU-gated, w1/w3) or \"gelu\"\n";
+  s += "BIAS = " + py_bool(m.bias) + "  # linear biases; LayerNorm when True, RMSNorm when False\n";
+  s += "TIED_EMBEDDINGS = " + py_bool(m.tied_embeddings) + "\n";
+  s += std::string("POSITIONS = ") + (m.position_embedding == PositionEmbedding::kRope ? "\"rope\"" : "\"learned\"") +
+       "\n";
+  s += std::string("DROPOUT = ") + (m.dropout ? "0.1" : "0.0") + "\n\n";
+  s += "# Plan.\n";
+  s += "TP = " + str(p.tp) + "\n";
+  s += "DP = " + str(p.dp) + "\n";
+  s += "ZERO = " + str(p.zero) +
+       "  # 0: DDP, 1: DDP + ZeroRedundancyOptimizer, 2/3: FSDP2 fully_shard (ZeRO-2 keeps gathered params)\n";
+  s += "SHARD = " + str(shard) + "  # ranks one copy of sharded state is spread over\n";
+  s += "REPLICATE = " + str(fsdp ? p.dp / shard : 1) + "  # copies of the sharded state (HSDP when > 1)\n";
+  s += "SP = " + py_bool(p.sp && p.tp > 1) + "  # sequence parallelism with TP\n";
+  s += "MBS = " + str(p.mbs) + "\n";
+  s += "GBS = " + str(p.gbs) + "\n";
+  s += "SEQ = " + str(p.seq) + "\n";
+  s += "ACCUM = " + str(L.microbatches) + "  # GBS // (MBS * DP) micro-batches per step\n";
+  s += std::string("RECOMPUTE = \"") + to_string(p.recompute) +
+       "\"  # \"none\", \"selective\" (core attention) or \"full\" (whole blocks)\n";
+  s += std::string("PRECISION = \"") + to_string(p.precision) + "\"\n";
+  s += std::string("REDUCE_DTYPE = \"") + to_string(p.grad_dtype) + "\"  # FSDP2 gradient reduction\n";
+  s += std::string("ATTENTION = \"") + to_string(p.attention) +
+       "\"  # \"flash\" (scaled_dot_product_attention) or \"naive\" (softmax(QK^T)V)\n";
+  s += "CPU_OFFLOAD = " + py_bool(p.offload == Offload::kParams) +
+       "  # FSDP2 CPUOffloadPolicy: parameters, gradients, optimizer on the host\n";
+  s += "STEPS = int(os.environ.get(\"STEPS\", \"10\"))\n";
+  s += "LR = " + std::string(kLearningRate) + "\n\n";
+  s += kFsdpScriptBody;
+  return accept(s);
+}
+
+}  // namespace
+
+ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelSpec& model,
+                         const ClusterSpec& cluster, const Layout& layout) {
+  (void)file;
+  TRAINPLAN_CHECK(layout.feasible, "export_plan needs a feasible layout");
+  TRAINPLAN_CHECK(static_cast<int>(layout.stage_layers.size()) == layout.plan.pp,
+                  "export_plan needs one layer count per pipeline stage");
+  switch (target) {
+    case ExportTarget::kMegatron: return export_megatron(model, cluster, layout);
+    case ExportTarget::kDeepSpeed: return export_deepspeed(model, cluster, layout);
+    case ExportTarget::kTorchtitan: return export_torchtitan(model, cluster, layout);
+    case ExportTarget::kFsdp: return export_fsdp(model, cluster, layout);
+  }
+  return refuse("unknown export target");
+}
+
+}  // namespace trainplan

@@ -44,13 +44,21 @@ std::vector<int> powers_of_two_up_to(int n) {
 // more factors of two (641 nodes -> 640, 636, 632, ...) so a prime node count
 // does not rule out pipeline and data parallel layouts; the idle nodes are
 // reported.
-std::vector<int> world_sizes(const ClusterSpec& c, int gpus) {
+// Under failures, also 3/4 and 1/2 of the nodes: a smaller world fails less
+// often and may train sooner.
+std::vector<int> world_sizes(const ClusterSpec& c, int gpus, bool failures) {
   std::vector<int> worlds = {gpus};
   if (gpus > c.gpus_per_node) {
     const int nodes = gpus / c.gpus_per_node;
     for (int k = 1; k <= 7; ++k) {
       const int n = nodes - nodes % (1 << k);
       if (n >= 1 && n * c.gpus_per_node != worlds.back()) worlds.push_back(n * c.gpus_per_node);
+    }
+    if (failures) {
+      for (int n : {nodes * 3 / 4, nodes / 2}) {
+        const int g = n * c.gpus_per_node;
+        if (n >= 1 && std::find(worlds.begin(), worlds.end(), g) == worlds.end()) worlds.push_back(g);
+      }
     }
   }
   return worlds;
@@ -152,6 +160,15 @@ struct Candidate {
   double lower_bound_s = 0;
   double peak_bytes = 0;
   std::string family;
+  double score_bound_s = 0;  // lower bound of the score (step time, or time to train)
+};
+
+// A simulated plan and its score.
+struct Scored {
+  Candidate* cand = nullptr;
+  StepReport report;
+  FaultReport faults;
+  double score_s = 0;
 };
 
 std::string limit_of(const StepReport& r) {
@@ -220,7 +237,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   SearchResult res;
   std::vector<Plan> plans;
   std::vector<int> world_of_plan;
-  for (int world : world_sizes(c, gpus)) {
+  const FaultConfig& fc = o.faults;
+  for (int world : world_sizes(c, gpus, fc.failures_given)) {
     std::vector<Plan> more = enumerate(m, c, world, o, &world_of_plan);
     plans.insert(plans.end(), more.begin(), more.end());
   }
@@ -263,46 +281,87 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     std::vector<double> stage_params;
     for (const StageMemory& st : mem.stages) stage_params.push_back(st.params);
     const double lb = static_cast<double>(step_time_lower_bound(m, c, L, cit->second, stage_params)) * 1e-12;
-    candidates.push_back(Candidate{i, std::move(L), lb, mem.peak_bytes, family});
+    double score_bound = lb;
+    if (fc.train_tokens > 0) {
+      // Expected time to train >= steps * step / best goodput (faults.h).
+      const double steps = std::ceil(fc.train_tokens / (static_cast<double>(L.plan.gbs) * static_cast<double>(L.plan.seq)));
+      score_bound = lb * steps / goodput_upper_bound(m, c, L, fc);
+    }
+    candidates.push_back(Candidate{i, std::move(L), lb, mem.peak_bytes, family, score_bound});
   }
   res.min_peak_bytes = std::isfinite(min_peak) ? min_peak : 0;
 
-  // Branch and bound over the lower bound.
+  // Branch and bound over the lower bound of the score.
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return a.lower_bound_s != b.lower_bound_s ? a.lower_bound_s < b.lower_bound_s : a.index < b.index;
+    return a.score_bound_s != b.score_bound_s ? a.score_bound_s < b.score_bound_s : a.index < b.index;
   });
-  std::vector<std::pair<Candidate*, StepReport>> best;  // sorted by (step, index)
-  std::map<std::string, std::pair<Candidate*, StepReport>> family_best;
+  std::vector<Scored> best;  // sorted by (score, index)
+  std::map<std::string, Scored> family_best;
   SimulateOptions so;
   auto simulate = [&](Candidate& cand) {
     res.simulated += 1;
     return simulate_step(m, c, cand.layout, so);
   };
+  std::map<size_t, Scored> scored;  // by candidate index: each plan is simulated once
+  auto score = [&](Candidate& cand) {
+    auto hit = scored.find(cand.index);
+    if (hit != scored.end()) return hit->second;
+    Scored sc;
+    sc.cand = &cand;
+    sc.report = simulate(cand);
+    sc.score_s = sc.report.step_time_s;
+    if (fc.any()) {
+      const double tokens = static_cast<double>(cand.layout.plan.gbs) * static_cast<double>(cand.layout.plan.seq);
+      sc.faults = evaluate_faults(m, c, cand.layout, sc.report.step_time_s, tokens, fc, false);
+      sc.score_s = fc.train_tokens > 0 ? sc.faults.time_to_train_expected_s : sc.faults.step_s;
+    }
+    if (fc.failures_given) scored.emplace(cand.index, sc);
+    return sc;
+  };
   for (Candidate& cand : candidates) {
-    if (static_cast<int>(best.size()) >= o.top_k && cand.lower_bound_s > best.back().second.step_time_s) break;
-    StepReport rep = simulate(cand);
+    if (static_cast<int>(best.size()) >= o.top_k && cand.score_bound_s > best.back().score_s) break;
+    Scored sc = score(cand);
     auto fb = family_best.find(cand.family);
-    if (fb == family_best.end() || rep.step_time_s < fb->second.second.step_time_s) family_best[cand.family] = {&cand, rep};
-    best.emplace_back(&cand, std::move(rep));
-    std::sort(best.begin(), best.end(), [](const auto& a, const auto& b) {
-      return a.second.step_time_s != b.second.step_time_s ? a.second.step_time_s < b.second.step_time_s
-                                                           : a.first->index < b.first->index;
+    if (fb == family_best.end() || sc.score_s < fb->second.score_s) family_best[cand.family] = sc;
+    best.push_back(std::move(sc));
+    std::sort(best.begin(), best.end(), [](const Scored& a, const Scored& b) {
+      return a.score_s != b.score_s ? a.score_s < b.score_s : a.cand->index < b.cand->index;
     });
     if (static_cast<int>(best.size()) > o.top_k) best.pop_back();
   }
-  for (auto& [cand, rep] : best) {
+  auto ranked = [&](const Scored& sc) {
     RankedPlan rp;
-    rp.layout = cand->layout;
-    rp.report = rep;
-    rp.lower_bound_s = cand->lower_bound_s;
-    rp.limit = limit_of(rep);
-    rp.family = cand->family;
-    res.plans.push_back(std::move(rp));
+    rp.layout = sc.cand->layout;
+    rp.report = sc.report;
+    rp.lower_bound_s = sc.cand->lower_bound_s;
+    rp.limit = limit_of(sc.report);
+    rp.family = sc.cand->family;
+    rp.has_faults = fc.any();
+    rp.faults = sc.faults;
+    if (fc.failures_given) add_monte_carlo(fc, &rp.faults);
+    rp.score_s = sc.score_s;
+    return rp;
+  };
+  for (const Scored& sc : best) res.plans.push_back(ranked(sc));
+  const int64_t simulated_for_top = res.simulated;
+  if (fc.failures_given && !res.plans.empty()) {
+    // Best per world size: branch and bound restricted to each world.
+    std::map<int, std::vector<Candidate*>> by_world;
+    for (Candidate& cand : candidates) by_world[cand.layout.gpus].push_back(&cand);
+    for (auto it = by_world.rbegin(); it != by_world.rend(); ++it) {
+      Scored world_best;
+      for (Candidate* cand : it->second) {
+        if (world_best.cand != nullptr && cand->score_bound_s > world_best.score_s) break;
+        Scored sc = score(*cand);
+        if (world_best.cand == nullptr || sc.score_s < world_best.score_s) world_best = std::move(sc);
+      }
+      res.worlds.push_back(WorldBest{it->first, ranked(world_best)});
+    }
   }
   res.rejected["slower than the top " + std::to_string(o.top_k) + " (simulated)"] =
-      std::max<int64_t>(0, res.simulated - static_cast<int64_t>(res.plans.size()));
+      std::max<int64_t>(0, simulated_for_top - static_cast<int64_t>(res.plans.size()));
   res.rejected["slower than the top " + std::to_string(o.top_k) + " (lower bound)"] =
-      static_cast<int64_t>(candidates.size()) - res.simulated;
+      static_cast<int64_t>(candidates.size()) - simulated_for_top;
 
   // Why the other families lose: their best plan by lower bound, simulated.
   const std::string winner = res.plans.empty() ? "" : res.plans.front().family;
@@ -316,7 +375,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     v.family = family;
     if (family_first.count(family)) {
       auto fb = family_best.find(family);
-      StepReport rep = fb != family_best.end() ? fb->second.second : simulate(*family_first[family]);
+      StepReport rep = fb != family_best.end() ? fb->second.report : simulate(*family_first[family]);
       v.verdict = why_slower(rep, res.plans.front().report);
     } else {
       v.verdict = fmt("does not fit: needs %.1f GiB per GPU", to_gib(peak)) +

@@ -11,6 +11,15 @@
 //    exact (branch and bound), not a heuristic.
 // 4. Rank by tokens/s (equivalently step time; gbs is fixed); ties broken by
 //    enumeration order, so results are deterministic.
+// Under faults (options.faults.any(), simulator/faults/faults.h) the score is
+// the expected time to train (closed form of the failure model, with the
+// straggler tax of every simulated plan), or the straggled step time when no
+// --train-tokens is given.  Its bound is the step-time bound times
+// steps / the best goodput any checkpoint interval gives that world (the
+// goodput does not depend on the step time), so the top K stays exact as
+// long as the straggler tax is >= 0 (true unless a jitter distribution makes
+// GPUs faster than nominal).  With failures, worlds of 3/4 and 1/2 of the
+// nodes are searched too: fewer GPUs fail less often and can train sooner.
 #ifndef TRAINPLAN_PLANNER_SEARCH_SEARCH_H_
 #define TRAINPLAN_PLANNER_SEARCH_SEARCH_H_
 
@@ -20,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "simulator/faults/faults.h"
 #include "simulator/memory/memory_model.h"
 #include "simulator/report/step_report.h"
 #include "simulator/spec/cluster.h"
@@ -37,6 +47,7 @@ struct SearchOptions {
   bool naive = false;        // also consider naive model parallel
   bool async_dp = false;     // also consider async DP (parameter servers)
   bool offload = false;      // also consider optimizer/parameter offload
+  FaultConfig faults;        // none by default: rank by step time
   std::function<void(int64_t done, int64_t total)> progress;  // optional
 };
 
@@ -46,11 +57,21 @@ struct RankedPlan {
   double lower_bound_s = 0;
   std::string limit;         // what limits it, one line
   std::string family;
+  bool has_faults = false;   // options.faults.any()
+  FaultReport faults;
+  double score_s = 0;        // what it is ranked by: step time, or expected time to train
 };
 
 struct FamilyVerdict {
   std::string family;
   std::string verdict;       // e.g. "needs 142.0 GiB per GPU, has 80.0"
+};
+
+// The best plan of one world size (under failures, where fewer GPUs fail
+// less often): exact, by branch and bound within that world.
+struct WorldBest {
+  int gpus = 0;
+  RankedPlan best;
 };
 
 struct SearchResult {
@@ -62,6 +83,7 @@ struct SearchResult {
   std::vector<RankedPlan> plans;               // best first, at most top_k
   std::map<std::string, int64_t> rejected;     // reason -> count
   std::vector<FamilyVerdict> families;         // why the other families lose
+  std::vector<WorldBest> worlds;               // with failures: best per world size, most GPUs first
   double min_peak_bytes = 0;                   // nearest miss when nothing fits
   std::vector<std::string> advice;             // what would make it fit
 };

@@ -26,11 +26,14 @@ ComputeParams compute_params(const ClusterSpec& cluster, Precision precision) {
   p.sm_count = cluster.gpu.sm_count;
   p.attention_efficiency = cluster.gpu.attention_efficiency;
   p.element_bytes = activation_bytes(precision);
+  if (cluster.gpu.kernel_overhead_s >= 0) p.kernel_overhead = Duration::seconds(cluster.gpu.kernel_overhead_s);
+  p.gemm_table = cluster.gpu.gemm_table;
   return p;
 }
 
-double gemm_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k) {
-  if (m <= 0 || n <= 0 || k <= 0) return p.gemm_efficiency;
+namespace {
+
+double analytic_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k) {
   const int64_t tm = (m + kTile - 1) / kTile;
   const int64_t tn = (n + kTile - 1) / kTile;
   const double tile = static_cast<double>(m) * static_cast<double>(n) /
@@ -40,6 +43,27 @@ double gemm_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k) 
   const double wave = static_cast<double>(tiles) / static_cast<double>(waves * p.sm_count);
   const double depth = static_cast<double>(k) / (static_cast<double>(k) + kDepthHalf);
   return p.gemm_efficiency * tile * wave * depth;
+}
+
+}  // namespace
+
+double gemm_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k) {
+  if (m <= 0 || n <= 0 || k <= 0) return p.gemm_efficiency;
+  if (p.gemm_table.empty()) return analytic_efficiency(p, m, n, k);
+  const GemmPoint* nearest = nullptr;
+  double best = 0;
+  for (const GemmPoint& g : p.gemm_table) {
+    const double d = std::fabs(std::log(static_cast<double>(m) / static_cast<double>(g.m))) +
+                     std::fabs(std::log(static_cast<double>(n) / static_cast<double>(g.n))) +
+                     std::fabs(std::log(static_cast<double>(k) / static_cast<double>(g.k)));
+    if (nearest == nullptr || d < best) {
+      nearest = &g;
+      best = d;
+    }
+  }
+  if (best == 0) return nearest->efficiency;
+  return std::min(1.0, nearest->efficiency * analytic_efficiency(p, m, n, k) /
+                           analytic_efficiency(p, nearest->m, nearest->n, nearest->k));
 }
 
 Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k) {
@@ -61,6 +85,11 @@ Duration op_forward_time(const ComputeParams& p, const OpCost& op) {
     case OpKind::kGemm: return gemm_time(p, op.m, op.n, op.k);
     case OpKind::kAttention:
       if (op.bytes > 0 && op.flops == 0) return memory_time(p, op.bytes);
+      // A calibrated device runs attention as measured GEMMs (the executor
+      // does the same); otherwise the fused kernel's efficiency.
+      if (!p.gemm_table.empty() && op.m > 0) {
+        return gemm_time(p, op.m, op.n, op.k) + gemm_time(p, op.m, op.k, op.n) + memory_time(p, op.bytes);
+      }
       return Duration::seconds(op.flops / (p.peak.flop_per_s() * p.attention_efficiency)) +
              memory_time(p, op.bytes);
     case OpKind::kElementwise: return memory_time(p, op.bytes);
@@ -73,6 +102,11 @@ Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention at
     case OpKind::kGemm: return gemm_time(p, op.m, op.k, op.n) + gemm_time(p, op.n, op.k, op.m);
     case OpKind::kAttention: {
       const double factor = attention == Attention::kFlash ? 2.5 : 2.0;
+      if (!p.gemm_table.empty() && op.m > 0) {
+        const Duration pair = gemm_time(p, op.m, op.n, op.k) + gemm_time(p, op.m, op.k, op.n);
+        return pair * 2 + (attention == Attention::kFlash ? gemm_time(p, op.m, op.n, op.k) : Duration()) +
+               memory_time(p, 2 * op.bytes);
+      }
       return Duration::seconds(factor * op.flops /
                                (p.peak.flop_per_s() * p.attention_efficiency)) +
              memory_time(p, 2 * op.bytes);

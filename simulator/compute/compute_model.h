@@ -13,6 +13,8 @@
 #ifndef TRAINPLAN_SIM_COMPUTE_COMPUTE_MODEL_H_
 #define TRAINPLAN_SIM_COMPUTE_COMPUTE_MODEL_H_
 
+#include <vector>
+
 #include "simulator/core/units.h"
 #include "simulator/cost/layer_cost.h"
 #include "simulator/spec/cluster.h"
@@ -31,6 +33,10 @@ struct ComputeParams {
   int sm_count = 108;
   Duration kernel_overhead = Duration::microseconds(3);  // launch gap + tail per kernel
   int element_bytes = 2;
+  // Measured GEMM efficiencies by shape (calibration): an exact shape uses
+  // its measurement; another shape scales the nearest measurement (in log
+  // m, n, k) by the analytic model's ratio.
+  std::vector<GemmPoint> gemm_table;
 };
 
 // REQUIRES: cluster.gpu.peak has the dtype of `precision`.

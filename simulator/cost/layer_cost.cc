@@ -122,6 +122,11 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s) {
     OpCost op;
     op.name = "attention";
     op.kind = OpKind::kAttention;
+    // Shape of each of its two products per rank, as GEMMs: QK^T is
+    // (tokens x seq_kv x h/t) over the heads, attention-over-V the same.
+    op.m = static_cast<int64_t>(tokens);
+    op.n = static_cast<int64_t>(seq);
+    op.k = static_cast<int64_t>(h / t);
     op.flops = 4.0 * tokens * seq * h / t;
     // Q, K and V are saved (Korthikanti: Q and K 4sbh, V 2sbh; GQA: K, V are
     // kv_heads*head_dim wide).

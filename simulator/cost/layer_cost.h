@@ -46,7 +46,7 @@ enum class TpComm { kNone, kAllReduce, kAllGather, kReduceScatter };
 struct OpCost {
   std::string name;
   OpKind kind = OpKind::kElementwise;
-  int64_t m = 0, n = 0, k = 0;   // GEMM shape (kGemm only)
+  int64_t m = 0, n = 0, k = 0;   // GEMM shape (kGemm; kAttention: each of its two products)
   double flops = 0;              // forward FLOPs
   double bytes = 0;              // forward HBM traffic of memory-bound ops
   double saved_bytes = 0;        // activation bytes saved for backward

@@ -465,6 +465,7 @@ LinkParams link_params(const ClusterSpec& cluster) {
     case Generation::kHopper: p.ll_max_bus_bandwidth_1node = Bandwidth::gigabytes_per_s(141.0); break;
     case Generation::kBlackwell: p.ll_max_bus_bandwidth_1node = Bandwidth::gigabytes_per_s(282.0); break;
   }
+  p.calibrated = cluster.calibrated_collectives;
   if (cluster.inter_node) {
     const InterNodeSpec& net = *cluster.inter_node;
     p.nics_per_node = net.nics_per_node;
@@ -479,7 +480,30 @@ LinkParams link_params(const ClusterSpec& cluster) {
   return p;
 }
 
+namespace {
+
+// A calibrated alpha-beta fit for this collective and scope, if any.
+std::optional<CollectiveCost> calibrated_cost(Collective c, Bytes size, const GroupPlacement& g, const LinkParams& p) {
+  const bool inter = g.nodes > 1;
+  for (const CalibratedCollective& k : p.calibrated) {
+    if (k.collective != c || k.inter_node != inter) continue;
+    CollectiveCost cost;
+    cost.algo = c == Collective::kAllToAll || c == Collective::kSendRecv ? NcclAlgo::kP2p : NcclAlgo::kRing;
+    cost.proto = NcclProto::kSimple;
+    cost.latency = k.latency;
+    cost.bus_bandwidth = k.bus_bandwidth;
+    cost.wire_bytes_per_rank = bus_bandwidth_factor(c, g.ranks) * static_cast<double>(size);
+    cost.time = cost.latency + cost.wire_bytes_per_rank / cost.bus_bandwidth;
+    cost.bottleneck = inter ? LinkTier::kInterNode : LinkTier::kIntraNode;
+    return cost;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 CollectiveCost collective_cost(Collective c, Bytes size, const GroupPlacement& g, const LinkParams& p) {
+  if (auto k = calibrated_cost(c, size, g, p)) return *k;
   const std::optional<CollectiveCost> best = cheapest(candidates(c, size, g, p, AlgoFilter{}));
   TRAINPLAN_CHECK(best.has_value(), std::string("no algorithm for ") + to_string(c));
   return *best;

@@ -25,12 +25,12 @@
 #include <optional>
 #include <vector>
 
+#include "simulator/core/collective.h"
 #include "simulator/core/units.h"
 #include "simulator/spec/cluster.h"
 
 namespace trainplan {
 
-enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast, kSendRecv };
 
 // kP2p is NCCL's send/recv path, which AllToAll and SendRecv use; the other
 // collectives never use it.  NVLS is NVLink SHARP (in-switch reduction).
@@ -99,6 +99,10 @@ struct LinkParams {
   // latencies were tuned on end-to-end nccl-tests times.  Calibration fits it
   // from the smallest measured size.
   Duration call_overhead;
+
+  // Measured alpha-beta fits from a calibration file; when one matches the
+  // collective and scope it replaces NCCL's model.
+  std::vector<CalibratedCollective> calibrated;
 };
 
 // Returns the parameters of `cluster`.  The GPU generation (from the GPU name,

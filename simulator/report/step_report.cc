@@ -128,6 +128,8 @@ StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, con
   LoweringOptions lo;
   lo.representative = options.representative;
   lo.bucket_bytes = options.bucket_bytes;
+  lo.p2p = options.p2p;
+  lo.blocking_dp = options.blocking_dp;
   LoweredStep step = lower_step(model, cluster, layout, lo);
   EngineOptions eo;
   eo.comm_slowdown = step.comm_slowdown;

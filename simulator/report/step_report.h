@@ -25,6 +25,8 @@ struct SimulateOptions {
   bool representative = true;   // one rank per pipeline stage
   bool trace = false;           // build a Chrome trace
   double bucket_bytes = 25.0 * 1024 * 1024;
+  LoweringOptions::P2p p2p = LoweringOptions::P2p::kBySchedule;
+  bool blocking_dp = false;   // see LoweringOptions
 };
 
 struct TimeBreakdown {  // seconds, averaged over ranks

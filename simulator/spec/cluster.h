@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "simulator/core/collective.h"
 #include "simulator/core/units.h"
 
 namespace trainplan {
@@ -25,6 +26,22 @@ const char* to_string(Dtype d);
 const char* to_string(IntraFabric f);
 const char* to_string(InterFabric f);
 
+// A GEMM shape measured by `trainplan calibrate`: its efficiency against the
+// dense peak of its dtype.
+struct GemmPoint {
+  int64_t m = 0, n = 0, k = 0;
+  double efficiency = 0;
+};
+
+// A collective measured by `trainplan calibrate` (alpha-beta fit): it
+// replaces NCCL's cost model for that collective inside or across nodes.
+struct CalibratedCollective {
+  Collective collective = Collective::kAllReduce;
+  bool inter_node = false;
+  Duration latency;
+  Bandwidth bus_bandwidth;
+};
+
 struct GpuSpec {
   std::string name;
   Bytes memory = 0;
@@ -34,6 +51,11 @@ struct GpuSpec {
   double hbm_efficiency = 0.85;    // achievable copy bandwidth / spec, (0, 1]
   int sm_count = 108;              // streaming multiprocessors (GEMM wave quantization)
   double attention_efficiency = 0.55;  // fused attention FLOPs / dense peak, fwd+bwd, (0, 1]
+  // From a calibration file only (not in topologies/): measured GEMM
+  // efficiencies by shape and the measured per-kernel overhead (< 0: model
+  // default).
+  std::vector<GemmPoint> gemm_table;
+  double kernel_overhead_s = -1;
   std::string source;
 };
 
@@ -72,6 +94,8 @@ struct ClusterSpec {
   std::optional<InterNodeSpec> inter_node;
   HostSpec host;
   std::string source;
+  std::vector<CalibratedCollective> calibrated_collectives;  // from a calibration file
+  std::string calibration;  // where the calibration came from, empty if none
 };
 
 // Parses and validates a cluster JSON document (see topologies/README.md).

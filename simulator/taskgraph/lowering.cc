@@ -1,6 +1,7 @@
 #include "simulator/taskgraph/lowering.h"
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 
 #include "simulator/core/error.h"
@@ -61,6 +62,7 @@ class Lowerer {
     build_compute();
     build_p2p();
     build_dp();
+    block_on_dp();
     out_.graph.finalize();
     return std::move(out_);
   }
@@ -255,6 +257,8 @@ class Lowerer {
         t.microbatch = e.mb;
         t.chunk = static_cast<int16_t>(e.chunk);
         t.layer = static_cast<int16_t>(e.layer);
+        t.layer_count = static_cast<int16_t>(count);
+        t.extras = static_cast<uint8_t>((with_emb ? 1 : 0) | (with_out ? 2 : 0));
         if (!is_b) {
           t.mem_alloc = static_cast<int64_t>(alloc);
         } else {
@@ -376,10 +380,31 @@ class Lowerer {
         // batched isend/irecv + wait (send_forward_recv_backward): the sender's
         // next compute waits for the transfer.  The interleaved schedule
         // overlaps p2p with compute (--overlap-p2p-comm).
-        if (p_.schedule != Schedule::kInterleaved) {
+        const bool blocking = opt_.p2p == LoweringOptions::P2p::kBlocking ||
+                              (opt_.p2p == LoweringOptions::P2p::kBySchedule && p_.schedule != Schedule::kInterleaved);
+        if (blocking) {
           const int32_t next = next_in_program_[static_cast<size_t>(producer)];
           if (next >= 0) g.add_dep(id, next);
         }
+      }
+    }
+  }
+
+  // A blocking DP collective holds each member's compute stream: the member's
+  // next compute after the collective's last member predecessor waits for it.
+  void block_on_dp() {
+    if (blocking_comm_.empty()) return;
+    TaskGraph& g = out_.graph;
+    if (next_in_program_.size() != static_cast<size_t>(g.size())) {
+      next_in_program_.assign(static_cast<size_t>(g.size()), -1);
+      for (const auto& prog : g.program) {
+        for (size_t k = 0; k + 1 < prog.size(); ++k) next_in_program_[static_cast<size_t>(prog[k])] = prog[k + 1];
+      }
+    }
+    for (int32_t id : blocking_comm_) {
+      for (int32_t member : dp_member_preds_[id]) {
+        const int32_t next = next_in_program_[static_cast<size_t>(member)];
+        if (next >= 0) g.add_dep(id, next);
       }
     }
   }
@@ -414,8 +439,10 @@ class Lowerer {
         links.push_back(FlowLink{nic_link_[static_cast<size_t>(mr)], 1.0f / static_cast<float>(gp.ranks_per_node)});
       }
     }
-    return out_.graph.add_comm(channel, cost.latency.ps(), cost.wire_bytes_per_rank, cost.bus_bandwidth.bytes_per_s(),
-                               Category::kDpComm, label, members, links);
+    const int32_t id = out_.graph.add_comm(channel, cost.latency.ps(), cost.wire_bytes_per_rank,
+                                           cost.bus_bandwidth.bytes_per_s(), Category::kDpComm, label, members, links);
+    if (opt_.blocking_dp) blocking_comm_.push_back(id);
+    return id;
   }
 
   void build_dp() {
@@ -444,7 +471,10 @@ class Lowerer {
         Collective kind = p_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
         int32_t id = add_group_comm(channel, kind, p_.zero == 0 ? TaskLabel::kDpAllReduce : TaskLabel::kDpReduceScatter,
                                     bytes, shard, members);
-        for (int32_t mr : members) g.add_dep(task_at(mr, k), id);
+        for (int32_t mr : members) {
+          g.add_dep(task_at(mr, k), id);
+          dp_member_preds_[id].push_back(task_at(mr, k));
+        }
         reductions.push_back(id);
         if (hybrid) {
           // Hybrid shard: the shard's gradients are then all-reduced across
@@ -526,6 +556,8 @@ class Lowerer {
   std::vector<std::vector<int32_t>> op_index_;
   std::vector<int32_t> optimizer_task_;
   std::vector<int32_t> next_in_program_;
+  std::vector<int32_t> blocking_comm_;
+  std::map<int32_t, std::vector<int32_t>> dp_member_preds_;  // collective -> its members' producing tasks  // DP collectives that block their members' next compute
   std::vector<int32_t> intra_link_, nic_link_;
   std::vector<double> stage_params_;
   int32_t first_p2p_channel_ = 0;

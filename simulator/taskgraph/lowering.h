@@ -34,6 +34,14 @@ struct LoweringOptions {
   bool representative = true;
   // Gradient bucket size (PyTorch DDP bucket_cap_mb = 25, i.e. 25 MiB).
   double bucket_bytes = 25.0 * 1024 * 1024;
+  // Pipeline sends block the sender's next compute (Megatron's
+  // non-interleaved schedules) unless overlapped (interleaved, or a backend
+  // whose sends are asynchronous).  Default: by schedule.
+  enum class P2p { kBySchedule, kBlocking, kAsync } p2p = P2p::kBySchedule;
+  // DP collectives run on the compute stream (a backend without async
+  // collectives, e.g. the CPU backend's MPI calls): each blocks the members'
+  // next compute.
+  bool blocking_dp = false;
 };
 
 struct RankCoord {

@@ -45,7 +45,9 @@ struct Task {
   int32_t preds = 0;
   int32_t microbatch = -1;
   int16_t chunk = -1;
-  int16_t layer = -1;
+  int16_t layer = -1;        // -1: the whole chunk
+  int16_t layer_count = 0;   // compute: transformer layers it runs
+  uint8_t extras = 0;        // compute: 1 = embedding, 2 = output layer + loss
   TaskType type = TaskType::kCompute;
   Category category = Category::kCompute;
   TaskLabel label = TaskLabel::kForward;

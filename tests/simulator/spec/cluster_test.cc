@@ -190,7 +190,7 @@ TEST_CASE("ClusterSpec: load_cluster lists the known clusters for an unknown nam
   std::string known;
   for (const std::string& n : builtin_cluster_names()) known += (known.empty() ? "" : ", ") + n;
   REQUIRE_THROWS_WITH(load_cluster("nope"), "--cluster: unknown cluster \"nope\"; known: " + known);
-  REQUIRE_THROWS_WITH(load_cluster("nope"), Catch::Matchers::StartsWith("--cluster: unknown cluster \"nope\"; known: dgx-a100, "));
+  REQUIRE_THROWS_WITH(load_cluster("nope"), Catch::Matchers::StartsWith("--cluster: unknown cluster \"nope\"; known: cpu-local, dgx-a100, "));
 }
 
 }  // namespace

@@ -1,0 +1,326 @@
+#include "calibrate/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "simulator/core/error.h"
+#include "simulator/memory/memory_model.h"
+#include "simulator/network/collective_model.h"
+#include "simulator/taskgraph/lowering.h"
+#include "simulator/taskgraph/step_costs.h"
+
+namespace trainplan {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::string dtype_of(Precision p, const Backend& b) {
+  if (p == Precision::kFp32) return b.supports("tf32") ? "tf32" : "fp32";
+  const std::string d = p == Precision::kBf16 ? "bf16" : "fp16";
+  return b.supports(d) ? d : "fp32";
+}
+
+Collective tp_collective(TpComm c, bool backward) {
+  switch (c) {
+    case TpComm::kAllReduce: return Collective::kAllReduce;
+    case TpComm::kAllGather: return backward ? Collective::kReduceScatter : Collective::kAllGather;
+    case TpComm::kReduceScatter: return backward ? Collective::kAllGather : Collective::kReduceScatter;
+    case TpComm::kNone: break;
+  }
+  return Collective::kAllReduce;
+}
+
+class RankExecutor {
+ public:
+  RankExecutor(Backend& b, const ModelSpec& m, const ClusterSpec& c, const Layout& L)
+      : b_(b), m_(m), c_(c), L_(L), p_(L.plan), dtype_(dtype_of(L.plan.precision, b)) {
+    SimulateOptions so = simulate_options_for(b);
+    LoweringOptions lo;
+    lo.representative = false;
+    lo.bucket_bytes = so.bucket_bytes;
+    lo.p2p = so.p2p;
+    lo.blocking_dp = so.blocking_dp;
+    step_ = lower_step(m, c, L, lo);
+    costs_ = step_costs(m, c, p_);
+    me_ = b.world().rank();
+    const RankCoord& rc = step_.ranks[static_cast<size_t>(me_)];
+    // Communicators, split the way the plan places ranks.
+    tp_ = b.split(rc.pp * 1000003 + rc.dp * p_.cp + rc.cp, rc.tp);
+    dp_ = b.split(rc.pp * 1000003 + rc.tp, rc.dp * p_.cp + rc.cp);
+    // Predecessors of every task (the graph stores successors).
+    const TaskGraph& g = step_.graph;
+    preds_.assign(static_cast<size_t>(g.size()), {});
+    for (int32_t t = 0; t < g.size(); ++t) {
+      const Task& task = g.task(t);
+      const uint32_t* s = g.successors(task);
+      for (uint32_t i = 0; i < task.succ_count; ++i) preds_[s[i]].push_back(t);
+    }
+    MemoryReport mem = estimate_memory(m, c, L);
+    const MemoryBreakdown& bd = mem.stages[static_cast<size_t>(rc.pp)].breakdown;
+    static_bytes_ = bd.weights + bd.gradients + bd.optimizer;
+    stage_params_ = mem.stages[static_cast<size_t>(rc.pp)].params;
+  }
+
+  // Runs one step; returns this rank's times per category.
+  TimeBreakdown run_step(double* peak_bytes) {
+    TimeBreakdown t;
+    t_ = &t;
+    const TaskGraph& g = step_.graph;
+    done_.assign(static_cast<size_t>(g.size()), 0);
+    live_bytes_ = static_bytes_;
+    peak_ = live_bytes_;
+    for (int32_t id : g.program[static_cast<size_t>(me_)]) {
+      for (int32_t p : preds_[static_cast<size_t>(id)]) run_comm_if_mine(p);
+      run_compute(id);
+      const Task& task = g.task(id);
+      const uint32_t* s = g.successors(task);
+      for (uint32_t i = 0; i < task.succ_count; ++i) {
+        const int32_t n = static_cast<int32_t>(s[i]);
+        if (g.task(n).type == TaskType::kComm && ready_here(n)) run_comm_if_mine(n);
+      }
+    }
+    // Trailing collectives (e.g. the distributed optimizer's all-gather).
+    for (int32_t id = 0; id < g.size(); ++id) {
+      if (g.task(id).type == TaskType::kComm) run_comm_if_mine(id);
+    }
+    const double t0 = now_s();
+    b_.world().wait_sends();
+    t.pp_comm += now_s() - t0;
+    *peak_bytes = peak_;
+    return t;
+  }
+
+ private:
+  bool member(const Task& t) const {
+    const int32_t* m = step_.graph.members(t);
+    return std::find(m, m + t.member_count, me_) != m + t.member_count;
+  }
+
+  // The receiving rank of a point-to-point task: its compute successor.
+  int32_t receiver(const Task& t) const {
+    const uint32_t* s = step_.graph.successors(t);
+    for (uint32_t i = 0; i < t.succ_count; ++i) {
+      const Task& n = step_.graph.task(static_cast<int32_t>(s[i]));
+      if (n.type == TaskType::kCompute && n.rank != step_.graph.members(t)[0]) return n.rank;
+    }
+    return -1;
+  }
+
+  // All of this rank's inputs to comm task `id` are done.
+  bool ready_here(int32_t id) const {
+    for (int32_t p : preds_[static_cast<size_t>(id)]) {
+      const Task& pt = step_.graph.task(p);
+      if (pt.type == TaskType::kCompute && pt.rank == me_ && !done_[static_cast<size_t>(p)]) return false;
+      if (pt.type == TaskType::kComm && !done_[static_cast<size_t>(p)] && (member(pt) || receiver(pt) == me_)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void run_comm_if_mine(int32_t id) {
+    const TaskGraph& g = step_.graph;
+    const Task& t = g.task(id);
+    if (t.type != TaskType::kComm || done_[static_cast<size_t>(id)]) return;
+    const bool p2p = t.category == Category::kPpComm;
+    const int32_t sender = t.member_count > 0 ? g.members(t)[0] : -1;
+    const int32_t to = p2p ? receiver(t) : -1;
+    if (!member(t) && to != me_) return;
+    // Comm chains (e.g. a hybrid-shard all-reduce after its reduce-scatter).
+    for (int32_t p : preds_[static_cast<size_t>(id)]) {
+      if (g.task(p).type == TaskType::kComm) run_comm_if_mine(p);
+    }
+    done_[static_cast<size_t>(id)] = 1;
+    const double t0 = now_s();
+    if (p2p) {
+      const int64_t bytes = static_cast<int64_t>(t.wire_bytes);
+      const int tag = static_cast<int>(t.microbatch * 64 + t.chunk * 2 + (t.label == TaskLabel::kSendBackward ? 1 : 0));
+      if (sender == me_) {
+        b_.world().send(to, bytes, tag);
+      } else {
+        b_.world().recv(sender, bytes, tag);
+      }
+      t_->pp_comm += now_s() - t0;
+      return;
+    }
+    Collective kind = Collective::kAllReduce;
+    if (t.label == TaskLabel::kDpReduceScatter) kind = Collective::kReduceScatter;
+    if (t.label == TaskLabel::kDpAllGather || t.label == TaskLabel::kParamAllGather) kind = Collective::kAllGather;
+    const double factor = bus_bandwidth_factor(kind, dp_->size());
+    const int64_t size = factor > 0 ? static_cast<int64_t>(t.wire_bytes / factor) : 0;
+    if (size > 0) dp_->run(kind, size);
+    t_->dp_comm += now_s() - t0;
+  }
+
+  void forward_ops(const LayerCost& lc, bool with_tp) {
+    for (const OpCost& op : lc.ops) {
+      const double t0 = now_s();
+      run_op_forward(op);
+      t_->compute += now_s() - t0;
+      if (with_tp && op.tp_comm_after != TpComm::kNone && tp_->size() > 1) {
+        const double t1 = now_s();
+        tp_->run(tp_collective(op.tp_comm_after, false), static_cast<int64_t>(op.tp_comm_bytes));
+        t_->tp_comm += now_s() - t1;
+      }
+    }
+  }
+
+  void run_op_forward(const OpCost& op) {
+    switch (op.kind) {
+      case OpKind::kGemm: b_.gemm(op.m, op.n, op.k, dtype_); break;
+      case OpKind::kAttention: {
+        // QK^T and attention-over-V as GEMMs of the op's shape, plus its
+        // memory traffic.
+        b_.gemm(op.m, op.n, op.k, dtype_);
+        b_.gemm(op.m, op.k, op.n, dtype_);
+        if (op.bytes > 0) b_.copy(static_cast<int64_t>(op.bytes / 2));
+        break;
+      }
+      case OpKind::kElementwise:
+        if (op.bytes > 0) b_.copy(static_cast<int64_t>(op.bytes / 2));
+        break;
+    }
+  }
+
+  void backward_ops(const LayerCost& lc) {
+    for (auto it = lc.ops.rbegin(); it != lc.ops.rend(); ++it) {
+      const OpCost& op = *it;
+      if (op.tp_comm_after != TpComm::kNone && tp_->size() > 1) {
+        const double t1 = now_s();
+        tp_->run(tp_collective(op.tp_comm_after, true), static_cast<int64_t>(op.tp_comm_bytes));
+        t_->tp_comm += now_s() - t1;
+      }
+      const double t0 = now_s();
+      switch (op.kind) {
+        case OpKind::kGemm:
+          b_.gemm(op.m, op.k, op.n, dtype_);
+          b_.gemm(op.n, op.k, op.m, dtype_);
+          break;
+        case OpKind::kAttention:
+          // Backward = 2x the forward FLOPs (2.5x with flash: S recomputed).
+          run_op_forward(op);
+          run_op_forward(op);
+          if (p_.attention == Attention::kFlash) b_.gemm(op.m, op.n, op.k, dtype_);
+          break;
+        case OpKind::kElementwise:
+          if (op.bytes > 0) b_.copy(static_cast<int64_t>(op.bytes));
+          break;
+      }
+      t_->compute += now_s() - t0;
+    }
+  }
+
+  void run_compute(int32_t id) {
+    const Task& t = step_.graph.task(id);
+    done_[static_cast<size_t>(id)] = 1;
+    if (t.category == Category::kOptimizer) {
+      const double t0 = now_s();
+      // The optimizer's memory traffic (optimizer_ps's bytes per parameter).
+      const double shard = p_.zero >= 1 ? L_.shard_degree : 1;
+      const double bytes_per_param = p_.precision == Precision::kFp32 ? 36.0 : 42.0;
+      if (p_.offload == Offload::kNone) b_.copy(static_cast<int64_t>(stage_params_ / shard * bytes_per_param / 2));
+      t_->optimizer += now_s() - t0;
+      return;
+    }
+    live_bytes_ += static_cast<double>(t.mem_alloc);
+    peak_ = std::max(peak_, live_bytes_);
+    const bool backward = t.label == TaskLabel::kBackward;
+    if (!backward) {
+      if (t.extras & 1) forward_ops(costs_.embedding, true);
+      for (int i = 0; i < t.layer_count; ++i) forward_ops(costs_.layer, true);
+      if (t.extras & 2) forward_ops(costs_.output, true);
+    } else {
+      if (t.extras & 2) backward_ops(costs_.output);
+      for (int i = 0; i < t.layer_count; ++i) {
+        if (p_.recompute == Recompute::kFull) {
+          forward_ops(costs_.layer, true);
+        } else if (p_.recompute == Recompute::kSelective) {
+          for (const OpCost& op : costs_.layer.ops) {
+            if (op.kind != OpKind::kAttention) continue;
+            const double t0 = now_s();
+            run_op_forward(op);
+            t_->compute += now_s() - t0;
+          }
+        }
+        backward_ops(costs_.layer);
+      }
+      if (t.extras & 1) backward_ops(costs_.embedding);
+    }
+    live_bytes_ -= static_cast<double>(t.mem_free);
+  }
+
+  Backend& b_;
+  const ModelSpec& m_;
+  const ClusterSpec& c_;
+  const Layout& L_;
+  const Plan& p_;
+  std::string dtype_;
+  LoweredStep step_;
+  StepCosts costs_;
+  int me_ = 0;
+  std::unique_ptr<Communicator> tp_, dp_;
+  std::vector<std::vector<int32_t>> preds_;
+  std::vector<uint8_t> done_;
+  TimeBreakdown* t_ = nullptr;
+  double static_bytes_ = 0, live_bytes_ = 0, peak_ = 0, stage_params_ = 0;
+};
+
+}  // namespace
+
+SimulateOptions simulate_options_for(const Backend& backend) {
+  SimulateOptions o;
+  o.representative = false;
+  if (backend.name() == "cpu") {
+    o.p2p = LoweringOptions::P2p::kAsync;
+    o.blocking_dp = true;
+  }
+  return o;
+}
+
+MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                          const ExecutorOptions& options) {
+  Communicator& world = backend.world();
+  if (world.size() != layout.gpus) {
+    throw_input_error("--plan", "", "the plan needs " + std::to_string(layout.gpus) + " ranks but " +
+                      std::to_string(world.size()) + " were launched",
+                      "launch with mpirun -np " + std::to_string(layout.gpus));
+  }
+  RankExecutor ex(backend, model, cluster, layout);
+  MeasuredStep m;
+  std::vector<double> compute, tp, pp, dp, opt;
+  for (int s = 0; s < options.warmup + options.steps; ++s) {
+    world.barrier();
+    const double t0 = now_s();
+    double peak = 0;
+    TimeBreakdown t = ex.run_step(&peak);
+    const double step = world.max(now_s() - t0);
+    if (s < options.warmup) continue;
+    m.step_times_s.push_back(step);
+    compute.push_back(world.max(t.compute));
+    tp.push_back(world.max(t.tp_comm));
+    pp.push_back(world.max(t.pp_comm));
+    dp.push_back(world.max(t.dp_comm));
+    opt.push_back(world.max(t.optimizer));
+    m.peak_bytes = world.max(peak);
+  }
+  m.step_time_s = median(m.step_times_s);
+  m.breakdown.compute = median(compute);
+  m.breakdown.tp_comm = median(tp);
+  m.breakdown.pp_comm = median(pp);
+  m.breakdown.dp_comm = median(dp);
+  m.breakdown.optimizer = median(opt);
+  m.breakdown.bubble = std::max(0.0, m.step_time_s - m.breakdown.compute - m.breakdown.tp_comm - m.breakdown.pp_comm -
+                                         m.breakdown.dp_comm - m.breakdown.optimizer);
+  return m;
+}
+
+}  // namespace trainplan

@@ -1,0 +1,229 @@
+// `trainplan calibrate`: measure a cluster (collectives, GEMMs, memory
+// copies) with the cpu or cuda backend, print nccl-tests-style tables, fit
+// the cost model and write calibration.json; or fit nccl-tests output a user
+// already has (--from-nccl-tests).
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+
+#include "calibrate/backend.h"
+#include "calibrate/fit.h"
+#include "calibrate/nccl_tests_reader.h"
+#include "calibrate/sweep.h"
+#include "planner/cli/commands.h"
+#include "planner/cli/output.h"
+#include "simulator/core/error.h"
+#include "simulator/spec/data_dir.h"
+#include "simulator/spec/json_reader.h"
+
+namespace trainplan {
+
+namespace {
+
+struct CalibrateFlags {
+  std::string backend;
+  std::string out = "calibration.json";
+  std::string min_bytes = "8", max_bytes;
+  int factor = 2;
+  int warmup = 5;
+  int iters = 20;
+  std::string collectives;
+  std::vector<std::string> models;
+  std::string mbs = "1,2,4";
+  int64_t seq = 0;
+  double gemm_max_flops = 0;
+  std::string gemm_dtype;
+  bool no_check = false;
+  bool resume = false;
+  bool json = false;
+  std::vector<std::string> nccl_tests;
+  std::string collective;
+  int ranks = 0;
+  std::string device;
+};
+
+int64_t parse_size(const std::string& flag, const std::string& text) {
+  // nccl-tests style: 8, 1K, 64M, 1G (binary), or with B/iB units.
+  std::string t = text;
+  if (!t.empty() && (t.back() == 'K' || t.back() == 'M' || t.back() == 'G')) {
+    t = t.substr(0, t.size() - 1) + (t.back() == 'K' ? "KiB" : t.back() == 'M' ? "MiB" : "GiB");
+  } else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t.back()))) {
+    t += "B";
+  }
+  const double v = parse_quantity(t, Dimension::kBytes, flag, "");
+  if (v < 4) throw_input_error(flag, "", "must be at least 4 bytes", "e.g. 8, 1K, 64M, 1G");
+  return static_cast<int64_t>(v);
+}
+
+void print_fits(const Calibration& c) {
+  std::printf("#\n# Fit: time = latency + busbw_factor(n) * size / busbw (robust relative least squares)\n");
+  std::printf("# %-15s %6s %6s %12s %12s %10s %8s\n", "collective", "scope", "ranks", "latency(us)", "busbw(GB/s)",
+              "resid_rms", "samples");
+  for (const CollectiveFitResult& f : c.collectives) {
+    std::printf("  %-15s %6s %6d %12.2f %12.3f %10.3f %8d\n", collective_file_name(f.collective),
+                f.inter_node ? "inter" : "intra", f.ranks, f.latency_s * 1e6, f.bus_bytes_per_s * 1e-9, f.residual_rms,
+                f.samples);
+  }
+  if (c.peak_flop_per_s > 0) {
+    std::printf("# GEMM: best %.4f TFLOP/s (%s) over %zu shapes; memory copy %.2f GB/s traffic, %.2f us per call\n",
+                c.peak_flop_per_s * 1e-12, c.dtype.c_str(), c.gemm_table.size(), c.copy_bytes_per_s * 1e-9,
+                c.kernel_overhead_s * 1e6);
+  }
+}
+
+int run_from_nccl_tests(const CalibrateFlags& f) {
+  std::optional<Collective> given;
+  if (!f.collective.empty()) {
+    given = collective_from_name(f.collective);
+    if (!given) {
+      throw_input_error("--collective", "", "unknown collective \"" + f.collective + "\"",
+                        "allowed: all_reduce, all_gather, reduce_scatter, alltoall, broadcast, sendrecv");
+    }
+  }
+  Calibration c;
+  c.tool = std::string("trainplan ") + kVersion;
+  c.backend = "nccl-tests";
+  c.versions = "nccl-tests output";
+  for (const std::string& path : f.nccl_tests) {
+    NcclTestsRun run = parse_nccl_tests(detail::read_text_file(path), path, given, f.ranks);
+    c.collective_samples.insert(c.collective_samples.end(), run.samples.begin(), run.samples.end());
+    if (c.device.empty()) c.device = run.device;
+    c.ranks = std::max(c.ranks, run.ranks);
+    c.nodes = std::max({c.nodes, run.nodes, 1});
+  }
+  if (!f.device.empty()) c.device = f.device;
+  if (c.device.empty()) throw_input_error("--device", "", "the output names no device", "pass --device \"NVIDIA H100 80GB HBM3\"");
+  c.gpu_type = gpu_type_of(c.device);
+  c.collectives = fit_collectives(c.collective_samples);
+  c.complete = true;
+  print_fits(c);
+  write_file_atomically(f.out, calibration_json(c), "--out");
+  std::printf("# wrote %s\n", f.out.c_str());
+  return 0;
+}
+
+int run_calibrate(CalibrateFlags& f, int* argc, char*** argv) {
+  if (!f.nccl_tests.empty()) return run_from_nccl_tests(f);
+  if (f.backend.empty()) throw_input_error("--backend", "", "is required", "allowed: cpu, cuda");
+  if (f.factor < 2) throw_input_error("-f", "", "must be >= 2, got " + std::to_string(f.factor), "");
+  if (f.iters < 1 || f.warmup < 0) throw_input_error("--iters", "", "iters must be >= 1 and warmup >= 0", "");
+  SweepConfig cfg;
+  cfg.min_bytes = parse_size("-b", f.min_bytes);
+  cfg.max_bytes = parse_size("-e", f.max_bytes.empty() ? (f.backend == "cpu" ? "16M" : "1G") : f.max_bytes);
+  if (cfg.max_bytes < cfg.min_bytes) throw_input_error("-e", "", "must be >= -b", "");
+  cfg.factor = f.factor;
+  cfg.warmup = f.warmup;
+  cfg.iters = f.iters;
+  cfg.check = !f.no_check;
+  cfg.json = f.json;
+  if (!f.collectives.empty()) {
+    cfg.collectives.clear();
+    std::stringstream ss(f.collectives);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      auto c = collective_from_name(item);
+      if (!c) {
+        throw_input_error("--collectives", "", "unknown collective \"" + item + "\"",
+                          "allowed: all_reduce, all_gather, reduce_scatter, alltoall, broadcast, sendrecv");
+      }
+      cfg.collectives.push_back(*c);
+    }
+  }
+  std::vector<ModelSpec> models;
+  for (const std::string& m : f.models) models.push_back(load_model(m));
+  if (f.models.empty() && f.backend == "cuda") {
+    for (const std::string& m : builtin_model_names()) models.push_back(load_model(m));
+  }
+  std::vector<int64_t> mbs;
+  {
+    std::stringstream ss(f.mbs);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos || item.size() > 5) {
+        throw_input_error("--mbs", "", "\"" + f.mbs + "\" is not a list of micro-batch sizes", "e.g. 1,2,4");
+      }
+      mbs.push_back(std::stoll(item));
+    }
+  }
+  const double max_flops = f.gemm_max_flops > 0 ? f.gemm_max_flops : (f.backend == "cpu" ? 2e9 : 2e13);
+  cfg.gemm_shapes = training_gemm_shapes(models, mbs, f.seq, max_flops);
+  cfg.gemm_dtype = !f.gemm_dtype.empty() ? f.gemm_dtype : (f.backend == "cpu" ? "fp32" : "bf16");
+  for (int64_t s = int64_t{1} << 20; s <= (f.backend == "cpu" ? int64_t{64} << 20 : int64_t{1} << 30); s *= 4) {
+    cfg.copy_sizes.push_back(s);
+  }
+  std::unique_ptr<Backend> backend = make_backend(f.backend, argc, argv);
+  if (!backend->supports(cfg.gemm_dtype)) {
+    throw_input_error("--gemm-dtype", "", "the " + f.backend + " backend cannot run " + cfg.gemm_dtype + " GEMMs",
+                      f.backend == "cpu" ? "the cpu backend runs fp32" : "allowed: bf16, fp16, fp32, tf32");
+  }
+  const bool root = backend->world().rank() == 0;
+  Calibration cal;
+  if (f.resume && std::filesystem::exists(f.out)) {
+    cal = load_calibration(f.out);
+    if (cal.backend != backend->name()) {
+      throw_input_error("--resume", "", f.out + " was measured with the " + cal.backend + " backend",
+                        "resume with --backend " + cal.backend + " or drop --resume");
+    }
+  }
+  cal.tool = std::string("trainplan ") + kVersion;
+  cal.backend = backend->name();
+  cal.versions = backend->versions();
+  cal.device = backend->device().name;
+  cal.gpu_type = gpu_type_of(cal.device);
+  cal.complete = false;
+  auto checkpoint = [&](const Calibration& c) {
+    Calibration copy = c;
+    copy.collectives = fit_collectives(copy.collective_samples);
+    fit_compute(&copy);
+    copy.complete = false;
+    write_file_atomically(f.out, calibration_json(copy), "--out");
+  };
+  const int64_t wrong = run_sweep(*backend, cfg, &cal, stdout, checkpoint);
+  cal.collectives = fit_collectives(cal.collective_samples);
+  fit_compute(&cal);
+  cal.complete = true;
+  if (root) {
+    if (!f.json) print_fits(cal);
+    write_file_atomically(f.out, calibration_json(cal), "--out");
+    if (!f.json) std::printf("# %s %lld wrong elements; wrote %s\n", wrong == 0 ? "OK:" : "ERROR:",
+                             static_cast<long long>(wrong), f.out.c_str());
+  }
+  if (wrong != 0) {
+    std::fprintf(stderr, "trainplan: calibrate: %lld wrong elements in collective results\n", static_cast<long long>(wrong));
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_calibrate_command(CLI::App* app, int* status, int* argc, char*** argv) {
+  static CalibrateFlags f;
+  CLI::App* cmd = app->add_subcommand("calibrate", "measure collectives, GEMMs and memory bandwidth; write calibration.json");
+  cmd->add_option("--backend", f.backend, "cpu (Eigen + MPI) or cuda (cuBLAS + NCCL)");
+  cmd->add_option("--out", f.out, "calibration file to write (default calibration.json)");
+  cmd->add_option("-b,--minbytes", f.min_bytes, "smallest collective size (default 8)");
+  cmd->add_option("-e,--maxbytes", f.max_bytes, "largest collective size (default 16M cpu, 1G cuda)");
+  cmd->add_option("-f,--stepfactor", f.factor, "size multiplier between steps (default 2)");
+  cmd->add_option("-w,--warmup", f.warmup, "warm-up iterations per size (default 5)");
+  cmd->add_option("-n,--iters", f.iters, "timed iterations per size (default 20)");
+  cmd->add_option("--collectives", f.collectives, "comma-separated subset (default all)");
+  cmd->add_option("--model", f.models, "add the GEMM shapes of this model (repeatable; cuda default: all built-ins)");
+  cmd->add_option("--mbs", f.mbs, "micro-batch sizes for the model shapes (default 1,2,4)");
+  cmd->add_option("--seq", f.seq, "sequence length for the model shapes (default: the model's)");
+  cmd->add_option("--gemm-max-flops", f.gemm_max_flops, "skip GEMM shapes above this many FLOPs");
+  cmd->add_option("--gemm-dtype", f.gemm_dtype, "GEMM dtype (default bf16 cuda, fp32 cpu)");
+  cmd->add_flag("--no-check", f.no_check, "skip the data check of collective results");
+  cmd->add_flag("--resume", f.resume, "keep the samples already in --out and measure the rest");
+  cmd->add_flag("--json", f.json, "JSON rows instead of tables");
+  cmd->add_option("--from-nccl-tests", f.nccl_tests, "fit nccl-tests output (text or -J JSON) instead of measuring");
+  cmd->add_option("--collective", f.collective, "with --from-nccl-tests: the collective, if the output does not say");
+  cmd->add_option("--ranks", f.ranks, "with --from-nccl-tests: the rank count, if the output does not say");
+  cmd->add_option("--device", f.device, "with --from-nccl-tests: the GPU, if the output does not say");
+  cmd->callback([status, argc, argv] { *status = run_calibrate(f, argc, argv); });
+}
+
+}  // namespace trainplan

@@ -1,0 +1,161 @@
+// Failures, checkpoint/restart and goodput of a whole training run.
+//
+// Model (a renewal process, Young 1974; Daly 2006, FGCS 22(3)):
+// - The job fails at rate lambda = gpus / MTBF_gpu + nodes / MTBF_node
+//   (exponential inter-failure times: any failure stops a synchronous job).
+// - The run is N = ceil(train_tokens / tokens_per_step) steps of T seconds.
+//   Every k steps the job writes a checkpoint, blocking for delta seconds
+//   (the last segment, shorter if k does not divide N, ends with the final
+//   save).  A segment is committed when its checkpoint write completes.
+// - A failure during a segment (compute or checkpoint write) loses the time
+//   spent in it; the job is down for D = detect + restart (failure-free:
+//   the scheduler replaces the node), then loads the last checkpoint (L
+//   seconds, during which it can fail again) and redoes the segment.
+// - Checkpoint size = weights + optimizer states of the whole model, each
+//   byte written once (fully parallel save: replicated states are split over
+//   their replicas, as Megatron's distributed checkpointing and PyTorch DCP do)
+//   and spread over every GPU; delta = size / storage bandwidth (the
+//   aggregate the job gets from the checkpoint store); L = size / the same
+//   bandwidth (each unique byte read once, then broadcast over the fabric).
+//
+// Expected time of a segment of x seconds (x = k T + delta):
+//   E(x) = (1/lambda + D) e^{lambda L} (e^{lambda x} - 1)
+// (derivation in failures.cc).  Expected goodput = useful time / wall time.
+// The interval maximising it minimises (e^{lambda (tau + delta)} - 1) / tau:
+//   tau* = (1 + W0(-e^{-(1 + lambda delta)})) / lambda
+// with W0 the principal branch of Lambert's W; D and L scale every segment
+// by the same factor and do not move it.  For delta << MTBF,
+// tau* = sqrt(2 delta MTBF) - 2 delta / 3 + O(delta^1.5 / MTBF^0.5): Young's
+// sqrt(2 delta MTBF) without the -2/3 delta term, which Daly's expansion has.
+// The checkpoint can only be taken at a step boundary: the chosen interval is
+// the whole number of steps with the lowest expected run time.
+//
+// The Monte Carlo simulates the same model with the seeded Rng (run i uses
+// stream derive_seed(seed, kFailures, i)); its mean converges to the closed
+// form, and it gives the distribution (p50, p90) of the time to train.
+// Times are double seconds: a run is far longer than the engine's +-106 days
+// of int64 picoseconds, and the model is a sequential, deterministic loop.
+#ifndef TRAINPLAN_SIM_FAULTS_FAILURES_H_
+#define TRAINPLAN_SIM_FAULTS_FAILURES_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
+
+namespace trainplan {
+
+struct FailureModel {
+  double mtbf_gpu_s = 0;             // 0: GPUs never fail
+  double mtbf_node_s = 0;            // 0: nodes never fail (host, NIC, switch, software)
+  // Detection: 5 min, a heartbeat/NCCL-watchdog monitor well below PyTorch's
+  // 10-minute default collective timeout.
+  double detect_s = 300;
+  // Restart: 10 min to reschedule onto a spare node, relaunch every process
+  // and re-initialise NCCL at scale.
+  double restart_s = 600;
+  double storage_bytes_per_s = 0;    // REQUIRED > 0: aggregate checkpoint store bandwidth
+  double checkpoint_interval_s = 0;  // 0: the interval that maximises expected goodput
+};
+
+struct CheckpointCost {
+  double total_bytes = 0;          // weights + optimizer states, each byte once
+  double per_gpu_written_bytes = 0;  // total / GPUs (fully parallel save)
+  double per_gpu_state_bytes = 0;  // weights + optimizer held by the most loaded GPU (as the plan shards them)
+  double write_s = 0, load_s = 0;
+};
+
+// REQUIRES: layout resolved, storage_bytes_per_s > 0.
+CheckpointCost checkpoint_cost(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                               double storage_bytes_per_s);
+
+// Failures per second of a job on `gpus` GPUs of `nodes` nodes.
+double failure_rate_per_s(const FailureModel& model, int gpus, int nodes);
+
+// The run as the renewal model sees it.
+struct RunModel {
+  double step_s = 0;        // T
+  int64_t steps = 0;        // N
+  double rate_per_s = 0;    // lambda (0: no failures)
+  double checkpoint_s = 0;  // delta
+  double load_s = 0;        // L
+  double downtime_s = 0;    // D = detect + restart
+};
+
+// E[wall time to complete x seconds of running] (x = compute + checkpoint of
+// a segment), restarting from its start after each failure.
+double expected_segment_s(const RunModel& m, double x);
+// E[wall time of the whole run] with a checkpoint every k steps.  REQUIRES: k >= 1.
+double expected_run_s(const RunModel& m, int64_t k);
+// Long-run goodput tau / E(tau + delta) of a checkpoint every tau seconds.
+double steady_goodput(const RunModel& m, double tau_s);
+// tau* above (continuous); +inf without failures.
+double optimal_interval_s(const RunModel& m);
+// The whole number of steps between checkpoints with the lowest expected run
+// time (ties: fewer steps); N without failures (only the final save).
+int64_t optimal_interval_steps(const RunModel& m);
+// Young (1974): sqrt(2 delta M).  Daly (2006) eq. 37: sqrt(2 delta M) (1 +
+// sqrt(delta/(2M))/3 + delta/(18M)) - delta for delta < 2M, else M.
+double young_interval_s(double checkpoint_s, double mtbf_s);
+double daly_interval_s(double checkpoint_s, double mtbf_s);
+
+// Where the wall time of a run goes (seconds, mean over Monte Carlo runs).
+struct WallBreakdown {
+  double useful = 0;      // N T
+  double checkpoint = 0;  // committed checkpoint writes
+  double lost = 0;        // time in attempts a failure cut short (work, writes, loads)
+  double downtime = 0;    // detection + restart
+  double load = 0;        // completed checkpoint loads
+};
+
+struct MonteCarloResult {
+  int runs = 0;
+  double mean_s = 0, p50_s = 0, p90_s = 0, min_s = 0, max_s = 0;
+  double failures_mean = 0;
+  WallBreakdown breakdown;
+};
+
+// REQUIRES: k >= 1, runs >= 1.
+MonteCarloResult monte_carlo_run(const RunModel& m, int64_t k, int runs, uint64_t seed);
+
+struct IntervalPoint {
+  double interval_s = 0;
+  double goodput = 0;  // steady_goodput
+};
+
+struct FailureReport {
+  double rate_per_hour = 0;
+  double job_mtbf_s = 0;               // 1 / lambda
+  CheckpointCost checkpoint;
+  RunModel run;
+  bool auto_interval = true;
+  int64_t interval_steps = 0;
+  double interval_s = 0;               // interval_steps * T
+  double optimal_interval_s = 0;       // continuous tau*
+  double young_interval_s = 0, daly_interval_s = 0;
+  double expected_s = 0;               // expected_run_s at interval_steps
+  double goodput_expected = 0;         // N T / expected_s
+  double goodput_young = 0;            // expected goodput at Young's interval (whole steps)
+  MonteCarloResult mc;
+  double goodput = 0;                  // N T / mc.mean_s
+  std::vector<IntervalPoint> sweep;    // steady goodput around tau*
+};
+
+// The run of `train_tokens` tokens at `step_s` per step of `tokens_per_step`.
+// With runs == 0 only the closed form is computed (mc.runs == 0, goodput =
+// goodput_expected); add_monte_carlo() adds the distribution later.
+// REQUIRES: step_s > 0, tokens_per_step > 0, train_tokens > 0, runs >= 0,
+// model.storage_bytes_per_s > 0, at least one MTBF > 0.
+FailureReport analyze_failures(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                               double step_s, double tokens_per_step, double train_tokens, const FailureModel& fm,
+                               int runs, uint64_t seed);
+
+// Runs the Monte Carlo of report->run at its interval and sets mc and
+// goodput.  REQUIRES: runs >= 1.
+void add_monte_carlo(FailureReport* report, int runs, uint64_t seed);
+
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_SIM_FAULTS_FAILURES_H_

@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+# PyTorch training script for llama3-8b on dgx-h100: 16 GPUs (2 nodes x 8),
+# written by `trainplan export`.
+# plan: tp=1 pp=1 dp=16 cp=1 vp=1 zero=3 shard=8 mbs=2 gbs=128 seq=8192 recompute=full sp=off schedule=1f1b precision=bf16 grad_dtype=fp32 attention=flash offload=none
+# transformer layers per pipeline stage: 32
+# Launch on every node (NODE_RANK 0..N-1, MASTER_ADDR = node 0):
+#   torchrun --nproc_per_node 8 --nnodes 2 --node_rank ${NODE_RANK:-0} \
+#     --master_addr ${MASTER_ADDR:-localhost} --master_port ${MASTER_PORT:-29500} <this file>
+# Needs PyTorch >= 2.6 (torch.distributed.fsdp.fully_shard). Trains on random
+# tokens: replace torch.randint in main() with your data loader.
+import contextlib
+import math
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.utils.checkpoint import checkpoint
+
+# Model: llama3-8b.
+LAYERS = 32
+HIDDEN = 4096
+HEADS = 32
+KV_HEADS = 8
+FFN_HIDDEN = 14336
+VOCAB = 128256
+MLP = "swiglu"  # "swiglu" (SiLU-gated, w1/w3) or "gelu"
+BIAS = False  # linear biases; LayerNorm when True, RMSNorm when False
+TIED_EMBEDDINGS = False
+POSITIONS = "rope"
+DROPOUT = 0.0
+
+# Plan.
+TP = 1
+DP = 16
+ZERO = 3  # 0: DDP, 1: DDP + ZeroRedundancyOptimizer, 2/3: FSDP2 fully_shard (ZeRO-2 keeps gathered params)
+SHARD = 8  # ranks one copy of sharded state is spread over
+REPLICATE = 2  # copies of the sharded state (HSDP when > 1)
+SP = False  # sequence parallelism with TP
+MBS = 2
+GBS = 128
+SEQ = 8192
+ACCUM = 4  # GBS // (MBS * DP) micro-batches per step
+RECOMPUTE = "full"  # "none", "selective" (core attention) or "full" (whole blocks)
+PRECISION = "bf16"
+REDUCE_DTYPE = "fp32"  # FSDP2 gradient reduction
+ATTENTION = "flash"  # "flash" (scaled_dot_product_attention) or "naive" (softmax(QK^T)V)
+CPU_OFFLOAD = False  # FSDP2 CPUOffloadPolicy: parameters, gradients, optimizer on the host
+STEPS = int(os.environ.get("STEPS", "10"))
+LR = 3.0e-4
+
+DTYPES = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp32": torch.float32,
+}
+FSDP = ZERO >= 2 and DP > 1
+
+
+def rope_table(seq, head_dim, theta=10000.0):
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv)
+    return torch.stack((angles.cos(), angles.sin()))  # [2, seq, head_dim / 2]
+
+
+def apply_rope(x, table):
+    # x: [batch, seq, heads, head_dim]; rotates the pairs (x[2i], x[2i+1]).
+    cos = table[0].to(x.dtype)[None, :, None, :]
+    sin = table[1].to(x.dtype)[None, :, None, :]
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+def make_norm():
+    return nn.LayerNorm(HIDDEN, bias=True) if BIAS else nn.RMSNorm(HIDDEN, eps=1e-5)
+
+
+def core_attention(q, k, v, training):
+    # q, k, v: [batch, heads, seq, head_dim]; causal.
+    p = DROPOUT if training else 0.0
+    if ATTENTION == "flash":
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+    probs = F.dropout(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1), p)
+    return probs @ v
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head_dim = HIDDEN // HEADS
+        self.wq = nn.Linear(HIDDEN, HEADS * self.head_dim, bias=BIAS)
+        self.wk = nn.Linear(HIDDEN, KV_HEADS * self.head_dim, bias=BIAS)
+        self.wv = nn.Linear(HIDDEN, KV_HEADS * self.head_dim, bias=BIAS)
+        self.wo = nn.Linear(HEADS * self.head_dim, HIDDEN, bias=BIAS)
+
+    def forward(self, x, rope):
+        b, s, _ = x.shape
+        # -1: the heads of this tensor-parallel rank.
+        q = self.wq(x).view(b, s, -1, self.head_dim)
+        k = self.wk(x).view(b, s, -1, self.head_dim)
+        v = self.wv(x).view(b, s, -1, self.head_dim)
+        if POSITIONS == "rope":
+            q, k = apply_rope(q, rope[:, :s]), apply_rope(k, rope[:, :s])
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if q.shape[1] != k.shape[1]:  # grouped-query attention
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        if RECOMPUTE == "selective":
+            o = checkpoint(core_attention, q, k, v, self.training, use_reentrant=False)
+        else:
+            o = core_attention(q, k, v, self.training)
+        return self.wo(o.transpose(1, 2).reshape(b, s, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Linear(HIDDEN, FFN_HIDDEN, bias=BIAS)
+        self.w2 = nn.Linear(FFN_HIDDEN, HIDDEN, bias=BIAS)
+        self.w3 = nn.Linear(HIDDEN, FFN_HIDDEN, bias=BIAS) if MLP == "swiglu" else None
+
+    def forward(self, x):
+        if self.w3 is not None:
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(F.gelu(self.w1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention_norm = make_norm()
+        self.attention = Attention()
+        self.ffn_norm = make_norm()
+        self.feed_forward = FeedForward()
+
+    def forward(self, x, rope):
+        # Full recompute inside the block, so that FSDP2 has gathered the
+        # block's parameters when backward replays its forward.
+        if RECOMPUTE == "full":
+            return checkpoint(self.layer, x, rope, use_reentrant=False)
+        return self.layer(x, rope)
+
+    def layer(self, x, rope):
+        h = x + F.dropout(self.attention(self.attention_norm(x), rope), DROPOUT, self.training)
+        return h + F.dropout(self.feed_forward(self.ffn_norm(h)), DROPOUT, self.training)
+
+
+class Transformer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(VOCAB, HIDDEN)
+        self.pos_embeddings = nn.Embedding(SEQ, HIDDEN) if POSITIONS == "learned" else None
+        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.norm = make_norm()
+        self.output = nn.Linear(HIDDEN, VOCAB, bias=False)
+        if TIED_EMBEDDINGS:
+            self.output.weight = self.tok_embeddings.weight
+        self.register_buffer("rope", torch.empty(2, SEQ, HIDDEN // HEADS // 2), persistent=False)
+
+    @torch.no_grad()
+    def init_weights(self):
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+            if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+                nn.init.ones_(m.weight)
+                if getattr(m, "bias", None) is not None:
+                    nn.init.zeros_(m.bias)
+        self.rope.copy_(rope_table(SEQ, HIDDEN // HEADS))
+
+    def forward(self, tokens):
+        x = self.tok_embeddings(tokens)
+        if self.pos_embeddings is not None:
+            x = x + self.pos_embeddings(torch.arange(tokens.shape[1], device=tokens.device))
+        x = F.dropout(x, DROPOUT, self.training)
+        for block in self.layers:
+            x = block(x, self.rope)
+        return self.output(self.norm(x))
+
+
+def apply_tensor_parallel(model, tp_mesh):
+    # torchtitan's Llama plan (torchtitan/models/llama3/infra/parallelize.py):
+    # column-parallel in, row-parallel out; with SP the norms and residuals
+    # are sharded over the sequence between the blocks.
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    between = Shard(1) if SP else Replicate()
+    plan = {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=between),
+        "output": ColwiseParallel(input_layouts=between, output_layouts=Replicate()),
+    }
+    if SP:
+        plan["norm"] = SequenceParallel()
+    parallelize_module(model, tp_mesh, plan)
+    for block in model.layers:
+        plan = {
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=between),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=between),
+        }
+        if MLP == "swiglu":
+            plan["feed_forward.w3"] = ColwiseParallel()
+        if SP:
+            plan["attention_norm"] = SequenceParallel()
+            plan["attention"] = PrepareModuleInput(
+                input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)
+            )
+            plan["ffn_norm"] = SequenceParallel()
+            plan["feed_forward"] = PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+            )
+        parallelize_module(block, tp_mesh, plan)
+
+
+def main():
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    if world != DP * TP:
+        raise SystemExit(f"this plan needs {DP * TP} processes, torchrun started {world}")
+    torch.manual_seed(0)
+
+    # Ranks: tp innermost (one node's NVLink), then the data-parallel dims.
+    if FSDP:
+        dims = [("dp_replicate", REPLICATE), ("dp_shard", SHARD), ("tp", TP)]
+    else:
+        dims = [("dp", DP), ("tp", TP)]
+    dims = [(name, size) for name, size in dims if size > 1 or name == "dp_shard"]
+    mesh = None
+    if dims:
+        mesh = init_device_mesh(
+            "cuda", tuple(size for _, size in dims), mesh_dim_names=tuple(name for name, _ in dims)
+        )
+
+    with torch.device("meta"):
+        model = Transformer()
+    if TP > 1:
+        apply_tensor_parallel(model, mesh["tp"])
+    dtype = DTYPES[PRECISION]
+    if FSDP:
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+        dp_names = tuple(name for name, _ in dims if name.startswith("dp"))
+        # A 2-D mesh is HSDP: replicate over dim 0, shard over dim 1.
+        dp_mesh = mesh[dp_names[0]] if len(dp_names) == 1 else mesh[dp_names]
+        kwargs = {
+            "mesh": dp_mesh,
+            "reshard_after_forward": ZERO == 3,  # False keeps gathered parameters: ZeRO-2
+            "mp_policy": MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=DTYPES[REDUCE_DTYPE]),
+        }
+        if CPU_OFFLOAD:
+            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+        for block in model.layers:
+            fully_shard(block, **kwargs)
+        fully_shard(model, **kwargs)
+    model.to_empty(device="cpu" if CPU_OFFLOAD else "cuda")
+    model.init_weights()
+    if CPU_OFFLOAD:
+        model.rope = model.rope.cuda()
+    model.train()
+
+    if not FSDP and DP > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(model, device_ids=[local_rank], bucket_cap_mb=25)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if ZERO == 1 and DP > 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        optimizer = ZeroRedundancyOptimizer(
+            params, optimizer_class=torch.optim.AdamW, lr=LR, betas=(0.9, 0.95), weight_decay=0.1
+        )
+    else:
+        optimizer = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), weight_decay=0.1)
+    # FSDP2 casts through mp_policy; DDP and single replicas use autocast.
+    use_autocast = not FSDP and PRECISION != "fp32"
+    scaler = torch.amp.GradScaler("cuda") if PRECISION == "fp16" else None
+
+    # Tensor-parallel ranks of one replica read the same batch.
+    generator = torch.Generator(device="cuda").manual_seed(1234 + rank // TP)
+    for step in range(STEPS):
+        for micro in range(ACCUM):
+            tokens = torch.randint(0, VOCAB, (MBS, SEQ + 1), device="cuda", generator=generator)
+            last = micro == ACCUM - 1
+            sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+            with sync:
+                with torch.autocast("cuda", dtype=dtype, enabled=use_autocast):
+                    logits = model(tokens[:, :-1])
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten()) / ACCUM
+                (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        if scaler:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if rank == 0:
+            print(f"step {step + 1}/{STEPS} loss {loss.item() * ACCUM:.4f}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

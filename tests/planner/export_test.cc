@@ -1,0 +1,739 @@
+// Tests of the exporters: one golden output per target, every output parsed
+// back and checked against the plan it came from, and the exact reason of
+// each refusal.
+//
+// Golden files live in tests/data/export/.  After an intended change to an
+// exporter, regenerate them with
+//   TRAINPLAN_UPDATE_GOLDEN=1 ./build/tests/planner_export_test
+// and review the diff; the checks against the plan still run.
+#include "planner/export/exporters.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "planner/plan/plan_file.h"
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
+
+namespace trainplan {
+namespace {
+
+const std::string kExportData = std::string(TRAINPLAN_TEST_DATA_DIR) + "/export/";
+
+// A plan with its model, cluster and resolved layout, as `trainplan export`
+// builds it.
+struct Job {
+  PlanFile file;
+  ModelSpec model;
+  ClusterSpec cluster;
+  Layout layout;
+};
+
+std::string reasons_of(const Layout& l) {
+  std::string out;
+  for (const std::string& r : l.reasons) out += r + "\n";
+  return out;
+}
+
+Job make_job(const PlanFile& f) {
+  Job j;
+  j.file = f;
+  j.model = load_model(f.model);
+  j.cluster = load_cluster(f.cluster);
+  j.layout = resolve_plan(j.model, j.cluster, f.gpus, f.plan);
+  INFO(reasons_of(j.layout));
+  REQUIRE(j.layout.feasible);
+  return j;
+}
+
+Job job_from_file(const std::string& name) { return make_job(load_plan_file(kExportData + name)); }
+
+Job job(const std::string& model, const std::string& cluster, int gpus, const Plan& p) {
+  PlanFile f;
+  f.model = model;
+  f.cluster = cluster;
+  f.gpus = gpus;
+  f.plan = p;
+  return make_job(f);
+}
+
+std::string exported(ExportTarget t, const Job& j) {
+  const ExportResult r = export_plan(t, j.file, j.model, j.cluster, j.layout);
+  INFO(r.reason);
+  REQUIRE(r.ok);
+  REQUIRE(r.reason.empty());
+  return r.text;
+}
+
+std::string refusal(ExportTarget t, const Job& j) {
+  const ExportResult r = export_plan(t, j.file, j.model, j.cluster, j.layout);
+  INFO(r.text);
+  REQUIRE_FALSE(r.ok);
+  REQUIRE(r.text.empty());
+  return r.reason;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  INFO(path);
+  REQUIRE(in.good());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Compares `text` with tests/data/export/<name>; rewrites the file first when
+// TRAINPLAN_UPDATE_GOLDEN=1.
+void check_golden(const std::string& name, const std::string& text) {
+  const std::string path = kExportData + name;
+  const char* update = std::getenv("TRAINPLAN_UPDATE_GOLDEN");
+  if (update != nullptr && std::string(update) == "1") {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+  }
+  INFO("golden file " << path << " (regenerate with TRAINPLAN_UPDATE_GOLDEN=1)");
+  CHECK(text == read_file(path));
+}
+
+// The arguments of bash array `name` ("NAME=(" ... ")"), one per line:
+// flag -> value ("" for a bare flag).
+std::map<std::string, std::string> bash_args(const std::string& script, const std::string& name) {
+  std::map<std::string, std::string> out;
+  const std::string open = "\n" + name + "=(\n";
+  const size_t start = script.find(open);
+  INFO("array " << name);
+  REQUIRE(start != std::string::npos);
+  std::istringstream lines(script.substr(start + open.size()));
+  std::string line;
+  while (std::getline(lines, line) && line != ")") {
+    std::istringstream words(line);
+    std::string flag;
+    words >> flag;
+    REQUIRE(flag.rfind("--", 0) == 0);
+    std::string value;
+    std::getline(words >> std::ws, value);
+    REQUIRE(out.count(flag) == 0);
+    out[flag] = value;
+  }
+  return out;
+}
+
+int64_t int_arg(const std::map<std::string, std::string>& args, const std::string& flag) {
+  INFO(flag);
+  REQUIRE(args.count(flag) == 1);
+  return std::stoll(args.at(flag));
+}
+
+// "section.key" -> raw value of a flat TOML file (what the exporter writes:
+// [section] headers, key = value lines, # comments).
+std::map<std::string, std::string> toml_values(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream lines(text);
+  std::string line, section;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] == '[') {
+      section = line.substr(1, line.find(']') - 1);
+      continue;
+    }
+    const size_t eq = line.find(" = ");
+    REQUIRE(eq != std::string::npos);
+    out[section + "." + line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return out;
+}
+
+int64_t toml_int(const std::map<std::string, std::string>& v, const std::string& key) {
+  INFO(key);
+  REQUIRE(v.count(key) == 1);
+  return std::stoll(v.at(key));
+}
+
+// "NAME = value  # comment" lines of the FSDP script: NAME -> value.
+std::map<std::string, std::string> python_constants(const std::string& script) {
+  std::map<std::string, std::string> out;
+  std::istringstream lines(script);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t eq = line.find(" = ");
+    if (eq == std::string::npos || eq == 0 || line[0] == ' ' || line[0] == '#') continue;
+    const std::string name = line.substr(0, eq);
+    if (name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_") != std::string::npos) continue;
+    std::string value = line.substr(eq + 3);
+    value = value.substr(0, value.find("  #"));
+    out[name] = value;
+  }
+  return out;
+}
+
+// The JSON between "<<'JSON'" and "JSON" of a Megatron-DeepSpeed script.
+nlohmann::json heredoc_json(const std::string& script) {
+  const std::string open = "<<'JSON'\n";
+  const size_t start = script.find(open);
+  REQUIRE(start != std::string::npos);
+  const size_t end = script.find("\nJSON\n", start);
+  REQUIRE(end != std::string::npos);
+  return nlohmann::json::parse(script.substr(start + open.size(), end - start - open.size()));
+}
+
+int total_gpus(const std::map<std::string, std::string>& distributed) {
+  return static_cast<int>(int_arg(distributed, "--nproc_per_node") * int_arg(distributed, "--nnodes"));
+}
+
+TEST_CASE("Export: target names round-trip", "[planner][export]") {
+  for (ExportTarget t : {ExportTarget::kMegatron, ExportTarget::kDeepSpeed, ExportTarget::kTorchtitan,
+                         ExportTarget::kFsdp}) {
+    CHECK(export_target_from_string(to_string(t)) == t);
+  }
+  CHECK_FALSE(export_target_from_string("Megatron").has_value());
+  CHECK_FALSE(export_target_from_string("").has_value());
+}
+
+TEST_CASE("Export: Megatron-LM script for llama3-8b tp=2 pp=2 on one DGX H100", "[planner][export]") {
+  const Job j = job_from_file("plan_llama3-8b_tp2_pp2.json");
+  const std::string text = exported(ExportTarget::kMegatron, j);
+  check_golden("megatron_llama3-8b_tp2_pp2.sh", text);
+  const Plan& p = j.layout.plan;
+
+  SECTION("the arguments parse back to the plan") {
+    const auto model = bash_args(text, "MODEL_ARGS");
+    const auto parallel = bash_args(text, "PARALLEL_ARGS");
+    const auto training = bash_args(text, "TRAINING_ARGS");
+    CHECK(int_arg(parallel, "--tensor-model-parallel-size") == p.tp);
+    CHECK(int_arg(parallel, "--pipeline-model-parallel-size") == p.pp);
+    CHECK(int_arg(parallel, "--context-parallel-size") == p.cp);
+    CHECK(parallel.count("--sequence-parallel") == 1);
+    CHECK(parallel.count("--use-distributed-optimizer") == 1);  // zero 1
+    CHECK(int_arg(training, "--micro-batch-size") == p.mbs);
+    CHECK(int_arg(training, "--global-batch-size") == p.gbs);
+    CHECK(training.at("--recompute-granularity") == "selective");
+    CHECK(training.count("--recompute-method") == 0);  // arguments.py: none with selective
+    CHECK(training.count("--bf16") == 1);
+    CHECK(int_arg(model, "--num-layers") == j.model.layers);
+    CHECK(int_arg(model, "--hidden-size") == j.model.hidden);
+    CHECK(int_arg(model, "--ffn-hidden-size") == j.model.ffn_hidden);
+    CHECK(int_arg(model, "--num-attention-heads") == j.model.heads);
+    CHECK(int_arg(model, "--num-query-groups") == j.model.kv_heads);
+    CHECK(int_arg(model, "--seq-length") == p.seq);
+    CHECK(int_arg(model, "--max-position-embeddings") >= p.seq);
+  }
+  SECTION("Megatron's own checks pass") {
+    // validate_args: world % (tp*pp*cp) == 0; dp = world / (tp*pp*cp);
+    // the micro-batch calculator: gbs % (mbs*dp) == 0; layers % pp == 0
+    // without uneven first/last stages.
+    const auto distributed = bash_args(text, "DISTRIBUTED_ARGS");
+    const auto parallel = bash_args(text, "PARALLEL_ARGS");
+    const auto training = bash_args(text, "TRAINING_ARGS");
+    const auto model = bash_args(text, "MODEL_ARGS");
+    const int64_t world = total_gpus(distributed);
+    const int64_t mp = int_arg(parallel, "--tensor-model-parallel-size") *
+                       int_arg(parallel, "--pipeline-model-parallel-size") *
+                       int_arg(parallel, "--context-parallel-size");
+    CHECK(world == 8);
+    CHECK(world % mp == 0);
+    CHECK(world / mp == p.dp);
+    CHECK(int_arg(training, "--global-batch-size") % (int_arg(training, "--micro-batch-size") * (world / mp)) == 0);
+    CHECK(int_arg(model, "--num-layers") % int_arg(parallel, "--pipeline-model-parallel-size") == 0);
+    // NullTokenizer adds the end-of-document id; padding keeps the vocabulary.
+    const auto data = bash_args(text, "DATA_ARGS");
+    const int64_t vocab = int_arg(data, "--vocab-size") + 1;
+    CHECK(vocab == j.model.vocab);
+    CHECK(vocab % (int_arg(data, "--make-vocab-size-divisible-by") * p.tp) == 0);
+  }
+  SECTION("tensor parallelism sets CUDA_DEVICE_MAX_CONNECTIONS=1") {
+    CHECK(text.find("\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n") != std::string::npos);
+  }
+}
+
+TEST_CASE("Export: Megatron-LM layouts beyond the golden file", "[planner][export]") {
+  SECTION("interleaved: layers per virtual stage = layers per stage / vp") {
+    Plan p;
+    p.pp = 2;
+    p.vp = 2;
+    p.tp = 4;
+    p.gbs = 16;
+    const Job j = job("llama3-8b", "dgx-h100", 8, p);
+    const auto parallel = bash_args(exported(ExportTarget::kMegatron, j), "PARALLEL_ARGS");
+    CHECK(int_arg(parallel, "--num-layers-per-virtual-pipeline-stage") == 8);  // 32 / 2 / 2
+    CHECK(parallel.count("--num-virtual-stages-per-pipeline-rank") == 0);
+  }
+  SECTION("uneven stages: first and last stage sizes, the middle split evenly") {
+    // Llama 3 405B, 126 layers over 16 stages: 7, 8 x 14, 7.
+    Plan p;
+    p.tp = 8;
+    p.pp = 16;
+    p.gbs = 16;
+    const Job j = job("llama3-405b", "dgx-h100", 128, p);
+    const std::string text = exported(ExportTarget::kMegatron, j);
+    const auto parallel = bash_args(text, "PARALLEL_ARGS");
+    const int64_t first = int_arg(parallel, "--decoder-first-pipeline-num-layers");
+    const int64_t last = int_arg(parallel, "--decoder-last-pipeline-num-layers");
+    CHECK(first == 7);
+    CHECK(last == 7);
+    CHECK((j.model.layers - first - last) % (p.pp - 2) == 0);
+    CHECK((j.model.layers - first - last) / (p.pp - 2) == 8);
+    const auto distributed = bash_args(text, "DISTRIBUTED_ARGS");
+    CHECK(int_arg(distributed, "--nnodes") == 16);
+    CHECK(distributed.at("--node_rank") == "\"${NODE_RANK:?set NODE_RANK to this node's index, 0..15}\"");
+  }
+  SECTION("uneven stages with vp use the virtual stage count") {
+    Plan p;
+    p.tp = 8;
+    p.pp = 16;
+    p.vp = 2;
+    p.gbs = 32;
+    p.stage_layers = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 6};
+    const Job j = job("llama3-405b", "dgx-h100", 128, p);
+    const auto parallel = bash_args(exported(ExportTarget::kMegatron, j), "PARALLEL_ARGS");
+    CHECK(int_arg(parallel, "--num-virtual-stages-per-pipeline-rank") == 2);
+    CHECK(int_arg(parallel, "--decoder-first-pipeline-num-layers") == 8);
+    CHECK(int_arg(parallel, "--decoder-last-pipeline-num-layers") == 6);
+    CHECK(parallel.count("--num-layers-per-virtual-pipeline-stage") == 0);
+  }
+  SECTION("ZeRO-3 without pipeline parallelism is Megatron-FSDP") {
+    Plan p;
+    p.tp = 2;
+    p.sp = true;
+    p.zero = 3;
+    const Job j = job("llama3-8b", "dgx-h100", 8, p);
+    const std::string text = exported(ExportTarget::kMegatron, j);
+    const auto parallel = bash_args(text, "PARALLEL_ARGS");
+    CHECK(parallel.count("--use-megatron-fsdp") == 1);
+    CHECK(parallel.at("--data-parallel-sharding-strategy") == "optim_grads_params");
+    CHECK(parallel.at("--ckpt-format") == "fsdp_dtensor");
+    CHECK(parallel.count("--use-distributed-optimizer") == 1);
+    CHECK(parallel.count("--no-gradient-accumulation-fusion") == 1);
+    // arguments.py asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 under Megatron-FSDP.
+    CHECK(text.find("export CUDA_DEVICE_MAX_CONNECTIONS=1") == std::string::npos);
+    CHECK(text.find("\nunset CUDA_DEVICE_MAX_CONNECTIONS\n") != std::string::npos);
+  }
+  SECTION("ZeRO-2 is Megatron-FSDP's optim_grads") {
+    Plan p;
+    p.zero = 2;
+    const Job j = job("llama3-8b", "dgx-h100", 8, p);
+    const auto parallel = bash_args(exported(ExportTarget::kMegatron, j), "PARALLEL_ARGS");
+    CHECK(parallel.at("--data-parallel-sharding-strategy") == "optim_grads");
+  }
+  SECTION("a hybrid shard group is copies of the distributed optimizer") {
+    Plan p;
+    p.zero = 1;
+    p.shard_group = 8;
+    const Job j = job("llama3-8b", "dgx-h100", 16, p);
+    const auto parallel = bash_args(exported(ExportTarget::kMegatron, j), "PARALLEL_ARGS");
+    CHECK(int_arg(parallel, "--num-distributed-optimizer-instances") == 2);  // 16 / 8
+  }
+  SECTION("optimizer offload needs the precision-aware optimizer (arguments.py)") {
+    Plan p;
+    p.zero = 1;
+    p.offload = Offload::kOptimizer;
+    const Job j = job("llama3-8b", "dgx-h100", 8, p);
+    const auto parallel = bash_args(exported(ExportTarget::kMegatron, j), "PARALLEL_ARGS");
+    CHECK(parallel.count("--optimizer-cpu-offload") == 1);
+    CHECK(parallel.count("--use-precision-aware-optimizer") == 1);
+  }
+  SECTION("a GPT-style model: learned positions, LayerNorm, biases, tied embeddings") {
+    Plan p;
+    p.recompute = Recompute::kFull;
+    p.precision = Precision::kFp16;
+    const Job j = job("gpt3-1.3b", "dgx-a100", 8, p);
+    const std::string text = exported(ExportTarget::kMegatron, j);
+    const auto model = bash_args(text, "MODEL_ARGS");
+    const auto training = bash_args(text, "TRAINING_ARGS");
+    CHECK(model.at("--position-embedding-type") == "learned_absolute");
+    CHECK(model.at("--normalization") == "LayerNorm");
+    CHECK(model.count("--disable-bias-linear") == 0);
+    CHECK(model.count("--untie-embeddings-and-output-weights") == 0);
+    CHECK(model.count("--swiglu") == 0);
+    CHECK(model.count("--group-query-attention") == 0);
+    CHECK(model.at("--hidden-dropout") == "0.1");
+    CHECK(training.count("--fp16") == 1);
+    CHECK(training.at("--recompute-granularity") == "full");
+    CHECK(training.at("--recompute-method") == "uniform");
+    CHECK(int_arg(training, "--recompute-num-layers") == 1);
+    CHECK(text.find("CUDA_DEVICE_MAX_CONNECTIONS") == std::string::npos);  // tp = cp = 1
+  }
+}
+
+TEST_CASE("Export: DeepSpeed config for gpt3-1.3b ZeRO-2 on one DGX A100", "[planner][export]") {
+  const Job j = job_from_file("plan_gpt3-1.3b_zero2.json");
+  const std::string text = exported(ExportTarget::kDeepSpeed, j);
+  check_golden("deepspeed_gpt3-1.3b_zero2.json", text);
+  const Plan& p = j.layout.plan;
+  const nlohmann::json c = nlohmann::json::parse(text);
+  // config-json.md: train_batch_size = micro * accumulation * dp.
+  const int64_t micro = c.at("train_micro_batch_size_per_gpu").get<int64_t>();
+  const int64_t accum = c.at("gradient_accumulation_steps").get<int64_t>();
+  CHECK(c.at("train_batch_size").get<int64_t>() == micro * accum * p.dp);
+  CHECK(c.at("train_batch_size").get<int64_t>() == p.gbs);
+  CHECK(micro == p.mbs);
+  CHECK(accum == j.layout.microbatches);
+  CHECK(c.at("zero_optimization").at("stage").get<int>() == p.zero);
+  CHECK(c.at("bf16").at("enabled").get<bool>());
+  CHECK(c.count("fp16") == 0);
+  CHECK(c.at("data_types").at("grad_accum_dtype").get<std::string>() == "fp32");
+  CHECK(c.count("activation_checkpointing") == 1);  // recompute full
+  CHECK(c.at("zero_optimization").count("offload_optimizer") == 0);
+  CHECK(c.at("optimizer").at("type").get<std::string>() == "AdamW");
+}
+
+TEST_CASE("Export: DeepSpeed configs for other plans", "[planner][export]") {
+  SECTION("tp and pp: a Megatron-DeepSpeed launch carrying the config") {
+    const Job j = job_from_file("plan_llama3-8b_tp2_pp2.json");
+    const std::string text = exported(ExportTarget::kDeepSpeed, j);
+    const nlohmann::json c = heredoc_json(text);
+    CHECK(c.at("train_batch_size").get<int64_t>() == 64);
+    CHECK(c.at("train_micro_batch_size_per_gpu").get<int64_t>() == 1);
+    CHECK(c.at("gradient_accumulation_steps").get<int64_t>() == 32);  // 64 / (1 * dp 2)
+    CHECK(c.at("zero_optimization").at("stage").get<int>() == 1);
+    CHECK(c.count("optimizer") == 0);  // Megatron-DeepSpeed passes its own
+    const auto parallel = bash_args(text, "PARALLEL_ARGS");
+    CHECK(int_arg(parallel, "--tensor-model-parallel-size") == 2);
+    CHECK(int_arg(parallel, "--pipeline-model-parallel-size") == 2);
+    CHECK(int_arg(parallel, "--zero-stage") == 1);
+    CHECK(parallel.count("--deepspeed") == 1);
+    CHECK(parallel.at("--deepspeed_config") == "\"$DS_CONFIG\"");
+    CHECK(parallel.count("--no-pipeline-parallel") == 0);
+    CHECK(parallel.count("--sequence-parallel") == 1);
+    const auto model = bash_args(text, "MODEL_ARGS");
+    CHECK(int_arg(model, "--num-key-value-heads") == 8);
+    CHECK(model.count("--use-rotary-position-embeddings") == 1);
+    CHECK(model.at("--normalization") == "rmsnorm");
+    const auto training = bash_args(text, "TRAINING_ARGS");
+    CHECK(int_arg(training, "--global-batch-size") == 64);
+  }
+  SECTION("tp without pp disables DeepSpeed's pipeline engine") {
+    Plan p;
+    p.tp = 8;
+    p.zero = 3;
+    const Job j = job("llama3-8b", "dgx-h100", 16, p);
+    const std::string text = exported(ExportTarget::kDeepSpeed, j);
+    CHECK(bash_args(text, "PARALLEL_ARGS").count("--no-pipeline-parallel") == 1);
+    CHECK(heredoc_json(text).at("zero_optimization").at("stage").get<int>() == 3);
+  }
+  SECTION("ZeRO-3 parameter offload is offload_param, fp16 is dynamic loss scaling") {
+    Plan p;
+    p.zero = 3;
+    p.offload = Offload::kParams;
+    p.precision = Precision::kFp16;
+    const Job j = job("llama2-7b", "dgx-a100", 16, p);
+    const nlohmann::json c = nlohmann::json::parse(exported(ExportTarget::kDeepSpeed, j));
+    const nlohmann::json& z = c.at("zero_optimization");
+    CHECK(z.count("mics_shard_size") == 0);
+    CHECK(z.at("offload_param").at("device").get<std::string>() == "cpu");
+    CHECK(z.at("offload_optimizer").at("device").get<std::string>() == "cpu");
+    CHECK(z.count("allgather_bucket_size") == 0);
+    CHECK(c.at("fp16").at("enabled").get<bool>());
+    CHECK(c.at("fp16").at("loss_scale").get<int>() == 0);  // dynamic
+    CHECK(c.count("bf16") == 0);
+  }
+}
+
+TEST_CASE("Export: torchtitan TOML for llama3-8b ZeRO-3 over two DGX H100s", "[planner][export]") {
+  const Job j = job_from_file("plan_llama3-8b_zero3.json");
+  const std::string text = exported(ExportTarget::kTorchtitan, j);
+  check_golden("torchtitan_llama3-8b_zero3.toml", text);
+  const Plan& p = j.layout.plan;
+  const auto v = toml_values(text);
+  const int64_t replicate = toml_int(v, "parallelism.data_parallel_replicate_degree");
+  const int64_t shard = toml_int(v, "parallelism.data_parallel_shard_degree");
+  CHECK(replicate * shard == p.dp);
+  CHECK(shard * p.cp == j.layout.shard_degree);  // HSDP: shard over 8, replicate twice
+  CHECK(replicate == 2);
+  CHECK(toml_int(v, "parallelism.tensor_parallel_degree") == p.tp);
+  CHECK(toml_int(v, "parallelism.pipeline_parallel_degree") == p.pp);
+  CHECK(toml_int(v, "parallelism.context_parallel_degree") == p.cp);
+  CHECK(v.at("parallelism.fsdp_reshard_after_forward") == "\"always\"");
+  CHECK(v.at("model.name") == "\"llama3\"");
+  CHECK(v.at("model.flavor") == "\"8B\"");
+  // Accumulation steps = global / (local * dp) = the plan's micro-batches.
+  const int64_t local = toml_int(v, "training.local_batch_size");
+  const int64_t global = toml_int(v, "training.global_batch_size");
+  CHECK(global == p.gbs);
+  CHECK(global % (local * p.dp) == 0);
+  CHECK(global / (local * p.dp) == j.layout.microbatches);
+  CHECK(toml_int(v, "training.seq_len") == p.seq);
+  CHECK(v.at("training.mixed_precision_param") == "\"bfloat16\"");
+  CHECK(v.at("activation_checkpoint.mode") == "\"full\"");
+}
+
+TEST_CASE("Export: torchtitan pipelines and ZeRO-2", "[planner][export]") {
+  SECTION("interleaved 1F1B: one split point per virtual stage boundary") {
+    Plan p;
+    p.pp = 2;
+    p.vp = 2;
+    p.zero = 2;
+    p.tp = 2;
+    p.sp = true;
+    p.gbs = 32;
+    p.mbs = 2;
+    p.recompute = Recompute::kSelective;
+    const Job j = job("llama3-8b", "dgx-h100", 8, p);
+    const auto v = toml_values(exported(ExportTarget::kTorchtitan, j));
+    CHECK(v.at("parallelism.pipeline_parallel_schedule") == "\"Interleaved1F1B\"");
+    CHECK(v.at("parallelism.pipeline_parallel_split_points") == "[\"layers.8\", \"layers.16\", \"layers.24\"]");
+    CHECK(v.at("parallelism.fsdp_reshard_after_forward") == "\"never\"");
+    CHECK(toml_int(v, "parallelism.pipeline_parallel_microbatch_size") == 2);
+    // dp = 2: each replica's local batch is all its micro-batches (32 / 2).
+    CHECK(toml_int(v, "training.local_batch_size") == 16);
+    CHECK(toml_int(v, "parallelism.data_parallel_shard_degree") == 2);
+    CHECK(toml_int(v, "parallelism.data_parallel_replicate_degree") == 1);
+    CHECK(v.at("activation_checkpoint.mode") == "\"selective\"");
+    CHECK(v.at("activation_checkpoint.selective_ac_option") == "\"op\"");
+  }
+  SECTION("uneven stages become split points") {
+    Plan p;
+    p.pp = 4;
+    p.zero = 3;
+    p.schedule = Schedule::kGpipe;
+    p.schedule_given = true;
+    p.stage_layers = {7, 9, 9, 7};
+    p.gbs = 8;
+    const Job j = job("llama3-8b", "dgx-h100", 8, p);
+    const auto v = toml_values(exported(ExportTarget::kTorchtitan, j));
+    CHECK(v.at("parallelism.pipeline_parallel_schedule") == "\"GPipe\"");
+    CHECK(v.at("parallelism.pipeline_parallel_split_points") == "[\"layers.7\", \"layers.16\", \"layers.25\"]");
+  }
+}
+
+TEST_CASE("Export: FSDP2 script for llama3-8b ZeRO-3 over two DGX H100s", "[planner][export]") {
+  const Job j = job_from_file("plan_llama3-8b_zero3.json");
+  const std::string text = exported(ExportTarget::kFsdp, j);
+  check_golden("fsdp_llama3-8b_zero3.py", text);
+  const Plan& p = j.layout.plan;
+  const auto c = python_constants(text);
+  CHECK(c.at("TP") == std::to_string(p.tp));
+  CHECK(c.at("DP") == std::to_string(p.dp));
+  CHECK(c.at("ZERO") == "3");
+  CHECK(c.at("SHARD") == "8");
+  CHECK(c.at("REPLICATE") == "2");
+  CHECK(std::stoll(c.at("SHARD")) * std::stoll(c.at("REPLICATE")) == p.dp);
+  CHECK(c.at("MBS") == std::to_string(p.mbs));
+  CHECK(c.at("GBS") == std::to_string(p.gbs));
+  CHECK(std::stoll(c.at("ACCUM")) * p.mbs * p.dp == p.gbs);
+  CHECK(c.at("SEQ") == std::to_string(p.seq));
+  CHECK(c.at("LAYERS") == std::to_string(j.model.layers));
+  CHECK(c.at("KV_HEADS") == std::to_string(j.model.kv_heads));
+  CHECK(c.at("RECOMPUTE") == "\"full\"");
+  CHECK(c.at("PRECISION") == "\"bf16\"");
+  CHECK(c.at("CPU_OFFLOAD") == "False");
+}
+
+TEST_CASE("Export: FSDP script for DDP, ZeRO-1 and tensor parallelism", "[planner][export]") {
+  SECTION("zero 0 is DDP, zero 1 adds ZeroRedundancyOptimizer") {
+    for (int zero : {0, 1}) {
+      Plan p;
+      p.zero = zero;
+      p.gbs = 64;
+      const Job j = job("gpt3-1.3b", "dgx-a100", 8, p);
+      const auto c = python_constants(exported(ExportTarget::kFsdp, j));
+      CHECK(c.at("ZERO") == std::to_string(zero));
+      CHECK(c.at("SHARD") == "1");
+      CHECK(c.at("ACCUM") == "8");
+      CHECK(c.at("POSITIONS") == "\"learned\"");
+      CHECK(c.at("TIED_EMBEDDINGS") == "True");
+      CHECK(c.at("MLP") == "\"gelu\"");
+    }
+  }
+  SECTION("tensor and sequence parallelism under FSDP2") {
+    Plan p;
+    p.tp = 4;
+    p.sp = true;
+    p.zero = 2;
+    const Job j = job("llama3-70b", "dgx-h100", 16, p);
+    const auto c = python_constants(exported(ExportTarget::kFsdp, j));
+    CHECK(c.at("TP") == "4");
+    CHECK(c.at("DP") == "4");
+    CHECK(c.at("SP") == "True");
+    CHECK(c.at("SHARD") == "4");
+  }
+}
+
+TEST_CASE("Export: refusals name the framework's rule", "[planner][export]") {
+  SECTION("asynchronous data parallelism, every target") {
+    Plan p;
+    p.dp_mode = DpMode::kAsync;
+    const Job j = job("gpt3-1.3b", "dgx-a100", 8, p);
+    CHECK(refusal(ExportTarget::kMegatron, j) ==
+          "Megatron-LM has no asynchronous data parallelism (parameter servers); its data-parallel ranks reduce "
+          "gradients in step (use dp_mode sync)");
+    CHECK(refusal(ExportTarget::kDeepSpeed, j) ==
+          "DeepSpeed has no asynchronous data parallelism (parameter servers); its data-parallel ranks reduce "
+          "gradients in step (use dp_mode sync)");
+    CHECK(refusal(ExportTarget::kFsdp, j) ==
+          "PyTorch DDP/FSDP2 has no asynchronous data parallelism (parameter servers); its data-parallel ranks "
+          "reduce gradients in step (use dp_mode sync)");
+  }
+  SECTION("DeepSpeed: ZeRO-2/3 with pipeline parallelism") {
+    const Job j = job_from_file("plan_llama3-8b_pp2_zero2.json");
+    CHECK(refusal(ExportTarget::kDeepSpeed, j) ==
+          "DeepSpeed's pipeline engine refuses ZeRO stage 2 and 3 (\"ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+          "parallelism\"); use zero 0 or 1 with pp > 1");
+  }
+  SECTION("DeepSpeed: context parallelism, interleaving, uneven stages, hybrid ZeRO-1") {
+    Plan cp;
+    cp.cp = 2;
+    CHECK(refusal(ExportTarget::kDeepSpeed, job("llama3-8b", "dgx-h100", 8, cp)) ==
+          "DeepSpeed has no ring context parallelism; its sequence parallelism (DeepSpeed-Ulysses) splits attention "
+          "heads with all-to-all instead (use cp 1)");
+    Plan vp;
+    vp.pp = 2;
+    vp.vp = 2;
+    vp.gbs = 16;
+    CHECK(refusal(ExportTarget::kDeepSpeed, job("llama3-8b", "dgx-h100", 8, vp)) ==
+          "DeepSpeed's pipeline engine runs one 1F1B schedule (TrainSchedule) with one model chunk per stage; it has "
+          "no interleaved schedule (use schedule 1f1b)");
+    Plan uneven;
+    uneven.pp = 2;
+    uneven.stage_layers = {15, 17};
+    CHECK(refusal(ExportTarget::kDeepSpeed, job("llama3-8b", "dgx-h100", 8, uneven)) ==
+          "Megatron-DeepSpeed splits transformer layers evenly over pipeline stages (partition_method "
+          "type:transformer); it cannot place stage layers 15,17");
+    Plan hybrid;
+    hybrid.zero = 1;
+    hybrid.shard_group = 8;
+    CHECK(refusal(ExportTarget::kDeepSpeed, job("llama3-8b", "dgx-h100", 16, hybrid)) ==
+          "DeepSpeed shards ZeRO state over the whole data-parallel group; its hybrid sharding (MiCS, "
+          "mics_shard_size) is rejected by current releases (use shard_group = dp)");
+    hybrid.zero = 3;
+    CHECK(refusal(ExportTarget::kDeepSpeed, job("llama3-8b", "dgx-h100", 16, hybrid)) ==
+          "DeepSpeed shards ZeRO state over the whole data-parallel group; its hybrid sharding (MiCS, "
+          "mics_shard_size) is rejected by current releases (use shard_group = dp)");
+    Plan offload;
+    offload.pp = 2;
+    offload.zero = 1;
+    offload.offload = Offload::kOptimizer;
+    CHECK(refusal(ExportTarget::kDeepSpeed, job("llama3-8b", "dgx-h100", 8, offload)) ==
+          "DeepSpeed's pipeline engine fails with bf16 and optimizer offload (deepspeedai/DeepSpeed#3866); use fp16, "
+          "pp 1 or no offload");
+  }
+  SECTION("Megatron-LM: schedules it does not have") {
+    Plan gpipe;
+    gpipe.pp = 2;
+    gpipe.schedule = Schedule::kGpipe;
+    gpipe.schedule_given = true;
+    CHECK(refusal(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, gpipe)) ==
+          "Megatron-LM has no GPipe schedule (all forwards, then all backwards); its pipeline schedules are 1F1B and "
+          "interleaved 1F1B (use schedule 1f1b)");
+    Plan naive = gpipe;
+    naive.schedule = Schedule::kNaive;
+    CHECK(refusal(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, naive)) ==
+          "Megatron-LM has no naive pipeline schedule (one micro-batch in flight); its pipeline schedules are 1F1B "
+          "and interleaved 1F1B (use schedule 1f1b)");
+    // Without pipeline parallelism the schedule does not matter.
+    Plan flat;
+    flat.schedule = Schedule::kGpipe;
+    flat.schedule_given = true;
+    CHECK_FALSE(exported(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, flat)).empty());
+  }
+  SECTION("Megatron-LM: ALiBi, parameter offload, ZeRO-3 with pp, unequal middle stages, vp") {
+    Plan plain;
+    plain.tp = 8;
+    plain.gbs = 8;
+    CHECK(refusal(ExportTarget::kMegatron, job("bloom-176b", "dgx-h100", 8, plain)) ==
+          "Megatron-LM has no ALiBi position embedding (--position-embedding-type takes learned_absolute, rope, "
+          "mrope, relative or none)");
+    Plan offload;
+    offload.zero = 3;
+    offload.offload = Offload::kParams;
+    CHECK(refusal(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, offload)) ==
+          "Megatron-LM cannot offload parameters to the host; --optimizer-cpu-offload moves optimizer state only "
+          "(use offload optimizer)");
+    Plan fsdp_pp;
+    fsdp_pp.zero = 3;
+    fsdp_pp.pp = 2;
+    CHECK(refusal(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, fsdp_pp)) ==
+          "Megatron-LM shards gradients and parameters (ZeRO-2/3) only with Megatron-FSDP (--use-megatron-fsdp), "
+          "which is documented with tensor, context and expert parallelism but not pipeline parallelism; its "
+          "distributed optimizer (--use-distributed-optimizer) is ZeRO-1 (use zero 1 with pp > 1)");
+    Plan middle;
+    middle.pp = 4;
+    middle.stage_layers = {8, 7, 9, 8};
+    CHECK(refusal(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, middle)) ==
+          "Megatron-LM places uneven pipeline stages with --decoder-first-pipeline-num-layers and "
+          "--decoder-last-pipeline-num-layers, which split the remaining layers evenly over the middle stages; stage "
+          "layers 8,7,9,8 have unequal middle stages");
+    Plan vp;
+    vp.pp = 2;
+    vp.vp = 2;
+    vp.gbs = 16;
+    vp.stage_layers = {15, 17};
+    CHECK(refusal(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, vp)) ==
+          "Megatron-LM's interleaved schedule needs every pipeline stage's layers divisible by vp=2 (stage layers "
+          "15,17)");
+  }
+  SECTION("torchtitan: GPT-style models, unknown shapes, ZeRO-1, DDP with tp, fp16") {
+    const Job gpt = job_from_file("plan_gpt3-1.3b_zero2.json");
+    CHECK(refusal(ExportTarget::kTorchtitan, gpt) ==
+          "torchtitan ships Llama-family models only (SwiGLU, RoPE, RMSNorm, no biases); gpt3-1.3b has a GeLU MLP, "
+          "learned positions and biases with LayerNorm");
+    Plan zero3;
+    zero3.zero = 3;
+    CHECK(refusal(ExportTarget::kTorchtitan, job("llama2-7b", "dgx-h100", 8, zero3)) ==
+          "torchtitan picks the architecture by [model] name and flavor, and no llama3 flavor (8B, 70B, 405B) has "
+          "llama2-7b's shape (layers=32, hidden=4096, heads=32, kv_heads=32, ffn_hidden=11008); add a flavor to "
+          "torchtitan/models/llama3 first");
+    Plan zero1;
+    zero1.zero = 1;
+    CHECK(refusal(ExportTarget::kTorchtitan, job("llama3-8b", "dgx-h100", 8, zero1)) ==
+          "torchtitan has no optimizer-only sharding (ZeRO-1); its data parallelism is DDP "
+          "(data_parallel_replicate_degree) or FSDP2 (data_parallel_shard_degree: ZeRO-2 with "
+          "fsdp_reshard_after_forward = \"never\", ZeRO-3 otherwise)");
+    Plan ddp_tp;
+    ddp_tp.tp = 2;
+    CHECK(refusal(ExportTarget::kTorchtitan, job("llama3-8b", "dgx-h100", 8, ddp_tp)) ==
+          "torchtitan applies DDP (zero 0) only without other parallelism (\"DDP has not supported > 1D "
+          "parallelism\"); use zero 2 or 3 to combine data parallelism with tp or pp");
+    Plan fp16 = zero3;
+    fp16.precision = Precision::kFp16;
+    CHECK(refusal(ExportTarget::kTorchtitan, job("llama3-8b", "dgx-h100", 8, fp16)) ==
+          "torchtitan's training.mixed_precision_param is bfloat16 or float32; it has no fp16 (loss-scaled) training "
+          "(use precision bf16)");
+    Plan offload = zero3;
+    offload.offload = Offload::kOptimizer;
+    CHECK(refusal(ExportTarget::kTorchtitan, job("llama3-8b", "dgx-h100", 8, offload)) ==
+          "torchtitan's training.enable_cpu_offload (FSDP2 CPUOffloadPolicy) moves parameters, gradients and "
+          "optimizer state together; it has no optimizer-only offload (use offload params with zero 3)");
+  }
+  SECTION("FSDP: pipelines, context parallelism, DDP with tp, optimizer-only offload") {
+    const Job pp = job_from_file("plan_llama3-8b_tp2_pp2.json");
+    CHECK(refusal(ExportTarget::kFsdp, pp) ==
+          "PyTorch FSDP2 and DDP have no pipeline schedule; export pipeline-parallel plans with --to torchtitan "
+          "(torch.distributed.pipelining) or --to megatron");
+    Plan cp;
+    cp.cp = 2;
+    cp.zero = 3;
+    CHECK(refusal(ExportTarget::kFsdp, job("llama3-8b", "dgx-h100", 8, cp)) ==
+          "the FSDP2 script has no context parallelism; export context-parallel plans with --to torchtitan or --to "
+          "megatron");
+    Plan ddp_tp;
+    ddp_tp.tp = 2;
+    ddp_tp.zero = 1;
+    CHECK(refusal(ExportTarget::kFsdp, job("llama3-8b", "dgx-h100", 8, ddp_tp)) ==
+          "PyTorch composes tensor parallelism (DTensor) with FSDP2's fully_shard, not with DistributedDataParallel "
+          "or ZeroRedundancyOptimizer (use zero 2 or 3 with tp > 1)");
+    Plan offload;
+    offload.zero = 2;
+    offload.offload = Offload::kOptimizer;
+    CHECK(refusal(ExportTarget::kFsdp, job("llama3-8b", "dgx-h100", 8, offload)) ==
+          "FSDP2's CPUOffloadPolicy moves parameters, gradients and optimizer state together; it has no "
+          "optimizer-only offload (use offload params with zero 3)");
+  }
+}
+
+TEST_CASE("Export: the same plan gives byte-identical output", "[planner][export]") {
+  const Job j = job_from_file("plan_llama3-8b_tp2_pp2.json");
+  for (ExportTarget t : {ExportTarget::kMegatron, ExportTarget::kDeepSpeed}) {
+    CHECK(exported(t, j) == exported(t, j));
+  }
+}
+
+}  // namespace
+}  // namespace trainplan

@@ -1,0 +1,232 @@
+// Tests of the failure model: the closed form against the Monte Carlo, the
+// optimal checkpoint interval against Young/Daly and a numeric search, and
+// the checkpoint size against the plan's sharding.
+#include "simulator/faults/failures.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include <catch2/catch.hpp>
+
+#include "simulator/cost/layer_cost.h"
+#include "simulator/faults/faults.h"
+#include "simulator/memory/memory_model.h"
+
+namespace trainplan {
+namespace {
+
+using Catch::Matchers::WithinAbs;
+using Catch::Matchers::WithinRel;
+
+RunModel run_model(double step_s, int64_t steps, double mtbf_s, double checkpoint_s, double load_s, double down_s) {
+  RunModel m;
+  m.step_s = step_s;
+  m.steps = steps;
+  m.rate_per_s = mtbf_s > 0 ? 1 / mtbf_s : 0;
+  m.checkpoint_s = checkpoint_s;
+  m.load_s = load_s;
+  m.downtime_s = down_s;
+  return m;
+}
+
+// Golden-section search for the maximum of steady_goodput over log(tau):
+// independent of the library's root finding.
+double golden_section_optimum(const RunModel& m, double lo, double hi) {
+  const double phi = (std::sqrt(5.0) - 1) / 2;
+  double a = std::log(lo), b = std::log(hi);
+  double x1 = b - phi * (b - a), x2 = a + phi * (b - a);
+  double f1 = steady_goodput(m, std::exp(x1)), f2 = steady_goodput(m, std::exp(x2));
+  for (int i = 0; i < 200; ++i) {
+    if (f1 < f2) {
+      a = x1;
+      x1 = x2;
+      f1 = f2;
+      x2 = a + phi * (b - a);
+      f2 = steady_goodput(m, std::exp(x2));
+    } else {
+      b = x2;
+      x2 = x1;
+      f2 = f1;
+      x1 = b - phi * (b - a);
+      f1 = steady_goodput(m, std::exp(x1));
+    }
+  }
+  return std::exp(0.5 * (a + b));
+}
+
+TEST_CASE("Failures: Young/Daly hold where checkpoints are cheap", "[sim][faults][failures]") {
+  // Young (1974) minimises the first-order waste delta/tau + tau/(2M):
+  // tau = sqrt(2 delta M).  Exact optimum (failures.h):
+  // tau* = sqrt(2 delta M) - 2 delta/3 + O(delta^1.5/M^0.5), so with
+  // delta/M = 1e-4 Young is within 2/3 sqrt(delta/(2M)) = 0.5%, Daly's
+  // second-order formula within ~1e-5.  The golden-section maximum of the
+  // goodput agrees with the root to 1e-6.
+  const double mtbf = 100000, delta = 10;
+  const RunModel m = run_model(1.0, 1000000, mtbf, delta, 30, 600);
+  const double tau = optimal_interval_s(m);
+  CHECK_THAT(tau, WithinRel(young_interval_s(delta, mtbf), 0.05));
+  CHECK_THAT(tau, WithinRel(young_interval_s(delta, mtbf), 0.006));
+  CHECK_THAT(tau, WithinRel(daly_interval_s(delta, mtbf), 1e-4));
+  CHECK_THAT(tau, WithinRel(golden_section_optimum(m, 1, 1e6), 1e-6));
+  // Whole steps: the chosen interval minimises the whole run's expected time
+  // (its last, shorter segment included), within 1% of tau*.
+  const int64_t k = optimal_interval_steps(m);
+  CHECK_THAT(static_cast<double>(k) * m.step_s, WithinRel(tau, 0.01));
+  for (int64_t other : {k - 1, k + 1, static_cast<int64_t>(std::llround(tau))}) {
+    CHECK(expected_run_s(m, k) <= expected_run_s(m, other));
+  }
+}
+
+TEST_CASE("Failures: where Young/Daly drift", "[sim][faults][failures]") {
+  // delta/M = 0.1: the -2 delta/3 term is 2/3 * 10 = 6.7% of sqrt(2 delta M)
+  // = 447: Young overestimates; the exact optimum is still the argmax.
+  const RunModel m = run_model(1.0, 1000000, 1000, 100, 0, 0);
+  const double tau = optimal_interval_s(m);
+  CHECK(tau < young_interval_s(100, 1000));
+  CHECK_THAT(tau, WithinRel(golden_section_optimum(m, 1, 1e5), 1e-6));
+  CHECK(steady_goodput(m, tau) > steady_goodput(m, young_interval_s(100, 1000)));
+  CHECK_THAT(young_interval_s(100, 1000) - tau, WithinRel(2.0 / 3 * 100, 0.25));
+}
+
+TEST_CASE("Failures: restart and load times do not move the optimum", "[sim][faults][failures]") {
+  // E(x) = (1/lambda + D) e^{lambda L} (e^{lambda x} - 1): D and L multiply
+  // every segment alike, so tau* depends on lambda and delta only.
+  const RunModel a = run_model(2.0, 100000, 20000, 60, 0, 0);
+  const RunModel b = run_model(2.0, 100000, 20000, 60, 600, 3600);
+  CHECK(optimal_interval_s(a) == optimal_interval_s(b));
+  CHECK(optimal_interval_steps(a) == optimal_interval_steps(b));
+  CHECK(steady_goodput(b, optimal_interval_s(b)) < steady_goodput(a, optimal_interval_s(a)));
+}
+
+TEST_CASE("Failures: the Monte Carlo converges to the closed form", "[sim][faults][failures]") {
+  // Segments are independent (memoryless failures), so E[wall] =
+  // sum of E(x_i) exactly; 4000 runs: compare within 4 standard errors (the
+  // SE from p50/p90 would do; use the sample variance of a second batch).
+  for (const RunModel& m : {run_model(10.0, 20000, 36000, 30, 60, 900), run_model(1.0, 50000, 3000, 5, 20, 300)}) {
+    for (int64_t k : {int64_t{1}, int64_t{50}, optimal_interval_steps(m), int64_t{5000}}) {
+      const MonteCarloResult mc = monte_carlo_run(m, k, 4000, Catch::rngSeed());
+      const double expected = expected_run_s(m, k);
+      // SE <= (p90 - p50) / 1.28 * ... bound the spread by max - min / 4000^0.5.
+      const double se = (mc.max_s - mc.min_s) / std::sqrt(4000.0);
+      INFO("k " << k << " mc " << mc.mean_s << " expected " << expected << " se bound " << se);
+      CHECK(std::fabs(mc.mean_s - expected) < 4 * se + 1e-9 * expected);
+      // The breakdown adds up to the wall time.
+      const WallBreakdown& b = mc.breakdown;
+      CHECK_THAT(b.useful + b.checkpoint + b.lost + b.downtime + b.load, WithinRel(mc.mean_s, 1e-9));
+      CHECK(mc.p50_s <= mc.p90_s);
+    }
+  }
+}
+
+TEST_CASE("Failures: without failures the run is steps plus checkpoints", "[sim][faults][failures]") {
+  const RunModel m = run_model(2.0, 1000, 0, 5, 10, 100);
+  const MonteCarloResult mc = monte_carlo_run(m, 300, 3, 1);
+  // ceil(1000/300) = 4 segments, each ending with a 5 s checkpoint.
+  CHECK(mc.mean_s == 2000.0 + 4 * 5.0);
+  CHECK(mc.p90_s == mc.mean_s);
+  CHECK(expected_run_s(m, 300) == mc.mean_s);
+  CHECK(optimal_interval_steps(m) == 1000);
+}
+
+TEST_CASE("Failures: a seeded Monte Carlo is reproducible", "[sim][faults][failures]") {
+  const RunModel m = run_model(1.0, 100000, 5000, 10, 30, 600);
+  const MonteCarloResult a = monte_carlo_run(m, 300, 200, 99), b = monte_carlo_run(m, 300, 200, 99);
+  CHECK(a.mean_s == b.mean_s);
+  CHECK(a.p90_s == b.p90_s);
+  CHECK(a.failures_mean == b.failures_mean);
+  CHECK(monte_carlo_run(m, 300, 200, 100).mean_s != a.mean_s);
+}
+
+TEST_CASE("Failures: checkpoint size is weights + optimizer, written once", "[sim][faults][failures]") {
+  // bf16 mixed precision: 2 B weights + 12 B optimizer per parameter,
+  // independent of how ZeRO or TP shard them; ZeRO-1 shrinks what each GPU
+  // holds, not what is written.
+  ModelSpec m;
+  m.name = "ckpt-test";
+  m.layers = 8;
+  m.hidden = 1024;
+  m.heads = 16;
+  m.kv_heads = 16;
+  m.ffn_hidden = 4096;
+  m.vocab = 32000;
+  m.seq_len = 1024;
+  m.mlp = MlpKind::kGelu;
+  const ClusterSpec c = load_cluster("dgx-a100");
+  auto layout = [&](int tp, int zero) {
+    Plan p;
+    p.tp = tp;
+    p.zero = zero;
+    p.mbs = 1;
+    p.gbs = 16 / tp;
+    const Layout l = resolve_plan(m, c, 16, p);
+    REQUIRE(l.feasible);
+    return l;
+  };
+  const Layout ddp = layout(1, 0), zero1 = layout(1, 1), tp2 = layout(2, 1);
+  const double params = total_params(m);
+  CHECK_THAT(estimate_memory(m, c, ddp).stages[0].params, WithinRel(params, 1e-12));
+  const CheckpointCost a = checkpoint_cost(m, c, ddp, 1e9);
+  CHECK_THAT(a.total_bytes, WithinRel(14 * params, 1e-12));
+  CHECK_THAT(a.write_s, WithinRel(14 * params / 1e9, 1e-12));
+  CHECK_THAT(a.per_gpu_written_bytes, WithinRel(14 * params / 16, 1e-12));
+  CHECK_THAT(a.per_gpu_state_bytes, WithinRel(14 * params, 1e-12));
+  const CheckpointCost b = checkpoint_cost(m, c, zero1, 1e9);
+  CHECK_THAT(b.total_bytes, WithinRel(a.total_bytes, 1e-12));
+  CHECK_THAT(b.per_gpu_state_bytes, WithinRel(params * (2 + 12.0 / 16), 1e-12));
+  // TP replicates the layer norms on every TP rank; the checkpoint holds
+  // them once.
+  CHECK(checkpoint_cost(m, c, tp2, 1e9).total_bytes == a.total_bytes);
+}
+
+TEST_CASE("Failures: rate adds GPUs and nodes", "[sim][faults][failures]") {
+  FailureModel fm;
+  fm.mtbf_gpu_s = 50000 * 3600.0;
+  fm.mtbf_node_s = 20000 * 3600.0;
+  // 16384 GPUs / 50000 h + 2048 nodes / 20000 h = 0.32768 + 0.1024 per hour.
+  CHECK_THAT(failure_rate_per_s(fm, 16384, 2048) * 3600, WithinRel(0.43008, 1e-12));
+}
+
+TEST_CASE("Faults: flags are validated with one-line errors", "[sim][faults]") {
+  FaultFlags f;
+  SECTION("durations need units") {
+    f.mtbf_gpu = "50000";
+    CHECK_THROWS_WITH(parse_fault_flags(f),
+                      "--mtbf-gpu: \"50000\" has no unit; expected e.g. \"2.5us\", \"30min\", \"50000h\"");
+  }
+  SECTION("failure options need an MTBF") {
+    f.storage_bandwidth = "20GB/s";
+    CHECK_THROWS_WITH(parse_fault_flags(f),
+                      "--storage-bandwidth: has no effect without --mtbf-gpu or --mtbf-node");
+  }
+  SECTION("an MTBF needs storage and a run length") {
+    f.mtbf_node = "20000h";
+    CHECK_THROWS_WITH(parse_fault_flags(f),
+                      "--storage-bandwidth: is required with --mtbf-gpu or --mtbf-node (checkpoint write and load "
+                      "times depend on it); e.g. --storage-bandwidth 100GB/s");
+    f.storage_bandwidth = "20GB/s";
+    CHECK_THROWS_WITH(parse_fault_flags(f),
+                      "--train-tokens: is required with --mtbf-gpu or --mtbf-node (the run length); e.g. "
+                      "--train-tokens 15.6T");
+    f.train_tokens = "15.6T";
+    const FaultConfig c = parse_fault_flags(f);
+    CHECK(c.failures_given);
+    CHECK(c.train_tokens == 15.6e12);
+    CHECK(c.failures.mtbf_node_s == 20000 * 3600.0);
+    CHECK(c.failures.storage_bytes_per_s == 20e9);
+    CHECK(c.failures.detect_s == 300);
+  }
+  SECTION("counts and seeds") {
+    CHECK(parse_token_count("300B", "--train-tokens") == 300e9);
+    CHECK(parse_token_count("2e12", "--train-tokens") == 2e12);
+    CHECK_THROWS_WITH(parse_token_count("12X", "--train-tokens"),
+                      "--train-tokens: unknown suffix \"X\" in \"12X\"; allowed: k, M, B (or G), T");
+    f.seed = "-1";
+    CHECK_THROWS_WITH(parse_fault_flags(f),
+                      "--seed: \"-1\" is not an integer in [0, 18446744073709551615]; e.g. --seed 42");
+    f.seed = "18446744073709551615";
+    CHECK(parse_fault_flags(f).seed == UINT64_MAX);
+  }
+}
+
+}  // namespace
+}  // namespace trainplan
