@@ -11,8 +11,9 @@ export TRAINPLAN_BIN=$B/planner/trainplan
 export TRAINPLAN_DATA_DIR=$PWD
 [ -x "$TRAINPLAN_BIN" ] || { echo "no $TRAINPLAN_BIN: build first (ninja -C $B)" >&2; exit 1; }
 out=docs/faults.md
-tmp=$(mktemp "$out.XXXXXX")
-trap 'rm -f "$tmp"' EXIT
+# Written outside the tree (nothing half-written under docs/), then moved.
+tmp=$(mktemp)
+trap 'rm -f "$tmp" "$out.new"' EXIT
 python3 - "$tmp" <<'PY'
 import json, os, re, subprocess, sys, tempfile
 
@@ -340,6 +341,5 @@ W("  touch the node (a ring runs at its slowest link); NVLink is not degraded.")
 W("- The failure Monte Carlo uses the straggled mean step time for every step.")
 out.close()
 PY
-mv "$tmp" "$out"
-trap - EXIT
+cp "$tmp" "$out.new" && mv "$out.new" "$out"
 echo "wrote $out"

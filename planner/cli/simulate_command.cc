@@ -3,7 +3,6 @@
 // memory per stage and where the time goes; with the fault options
 // (simulator/faults/faults.h), the straggler tax, goodput under failures and
 // the expected time to train.
-#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -177,7 +176,9 @@ void print_faults(const FaultReport& fr, const FaultConfig& cfg, int gpus) {
                 human_duration(fr.time_to_train_p50_s).c_str(), human_duration(fr.time_to_train_p90_s).c_str(),
                 human_duration(fr.time_to_train_mean_s).c_str(),
                 human_duration(static_cast<double>(fr.steps) * fr.base_step_s).c_str(),
-                fr.has_failures ? (" over " + std::to_string(fr.failures.mc.runs) + " Monte Carlo runs").c_str() : "");
+                fr.has_failures ? (" over " + std::to_string(fr.failures.mc.runs) + " Monte Carlo runs, seed " +
+                                   std::to_string(cfg.seed)).c_str()
+                                : "");
   }
 }
 
@@ -247,8 +248,7 @@ int run_simulate(const SimulateFlags& f) {
                      {"tp_comm_forward", rounded(rep.layer.tp_comm_forward_ps * 1e-9, 4)},
                      {"tp_comm_backward", rounded(rep.layer.tp_comm_backward_ps * 1e-9, 4)}};
   if (rep.async) {
-    out["staleness"] = {{"mean", rounded(rep.staleness.mean, 3)}, {"p90", rep.staleness.p90},
-                        {"max", rep.staleness.max}, {"samples", rep.staleness.samples}};
+    out["staleness"] = staleness_json(rep.staleness);
   }
   out["simulated_ranks"] = rep.simulated_ranks;
   out["tasks"] = rep.tasks;

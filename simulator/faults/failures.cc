@@ -179,6 +179,9 @@ MonteCarloResult monte_carlo_run(const RunModel& m, int64_t k, int runs, uint64_
   for (double w : walls) total += w;
   const double r = static_cast<double>(runs);
   res.mean_s = total / r;
+  double squares = 0;
+  for (double w : walls) squares += (w - res.mean_s) * (w - res.mean_s);
+  res.std_s = runs > 1 ? std::sqrt(squares / (r - 1)) : 0;
   res.failures_mean = failures / r;
   res.breakdown = WallBreakdown{sum.useful / r, sum.checkpoint / r, sum.lost / r, sum.downtime / r, sum.load / r};
   std::sort(walls.begin(), walls.end());

@@ -113,6 +113,7 @@ struct WallBreakdown {
 struct MonteCarloResult {
   int runs = 0;
   double mean_s = 0, p50_s = 0, p90_s = 0, min_s = 0, max_s = 0;
+  double std_s = 0;  // sample standard deviation of the run time
   double failures_mean = 0;
   WallBreakdown breakdown;
 };
