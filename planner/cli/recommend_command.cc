@@ -127,6 +127,7 @@ int run_recommend(const RecommendFlags& f) {
   out["feasible"] = r.feasible;
   out["simulated"] = r.simulated;
   out["elapsed_s"] = rounded(r.elapsed_s, 3);
+  out["evaluate_s"] = rounded(r.evaluate_s, 4);
   nlohmann::json plans = nlohmann::json::array();
   for (const RankedPlan& p : r.plans) {
     nlohmann::json j = plan_to_json(p.layout.plan);

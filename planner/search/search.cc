@@ -290,6 +290,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     candidates.push_back(Candidate{i, std::move(L), lb, mem.peak_bytes, family, score_bound});
   }
   res.min_peak_bytes = std::isfinite(min_peak) ? min_peak : 0;
+  res.evaluate_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // Branch and bound over the lower bound of the score.
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {

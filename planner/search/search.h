@@ -80,6 +80,7 @@ struct SearchResult {
   int64_t feasible = 0;      // valid and fit in memory
   int64_t simulated = 0;
   double elapsed_s = 0;
+  double evaluate_s = 0;     // enumeration, validity, memory and bound of every plan (before simulation)
   std::vector<RankedPlan> plans;               // best first, at most top_k
   std::map<std::string, int64_t> rejected;     // reason -> count
   std::vector<FamilyVerdict> families;         // why the other families lose
