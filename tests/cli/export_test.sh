@@ -16,6 +16,8 @@ if [ $# -ne 2 ]; then
   exit 1
 fi
 BIN=$1
+# shellcheck source=tests/cli/common.sh
+source "$(dirname "$0")/common.sh"
 DATA=$2
 EXPORT=$DATA/export
 if [ -z "${TRAINPLAN_DATA_DIR:-}" ] || [ ! -d "$TRAINPLAN_DATA_DIR/models" ]; then
@@ -23,50 +25,10 @@ if [ -z "${TRAINPLAN_DATA_DIR:-}" ] || [ ! -d "$TRAINPLAN_DATA_DIR/models" ]; th
   exit 1
 fi
 
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-CHECKS=0
 
-fail() {
-  printf 'FAIL: %s\n' "$*" >&2
-  exit 1
-}
 
-# run_bin <args...>: stdout in $TMP/out, stderr in $TMP/err, exit code in RC.
-run_bin() {
-  "$BIN" "$@" >"$TMP/out" 2>"$TMP/err"
-  RC=$?
-}
 
-# expect_error <name> <expected stderr line> <args...>
-expect_error() {
-  local name=$1 expected=$2
-  shift 2
-  CHECKS=$((CHECKS + 1))
-  echo "check $CHECKS: $name"
-  run_bin "$@"
-  [ "$RC" -eq 2 ] || fail "$name: exit code $RC, expected 2 (stderr: $(cat "$TMP/err"))"
-  [ ! -s "$TMP/out" ] || fail "$name: stdout is not empty: $(head -c 300 "$TMP/out")"
-  local lines
-  lines=$(wc -l <"$TMP/err")
-  [ "$lines" -eq 1 ] || fail "$name: $lines lines on stderr, expected 1: $(cat "$TMP/err")"
-  local actual
-  actual=$(cat "$TMP/err")
-  [ "$actual" == "$expected" ] || fail "$name: wrong message
-   got: $actual
-  want: $expected"
-}
 
-# expect_ok <name> <args...>: exit 0, empty stderr.
-expect_ok() {
-  local name=$1
-  shift
-  CHECKS=$((CHECKS + 1))
-  echo "check $CHECKS: $name"
-  run_bin "$@"
-  [ "$RC" -eq 0 ] || fail "$name: exit code $RC, expected 0 (stderr: $(cat "$TMP/err"))"
-  [ ! -s "$TMP/err" ] || fail "$name: stderr is not empty: $(cat "$TMP/err")"
-}
 
 # expect_golden <golden file>: $TMP/out is byte-identical to it.
 expect_golden() {
