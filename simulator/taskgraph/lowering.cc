@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <cmath>
 
 #include "simulator/core/error.h"
 #include "simulator/cost/layer_cost.h"
 #include "simulator/memory/memory_model.h"
 #include "simulator/network/collective_model.h"
+#include "simulator/network/topology.h"
 #include "simulator/taskgraph/pipeline_schedule.h"
 
 namespace trainplan {
@@ -337,6 +339,32 @@ class Lowerer {
     return op_index_[r][key + (last ? 1 : 0)];
   }
 
+  // ---- routes ----
+  struct Route {
+    bool same_node = true;
+    bool crosses_leaf = false;
+  };
+
+  // The path between two GPUs in the cluster's graph (BFS), cached by the
+  // GPUs' positions in their nodes and the nodes' relation: every pair of the
+  // same class takes the same kind of path.
+  Route route_between(int src, int dst) {
+    if (!topology_) topology_ = std::make_unique<Topology>(c_, L_.gpus);
+    const int gpn = c_.gpus_per_node;
+    const int sn = topology_->node_of(src), dn = topology_->node_of(dst);
+    const int relation = sn == dn ? 0 : topology_->leaf_of_node(sn) == topology_->leaf_of_node(dn) ? 1 : 2;
+    const int key = ((src % gpn) * gpn + dst % gpn) * 3 + relation;
+    auto it = route_cache_.find(key);
+    if (it != route_cache_.end()) return it->second;
+    Route r;
+    for (VertexKind k : topology_->route(src, dst)) {
+      if (k == VertexKind::kNic) r.same_node = false;
+      if (k == VertexKind::kSpine) r.crosses_leaf = true;
+    }
+    route_cache_.emplace(key, r);
+    return r;
+  }
+
   // ---- pipeline point-to-point ----
   void build_p2p() {
     if (p_.pp == 1) return;
@@ -361,11 +389,12 @@ class Lowerer {
         const int to_stage = to % p_.pp, to_chunk = to / p_.pp;
         const size_t dst = static_cast<size_t>(sim_index(to_stage, rc.dp, rc.cp, rc.tp));
         const int dst_global = global_rank(p_, to_stage, rc.dp, rc.cp, rc.tp);
-        const bool same_node = dst_global / c_.gpus_per_node == rc.global / c_.gpus_per_node;
-        GroupPlacement gp = group_placement(2, same_node ? 2 : 1, c_);
+        const Route route = route_between(rc.global, dst_global);
+        GroupPlacement gp = group_placement(2, route.same_node ? 2 : 1, c_);
+        gp.crosses_leaf = route.crosses_leaf;
         CollectiveCost cost = collective_cost(Collective::kSendRecv, static_cast<Bytes>(bytes), gp, lp_);
         std::vector<FlowLink> links;
-        int32_t link = same_node ? intra_link_[r] : nic_link_[r];
+        int32_t link = route.same_node ? intra_link_[r] : nic_link_[r];
         if (link >= 0) links.push_back(FlowLink{link, 1.0f});
         int32_t id = g.add_comm(first_p2p_channel_ + static_cast<int32_t>(r), cost.latency.ps(),
                                 cost.wire_bytes_per_rank, cost.bus_bandwidth.bytes_per_s(), Category::kPpComm,
@@ -556,6 +585,8 @@ class Lowerer {
   std::vector<std::vector<int32_t>> op_index_;
   std::vector<int32_t> optimizer_task_;
   std::vector<int32_t> next_in_program_;
+  std::unique_ptr<Topology> topology_;
+  std::map<int, Route> route_cache_;
   std::vector<int32_t> blocking_comm_;
   std::map<int32_t, std::vector<int32_t>> dp_member_preds_;  // collective -> its members' producing tasks  // DP collectives that block their members' next compute
   std::vector<int32_t> intra_link_, nic_link_;

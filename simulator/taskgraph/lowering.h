@@ -2,7 +2,10 @@
 // step, the flow network it runs on and each rank's static memory.
 //
 // Ranks are placed in Megatron's order (tp innermost, then cp, dp, pp), so a
-// TP group stays inside a node.  Per rank: the pipeline schedule's forward and
+// TP group stays inside a node.  Pipeline transfers follow the route the
+// cluster's graph (network/topology.h) gives between the two GPUs: through
+// the node switch, or out of the NIC (and over the spine, paying the fat
+// tree's oversubscription).  Per rank: the pipeline schedule's forward and
 // backward ops (per model chunk, or per layer where DP/ZeRO needs layer
 // granularity), TP/CP collectives folded into the layer time (they block the
 // compute stream, Megatron without comm overlap), pipeline send/recv, DP
