@@ -2,7 +2,7 @@
 # The calibrate -> validate loop on the cpu backend with 2 MPI ranks (issue:
 # "predicted step time within 15% of the measured one" for a DP=2, a TP=2 and
 # a PP=2 plan of a small model).  Timing on a shared machine is noisy, so a
-# plan that misses is measured once more before the test fails.
+# plan that misses is measured up to twice more before the test fails.
 # Args: $1 = trainplan binary.
 set -uo pipefail
 T=$1
@@ -33,7 +33,7 @@ PY
 
 for n in dp2 tp2 pp2; do
   ok=0
-  for attempt in 1 2; do
+  for attempt in 1 2 3; do
     "${MPI[@]}" "$T" validate --backend cpu --plan "$work/$n.json" --calibration "$work/cal.json" --steps 5 \
       --out "$work/$n.out.json" > "$work/$n.txt" 2>&1 || { cat "$work/$n.txt"; fail "validate $n exited non-zero"; }
     err=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"]["step_time_s"]["error"])' "$work/$n.out.json")
