@@ -135,7 +135,7 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         p.schedule = sched;
                         p.schedule_given = true;
                         p.precision = o.precision;
-                        p.grad_dtype = o.precision == Precision::kFp32 ? GradDtype::kFp32 : GradDtype::kFp32;
+                        p.grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
                         p.offload = off;
                         p.dp_mode = mode;
                         plans.push_back(p);

@@ -14,6 +14,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/simulator/fixtures.h"
+
 #include "simulator/cost/layer_cost.h"
 #include "simulator/engine/engine.h"
 #include "simulator/memory/memory_model.h"
@@ -40,50 +42,11 @@ std::string all_reasons(const Layout& l) {
 // fills whole waves, including the 8-tile logits GEMM (128-wide vocabulary),
 // so stages are even; with 132 SMs the logits GEMM runs at 8/132 of the peak
 // and makes the last stage 5% slower, which shifts the bubbles by ~5%.
-ClusterSpec fast_links_cluster() {
-  ClusterSpec c;
-  c.name = "fast-links-test";
-  c.gpu.name = "TEST-GPU";
-  c.gpu.memory = static_cast<Bytes>(1024 * kGiB);
-  c.gpu.hbm_bandwidth = Bandwidth::gigabytes_per_s(3000);
-  c.gpu.peak[Dtype::kBf16] = FlopRate::teraflop_per_s(10);
-  c.gpu.peak[Dtype::kFp16] = FlopRate::teraflop_per_s(10);
-  c.gpu.peak[Dtype::kFp32] = FlopRate::teraflop_per_s(5);
-  c.gpu.gemm_efficiency = 0.8;
-  c.gpu.hbm_efficiency = 0.85;
-  c.gpu.sm_count = 16;
-  c.gpus_per_node = 8;
-  c.intra_node.fabric = IntraFabric::kNvswitch;
-  c.intra_node.bandwidth = Bandwidth::bytes_per_s(1e15);
-  c.intra_node.latency = Duration();
-  InterNodeSpec net;
-  net.fabric = InterFabric::kInfiniband;
-  net.nics_per_node = 8;
-  net.nic_bandwidth = Bandwidth::bytes_per_s(1e15);
-  net.latency = Duration();
-  net.oversubscription = 1.0;
-  net.nodes_per_leaf = 32;
-  c.inter_node = net;
-  c.host.memory = static_cast<Bytes>(2048 * kGiB);
-  c.host.bandwidth_per_gpu = Bandwidth::gigabytes_per_s(50);
-  return c;
-}
+ClusterSpec fast_links_cluster() { return testing::fast_links_cluster(); }
 
 // A small GPT: 16 layers, h = 1024, 16 heads, s = 1024, and a 128-token
 // vocabulary so the embedding and logits are negligible next to a layer.
-ModelSpec small_gpt() {
-  ModelSpec m;
-  m.name = "gpt-small-test";
-  m.layers = 16;
-  m.hidden = 1024;
-  m.heads = 16;
-  m.kv_heads = 16;
-  m.ffn_hidden = 4096;
-  m.vocab = 128;
-  m.seq_len = 1024;
-  m.mlp = MlpKind::kGelu;
-  return m;
-}
+ModelSpec small_gpt() { return testing::small_gpt(16); }
 
 Layout resolved(const ModelSpec& m, const ClusterSpec& c, int gpus, const Plan& p) {
   const Layout l = resolve_plan(m, c, gpus, p);

@@ -1,0 +1,63 @@
+// Shared test fixtures: a cluster whose communication is negligible and a
+// small GPT, built in code so the tests do not depend on data files.
+#ifndef TRAINPLAN_TESTS_SIMULATOR_FIXTURES_H_
+#define TRAINPLAN_TESTS_SIMULATOR_FIXTURES_H_
+
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+
+namespace trainplan {
+namespace testing {
+
+// 1e15 B/s links with zero latency and a slow (10 TFLOP/s) GPU: NCCL's fixed
+// call latency is negligible next to the compute, so pipeline bubbles come out
+// as in the closed forms.  16 SMs: the small GEMMs fill whole waves.
+inline ClusterSpec fast_links_cluster() {
+  ClusterSpec c;
+  c.name = "fast-links-test";
+  c.gpu.name = "TEST-GPU";
+  c.gpu.memory = static_cast<Bytes>(1024 * kGiB);
+  c.gpu.hbm_bandwidth = Bandwidth::gigabytes_per_s(3000);
+  c.gpu.peak[Dtype::kBf16] = FlopRate::teraflop_per_s(10);
+  c.gpu.peak[Dtype::kFp16] = FlopRate::teraflop_per_s(10);
+  c.gpu.peak[Dtype::kFp32] = FlopRate::teraflop_per_s(5);
+  c.gpu.gemm_efficiency = 0.8;
+  c.gpu.hbm_efficiency = 0.85;
+  c.gpu.sm_count = 16;
+  c.gpus_per_node = 8;
+  c.intra_node.fabric = IntraFabric::kNvswitch;
+  c.intra_node.bandwidth = Bandwidth::bytes_per_s(1e15);
+  c.intra_node.latency = Duration();
+  InterNodeSpec net;
+  net.fabric = InterFabric::kInfiniband;
+  net.nics_per_node = 8;
+  net.nic_bandwidth = Bandwidth::bytes_per_s(1e15);
+  net.latency = Duration();
+  net.oversubscription = 1.0;
+  net.nodes_per_leaf = 32;
+  c.inter_node = net;
+  c.host.memory = static_cast<Bytes>(2048 * kGiB);
+  c.host.bandwidth_per_gpu = Bandwidth::gigabytes_per_s(50);
+  return c;
+}
+
+// A small GPT: h = 1024, 16 heads, s = 1024 and a 128-token vocabulary so
+// the embedding and logits are negligible next to a layer.
+inline ModelSpec small_gpt(int64_t layers) {
+  ModelSpec m;
+  m.name = "gpt-small-test";
+  m.layers = layers;
+  m.hidden = 1024;
+  m.heads = 16;
+  m.kv_heads = 16;
+  m.ffn_hidden = 4096;
+  m.vocab = 128;
+  m.seq_len = 1024;
+  m.mlp = MlpKind::kGelu;
+  return m;
+}
+
+}  // namespace testing
+}  // namespace trainplan
+
+#endif  // TRAINPLAN_TESTS_SIMULATOR_FIXTURES_H_
