@@ -151,6 +151,9 @@ int run_calibrate(CalibrateFlags& f, int* argc, char*** argv) {
   const double max_flops = f.gemm_max_flops > 0 ? f.gemm_max_flops : (f.backend == "cpu" ? 2e9 : 2e13);
   cfg.gemm_shapes = training_gemm_shapes(models, mbs, f.seq, max_flops);
   cfg.gemm_dtype = !f.gemm_dtype.empty() ? f.gemm_dtype : (f.backend == "cpu" ? "fp32" : "bf16");
+  // A shared CPU is noisy: spend 0.1 s per GEMM shape (median of 5 batches)
+  // so one burst of other work does not skew a shape; GPUs are steadier.
+  cfg.gemm_min_time_s = f.backend == "cpu" ? 0.1 : 0.02;
   for (int64_t s = int64_t{1} << 20; s <= (f.backend == "cpu" ? int64_t{64} << 20 : int64_t{1} << 30); s *= 4) {
     cfg.copy_sizes.push_back(s);
   }

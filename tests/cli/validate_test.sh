@@ -2,7 +2,8 @@
 # The calibrate -> validate loop on the cpu backend with 2 MPI ranks (issue:
 # "predicted step time within 15% of the measured one" for a DP=2, a TP=2 and
 # a PP=2 plan of a small model).  Timing on a shared machine is noisy, so a
-# plan that misses is measured up to twice more before the test fails.
+# plan that misses is measured again, and after two misses the machine is
+# recalibrated, before the test fails.
 # Args: $1 = trainplan binary.
 set -uo pipefail
 T=$1
@@ -19,8 +20,11 @@ JSON
 }
 plan dp2 1 1; plan tp2 2 1; plan pp2 1 2
 
-"${MPI[@]}" "$T" calibrate --backend cpu --out "$work/cal.json" -e 4M --iters 10 --model gpt-tiny --mbs 2 > "$work/cal.txt" 2>&1 \
-  || { cat "$work/cal.txt"; fail "calibrate exited non-zero"; }
+calibrate() {
+  "${MPI[@]}" "$T" calibrate --backend cpu --out "$work/cal.json" -e 4M --iters 10 --model gpt-tiny --mbs 2 \
+    > "$work/cal.txt" 2>&1 || { cat "$work/cal.txt"; fail "calibrate exited non-zero"; }
+}
+calibrate
 grep -q "^# OK: 0 wrong elements" "$work/cal.txt" || fail "calibrate reported wrong data"
 grep -q "all_reduce_perf, intra-node, 2 ranks" "$work/cal.txt" || fail "no nccl-tests-style all_reduce table"
 python3 - "$work/cal.json" <<'PY' || fail "calibration.json lacks fits"
@@ -33,7 +37,10 @@ PY
 
 for n in dp2 tp2 pp2; do
   ok=0
-  for attempt in 1 2 3; do
+  for attempt in 1 2 3 4; do
+    # A calibration taken during a burst of other work skews every later
+    # prediction: after two misses, measure the machine again.
+    [ "$attempt" = 3 ] && calibrate
     "${MPI[@]}" "$T" validate --backend cpu --plan "$work/$n.json" --calibration "$work/cal.json" --steps 5 \
       --out "$work/$n.out.json" > "$work/$n.txt" 2>&1 || { cat "$work/$n.txt"; fail "validate $n exited non-zero"; }
     err=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"]["step_time_s"]["error"])' "$work/$n.out.json")
