@@ -47,8 +47,9 @@ int64_t optimizer_ps(const ClusterSpec& cluster, const Layout& layout, double st
 // A lower bound on the simulated step time: over pipeline stages, the time
 // micro-batch 0 needs to reach the stage (the first chunk's forward on every
 // earlier stage) plus the stage's own work (its layers' forward and backward
-// for every micro-batch, embedding/output, optimizer).  Never above
-// simulate_step's step time (tested).
+// for every micro-batch, embedding/output, optimizer); and the schedule's
+// makespan with every chunk at the smallest chunk's time, (m*v + p - 1)
+// chunk-steps.  Never above simulate_step's step time (tested).
 int64_t step_time_lower_bound(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                               const StepCosts& costs, const std::vector<double>& stage_params);
 
