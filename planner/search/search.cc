@@ -92,9 +92,9 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
         for (int vp : vps) {
           std::vector<Schedule> schedules;
           if (vp > 1) {
-            schedules = {Schedule::kInterleaved};
+            schedules.push_back(Schedule::kInterleaved);
           } else {
-            schedules = {Schedule::k1F1B};
+            schedules.push_back(Schedule::k1F1B);
             if (pp > 1 && o.gpipe) schedules.push_back(Schedule::kGpipe);
             if (pp > 1 && o.naive) schedules.push_back(Schedule::kNaive);
           }
@@ -240,7 +240,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   const FaultConfig& fc = o.faults;
   for (int world : world_sizes(c, gpus, fc.failures_given)) {
     std::vector<Plan> more = enumerate(m, c, world, o, &world_of_plan);
-    plans.insert(plans.end(), more.begin(), more.end());
+    for (Plan& p : more) plans.push_back(std::move(p));
   }
   res.evaluated = static_cast<int64_t>(plans.size());
 
