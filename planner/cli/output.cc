@@ -8,31 +8,6 @@
 
 namespace trainplan {
 
-nlohmann::json plan_to_json(const Plan& p) {
-  nlohmann::json j;
-  j["tp"] = p.tp;
-  j["pp"] = p.pp;
-  j["dp"] = p.dp;
-  j["cp"] = p.cp;
-  j["vp"] = p.vp;
-  j["zero"] = p.zero;
-  j["shard_group"] = p.shard_group;
-  j["mbs"] = p.mbs;
-  j["gbs"] = p.gbs;
-  j["seq"] = p.seq;
-  j["recompute"] = to_string(p.recompute);
-  j["sp"] = p.sp;
-  j["schedule"] = to_string(p.schedule);
-  j["precision"] = to_string(p.precision);
-  j["grad_dtype"] = to_string(p.grad_dtype);
-  j["attention"] = to_string(p.attention);
-  j["dp_mode"] = to_string(p.dp_mode);
-  j["offload"] = to_string(p.offload);
-  j["ps_servers"] = p.ps_servers;
-  j["stage_layers"] = p.stage_layers;
-  return j;
-}
-
 void write_file_atomically(const std::string& path, const std::string& text, const std::string& flag) {
   std::string tmp = path + ".tmp";
   {

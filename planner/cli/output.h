@@ -7,13 +7,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/plan/plan_file.h"  // plan_to_json
 #include "simulator/spec/plan.h"
 
 namespace trainplan {
 
 constexpr const char* kVersion = "0.1.0";
-
-nlohmann::json plan_to_json(const Plan& plan);
 
 // Writes `text` to `path` via a temporary file in the same folder and a
 // rename.  Throws InputError naming `flag` if the file cannot be written.

@@ -166,6 +166,24 @@ class BashArgs {
   std::vector<std::string> lines_;
 };
 
+// The optimizer and learning-rate schedule both Megatron launchers use
+// (GPT-3 paper's AdamW settings; the same in Megatron-LM and
+// Megatron-DeepSpeed).
+void add_optimizer_schedule(BashArgs* training) {
+  training->opt("--train-iters", kTrainIters);
+  training->opt("--lr", kLearningRate);
+  training->opt("--min-lr", kMinLearningRate);
+  training->opt("--lr-decay-style", "cosine");
+  training->opt("--lr-warmup-iters", kWarmupIters);
+  training->opt("--weight-decay", "0.1");
+  training->opt("--adam-beta1", "0.9");
+  training->opt("--adam-beta2", "0.95");
+  training->opt("--clip-grad", "1.0");
+  training->opt("--init-method-std", "0.02");
+  training->opt("--log-interval", 10);
+  training->opt("--eval-iters", 0);
+}
+
 // torchrun's rendezvous arguments.  One node runs as is; on several nodes
 // NODE_RANK and MASTER_ADDR must be set on each, and bash stops with the
 // message if they are not.
@@ -319,18 +337,7 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
   } else if (p.recompute == Recompute::kSelective) {
     training.opt("--recompute-granularity", "selective");
   }
-  training.opt("--train-iters", kTrainIters);
-  training.opt("--lr", kLearningRate);
-  training.opt("--min-lr", kMinLearningRate);
-  training.opt("--lr-decay-style", "cosine");
-  training.opt("--lr-warmup-iters", kWarmupIters);
-  training.opt("--weight-decay", "0.1");
-  training.opt("--adam-beta1", "0.9");
-  training.opt("--adam-beta2", "0.95");
-  training.opt("--clip-grad", "1.0");
-  training.opt("--init-method-std", "0.02");
-  training.opt("--log-interval", 10);
-  training.opt("--eval-iters", 0);
+  add_optimizer_schedule(&training);
 
   // NullTokenizer's vocabulary is --vocab-size + 1 (the end-of-document id).
   BashArgs data;
@@ -499,18 +506,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
   } else if (p.recompute == Recompute::kSelective) {
     training.opt("--recompute-granularity", "selective");
   }
-  training.opt("--train-iters", kTrainIters);
-  training.opt("--lr", kLearningRate);
-  training.opt("--min-lr", kMinLearningRate);
-  training.opt("--lr-decay-style", "cosine");
-  training.opt("--lr-warmup-iters", kWarmupIters);
-  training.opt("--weight-decay", "0.1");
-  training.opt("--adam-beta1", "0.9");
-  training.opt("--adam-beta2", "0.95");
-  training.opt("--clip-grad", "1.0");
-  training.opt("--init-method-std", "0.02");
-  training.opt("--log-interval", 10);
-  training.opt("--eval-iters", 0);
+  add_optimizer_schedule(&training);
 
   BashArgs data;
   data.opt("--data-path", "\"${DATA_PATH:?set DATA_PATH to a preprocessed .bin/.idx prefix}\"");

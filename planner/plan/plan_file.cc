@@ -7,12 +7,8 @@
 
 namespace trainplan {
 
-std::string plan_file_json(const PlanFile& f) {
-  const Plan& p = f.plan;
+nlohmann::json plan_to_json(const Plan& p) {
   nlohmann::json j;
-  j["model"] = f.model;
-  j["cluster"] = f.cluster;
-  j["gpus"] = f.gpus;
   j["tp"] = p.tp;
   j["pp"] = p.pp;
   j["dp"] = p.dp;
@@ -33,6 +29,14 @@ std::string plan_file_json(const PlanFile& f) {
   j["offload"] = to_string(p.offload);
   j["ps_servers"] = p.ps_servers;
   j["stage_layers"] = p.stage_layers;
+  return j;
+}
+
+std::string plan_file_json(const PlanFile& f) {
+  nlohmann::json j = plan_to_json(f.plan);
+  j["model"] = f.model;
+  j["cluster"] = f.cluster;
+  j["gpus"] = f.gpus;
   return j.dump(2) + "\n";
 }
 

@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "simulator/spec/plan.h"
 
 namespace trainplan {
@@ -17,6 +19,10 @@ struct PlanFile {
   int gpus = 0;
   Plan plan;            // resolved (no "derive" zeros)
 };
+
+// The plan's fields as a JSON object (the keys of plan.json without model,
+// cluster and gpus); used by every command's --json output.
+nlohmann::json plan_to_json(const Plan& plan);
 
 // Returns the JSON text (2-space indent, sorted keys, trailing newline).
 std::string plan_file_json(const PlanFile& f);
