@@ -26,6 +26,8 @@ int run_memory(const PlanFlags& flags, bool json) {
   Layout layout = resolve_plan(job.model, job.cluster, job.gpus, job.plan);
   nlohmann::json out;
   out["tool"] = std::string("trainplan ") + kVersion;
+  const std::string hash = config_hash(job.model, job.cluster, job.gpus, describe_plan(job.plan));
+  out["config_hash"] = hash;
   out["command"] = "memory";
   out["model"] = job.model.name;
   out["cluster"] = job.cluster.name;
@@ -73,7 +75,8 @@ int run_memory(const PlanFlags& flags, bool json) {
   }
   std::printf("# trainplan %s memory: %s on %s, %d GPUs (%d nodes)\n# plan: %s\n", kVersion, job.model.name.c_str(),
               job.cluster.name.c_str(), layout.gpus, layout.nodes, describe_plan(layout.plan).c_str());
-  std::printf("# microbatches per step: %lld; GiB = 2^30 bytes, per GPU\n", static_cast<long long>(layout.microbatches));
+  std::printf("# config %s; microbatches per step: %lld; GiB = 2^30 bytes, per GPU\n", hash.c_str(),
+              static_cast<long long>(layout.microbatches));
   std::printf("%5s %6s %14s %8s %12s %10s %12s %12s %10s %10s\n", "stage", "layers", "params/GPU(M)", "inflight",
               "weights(GiB)", "grads(GiB)", "optimizer(GiB)", "activ.(GiB)", "other(GiB)", "total(GiB)");
   for (const StageMemory& st : rep.stages) {

@@ -1,6 +1,8 @@
 #include "planner/cli/output.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 
@@ -24,6 +26,29 @@ void write_file_atomically(const std::string& path, const std::string& text, con
     std::remove(tmp.c_str());
     throw_input_error(flag, "", "cannot rename onto \"" + path + "\"", "");
   }
+}
+
+std::string config_hash(const ModelSpec& m, const ClusterSpec& c, int gpus, const std::string& extra) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%s|%lld|%lld|%lld|%lld|%lld|%lld|%lld|%d|%d|%d|%d|%d|", m.name.c_str(),
+                static_cast<long long>(m.layers), static_cast<long long>(m.hidden), static_cast<long long>(m.heads),
+                static_cast<long long>(m.kv_heads), static_cast<long long>(m.ffn_hidden),
+                static_cast<long long>(m.vocab), static_cast<long long>(m.seq_len), static_cast<int>(m.mlp),
+                m.tied_embeddings, m.dropout, m.bias, static_cast<int>(m.position_embedding));
+  std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), "%s|%s|%.6g|%.6g|%.6g|%d|%d|%s|", c.name.c_str(),
+                c.gpu.name.c_str(), c.gpu.peak.count(Dtype::kBf16) ? c.gpu.peak.at(Dtype::kBf16).flop_per_s() : 0.0,
+                c.intra_node.bandwidth.bytes_per_s(),
+                c.inter_node ? c.inter_node->nic_bandwidth.bytes_per_s() : 0.0, c.gpus_per_node, gpus,
+                c.calibration.c_str());
+  const std::string text = std::string(buf) + extra;
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a 64
+  for (unsigned char ch : text) {
+    h ^= ch;
+    h *= 1099511628211ULL;
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
 }
 
 std::string fixed(double x, int decimals) {

@@ -116,6 +116,11 @@ int run_recommend(const RecommendFlags& f) {
 
   nlohmann::json out;
   out["tool"] = std::string("trainplan ") + kVersion;
+  const std::string hash = config_hash(model, cluster, gpus,
+                                       "recommend gbs=" + std::to_string(o.gbs) + " seq=" + std::to_string(seq) +
+                                           " top=" + std::to_string(o.top_k) + " precision=" + f.precision +
+                                           " strategies=" + f.strategies);
+  out["config_hash"] = hash;
   out["command"] = "recommend";
   out["model"] = model.name;
   out["cluster"] = cluster.name;
@@ -205,9 +210,9 @@ int run_recommend(const RecommendFlags& f) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::printf("# trainplan %s recommend: %s on %s, %d GPUs, gbs %lld sequences of %lld tokens\n", kVersion,
-              model.name.c_str(), cluster.name.c_str(), gpus, static_cast<long long>(o.gbs),
-              static_cast<long long>(seq));
+  std::printf("# trainplan %s recommend: %s on %s, %d GPUs, gbs %lld sequences of %lld tokens (config %s)\n",
+              kVersion, model.name.c_str(), cluster.name.c_str(), gpus, static_cast<long long>(o.gbs),
+              static_cast<long long>(seq), hash.c_str());
   std::printf("# %lld plans: %lld valid, %lld fit in memory, %lld simulated; %.2f s\n",
               static_cast<long long>(r.evaluated), static_cast<long long>(r.valid), static_cast<long long>(r.feasible),
               static_cast<long long>(r.simulated), r.elapsed_s);

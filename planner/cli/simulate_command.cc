@@ -194,6 +194,8 @@ int run_simulate(const SimulateFlags& f) {
   Layout layout = resolve_plan(job.model, job.cluster, job.gpus, job.plan);
   nlohmann::json out;
   out["tool"] = std::string("trainplan ") + kVersion;
+  const std::string hash = config_hash(job.model, job.cluster, job.gpus, describe_plan(job.plan));
+  out["config_hash"] = hash;
   out["command"] = "simulate";
   out["model"] = job.model.name;
   out["cluster"] = job.cluster.name;
@@ -265,7 +267,7 @@ int run_simulate(const SimulateFlags& f) {
   }
   std::printf("# trainplan %s simulate: %s on %s, %d GPUs (%d nodes), %s mode\n", kVersion, job.model.name.c_str(),
               job.cluster.name.c_str(), layout.gpus, layout.nodes, f.full ? "every rank" : "one rank per stage");
-  std::printf("# plan: %s\n", describe_plan(layout.plan).c_str());
+  std::printf("# plan: %s\n# config %s\n", describe_plan(layout.plan).c_str(), hash.c_str());
   std::printf("step time        %10.4f s   (%lld micro-batches per pipeline)\n", rep.step_time_s,
               static_cast<long long>(layout.microbatches));
   std::printf("throughput       %10.0f tokens/s  (%.0f tokens/s per GPU)\n", rep.tokens_per_s,
