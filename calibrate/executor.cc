@@ -1,5 +1,7 @@
 #include "calibrate/executor.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -311,6 +313,13 @@ MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const Cluste
     dp.push_back(world.max(t.dp_comm));
     opt.push_back(world.max(t.optimizer));
     m.peak_bytes = world.max(peak);
+  }
+  if (backend.name() == "cpu") {
+    // The process's own high-water mark (includes the executor's buffers,
+    // MPI and the binary): a real measurement next to the tracked bytes.
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    m.process_peak_bytes = world.max(static_cast<double>(u.ru_maxrss) * 1024.0);
   }
   m.step_time_s = median(m.step_times_s);
   m.breakdown.compute = median(compute);

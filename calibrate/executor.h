@@ -33,6 +33,7 @@ struct MeasuredStep {
   std::vector<double> step_times_s;
   TimeBreakdown breakdown;          // per step, slowest rank per category (median over steps)
   double peak_bytes = 0;            // model states + saved activations tracked, slowest rank
+  double process_peak_bytes = 0;    // cpu backend: the largest rank's peak resident set (0 elsewhere)
 };
 
 // How the simulator must run to predict what this backend executes: the CPU

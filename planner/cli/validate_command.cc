@@ -71,7 +71,9 @@ int run_validate(const ValidateFlags& f, int* argc, char*** argv) {
                       {"pp_wait_s", pb.pp_comm + pb.bubble, mb.pp_comm + mb.bubble},
                       {"dp_comm_s", pb.dp_comm, mb.dp_comm},
                       {"optimizer_s", pb.optimizer, mb.optimizer},
-                      {"peak_memory_gib", to_gib(pred_mem), to_gib(meas.peak_bytes)}};
+                      {"peak_memory_gib", to_gib(pred_mem), to_gib(meas.peak_bytes)},
+                      // Measured only: the process's resident high-water mark.
+                      {"process_peak_rss_gib", 0.0, to_gib(meas.process_peak_bytes)}};
   nlohmann::json out;
   out["tool"] = std::string("trainplan ") + kVersion;
   out["command"] = "validate";
@@ -98,9 +100,11 @@ int run_validate(const ValidateFlags& f, int* argc, char*** argv) {
               f.calibration.empty() ? "(none: the cluster's defaults)" : f.calibration.c_str());
   std::printf("%-18s %14s %14s %9s\n", "quantity", "predicted", "measured", "error");
   for (const Row& r : rows) {
-    if (r.measured > 0) {
+    if (r.measured > 0 && r.predicted > 0) {
       std::printf("%-18s %14.6f %14.6f %+8.1f%%\n", r.name, r.predicted, r.measured,
                   100 * (r.predicted - r.measured) / r.measured);
+    } else if (r.predicted == 0 && r.measured > 0 && std::string(r.name) == "process_peak_rss_gib") {
+      std::printf("%-18s %14s %14.6f %9s\n", r.name, "-", r.measured, "-");
     } else {
       std::printf("%-18s %14.6f %14.6f %9s\n", r.name, r.predicted, r.measured, "-");
     }
