@@ -49,6 +49,9 @@ class Communicator {
   virtual void barrier() = 0;
   // Maximum of `value` over the communicator's ranks.
   virtual double max(double value) = 0;
+  // Element-wise minimum of `values` over the communicator's ranks, in
+  // place.  REQUIRES: every rank passes a vector of the same size.
+  virtual void min_each(std::vector<double>* values) = 0;
 };
 
 class Backend {
@@ -68,6 +71,12 @@ class Backend {
   // Copies `bytes` within device memory (read + write); blocks until done.
   virtual void copy(int64_t bytes) = 0;
   virtual void synchronize() = 0;
+  // Leaves the device's caches without this rank's buffers, as a training
+  // step leaves them between two collectives or copies (GEMMs ran in
+  // between).  Untimed; the sweeps call it before each timed copy and
+  // collective.  Default: nothing (a GPU's L2, 40-60 MB, is small beside
+  // the buffers a step moves).
+  virtual void evict_caches() {}
 };
 
 // Creates a backend: "cpu" or "cuda".  Throws InputError("--backend: ...") if

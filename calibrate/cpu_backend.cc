@@ -174,6 +174,15 @@ class CpuCommunicator : public Communicator {
     return value;
 #endif
   }
+  void min_each(std::vector<double>* values) override {
+#ifdef TRAINPLAN_HAVE_MPI
+    if (values->empty()) return;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values->data(), static_cast<int>(values->size()), MPI_DOUBLE, MPI_MIN,
+                            comm_));
+#else
+    (void)values;
+#endif
+  }
 
  private:
   void ensure(int64_t count) {
@@ -281,12 +290,21 @@ class CpuBackend : public Backend {
     std::memcpy(dst_.data(), src_.data(), n);
   }
   void synchronize() override {}
+  // Writes a scratch buffer twice the last-level cache (glibc's sysconf),
+  // within 32-128 MiB, which evicts the lines of ours.
+  void evict_caches() override {
+    if (scratch_.empty()) {
+      const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+      scratch_.assign(static_cast<size_t>(std::clamp<long>(2 * llc, 32L << 20, 128L << 20)), 0);
+    }
+    for (size_t i = 0; i < scratch_.size(); i += 64) scratch_[i] = static_cast<char>(scratch_[i] + 1);
+  }
 
  private:
   std::unique_ptr<CpuCommunicator> world_;
   bool owns_mpi_ = false;
   std::vector<float> a_, b_, c_;
-  std::vector<char> src_, dst_;
+  std::vector<char> src_, dst_, scratch_;
 };
 
 }  // namespace

@@ -322,6 +322,17 @@ class CudaCommunicator : public Communicator {
     return out;
   }
 
+  void min_each(std::vector<double>* values) override {
+    if (values->empty()) return;
+    registry_->issue_all_sends(nullptr);
+    const size_t bytes = values->size() * sizeof(double);
+    vector_.ensure(bytes, stream_, pools_, 0);
+    CUDA_CHECK(cudaMemcpyAsync(vector_.get(), values->data(), bytes, cudaMemcpyHostToDevice, stream_));
+    NCCL_CHECK(ncclAllReduce(vector_.get(), vector_.get(), values->size(), ncclDouble, ncclMin, comm_, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(values->data(), vector_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
+    wait(stream_);
+  }
+
   // Issues the queued sends (one group, on the p2p stream) without waiting.
   void issue_sends() {
     if (pending_.empty()) return;
@@ -466,7 +477,7 @@ class CudaCommunicator : public Communicator {
   int size_ = 1;
   cudaStream_t stream_ = nullptr;      // collectives, barrier, max, check
   cudaStream_t p2p_stream_ = nullptr;  // send/recv
-  DeviceBuffer buf_, out_, send_buf_, recv_buf_, scalar_;
+  DeviceBuffer buf_, out_, send_buf_, recv_buf_, scalar_, vector_;
   std::vector<float> host_;
   std::vector<Pending> pending_;
 };

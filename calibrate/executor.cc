@@ -51,13 +51,15 @@ class RankExecutor {
     lo.bucket_bytes = so.bucket_bytes;
     lo.p2p = so.p2p;
     lo.blocking_dp = so.blocking_dp;
+    lo.cp_overlap = so.cp_overlap;
     step_ = lower_step(m, c, L, lo);
-    costs_ = step_costs(m, c, p_);
+    costs_ = step_costs(m, c, p_, so.cp_overlap);
     me_ = b.world().rank();
     const RankCoord& rc = step_.ranks[static_cast<size_t>(me_)];
     // Communicators, split the way the plan places ranks.
     tp_ = b.split(rc.pp * 1000003 + rc.dp * p_.cp + rc.cp, rc.tp);
     dp_ = b.split(rc.pp * 1000003 + rc.tp, rc.dp * p_.cp + rc.cp);
+    cp_ = b.split((rc.pp * p_.dp + rc.dp) * p_.tp + rc.tp, rc.cp);
     // Predecessors of every task (the graph stores successors).
     const TaskGraph& g = step_.graph;
     preds_.assign(static_cast<size_t>(g.size()), {});
@@ -78,6 +80,9 @@ class RankExecutor {
     t_ = &t;
     const TaskGraph& g = step_.graph;
     done_.assign(static_cast<size_t>(g.size()), 0);
+    tp_times_.clear();
+    cp_times_.clear();
+    dp_times_.clear();
     live_bytes_ = static_bytes_;
     peak_ = live_bytes_;
     for (int32_t id : g.program[static_cast<size_t>(me_)]) {
@@ -99,6 +104,27 @@ class RankExecutor {
     t.pp_comm += now_s() - t0;
     *peak_bytes = peak_;
     return t;
+  }
+
+  // After a step (outside its timing): a blocking collective's time on a
+  // rank is its own transfer plus the wait for the last member to arrive,
+  // and that wait is the other members' compute skew, not communication.
+  // The last member to arrive waits for nobody, so the minimum over the
+  // group of each collective's time is the collective itself; the rest is
+  // moved to `wait` (idle, as the simulator counts a rank that waits for a
+  // collective to start).  REQUIRES: every rank calls it after each step.
+  void settle_collectives(TimeBreakdown* t, double* wait) {
+    auto settle = [wait](Communicator& comm, std::vector<double>& times, double* category) {
+      std::vector<double> mins = times;
+      comm.min_each(&mins);
+      for (size_t i = 0; i < times.size(); ++i) {
+        *category -= times[i] - mins[i];
+        *wait += times[i] - mins[i];
+      }
+    };
+    settle(*tp_, tp_times_, &t->tp_comm);
+    settle(*cp_, cp_times_, &t->tp_comm);
+    settle(*dp_, dp_times_, &t->dp_comm);
   }
 
  private:
@@ -160,18 +186,33 @@ class RankExecutor {
     const double factor = bus_bandwidth_factor(kind, dp_->size());
     const int64_t size = factor > 0 ? static_cast<int64_t>(t.wire_bytes / factor) : 0;
     if (size > 0) dp_->run(kind, size);
-    t_->dp_comm += now_s() - t0;
+    const double took = now_s() - t0;
+    t_->dp_comm += took;
+    if (size > 0) dp_times_.push_back(took);
+  }
+
+  // Runs one collective on `comm`, timed into the TP/CP category and the
+  // group's list of collective times (settle_collectives).
+  void timed(Communicator& comm, Collective kind, double bytes, std::vector<double>* times) {
+    const double t0 = now_s();
+    comm.run(kind, static_cast<int64_t>(bytes));
+    const double took = now_s() - t0;
+    t_->tp_comm += took;
+    times->push_back(took);
   }
 
   void forward_ops(const LayerCost& lc, bool with_tp) {
     for (const OpCost& op : lc.ops) {
+      // Context parallel: the K/V of the other cp ranks are gathered before
+      // attention (step_costs: one all-gather of cp_comm_bytes forward).
+      if (op.kind == OpKind::kAttention && lc.cp_comm_bytes > 0 && cp_->size() > 1) {
+        timed(*cp_, Collective::kAllGather, lc.cp_comm_bytes, &cp_times_);
+      }
       const double t0 = now_s();
       run_op_forward(op);
       t_->compute += now_s() - t0;
       if (with_tp && op.tp_comm_after != TpComm::kNone && tp_->size() > 1) {
-        const double t1 = now_s();
-        tp_->run(tp_collective(op.tp_comm_after, false), static_cast<int64_t>(op.tp_comm_bytes));
-        t_->tp_comm += now_s() - t1;
+        timed(*tp_, tp_collective(op.tp_comm_after, false), op.tp_comm_bytes, &tp_times_);
       }
     }
   }
@@ -197,9 +238,7 @@ class RankExecutor {
     for (auto it = lc.ops.rbegin(); it != lc.ops.rend(); ++it) {
       const OpCost& op = *it;
       if (op.tp_comm_after != TpComm::kNone && tp_->size() > 1) {
-        const double t1 = now_s();
-        tp_->run(tp_collective(op.tp_comm_after, true), static_cast<int64_t>(op.tp_comm_bytes));
-        t_->tp_comm += now_s() - t1;
+        timed(*tp_, tp_collective(op.tp_comm_after, true), op.tp_comm_bytes, &tp_times_);
       }
       const double t0 = now_s();
       switch (op.kind) {
@@ -212,6 +251,12 @@ class RankExecutor {
           run_op_forward(op);
           run_op_forward(op);
           if (p_.attention == Attention::kFlash) b_.gemm(op.m, op.n, op.k, dtype_);
+          // Context parallel: the K/V gradients go back to their owners.
+          if (lc.cp_comm_bytes > 0 && cp_->size() > 1) {
+            t_->compute += now_s() - t0;
+            timed(*cp_, Collective::kReduceScatter, lc.cp_comm_bytes, &cp_times_);
+            continue;
+          }
           break;
         case OpKind::kElementwise:
           if (op.bytes > 0) b_.copy(static_cast<int64_t>(op.bytes));
@@ -269,7 +314,8 @@ class RankExecutor {
   LoweredStep step_;
   StepCosts costs_;
   int me_ = 0;
-  std::unique_ptr<Communicator> tp_, dp_;
+  std::unique_ptr<Communicator> tp_, dp_, cp_;
+  std::vector<double> tp_times_, cp_times_, dp_times_;  // this step's collectives, in call order
   std::vector<std::vector<int32_t>> preds_;
   std::vector<uint8_t> done_;
   TimeBreakdown* t_ = nullptr;
@@ -278,12 +324,15 @@ class RankExecutor {
 
 }  // namespace
 
-SimulateOptions simulate_options_for(const Backend& backend) {
+SimulateOptions simulate_options_for(const Backend& backend) { return simulate_options_for(backend.name()); }
+
+SimulateOptions simulate_options_for(const std::string& backend_name) {
   SimulateOptions o;
   o.representative = false;
-  if (backend.name() == "cpu") {
+  if (backend_name == "cpu") {
     o.p2p = LoweringOptions::P2p::kAsync;
     o.blocking_dp = true;
+    o.cp_overlap = false;  // MPI calls block the rank: nothing hides the K/V exchange
   }
   return o;
 }
@@ -305,6 +354,9 @@ MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const Cluste
     double peak = 0;
     TimeBreakdown t = ex.run_step(&peak);
     const double step = world.max(now_s() - t0);
+    double wait = 0;
+    ex.settle_collectives(&t, &wait);
+    if (options.progress) options.progress(s + 1, options.warmup + options.steps, step);
     if (s < options.warmup) continue;
     m.step_times_s.push_back(step);
     compute.push_back(world.max(t.compute));

@@ -11,6 +11,7 @@
 #ifndef TRAINPLAN_CALIBRATE_EXECUTOR_H_
 #define TRAINPLAN_CALIBRATE_EXECUTOR_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,19 +27,23 @@ namespace trainplan {
 struct ExecutorOptions {
   int warmup = 1;
   int steps = 5;
+  // Optional, called on every rank after each step (warm-up included) with
+  // the steps done, the total and that step's time.
+  std::function<void(int done, int total, double step_s)> progress;
 };
 
 struct MeasuredStep {
   double step_time_s = 0;           // median over steps of the slowest rank
   std::vector<double> step_times_s;
   TimeBreakdown breakdown;          // per step, slowest rank per category (median over steps)
-  double peak_bytes = 0;            // model states + saved activations tracked, slowest rank
+  double peak_bytes = 0;            // tracked (not allocated): model states + saved activations, slowest rank
   double process_peak_bytes = 0;    // cpu backend: the largest rank's peak resident set (0 elsewhere)
 };
 
 // How the simulator must run to predict what this backend executes: the CPU
 // backend's sends are asynchronous and its collectives block.
 SimulateOptions simulate_options_for(const Backend& backend);
+SimulateOptions simulate_options_for(const std::string& backend_name);  // "cpu" | "cuda"
 
 // REQUIRES: layout.feasible and backend.world().size() == layout.gpus.
 // Throws InputError("--plan: ...") if the world size differs.

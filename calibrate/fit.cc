@@ -1,5 +1,7 @@
 #include "calibrate/fit.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -149,6 +151,19 @@ void fit_compute(Calibration* c) {
     c->kernel_overhead_s = f.intercept;
     c->copy_bytes_per_s = f.slope > 0 ? 1.0 / f.slope : 0;
   }
+}
+
+std::vector<std::string> poor_fits(const Calibration& c) {
+  std::vector<std::string> out;
+  for (const CollectiveFitResult& f : c.collectives) {
+    if (f.residual_rms <= kPoorFitResidual) continue;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s %s %d ranks: residual %.1f%% rms over %d sizes (> %.0f%%)",
+                  collective_file_name(f.collective), f.inter_node ? "inter" : "intra", f.ranks, 100 * f.residual_rms,
+                  f.samples, 100 * kPoorFitResidual);
+    out.push_back(buf);
+  }
+  return out;
 }
 
 }  // namespace trainplan

@@ -5,6 +5,7 @@
 #ifndef TRAINPLAN_CALIBRATE_FIT_H_
 #define TRAINPLAN_CALIBRATE_FIT_H_
 
+#include <string>
 #include <vector>
 
 #include "simulator/spec/calibration.h"
@@ -32,6 +33,16 @@ std::vector<CollectiveFitResult> fit_collectives(const std::vector<CollectiveSam
 // copy_bytes_per_s / kernel_overhead_s from the copy samples (traffic = 2x
 // bytes copied).
 void fit_compute(Calibration* c);
+
+// A fit whose relative residual exceeds this is reported as poor: the
+// measurements are not "latency + size / bandwidth" (noise on a shared
+// machine, a protocol switch), and predictions built on it can be off by as
+// much.  0.2: the 20% within which validate must predict each category.
+constexpr double kPoorFitResidual = 0.2;
+
+// One line per collective fit with residual_rms > kPoorFitResidual, e.g.
+// "all_reduce intra 2 ranks: residual 45.6% rms over 21 sizes (> 20%)".
+std::vector<std::string> poor_fits(const Calibration& c);
 
 }  // namespace trainplan
 

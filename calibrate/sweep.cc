@@ -52,18 +52,41 @@ bool have_sample(const Calibration& cal, Collective c, bool inter, int ranks, in
   return false;
 }
 
-// Times one collective size: warm-up, then iters back to back; the slowest
-// rank's mean.
-double time_collective(Communicator& comm, Collective c, int64_t bytes, int warmup, int iters) {
+// Times one collective size: warm-up, then `iters` calls, each started
+// together (barrier) from cold caches, as in a training step where compute
+// ran since the buffer was last touched; the slowest rank's mean.
+// (nccl-tests times back-to-back calls on a hot buffer: on a GPU the two
+// agree, on a CPU the hot buffer sits in cache and looks several times
+// faster than a step's collectives.)
+double time_collective(Backend& backend, Communicator& comm, Collective c, int64_t bytes, int warmup, int iters) {
   for (int i = 0; i < warmup; ++i) comm.run(c, bytes);
-  comm.barrier();
-  const double t0 = now_s();
-  for (int i = 0; i < iters; ++i) comm.run(c, bytes);
-  const double t = (now_s() - t0) / iters;
-  return comm.max(t);
+  double total = 0;
+  for (int i = 0; i < iters; ++i) {
+    backend.evict_caches();
+    comm.barrier();
+    const double t0 = now_s();
+    comm.run(c, bytes);
+    total += now_s() - t0;
+  }
+  return comm.max(total / iters);
 }
 
-void sweep_collectives(Communicator& comm, bool inter, const SweepConfig& cfg, Calibration* cal, std::FILE* out,
+// Per-call time of a copy from cold caches (evicted before each call): the
+// median of `reps` calls.
+template <typename Op>
+double cold_median_time(Backend& backend, Op op, int reps) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    backend.evict_caches();
+    const double t0 = now_s();
+    op();
+    t.push_back(now_s() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void sweep_collectives(Backend& backend, Communicator& comm, bool inter, const SweepConfig& cfg, Calibration* cal, std::FILE* out,
                        bool print, int64_t* wrong_total, const std::function<void(const Calibration&)>& checkpoint) {
   const int n = comm.size();
   for (Collective c : cfg.collectives) {
@@ -82,7 +105,7 @@ void sweep_collectives(Communicator& comm, bool inter, const SweepConfig& cfg, C
       const int64_t unit = 4 * static_cast<int64_t>(n);  // float elements, divisible by ranks
       const int64_t size = std::max(unit, bytes / unit * unit);
       if (have_sample(*cal, c, inter, n, size)) continue;
-      const double t = time_collective(comm, c, size, cfg.warmup, cfg.iters);
+      const double t = time_collective(backend, comm, c, size, cfg.warmup, cfg.iters);
       int64_t wrong = cfg.check ? comm.check(c, size) : 0;
       wrong = static_cast<int64_t>(comm.max(static_cast<double>(wrong)));
       *wrong_total += wrong;
@@ -180,10 +203,10 @@ int64_t run_sweep(Backend& backend, const SweepConfig& cfg, Calibration* cal, st
   }
   if (world.size() > 1) {
     if (nodes > 1) {
-      sweep_collectives(world, true, cfg, cal, out, print, &wrong, checkpoint);
-      sweep_collectives(*local, false, cfg, cal, out, print, &wrong, checkpoint);
+      sweep_collectives(backend, world, true, cfg, cal, out, print, &wrong, checkpoint);
+      sweep_collectives(backend, *local, false, cfg, cal, out, print, &wrong, checkpoint);
     } else {
-      sweep_collectives(world, false, cfg, cal, out, print, &wrong, checkpoint);
+      sweep_collectives(backend, world, false, cfg, cal, out, print, &wrong, checkpoint);
     }
   }
   // GEMMs and copies: every rank measures its own device; rank 0 records.
@@ -226,7 +249,7 @@ int64_t run_sweep(Backend& backend, const SweepConfig& cfg, Calibration* cal, st
   for (int64_t bytes : cfg.copy_sizes) {
     if (copied.count(bytes)) continue;
     backend.copy(bytes);
-    CopySample c{bytes, world.max(median_time([&] { backend.copy(bytes); }, cfg.gemm_min_time_s))};
+    CopySample c{bytes, world.max(cold_median_time(backend, [&] { backend.copy(bytes); }, 15))};
     cal->copy_samples.push_back(c);
     if (print && !cfg.json) {
       std::fprintf(out, "  %10lld %10.2f %10.2f\n", static_cast<long long>(bytes), c.time_s * 1e6,

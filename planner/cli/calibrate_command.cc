@@ -191,8 +191,16 @@ int run_calibrate(CalibrateFlags& f, int* argc, char*** argv) {
   if (root) {
     if (!f.json) print_fits(cal);
     write_file_atomically(f.out, calibration_json(cal), "--out");
-    if (!f.json) std::printf("# %s %lld wrong elements; wrote %s\n", wrong == 0 ? "OK:" : "ERROR:",
-                             static_cast<long long>(wrong), f.out.c_str());
+    const std::vector<std::string> poor = poor_fits(cal);
+    for (const std::string& w : poor) {
+      if (!f.json) std::printf("# WARNING: poor fit: %s\n", w.c_str());
+      std::fprintf(stderr, "trainplan: calibrate: warning: poor fit: %s; predictions from it may be off by as much "
+                           "(rerun on a quiet machine, or with more --iters)\n", w.c_str());
+    }
+    const std::string verdict = wrong != 0 ? "ERROR:" : poor.empty() ? "OK:" : "OK with " + std::to_string(poor.size()) +
+                                                                                 " poor fits (see the warnings):";
+    if (!f.json) std::printf("# %s %lld wrong elements; wrote %s\n", verdict.c_str(), static_cast<long long>(wrong),
+                             f.out.c_str());
   }
   if (wrong != 0) {
     std::fprintf(stderr, "trainplan: calibrate: %lld wrong elements in collective results\n", static_cast<long long>(wrong));

@@ -5,6 +5,9 @@
 #include <cstring>
 #include <cstdio>
 #include <fstream>
+#include <utility>
+
+#include <unistd.h>
 
 #include "simulator/core/error.h"
 
@@ -60,6 +63,52 @@ std::string fixed(double x, int decimals) {
 double rounded(double x, int decimals) {
   double f = std::pow(10.0, decimals);
   return std::round(x * f) / f;
+}
+
+}  // namespace trainplan
+
+namespace trainplan {
+
+std::string human_duration(double seconds) {
+  char buf[32];
+  if (seconds < 1) std::snprintf(buf, sizeof buf, "%.0f ms", seconds * 1e3);
+  else if (seconds < 10) std::snprintf(buf, sizeof buf, "%.1f s", seconds);
+  else if (seconds < 90) std::snprintf(buf, sizeof buf, "%.0f s", seconds);
+  else if (seconds < 5400) std::snprintf(buf, sizeof buf, "%.1f min", seconds / 60);
+  else std::snprintf(buf, sizeof buf, "%.1f h", seconds / 3600);
+  return buf;
+}
+
+ProgressLine::ProgressLine(std::string what)
+    : what_(std::move(what)), tty_(isatty(2) != 0), start_(std::chrono::steady_clock::now()), phase_start_(start_) {}
+
+void ProgressLine::update(const std::string& phase, int64_t done, int64_t total, const std::string& eta_qualifier) {
+  if (!tty_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (phase != phase_) {
+    phase_ = phase;
+    phase_start_ = now;
+  }
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  if (elapsed < 1.0) return;  // short runs print nothing
+  const double in_phase = std::chrono::duration<double>(now - phase_start_).count();
+  std::string eta = "ETA ?";
+  if (done > 0 && total >= done) {
+    const double left = in_phase / static_cast<double>(done) * static_cast<double>(total - done);
+    eta = "ETA " + (eta_qualifier.empty() ? "" : eta_qualifier + " ") + human_duration(left);
+  }
+  std::fprintf(stderr, "\r\033[K%s: %s %lld / %lld, %s elapsed, %s", what_.c_str(), phase.c_str(),
+               static_cast<long long>(done), static_cast<long long>(total), human_duration(elapsed).c_str(),
+               eta.c_str());
+  std::fflush(stderr);
+  shown_ = true;
+}
+
+void ProgressLine::clear() {
+  if (!shown_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  shown_ = false;
 }
 
 }  // namespace trainplan

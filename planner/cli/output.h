@@ -3,6 +3,8 @@
 #ifndef TRAINPLAN_PLANNER_CLI_OUTPUT_H_
 #define TRAINPLAN_PLANNER_CLI_OUTPUT_H_
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +32,29 @@ std::string fixed(double x, int decimals);
 
 // Rounds x to `decimals` digits so JSON numbers stay short and stable.
 double rounded(double x, int decimals);
+
+// A progress line on stderr for long runs: shown only when stderr is a
+// terminal and the run has taken more than a second, rewritten in place
+// ("\r"), with the elapsed time and an ETA from the rate so far.  clear()
+// erases it before the answer is printed.  Output on stdout is unchanged.
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::string what);
+  // `eta_qualifier` (e.g. "at most") precedes the ETA when `total` is an
+  // upper bound of the work.
+  void update(const std::string& phase, int64_t done, int64_t total, const std::string& eta_qualifier = "");
+  void clear();
+
+ private:
+  std::string what_;
+  std::string phase_;
+  bool tty_ = false;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point start_, phase_start_;
+};
+
+// "42 s", "3.5 min", "1.2 h".
+std::string human_duration(double seconds);
 
 }  // namespace trainplan
 

@@ -15,6 +15,7 @@
 #include "planner/search/search.h"
 #include "simulator/core/error.h"
 #include "simulator/faults/faults.h"
+#include "simulator/spec/calibration.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 
@@ -33,6 +34,7 @@ struct RecommendFlags {
   std::string precision = "bf16";
   std::string strategies;
   std::string save;
+  std::string calibration;
   bool json = false;
   FaultFlags faults;
   CLI::App* app = nullptr;
@@ -49,6 +51,40 @@ std::string short_plan(const Plan& q) {
   if (q.dp_mode != DpMode::kSync) s << " " << to_string(q.dp_mode);
   if (q.offload != Offload::kNone) s << " offload=" << to_string(q.offload);
   return s.str();
+}
+
+// The fields of `other` that differ from `base`: "dp=4 cp=2 mbs=2".
+std::string plan_difference(const Plan& base, const Plan& other) {
+  std::ostringstream s;
+  auto field = [&s](const char* name, const std::string& a, const std::string& b) {
+    if (a == b) return;
+    if (s.tellp() > 0) s << " ";
+    s << name << "=" << b;
+  };
+  auto num = [](int64_t v) { return std::to_string(v); };
+  field("tp", num(base.tp), num(other.tp));
+  field("pp", num(base.pp), num(other.pp));
+  field("dp", num(base.dp), num(other.dp));
+  field("cp", num(base.cp), num(other.cp));
+  field("vp", num(base.vp), num(other.vp));
+  field("zero", num(base.zero), num(other.zero));
+  field("shard", num(base.shard_group), num(other.shard_group));
+  field("mbs", num(base.mbs), num(other.mbs));
+  field("schedule", to_string(base.schedule), to_string(other.schedule));
+  field("recompute", to_string(base.recompute), to_string(other.recompute));
+  field("sp", base.sp ? "on" : "off", other.sp ? "on" : "off");
+  field("offload", to_string(base.offload), to_string(other.offload));
+  return s.str();
+}
+
+// The offload column: "-", "opt" or "param".
+const char* offload_column(Offload o) {
+  switch (o) {
+    case Offload::kNone: return "-";
+    case Offload::kOptimizer: return "opt";
+    case Offload::kParams: return "param";
+  }
+  return "?";
 }
 
 std::string days(double s) {
@@ -86,6 +122,7 @@ int run_recommend(const RecommendFlags& f) {
   }
   ModelSpec model = load_model(f.model);
   ClusterSpec cluster = load_cluster(f.cluster);
+  if (!f.calibration.empty()) apply_calibration(load_calibration(f.calibration), "--calibration", &cluster);
   int gpus = 0;
   if (f.nodes != RecommendFlags::PlanFlagsUnset && f.gpus != RecommendFlags::PlanFlagsUnset) {
     throw_input_error("--nodes", "", "give only one of --nodes N or --gpus N", "");
@@ -106,20 +143,21 @@ int run_recommend(const RecommendFlags& f) {
   const int64_t seq = f.seq > 0 ? f.seq : model.seq_len;
   o.gbs = f.gbs > 0 ? f.gbs : std::max<int64_t>(gpus, (int64_t{4} << 20) / seq / gpus * gpus);
   const bool tty = isatty(2) != 0;
+  ProgressLine progress("searching");
   if (tty) {
-    o.progress = [](int64_t done, int64_t total) {
-      std::fprintf(stderr, "\rsearching: %lld / %lld plans", static_cast<long long>(done), static_cast<long long>(total));
+    o.progress = [&progress](const char* phase, int64_t done, int64_t total) {
+      progress.update(phase, done, total, phase == std::string("simulating") ? "at most" : "");
     };
   }
   SearchResult r = search_plans(model, cluster, gpus, o);
-  if (tty) std::fprintf(stderr, "\r%60s\r", "");
+  progress.clear();
 
   nlohmann::json out;
   out["tool"] = std::string("trainplan ") + kVersion;
   const std::string hash = config_hash(model, cluster, gpus,
                                        "recommend gbs=" + std::to_string(o.gbs) + " seq=" + std::to_string(seq) +
                                            " top=" + std::to_string(o.top_k) + " precision=" + f.precision +
-                                           " strategies=" + f.strategies);
+                                           " strategies=" + f.strategies + " calibration=" + f.calibration);
   out["config_hash"] = hash;
   out["command"] = "recommend";
   out["model"] = model.name;
@@ -147,6 +185,9 @@ int run_recommend(const RecommendFlags& f) {
     j["exposed_comm_fraction"] = rounded(p.report.exposed_comm_fraction, 4);
     j["lower_bound_s"] = rounded(p.lower_bound_s, 6);
     j["limit"] = p.limit;
+    nlohmann::json ties = nlohmann::json::array();
+    for (const Layout& t : p.ties) ties.push_back(plan_to_json(t.plan));
+    j["ties"] = ties;
     if (p.has_faults) {
       const FaultReport& fr = p.faults;
       if (fr.has_stragglers) j["straggler_tax"] = rounded(fr.stragglers.tax, 4);
@@ -192,6 +233,7 @@ int run_recommend(const RecommendFlags& f) {
   for (const FamilyVerdict& v : r.families) fam.push_back({{"family", v.family}, {"verdict", v.verdict}});
   out["families"] = fam;
   out["fits"] = !r.plans.empty();
+  if (!r.widened.empty()) out["widened"] = r.widened;
   if (r.plans.empty()) {
     out["min_peak_gib"] = rounded(to_gib(r.min_peak_bytes), 3);
     out["capacity_gib"] = rounded(to_gib(static_cast<double>(cluster.gpu.memory)), 3);
@@ -216,6 +258,7 @@ int run_recommend(const RecommendFlags& f) {
   std::printf("# %lld plans: %lld valid, %lld fit in memory, %lld simulated; %.2f s\n",
               static_cast<long long>(r.evaluated), static_cast<long long>(r.valid), static_cast<long long>(r.feasible),
               static_cast<long long>(r.simulated), r.elapsed_s);
+  if (!r.widened.empty()) std::printf("# %s\n", r.widened.c_str());
   if (r.valid == 0) {
     std::printf("no valid plan for %d GPUs and gbs %lld (see the rules below)\n", gpus, static_cast<long long>(o.gbs));
   } else if (r.plans.empty()) {
@@ -229,9 +272,9 @@ int run_recommend(const RecommendFlags& f) {
       std::printf("# ranked by %s\n", ttt ? "expected time to train (closed form; p50/p90 from the Monte Carlo in --json)"
                                           : "step time with stragglers");
     }
-    std::printf("%4s %6s %3s %3s %5s %3s %3s %4s %4s %5s %-9s %-3s %-11s %11s %12s %6s %9s", "rank", "gpus", "tp", "pp", "dp",
-                "cp", "vp", "zero", "shrd", "mbs", "recompute", "sp", "schedule", "step(s)", "tokens/s", "MFU",
-                "mem(GiB)");
+    std::printf("%4s %6s %3s %3s %5s %3s %3s %4s %4s %5s %-9s %-3s %-11s %-5s %11s %12s %6s %9s", "rank", "gpus", "tp",
+                "pp", "dp", "cp", "vp", "zero", "shrd", "mbs", "recompute", "sp", "schedule", "offl", "step(s)",
+                "tokens/s", "MFU", "mem(GiB)");
     if (tax) std::printf(" %7s", "tax");
     if (o.faults.failures_given) std::printf(" %8s %8s", "fail/h", "goodput");
     if (ttt) std::printf(" %9s", "TTT(d)");
@@ -239,17 +282,28 @@ int run_recommend(const RecommendFlags& f) {
     int rank = 1;
     for (const RankedPlan& p : r.plans) {
       const Plan& q = p.layout.plan;
-      std::printf("%4d %6d %3d %3d %5d %3d %3d %4d %4d %5lld %-9s %-3s %-11s %11.4f %12.0f %5.1f%% %9.2f", rank++,
-                  p.layout.gpus, q.tp, q.pp,
-                  q.dp, q.cp, q.vp, q.zero, q.shard_group, static_cast<long long>(q.mbs), to_string(q.recompute),
-                  q.sp ? "on" : "off", to_string(q.schedule), p.report.step_time_s, p.report.tokens_per_s,
-                  100 * p.report.mfu, to_gib(p.report.peak_memory_bytes));
+      std::printf("%4d %6d %3d %3d %5d %3d %3d %4d %4d %5lld %-9s %-3s %-11s %-5s %11.4f %12.0f %5.1f%% %9.2f", rank++,
+                  p.layout.gpus, q.tp, q.pp, q.dp, q.cp, q.vp, q.zero, q.shard_group, static_cast<long long>(q.mbs),
+                  to_string(q.recompute), q.sp ? "on" : "off", to_string(q.schedule), offload_column(q.offload),
+                  p.report.step_time_s, p.report.tokens_per_s, 100 * p.report.mfu, to_gib(p.report.peak_memory_bytes));
       if (tax) std::printf(" %6.1f%%", 100 * p.faults.stragglers.tax);
       if (o.faults.failures_given) std::printf(" %8.3f %7.1f%%", p.faults.failures.rate_per_hour, 100 * p.faults.goodput);
       if (ttt) std::printf(" %9s", days(p.faults.time_to_train_expected_s).c_str());
       std::printf("\n");
       std::printf("       %s: %s\n", p.family.c_str(), p.limit.c_str());
+      if (!p.ties.empty()) {
+        std::printf("       same step time exactly (this one is simpler): ");
+        const size_t shown = std::min<size_t>(p.ties.size(), 3);
+        for (size_t i = 0; i < shown; ++i) {
+          std::printf("%s%s", i == 0 ? "" : "; ", plan_difference(q, p.ties[i].plan).c_str());
+        }
+        if (shown < p.ties.size()) std::printf("; %zu more (--json lists all)", p.ties.size() - shown);
+        std::printf("\n");
+      }
     }
+    std::printf("# shrd: ZeRO-3 shard group (0 = all dp*cp ranks; smaller = hybrid shard, replicated across groups); "
+                "vp: model chunks per pipeline rank (interleaved 1F1B); offl: offload to host memory (opt = optimizer "
+                "states, param = parameters too)\n");
   }
   if (!r.worlds.empty() && !r.plans.empty()) {
     std::printf("best plan per world size (a larger world fails more often):\n");
@@ -286,6 +340,9 @@ void register_recommend_command(CLI::App* app, int* status) {
   cmd->add_option("--precision", f.precision, "bf16|fp16|fp32 (default bf16)");
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload or all");
   cmd->add_option("--save", f.save, "write the best plan to this plan.json");
+  cmd->add_option("--calibration", f.calibration,
+                  "calibration.json from `trainplan calibrate` (replaces the cluster's GEMM, memory and collective "
+                  "figures)");
   cmd->add_flag("--json", f.json, "JSON output");
   for (const FaultFlagInfo& info : fault_flag_table(&f.faults)) cmd->add_option(info.name, *info.value, info.help)->type_name(info.type_name);
   f.app = cmd;

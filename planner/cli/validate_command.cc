@@ -2,6 +2,7 @@
 // compare with the simulator's prediction, quantity by quantity.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +15,7 @@
 #include "planner/plan/plan_file.h"
 #include "simulator/core/error.h"
 #include "simulator/memory/memory_model.h"
+#include "simulator/core/units.h"
 #include "simulator/spec/calibration.h"
 
 namespace trainplan {
@@ -28,9 +30,33 @@ struct ValidateFlags {
   int warmup = 1;
   std::string out;
   bool json = false;
+  double tolerance_pct = -1;       // < 0: report only
+  std::string max_time = "10min";  // refuse longer runs; "none": no limit
 };
 
+// The rank mpirun/srun gave this process (0 when not launched by one).
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return std::atoi(v);
+  }
+  return 0;
+}
+
+int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv);
+
+// Bad input is the same on every rank: rank 0 alone says so (one line, not
+// one per process); the others exit 2 quietly.
 int run_validate(const ValidateFlags& f, int* argc, char*** argv) {
+  try {
+    return run_validate_checked(f, argc, argv);
+  } catch (const InputError&) {
+    if (launcher_rank() != 0) return 2;
+    throw;
+  }
+}
+
+int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
   if (f.plan.empty()) throw_input_error("--plan", "", "is required", "a plan.json from `recommend --save`");
   if (f.backend.empty()) throw_input_error("--backend", "", "is required", "allowed: cpu, cuda");
   if (f.steps < 1 || f.steps > 1000) throw_input_error("--steps", "", "must be between 1 and 1000", "");
@@ -41,13 +67,51 @@ int run_validate(const ValidateFlags& f, int* argc, char*** argv) {
   if (!f.calibration.empty()) apply_calibration(load_calibration(f.calibration), "--calibration", &cluster);
   Layout layout = resolve_plan(model, cluster, pf.gpus, pf.plan);
   if (!layout.feasible) throw_input_error("--plan", "", "the plan cannot run: " + layout.reasons.front(), "");
+  if (layout.plan.dp_mode == DpMode::kAsync) {
+    throw_input_error("--plan", "",
+                      "validate executes synchronous plans only: the executors have no parameter servers to push "
+                      "gradients to and pull weights from (dp_mode async)",
+                      "validate the same layout with dp_mode sync");
+  }
+  if (f.tolerance_pct != -1 && !(f.tolerance_pct > 0 && f.tolerance_pct <= 1000)) {
+    throw_input_error("--tolerance", "", "must be a percentage in (0, 1000], got " + fixed(f.tolerance_pct, 2),
+                      "e.g. --tolerance 15");
+  }
+  double max_time_s = 0;  // 0: no limit
+  if (f.max_time != "none") {
+    max_time_s = parse_quantity(f.max_time, Dimension::kDuration, "--max-time", "");
+    if (!(max_time_s > 0)) throw_input_error("--max-time", "", "must be > 0", "e.g. 10min, 2h, or none");
+  }
+  // Predicted before the backend starts, so that a refusal below is one
+  // line from one process, not one per MPI rank.
+  const StepReport pred = simulate_step(model, cluster, layout, simulate_options_for(f.backend));
+  // The run takes (warm-up + steps) steps: refuse one predicted to take
+  // longer than --max-time before starting it.
+  const int total_steps = f.warmup + f.steps;
+  const double predicted_run_s = total_steps * pred.step_time_s;
+  if (max_time_s > 0 && predicted_run_s > max_time_s) {
+    throw_input_error("--max-time", "",
+                      "the run is predicted to take " + human_duration(predicted_run_s) + " (" +
+                          std::to_string(total_steps) + " steps of " + human_duration(pred.step_time_s) +
+                          "), more than " + human_duration(max_time_s),
+                      "use fewer --steps, a plan with a smaller global batch, or --max-time " +
+                          human_duration(2 * predicted_run_s) + " (none: no limit)");
+  }
   std::unique_ptr<Backend> backend = make_backend(f.backend, argc, argv);
-  const StepReport pred = simulate_step(model, cluster, layout, simulate_options_for(*backend));
+  const bool root = backend->world().rank() == 0;
   ExecutorOptions eo;
   eo.steps = f.steps;
   eo.warmup = f.warmup;
+  ProgressLine progress("validate");
+  if (root) {
+    eo.progress = [&progress, &f](int done, int total, double step_s) {
+      progress.update(done <= f.warmup ? "warm-up step" : "step", done, total);
+      (void)step_s;
+    };
+  }
   const MeasuredStep meas = execute_plan(*backend, model, cluster, layout, eo);
-  if (backend->world().rank() != 0) return 0;
+  progress.clear();
+  if (!root) return 0;
 
   // Memory compared without the GPU-specific "other" (CUDA context, NCCL
   // buffers, fragmentation): the executor tracks model states and saved
@@ -71,7 +135,9 @@ int run_validate(const ValidateFlags& f, int* argc, char*** argv) {
                       {"pp_wait_s", pb.pp_comm + pb.bubble, mb.pp_comm + mb.bubble},
                       {"dp_comm_s", pb.dp_comm, mb.dp_comm},
                       {"optimizer_s", pb.optimizer, mb.optimizer},
-                      {"peak_memory_gib", to_gib(pred_mem), to_gib(meas.peak_bytes)},
+                      // Tracked by the executor from the task graph, not
+                      // allocated: it checks the bookkeeping, not the model.
+                      {"peak_memory_tracked_gib", to_gib(pred_mem), to_gib(meas.peak_bytes)},
                       // Measured only: the process's resident high-water mark.
                       {"process_peak_rss_gib", 0.0, to_gib(meas.process_peak_bytes)}};
   nlohmann::json out;
@@ -88,28 +154,46 @@ int run_validate(const ValidateFlags& f, int* argc, char*** argv) {
     const double err = r.measured > 0 ? (r.predicted - r.measured) / r.measured : 0;
     out["results"][r.name] = {{"predicted", r.predicted}, {"measured", r.measured}, {"error", err}};
   }
+  const double step_error = meas.step_time_s > 0 ? (pred.step_time_s - meas.step_time_s) / meas.step_time_s : 0;
+  const bool missed = f.tolerance_pct > 0 && std::fabs(step_error) * 100 > f.tolerance_pct;
+  if (f.tolerance_pct > 0) {
+    out["tolerance_pct"] = f.tolerance_pct;
+    out["within_tolerance"] = !missed;
+  }
   if (!f.out.empty()) write_file_atomically(f.out, out.dump(2) + "\n", "--out");
+  auto verdict = [&]() {
+    if (f.tolerance_pct <= 0) return 0;
+    if (!missed) {
+      if (!f.json) {
+        std::printf("# within tolerance: step time %+.1f%% (tolerance %.1f%%)\n", 100 * step_error, f.tolerance_pct);
+      }
+      return 0;
+    }
+    std::fprintf(stderr, "trainplan: validate: the predicted step time misses the measured one by %+.1f%%, more than "
+                         "--tolerance %.1f%%\n", 100 * step_error, f.tolerance_pct);
+    return 1;
+  };
   if (f.json) {
     std::cout << out.dump(2) << "\n";
-    return 0;
+    return verdict();
   }
   std::printf("# trainplan %s validate: %s (%s on %s, %d ranks) on the %s backend, median of %d steps after %d warm-up\n",
               kVersion, f.plan.c_str(), model.name.c_str(), cluster.name.c_str(), layout.gpus, backend->name().c_str(),
               f.steps, f.warmup);
   std::printf("# plan: %s\n# calibration: %s\n", describe_plan(layout.plan).c_str(),
               f.calibration.empty() ? "(none: the cluster's defaults)" : f.calibration.c_str());
-  std::printf("%-18s %14s %14s %9s\n", "quantity", "predicted", "measured", "error");
+  std::printf("%-24s %14s %14s %9s\n", "quantity", "predicted", "measured", "error");
   for (const Row& r : rows) {
     if (r.measured > 0 && r.predicted > 0) {
-      std::printf("%-18s %14.6f %14.6f %+8.1f%%\n", r.name, r.predicted, r.measured,
+      std::printf("%-24s %14.6f %14.6f %+8.1f%%\n", r.name, r.predicted, r.measured,
                   100 * (r.predicted - r.measured) / r.measured);
     } else if (r.predicted == 0 && r.measured > 0 && std::string(r.name) == "process_peak_rss_gib") {
-      std::printf("%-18s %14s %14.6f %9s\n", r.name, "-", r.measured, "-");
+      std::printf("%-24s %14s %14.6f %9s\n", r.name, "-", r.measured, "-");
     } else {
-      std::printf("%-18s %14.6f %14.6f %9s\n", r.name, r.predicted, r.measured, "-");
+      std::printf("%-24s %14.6f %14.6f %9s\n", r.name, r.predicted, r.measured, "-");
     }
   }
-  return 0;
+  return verdict();
 }
 
 }  // namespace
@@ -124,6 +208,10 @@ void register_validate_command(CLI::App* app, int* status, int* argc, char*** ar
   cmd->add_option("--warmup", f.warmup, "warm-up steps (default 1)");
   cmd->add_option("--out", f.out, "write predicted vs measured as JSON to this file");
   cmd->add_flag("--json", f.json, "JSON output");
+  cmd->add_option("--tolerance", f.tolerance_pct,
+                  "exit 1 if the predicted step time misses the measured one by more than PCT percent");
+  cmd->add_option("--max-time", f.max_time,
+                  "refuse a run predicted to take longer (default 10min; none: no limit)");
   cmd->callback([status, argc, argv] { *status = run_validate(f, argc, argv); });
 }
 

@@ -17,7 +17,9 @@
 #include "planner/export/exporters.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <sstream>
 #include <vector>
@@ -184,6 +186,19 @@ void add_optimizer_schedule(BashArgs* training) {
   training->opt("--eval-iters", 0);
 }
 
+// A double-quoted bash expansion that stops the script with `message` when
+// `var` is unset: "${VAR:?message}".  Inside "${...}" bash parses quotes and
+// expansions in the message (an apostrophe opens a quote and the script no
+// longer parses), so the message is restricted to characters that are
+// literal there.
+std::string required_env(const std::string& var, const std::string& message) {
+  for (char ch : message) {
+    const bool safe = std::isalnum(static_cast<unsigned char>(ch)) || std::strchr(" ,.:;_-()/", ch) != nullptr;
+    TRAINPLAN_CHECK(safe, "bash message has a character that is not literal inside ${...}");
+  }
+  return "\"${" + var + ":?" + message + "}\"";
+}
+
 // torchrun's rendezvous arguments.  One node runs as is; on several nodes
 // NODE_RANK and MASTER_ADDR must be set on each, and bash stops with the
 // message if they are not.
@@ -195,8 +210,8 @@ BashArgs torchrun_args(const Layout& L) {
     a.opt("--node_rank", "\"${NODE_RANK:-0}\"");
     a.opt("--master_addr", "\"${MASTER_ADDR:-localhost}\"");
   } else {
-    a.opt("--node_rank", "\"${NODE_RANK:?set NODE_RANK to this node's index, 0.." + str(L.nodes - 1) + "}\"");
-    a.opt("--master_addr", "\"${MASTER_ADDR:?set MASTER_ADDR to the address of node 0}\"");
+    a.opt("--node_rank", required_env("NODE_RANK", "set NODE_RANK to the index of this node, 0.." + str(L.nodes - 1)));
+    a.opt("--master_addr", required_env("MASTER_ADDR", "set MASTER_ADDR to the address of node 0"));
   }
   a.opt("--master_port", "\"${MASTER_PORT:-6000}\"");
   return a;
@@ -509,7 +524,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
   add_optimizer_schedule(&training);
 
   BashArgs data;
-  data.opt("--data-path", "\"${DATA_PATH:?set DATA_PATH to a preprocessed .bin/.idx prefix}\"");
+  data.opt("--data-path", required_env("DATA_PATH", "set DATA_PATH to a preprocessed .bin/.idx prefix"));
   data.opt("--tokenizer-type", "NullTokenizer");
   data.opt("--vocab-size", m.vocab - 1);
   data.opt("--make-vocab-size-divisible-by", vocab_divisor(m.vocab, p.tp));
@@ -653,7 +668,9 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
   if (p.schedule == Schedule::kGpipe) schedule = "GPipe";
   if (p.schedule == Schedule::kInterleaved) schedule = "Interleaved1F1B";
 
-  std::string s = header_comment("# ", "torchtitan job config", m, c, L);
+  std::string s = header_comment("# ", "torchtitan v0.2.2 job config (TOML)", m, c, L);
+  s += "# For torchtitan 0.2.0-0.2.2 (pip install torchtitan==0.2.2): the last releases that\n"
+       "# read TOML job configs; 0.3 and later take a Python Trainer.Config (--module/--config).\n";
   s += "# Run it from a torchtitan checkout";
   if (L.nodes == 1) {
     s += ":\n#   NGPU=" + str(L.gpus) + " CONFIG_FILE=<this file> ./run_train.sh\n";
@@ -663,9 +680,8 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
          " --node_rank $NODE_RANK --rdzv_backend c10d \\\n#     --rdzv_endpoint $MASTER_ADDR:29500 -m "
          "torchtitan.train --job.config_file <this file>\n";
   }
-  s += "# Set [model] tokenizer_path (hf_assets_path in newer releases) and\n"
-       "# [training] dataset for your data. Releases before local_batch_size call\n"
-       "# it batch_size.\n\n";
+  s += "# Set [model] hf_assets_path (the folder with the tokenizer) and\n"
+       "# [training] dataset for your data.\n\n";
   s += "[job]\n";
   s += "dump_folder = \"./outputs\"\n";
   s += "description = " + toml_string(m.name + " on " + c.name + ", " + str(L.gpus) + " GPUs (trainplan export)") +
@@ -715,13 +731,27 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
   if (p.pp > 1) {
     s += "pipeline_parallel_schedule = " + toml_string(schedule) + "\n";
     s += "pipeline_parallel_microbatch_size = " + str(p.mbs) + "\n";
+    // The modules of each virtual stage, in stage order (stage v*pp + r is
+    // chunk v of pipeline rank r): the plan's split exactly.  torchtitan's
+    // pipeline_parallel_layers_per_stage would let it choose the split
+    // itself, counting the embedding and the output as layers
+    // (torchtitan/distributed/pipeline_parallel.py,
+    // generate_llm_fqn_per_model_part), which is not the simulated plan.
     const std::vector<int> stages = virtual_stage_layers(L);
-    s += "# Virtual stages of " + join(stages, ", ") + " layers.\n";
-    s += "pipeline_parallel_split_points = [";
-    int sum = 0;
-    for (size_t i = 0; i + 1 < stages.size(); ++i) {
-      sum += stages[i];
-      s += std::string(i > 0 ? ", " : "") + "\"layers." + std::to_string(sum) + "\"";
+    s += "# Virtual stages of " + join(stages, ", ") + " transformer layers; the embedding on the first,\n"
+         "# the final norm and output on the last.\n";
+    s += "module_fqns_per_model_part = [\n";
+    int next = 0;
+    for (size_t i = 0; i < stages.size(); ++i) {
+      std::string part;
+      auto add = [&part](const std::string& fqn) { part += (part.empty() ? "" : ", ") + toml_string(fqn); };
+      if (i == 0) add("tok_embeddings");
+      for (int l = 0; l < stages[i]; ++l) add("layers." + std::to_string(next++));
+      if (i + 1 == stages.size()) {
+        add("norm");
+        add("output");
+      }
+      s += "  [" + part + "],\n";
     }
     s += "]\n";
   }
@@ -970,6 +1000,7 @@ def main():
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         model = DDP(model, device_ids=[local_rank], bucket_cap_mb=25)
+    DDP_WRAPPED = not FSDP and DP > 1
     params = [p for p in model.parameters() if p.requires_grad]
     if ZERO == 1 and DP > 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -989,7 +1020,14 @@ def main():
         for micro in range(ACCUM):
             tokens = torch.randint(0, VOCAB, (MBS, SEQ + 1), device="cuda", generator=generator)
             last = micro == ACCUM - 1
-            sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+            # Gradients are reduced once per step, after the last micro-batch
+            # (the plan trainplan simulated): DDP skips its all-reduce inside
+            # no_sync(); FSDP2 modules have no no_sync() and skip their
+            # reduce-scatter while requires_gradient_sync is False
+            # (torch.distributed.fsdp.FSDPModule.set_requires_gradient_sync).
+            if FSDP:
+                model.set_requires_gradient_sync(last)
+            sync = model.no_sync() if DDP_WRAPPED and not last else contextlib.nullcontext()
             with sync:
                 with torch.autocast("cuda", dtype=dtype, enabled=use_autocast):
                     logits = model(tokens[:, :-1])

@@ -20,18 +20,24 @@ std::string fmt(const char* f, double a) {
   return buf;
 }
 
-// "tp=3 does not divide heads=32" -> "tp=N does not divide heads=N".
+}  // namespace
+
 std::string rule_of(const std::string& reason) {
   std::string out;
   bool in_number = false;
+  bool in_name = false;
   for (char ch : reason) {
     const bool digit = ch >= '0' && ch <= '9';
-    if (digit && !in_number) out += 'N';
-    if (!digit) out += ch;
-    in_number = digit;
+    const bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+    if (digit && !in_number && !in_name) out += 'N';
+    if (!digit || in_name) out += ch;
+    in_number = digit && !in_name;
+    in_name = alpha || (in_name && digit);
   }
   return out;
 }
+
+namespace {
 
 std::vector<int> powers_of_two_up_to(int n) {
   std::vector<int> v;
@@ -109,7 +115,12 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                 if (in_node > 1 && in_node < dp * cp && (dp * cp) % in_node == 0) zeros.push_back({3, in_node});
               }
               for (auto [zero, shard] : zeros) {
-                std::vector<Offload> offloads = {Offload::kNone};
+                std::vector<Offload> offloads;
+                // ZeRO shards over dp*cp ranks: with one of them every stage
+                // is plain replication, so only zero 0 is enumerated (ZeRO-1
+                // at dp 1 is the same plan), except where offload needs the
+                // ZeRO machinery (ZeRO-Offload / ZeRO-Infinity on one GPU).
+                if (zero == 0 || dp * cp > 1) offloads.push_back(Offload::kNone);
                 if (o.offload && zero >= 1) offloads.push_back(Offload::kOptimizer);
                 if (o.offload && zero == 3) offloads.push_back(Offload::kParams);
                 std::vector<DpMode> modes = {DpMode::kSync};
@@ -214,20 +225,56 @@ std::string why_slower(const StepReport& loser, const StepReport& winner) {
          fmt(" (+%.3g s per step)", worst->first);
 }
 
+// Between two equivalent plans, the one a user would rather run: fewer
+// features, then lower ZeRO stage, no context parallel, smaller model
+// parallel degrees, less recomputation, enumeration order last.
+bool simpler(const Plan& a, const Plan& b) {
+  auto key = [](const Plan& p) {
+    const int features = (p.tp > 1) + (p.pp > 1) + (p.cp > 1) + (p.vp > 1) + (p.zero > 0) + (p.shard_group > 0) +
+                         (p.offload != Offload::kNone) + (p.recompute != Recompute::kNone) + (p.sp ? 1 : 0) +
+                         (p.dp_mode != DpMode::kSync);
+    return std::make_tuple(features, p.zero, p.cp, p.tp, p.pp, p.vp, static_cast<int>(p.recompute),
+                           static_cast<int>(p.offload), p.shard_group, p.mbs);
+  };
+  return key(a) < key(b);
+}
+
 }  // namespace
 
 std::string plan_family(const Plan& p) {
   if (p.dp_mode == DpMode::kAsync) return "async DP (parameter servers)";
   if (p.schedule == Schedule::kNaive && p.pp > 1) return "naive model parallel";
-  if (p.cp > 1) return "with context parallel";
   if (p.tp == 1 && p.pp == 1) {
+    if (p.dp * p.cp == 1) return "single GPU";
     if (p.zero == 0) return "plain DDP";
     if (p.zero <= 2) return "ZeRO-1/2";
     return p.shard_group > 0 ? "FSDP hybrid shard" : "ZeRO-3 / FSDP without TP";
   }
-  if (p.pp == 1) return "TP + DP";
-  if (p.tp == 1) return "PP + DP";
-  return "3D (TP + PP + DP)";
+  if (p.pp == 1) return "TP";
+  if (p.tp == 1) return "PP";
+  return "TP + PP";
+}
+
+std::string plan_label(const Plan& p) {
+  const std::string family = plan_family(p);
+  // The dimensions the plan really splits over, in Megatron's order.
+  std::string dims;
+  auto add = [&dims](int degree, const char* dim) {
+    if (degree <= 1) return;
+    if (!dims.empty()) dims += " + ";
+    dims += dim;
+  };
+  add(p.tp, "TP");
+  add(p.pp, "PP");
+  add(p.cp, "CP");
+  add(p.dp, "DP");
+  if (p.dp_mode == DpMode::kAsync || (p.schedule == Schedule::kNaive && p.pp > 1) || family == "single GPU") {
+    return family;
+  }
+  if (p.tp == 1 && p.pp == 1) return p.cp > 1 ? family + " (" + dims + ")" : family;
+  if (p.tp > 1 && p.pp > 1 && p.dp > 1) dims = "3D (" + dims + ")";
+  if (p.zero == 3 && p.dp * p.cp > 1) dims += p.shard_group > 0 ? ", hybrid-sharded" : ", ZeRO-3";
+  return dims;
 }
 
 SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, const SearchOptions& o) {
@@ -248,11 +295,12 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   std::map<std::tuple<int, int, bool, int64_t, int64_t, int>, StepCosts> cost_cache;
   std::vector<Candidate> candidates;
   std::map<std::string, double> family_min_peak;
+  std::map<std::string, Plan> family_min_peak_plan;  // the plan of that peak, for its label
   std::vector<Candidate> min_peak_valid;  // the valid plan closest to fitting
   double min_peak = std::numeric_limits<double>::infinity();
   int min_peak_world = gpus;
   for (size_t i = 0; i < plans.size(); ++i) {
-    if (o.progress && i % 4096 == 0) o.progress(static_cast<int64_t>(i), res.evaluated);
+    if (o.progress && i % 4096 == 0) o.progress("evaluating", static_cast<int64_t>(i), res.evaluated);
     Layout L = resolve_plan(m, c, world_of_plan[i], plans[i]);
     if (!L.feasible) {
       res.rejected["invalid: " + rule_of(L.reasons.front())] += 1;
@@ -262,7 +310,10 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     MemoryReport mem = estimate_memory(m, c, L);
     const std::string family = plan_family(L.plan);
     auto it = family_min_peak.find(family);
-    if (it == family_min_peak.end() || mem.peak_bytes < it->second) family_min_peak[family] = mem.peak_bytes;
+    if (it == family_min_peak.end() || mem.peak_bytes < it->second) {
+      family_min_peak[family] = mem.peak_bytes;
+      family_min_peak_plan[family] = L.plan;
+    }
     if (mem.peak_bytes < min_peak) {
       min_peak = mem.peak_bytes;
       min_peak_valid = {Candidate{i, L, 0, mem.peak_bytes, family}};
@@ -319,8 +370,24 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     if (fc.failures_given) scored.emplace(cand.index, sc);
     return sc;
   };
+  // The top K counts groups of exactly tied plans (the same simulated
+  // score, e.g. dp 8 and dp 4 x cp 2 when both are compute-bound) as one:
+  // the K-th distinct score, +inf while fewer than K are known.
+  auto kth_score = [&best, &o]() {
+    int groups = 0;
+    for (size_t i = 0; i < best.size(); ++i) {
+      if (i == 0 || best[i].score_s != best[i - 1].score_s) groups += 1;
+      if (groups == o.top_k) return best[i].score_s;
+    }
+    return std::numeric_limits<double>::infinity();
+  };
+  int64_t considered = 0;
   for (Candidate& cand : candidates) {
-    if (static_cast<int>(best.size()) >= o.top_k && cand.score_bound_s > best.back().score_s) break;
+    if (cand.score_bound_s > kth_score()) break;
+    if (o.progress && (considered % 16 == 0)) {
+      o.progress("simulating", considered, static_cast<int64_t>(candidates.size()));
+    }
+    considered += 1;
     Scored sc = score(cand);
     auto fb = family_best.find(cand.family);
     if (fb == family_best.end() || sc.score_s < fb->second.score_s) family_best[cand.family] = sc;
@@ -328,7 +395,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     std::sort(best.begin(), best.end(), [](const Scored& a, const Scored& b) {
       return a.score_s != b.score_s ? a.score_s < b.score_s : a.cand->index < b.cand->index;
     });
-    if (static_cast<int>(best.size()) > o.top_k) best.pop_back();
+    const double kth = kth_score();
+    while (!best.empty() && best.back().score_s > kth) best.pop_back();
   }
   auto ranked = [&](const Scored& sc) {
     RankedPlan rp;
@@ -336,14 +404,29 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     rp.report = sc.report;
     rp.lower_bound_s = sc.cand->lower_bound_s;
     rp.limit = limit_of(sc.report);
-    rp.family = sc.cand->family;
+    rp.family = plan_label(sc.cand->layout.plan);
     rp.has_faults = fc.any();
     rp.faults = sc.faults;
     if (fc.failures_given) add_monte_carlo(fc, &rp.faults);
     rp.score_s = sc.score_s;
     return rp;
   };
-  for (const Scored& sc : best) res.plans.push_back(ranked(sc));
+  // One entry per tie group: the simplest plan, the others as its ties.
+  for (size_t i = 0; i < best.size();) {
+    size_t j = i;
+    while (j < best.size() && best[j].score_s == best[i].score_s) ++j;
+    std::vector<const Scored*> group;
+    for (size_t k = i; k < j; ++k) group.push_back(&best[k]);
+    std::stable_sort(group.begin(), group.end(), [](const Scored* a, const Scored* b) {
+      return simpler(a->cand->layout.plan, b->cand->layout.plan);
+    });
+    RankedPlan rp = ranked(*group.front());
+    for (size_t k = 1; k < group.size(); ++k) rp.ties.push_back(group[k]->cand->layout);
+    res.plans.push_back(std::move(rp));
+    i = j;
+  }
+  int64_t listed = 0;
+  for (const RankedPlan& rp : res.plans) listed += 1 + static_cast<int64_t>(rp.ties.size());
   const int64_t simulated_for_top = res.simulated;
   if (fc.failures_given && !res.plans.empty()) {
     // Best per world size: branch and bound restricted to each world.
@@ -360,12 +443,12 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     }
   }
   res.rejected["slower than the top " + std::to_string(o.top_k) + " (simulated)"] =
-      std::max<int64_t>(0, simulated_for_top - static_cast<int64_t>(res.plans.size()));
+      std::max<int64_t>(0, simulated_for_top - listed);
   res.rejected["slower than the top " + std::to_string(o.top_k) + " (lower bound)"] =
       static_cast<int64_t>(candidates.size()) - simulated_for_top;
 
   // Why the other families lose: their best plan by lower bound, simulated.
-  const std::string winner = res.plans.empty() ? "" : res.plans.front().family;
+  const std::string winner = res.plans.empty() ? "" : plan_family(res.plans.front().layout.plan);
   std::map<std::string, Candidate*> family_first;
   for (Candidate& cand : candidates) {
     if (!family_first.count(cand.family)) family_first[cand.family] = &cand;
@@ -373,10 +456,12 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   for (const auto& [family, peak] : family_min_peak) {
     if (family == winner) continue;
     FamilyVerdict v;
-    v.family = family;
+    v.family = plan_label(family_min_peak_plan.at(family));
     if (family_first.count(family)) {
       auto fb = family_best.find(family);
-      StepReport rep = fb != family_best.end() ? fb->second.report : simulate(*family_first[family]);
+      const bool simulated = fb != family_best.end();
+      StepReport rep = simulated ? fb->second.report : simulate(*family_first[family]);
+      v.family = plan_label(simulated ? fb->second.cand->layout.plan : family_first[family]->layout.plan);
       v.verdict = why_slower(rep, res.plans.front().report);
     } else {
       v.verdict = fmt("does not fit: needs %.1f GiB per GPU", to_gib(peak)) +
@@ -420,6 +505,19 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       try_variant(std::to_string(factor) + "x the GPUs (" + std::to_string(min_peak_world * factor) +
                       ", same layout, more DP)",
                   v, min_peak_world * factor);
+    }
+  }
+  // Nothing fits without offload: search the offload variants too (the
+  // recompute variants are always searched) rather than asking for a rerun.
+  if (res.plans.empty() && res.valid > 0 && !o.offload) {
+    SearchOptions wider = o;
+    wider.offload = true;
+    SearchResult w = search_plans(m, c, gpus, wider);
+    if (!w.plans.empty()) {
+      w.widened = "nothing fits without offload, so optimizer and parameter offload were searched too "
+                  "(--strategies offload)";
+      w.advice = res.advice;
+      res = std::move(w);
     }
   }
   res.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -9,8 +9,11 @@
 //    plans are simulated in order of their bound and the search stops once
 //    the next bound is slower than the K-th best simulated plan: the top K is
 //    exact (branch and bound), not a heuristic.
-// 4. Rank by tokens/s (equivalently step time; gbs is fixed); ties broken by
-//    enumeration order, so results are deterministic.
+// 4. Rank by tokens/s (equivalently step time; gbs is fixed).  Plans with
+//    exactly the same score are one entry of the top K: the simplest is
+//    listed, the others as its ties.  Deterministic.
+// 5. If nothing fits and offload was not asked for, the search repeats with
+//    offload and says so (SearchResult::widened).
 // Under faults (options.faults.any(), simulator/faults/faults.h) the score is
 // the expected time to train (closed form of the failure model, with the
 // straggler tax of every simulated plan), or the straggled step time when no
@@ -48,7 +51,10 @@ struct SearchOptions {
   bool async_dp = false;     // also consider async DP (parameter servers)
   bool offload = false;      // also consider optimizer/parameter offload
   FaultConfig faults;        // none by default: rank by step time
-  std::function<void(int64_t done, int64_t total)> progress;  // optional
+  // Optional: called now and then with the phase ("evaluating": validity,
+  // memory and bound of every plan; "simulating": candidates in bound order,
+  // `total` the most that could be simulated).
+  std::function<void(const char* phase, int64_t done, int64_t total)> progress;
 };
 
 struct RankedPlan {
@@ -60,6 +66,9 @@ struct RankedPlan {
   bool has_faults = false;   // options.faults.any()
   FaultReport faults;
   double score_s = 0;        // what it is ranked by: step time, or expected time to train
+  // Plans with exactly the same score, simpler first; this plan is the
+  // simplest of its group (fewest features, lowest ZeRO, cp 1).
+  std::vector<Layout> ties;
 };
 
 struct FamilyVerdict {
@@ -87,13 +96,29 @@ struct SearchResult {
   std::vector<WorldBest> worlds;               // with failures: best per world size, most GPUs first
   double min_peak_bytes = 0;                   // nearest miss when nothing fits
   std::vector<std::string> advice;             // what would make it fit
+  // Non-empty when the search widened itself (e.g. to offload because
+  // nothing fits without it): says what was added.
+  std::string widened;
 };
 
 // Throws InputError if gpus or options are out of range.
 SearchResult search_plans(const ModelSpec& model, const ClusterSpec& cluster, int gpus, const SearchOptions& options);
 
-// The family of a plan ("DDP", "ZeRO-3 / FSDP", "TP + DP", "3D", ...).
+// The family a plan is grouped in for "why the others lose": "plain DDP",
+// "ZeRO-1/2", "ZeRO-3 / FSDP without TP", "FSDP hybrid shard", "TP", "PP",
+// "TP + PP", "single GPU", "naive model parallel", "async DP ...".
 std::string plan_family(const Plan& plan);
+
+// What a plan is, named by the dimensions it really splits over: "TP + DP",
+// "PP" (dp 1), "3D (TP + PP + DP)", "TP + CP + DP, ZeRO-3",
+// "ZeRO-1/2 (CP + DP)".  Never names a dimension of degree 1.
+std::string plan_label(const Plan& plan);
+
+// The rule a reason states: its numbers become N so that plans breaking one
+// rule count together ("tp=3 does not divide heads=32" -> "tp=N does not
+// divide heads=N"); a number glued to a letter before it is part of a name
+// ("rtx4090-pcie", "A100") and is kept.
+std::string rule_of(const std::string& reason);
 
 }  // namespace trainplan
 

@@ -28,6 +28,7 @@ ComputeParams compute_params(const ClusterSpec& cluster, Precision precision) {
   p.element_bytes = activation_bytes(precision);
   if (cluster.gpu.kernel_overhead_s >= 0) p.kernel_overhead = Duration::seconds(cluster.gpu.kernel_overhead_s);
   p.gemm_table = cluster.gpu.gemm_table;
+  p.copy_table = cluster.gpu.copy_table;
   return p;
 }
 
@@ -43,6 +44,24 @@ double analytic_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t
   const double wave = static_cast<double>(tiles) / static_cast<double>(waves * p.sm_count);
   const double depth = static_cast<double>(k) / (static_cast<double>(k) + kDepthHalf);
   return p.gemm_efficiency * tile * wave * depth;
+}
+
+}  // namespace
+
+namespace {
+
+// The traffic rate for `bytes` of traffic: the measured rate interpolated
+// linearly in log(size) between the two nearest sizes of the calibration,
+// the end rates beyond them; hbm * efficiency without a table.
+double traffic_rate(const ComputeParams& p, double bytes) {
+  const auto& t = p.copy_table;
+  if (t.empty()) return p.hbm.bytes_per_s() * p.hbm_efficiency;
+  if (bytes <= t.front().first) return t.front().second;
+  if (bytes >= t.back().first) return t.back().second;
+  size_t i = 1;
+  while (t[i].first < bytes) ++i;
+  const double f = std::log(bytes / t[i - 1].first) / std::log(t[i].first / t[i - 1].first);
+  return t[i - 1].second + f * (t[i].second - t[i - 1].second);
 }
 
 }  // namespace
@@ -71,13 +90,13 @@ Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k) {
   const double compute_s = flops / (p.peak.flop_per_s() * gemm_efficiency(p, m, n, k));
   const double bytes = static_cast<double>(p.element_bytes) *
                        (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);
-  const double memory_s = bytes / (p.hbm.bytes_per_s() * p.hbm_efficiency);
+  const double memory_s = bytes / traffic_rate(p, bytes);
   return Duration::seconds(std::max(compute_s, memory_s)) + p.kernel_overhead;
 }
 
 Duration memory_time(const ComputeParams& p, double bytes) {
   if (bytes <= 0) return Duration();
-  return Duration::seconds(bytes / (p.hbm.bytes_per_s() * p.hbm_efficiency)) + p.kernel_overhead;
+  return Duration::seconds(bytes / traffic_rate(p, bytes)) + p.kernel_overhead;
 }
 
 Duration op_forward_time(const ComputeParams& p, const OpCost& op) {

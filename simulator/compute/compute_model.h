@@ -37,6 +37,8 @@ struct ComputeParams {
   // its measurement; another shape scales the nearest measurement (in log
   // m, n, k) by the analytic model's ratio.
   std::vector<GemmPoint> gemm_table;
+  // Measured traffic rate by size (GpuSpec::copy_table); empty: hbm * hbm_efficiency.
+  std::vector<std::pair<double, double>> copy_table;
 };
 
 // REQUIRES: cluster.gpu.peak has the dtype of `precision`.

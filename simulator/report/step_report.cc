@@ -130,6 +130,7 @@ StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, con
   lo.bucket_bytes = options.bucket_bytes;
   lo.p2p = options.p2p;
   lo.blocking_dp = options.blocking_dp;
+  lo.cp_overlap = options.cp_overlap;
   LoweredStep step = lower_step(model, cluster, layout, lo);
   EngineOptions eo;
   eo.comm_slowdown = step.comm_slowdown;

@@ -27,6 +27,7 @@ struct SimulateOptions {
   double bucket_bytes = 25.0 * 1024 * 1024;
   LoweringOptions::P2p p2p = LoweringOptions::P2p::kBySchedule;
   bool blocking_dp = false;   // see LoweringOptions
+  bool cp_overlap = true;     // see LoweringOptions
 };
 
 struct TimeBreakdown {  // seconds, averaged over ranks

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <map>
 
 #include "simulator/core/error.h"
 #include "simulator/spec/json_reader.h"
@@ -221,6 +222,16 @@ void apply_calibration(const Calibration& c, const std::string& flag, ClusterSpe
   if (c.copy_bytes_per_s > 0) {
     g.hbm_bandwidth = Bandwidth::bytes_per_s(c.copy_bytes_per_s);
     g.hbm_efficiency = 1.0;
+  }
+  // The measured rate by size (median of repeated sizes), for memory_time.
+  g.copy_table.clear();
+  std::map<int64_t, std::vector<double>> by_size;
+  for (const CopySample& s : c.copy_samples) {
+    if (s.bytes > 0 && s.time_s > 0) by_size[s.bytes].push_back(2.0 * static_cast<double>(s.bytes) / s.time_s);
+  }
+  for (auto& [bytes, rates] : by_size) {
+    std::sort(rates.begin(), rates.end());
+    g.copy_table.emplace_back(2.0 * static_cast<double>(bytes), rates[rates.size() / 2]);
   }
   g.kernel_overhead_s = c.kernel_overhead_s;
   cluster->calibrated_collectives.clear();

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "simulator/core/collective.h"
@@ -55,6 +56,11 @@ struct GpuSpec {
   // efficiencies by shape and the measured per-kernel overhead (< 0: model
   // default).
   std::vector<GemmPoint> gemm_table;
+  // Measured memory traffic rate by size (calibration copy sweep): pairs of
+  // (traffic bytes = 2 x bytes copied, bytes/s), ascending in size.  Caches
+  // make small copies faster than streaming ones, so one rate cannot serve
+  // both a 1 MB elementwise op and a 100 MB optimizer step.
+  std::vector<std::pair<double, double>> copy_table;
   double kernel_overhead_s = -1;
   std::string source;
 };

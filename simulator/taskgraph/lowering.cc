@@ -71,7 +71,7 @@ class Lowerer {
 
  private:
   void prepare_costs() {
-    sc_ = step_costs(m_, c_, p_);
+    sc_ = step_costs(m_, c_, p_, opt_.cp_overlap);
     shape_ = sc_.shape;
     layer_ = sc_.layer;
     emb_ = sc_.embedding;

@@ -45,6 +45,8 @@ struct LoweringOptions {
   // collectives, e.g. the CPU backend's MPI calls): each blocks the members'
   // next compute.
   bool blocking_dp = false;
+  // Context-parallel K/V exchange hidden behind attention (StepCosts).
+  bool cp_overlap = true;
 };
 
 struct RankCoord {

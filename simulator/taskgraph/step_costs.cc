@@ -55,7 +55,7 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
 
 }  // namespace
 
-StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p) {
+StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bool cp_overlap) {
   StepCosts s;
   s.shape = layer_shape(p);
   s.layer = transformer_layer_cost(m, s.shape);
@@ -71,8 +71,10 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p) {
     const int cp_rpn = std::max(1, std::min(p.cp, c.gpus_per_node / std::min(p.tp, c.gpus_per_node)));
     const GroupPlacement g = group_placement(p.cp, cp_rpn, c);
     const auto bytes = static_cast<Bytes>(s.layer.cp_comm_bytes);
-    cp_f = std::max<int64_t>(0, collective_cost(Collective::kAllGather, bytes, g, lp).time.ps() - lt.attn_f);
-    cp_b = std::max<int64_t>(0, collective_cost(Collective::kReduceScatter, bytes, g, lp).time.ps() - lt.attn_b);
+    const int64_t hide_f = cp_overlap ? lt.attn_f : 0;
+    const int64_t hide_b = cp_overlap ? lt.attn_b : 0;
+    cp_f = std::max<int64_t>(0, collective_cost(Collective::kAllGather, bytes, g, lp).time.ps() - hide_f);
+    cp_b = std::max<int64_t>(0, collective_cost(Collective::kReduceScatter, bytes, g, lp).time.ps() - hide_b);
   }
   int64_t recompute = 0, recompute_tp = 0;
   if (p.recompute == Recompute::kFull) {

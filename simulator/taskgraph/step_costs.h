@@ -36,8 +36,12 @@ struct StepCosts {
 };
 
 // Depends only on the model, the cluster and the plan's tp, cp, sp, mbs, seq,
-// precision, attention and recompute.  REQUIRES: those are valid.
-StepCosts step_costs(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan);
+// precision, attention and recompute.  `cp_overlap`: the context-parallel K/V
+// exchange runs beside the attention blocks (ring attention on its own
+// stream, Megatron/TE); false for a backend whose collectives block the
+// compute (the CPU backend), where all of it is exposed.
+// REQUIRES: those are valid.
+StepCosts step_costs(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan, bool cp_overlap = true);
 
 // Time of the optimizer step on a rank holding `stage_params` parameters
 // (sharded by ZeRO over layout.shard_degree), on the GPU or, with offload, on

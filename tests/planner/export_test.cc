@@ -8,6 +8,7 @@
 // and review the diff; the checks against the plan still run.
 #include "planner/export/exporters.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -140,6 +141,7 @@ std::map<std::string, std::string> toml_values(const std::string& text) {
   std::string line, section;
   while (std::getline(lines, line)) {
     if (line.empty() || line[0] == '#') continue;
+    if (line.rfind("  [", 0) == 0 || line == "]") continue;  // rows of a multi-line array (toml_model_parts)
     if (line[0] == '[') {
       section = line.substr(1, line.find(']') - 1);
       continue;
@@ -147,6 +149,36 @@ std::map<std::string, std::string> toml_values(const std::string& text) {
     const size_t eq = line.find(" = ");
     REQUIRE(eq != std::string::npos);
     out[section + "." + line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return out;
+}
+
+// The rows of `module_fqns_per_model_part = [ ... ]`: one list of module
+// names per virtual pipeline stage.
+std::vector<std::vector<std::string>> toml_model_parts(const std::string& text) {
+  std::vector<std::vector<std::string>> parts;
+  const size_t start = text.find("module_fqns_per_model_part = [\n");
+  REQUIRE(start != std::string::npos);
+  std::istringstream lines(text.substr(start));
+  std::string line;
+  std::getline(lines, line);
+  while (std::getline(lines, line) && line != "]") {
+    std::vector<std::string> part;
+    for (size_t q = line.find('"'); q != std::string::npos; q = line.find('"', line.find('"', q + 1) + 1)) {
+      part.push_back(line.substr(q + 1, line.find('"', q + 1) - q - 1));
+    }
+    parts.push_back(part);
+  }
+  return parts;
+}
+
+// Transformer layers ("layers.N") of each part.
+std::vector<int> layers_per_part(const std::vector<std::vector<std::string>>& parts) {
+  std::vector<int> out;
+  for (const auto& part : parts) {
+    out.push_back(static_cast<int>(std::count_if(part.begin(), part.end(), [](const std::string& m) {
+      return m.rfind("layers.", 0) == 0;
+    })));
   }
   return out;
 }
@@ -282,7 +314,9 @@ TEST_CASE("Export: Megatron-LM layouts beyond the golden file", "[planner][expor
     CHECK((j.model.layers - first - last) / (p.pp - 2) == 8);
     const auto distributed = bash_args(text, "DISTRIBUTED_ARGS");
     CHECK(int_arg(distributed, "--nnodes") == 16);
-    CHECK(distributed.at("--node_rank") == "\"${NODE_RANK:?set NODE_RANK to this node's index, 0..15}\"");
+    // No quote inside "${...:?message}": bash would parse it as one and the
+    // script would stop at `bash -n` (issue 13).
+    CHECK(distributed.at("--node_rank") == "\"${NODE_RANK:?set NODE_RANK to the index of this node, 0..15}\"");
   }
   SECTION("uneven stages with vp use the virtual stage count") {
     Plan p;
@@ -476,9 +510,21 @@ TEST_CASE("Export: torchtitan pipelines and ZeRO-2", "[planner][export]") {
     p.mbs = 2;
     p.recompute = Recompute::kSelective;
     const Job j = job("llama3-8b", "dgx-h100", 8, p);
-    const auto v = toml_values(exported(ExportTarget::kTorchtitan, j));
+    const std::string text = exported(ExportTarget::kTorchtitan, j);
+    const auto v = toml_values(text);
     CHECK(v.at("parallelism.pipeline_parallel_schedule") == "\"Interleaved1F1B\"");
-    CHECK(v.at("parallelism.pipeline_parallel_split_points") == "[\"layers.8\", \"layers.16\", \"layers.24\"]");
+    // pipeline_parallel_split_points was removed before torchtitan v0.2.0
+    // (its loader rejects unknown keys); the split is written as the modules
+    // of each virtual stage: 32 layers / (pp 2 x vp 2) = 8 each, stage v*pp+r
+    // on rank r, the embedding on the first and norm + output on the last.
+    CHECK(v.count("parallelism.pipeline_parallel_split_points") == 0);
+    const auto parts = toml_model_parts(text);
+    CHECK(layers_per_part(parts) == std::vector<int>{8, 8, 8, 8});
+    CHECK(parts.front().front() == "tok_embeddings");
+    CHECK(parts.front()[1] == "layers.0");
+    CHECK(parts.back().back() == "output");
+    CHECK(parts.back()[parts.back().size() - 2] == "norm");
+    CHECK(parts[2][0] == "layers.16");
     CHECK(v.at("parallelism.fsdp_reshard_after_forward") == "\"never\"");
     CHECK(toml_int(v, "parallelism.pipeline_parallel_microbatch_size") == 2);
     // dp = 2: each replica's local batch is all its micro-batches (32 / 2).
@@ -488,7 +534,7 @@ TEST_CASE("Export: torchtitan pipelines and ZeRO-2", "[planner][export]") {
     CHECK(v.at("activation_checkpoint.mode") == "\"selective\"");
     CHECK(v.at("activation_checkpoint.selective_ac_option") == "\"op\"");
   }
-  SECTION("uneven stages become split points") {
+  SECTION("uneven stages are written module by module") {
     Plan p;
     p.pp = 4;
     p.zero = 3;
@@ -497,9 +543,10 @@ TEST_CASE("Export: torchtitan pipelines and ZeRO-2", "[planner][export]") {
     p.stage_layers = {7, 9, 9, 7};
     p.gbs = 8;
     const Job j = job("llama3-8b", "dgx-h100", 8, p);
-    const auto v = toml_values(exported(ExportTarget::kTorchtitan, j));
+    const std::string text = exported(ExportTarget::kTorchtitan, j);
+    const auto v = toml_values(text);
     CHECK(v.at("parallelism.pipeline_parallel_schedule") == "\"GPipe\"");
-    CHECK(v.at("parallelism.pipeline_parallel_split_points") == "[\"layers.7\", \"layers.16\", \"layers.25\"]");
+    CHECK(layers_per_part(toml_model_parts(text)) == std::vector<int>{7, 9, 9, 7});
   }
 }
 

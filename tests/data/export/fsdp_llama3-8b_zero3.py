@@ -280,6 +280,7 @@ def main():
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         model = DDP(model, device_ids=[local_rank], bucket_cap_mb=25)
+    DDP_WRAPPED = not FSDP and DP > 1
     params = [p for p in model.parameters() if p.requires_grad]
     if ZERO == 1 and DP > 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -299,7 +300,14 @@ def main():
         for micro in range(ACCUM):
             tokens = torch.randint(0, VOCAB, (MBS, SEQ + 1), device="cuda", generator=generator)
             last = micro == ACCUM - 1
-            sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+            # Gradients are reduced once per step, after the last micro-batch
+            # (the plan trainplan simulated): DDP skips its all-reduce inside
+            # no_sync(); FSDP2 modules have no no_sync() and skip their
+            # reduce-scatter while requires_gradient_sync is False
+            # (torch.distributed.fsdp.FSDPModule.set_requires_gradient_sync).
+            if FSDP:
+                model.set_requires_gradient_sync(last)
+            sync = model.no_sync() if DDP_WRAPPED and not last else contextlib.nullcontext()
             with sync:
                 with torch.autocast("cuda", dtype=dtype, enabled=use_autocast):
                     logits = model(tokens[:, :-1])
