@@ -469,6 +469,14 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
         "DeepSpeed shards ZeRO state over the whole data-parallel group; its hybrid sharding (MiCS, "
         "mics_shard_size) is rejected by current releases (use shard_group = dp)");
   }
+  if (p.zero == 0 && p.precision == Precision::kBf16 && p.grad_dtype == GradDtype::kFp32) {
+    // deepspeed/runtime/engine.py _do_optimizer_sanity_check: without ZeRO a
+    // bf16 model accumulates gradients in bf16; any other mix raises
+    // NotImplementedError("unsupported mix of model_dtype and grad_accum_dtype").
+    return refuse(
+        "DeepSpeed accumulates fp32 gradients of a bf16 model only under ZeRO (stage 0 raises \"unsupported mix of "
+        "model_dtype and grad_accum_dtype\"); use zero 1, or grad_dtype bf16");
+  }
   if (p.pp > 1 && p.offload != Offload::kNone && p.precision == Precision::kBf16) {
     return refuse(
         "DeepSpeed's pipeline engine fails with bf16 and optimizer offload (deepspeedai/DeepSpeed#3866); use fp16, "
@@ -1108,10 +1116,18 @@ ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout&
   const int shard = fsdp ? L.shard_degree : 1;
   std::string s = "#!/usr/bin/env python3\n";
   s += header_comment("# ", "PyTorch training script", m, c, L);
+  // One node runs as is; on several, each node must say who it is (a
+  // default would make every node rank 0 on localhost).
+  const std::string node_rank =
+      L.nodes == 1 ? "\"${NODE_RANK:-0}\""
+                   : required_env("NODE_RANK", "set NODE_RANK to the index of this node, 0.." + str(L.nodes - 1));
+  const std::string master =
+      L.nodes == 1 ? "\"${MASTER_ADDR:-localhost}\""
+                   : required_env("MASTER_ADDR", "set MASTER_ADDR to the address of node 0");
   s += "# Launch on every node (NODE_RANK 0..N-1, MASTER_ADDR = node 0):\n";
   s += "#   torchrun --nproc_per_node " + str(gpus_per_node_used(L)) + " --nnodes " + str(L.nodes) +
-       " --node_rank ${NODE_RANK:-0} \\\n#     --master_addr ${MASTER_ADDR:-localhost} --master_port "
-       "${MASTER_PORT:-29500} <this file>\n";
+       " --node_rank " + node_rank + " \\\n#     --master_addr " + master +
+       " --master_port \"${MASTER_PORT:-29500}\" <this file>\n";
   s += "# Needs PyTorch >= 2.6 (torch.distributed.fsdp.fully_shard). Trains on random\n"
        "# tokens: replace torch.randint in main() with your data loader.\n";
   s += "import contextlib\nimport math\nimport os\n\n";

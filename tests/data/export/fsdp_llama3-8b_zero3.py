@@ -4,8 +4,8 @@
 # plan: tp=1 pp=1 dp=16 cp=1 vp=1 zero=3 shard=8 mbs=2 gbs=128 seq=8192 recompute=full sp=off schedule=1f1b precision=bf16 grad_dtype=fp32 attention=flash offload=none
 # transformer layers per pipeline stage: 32
 # Launch on every node (NODE_RANK 0..N-1, MASTER_ADDR = node 0):
-#   torchrun --nproc_per_node 8 --nnodes 2 --node_rank ${NODE_RANK:-0} \
-#     --master_addr ${MASTER_ADDR:-localhost} --master_port ${MASTER_PORT:-29500} <this file>
+#   torchrun --nproc_per_node 8 --nnodes 2 --node_rank "${NODE_RANK:?set NODE_RANK to the index of this node, 0..1}" \
+#     --master_addr "${MASTER_ADDR:?set MASTER_ADDR to the address of node 0}" --master_port "${MASTER_PORT:-29500}" <this file>
 # Needs PyTorch >= 2.6 (torch.distributed.fsdp.fully_shard). Trains on random
 # tokens: replace torch.randint in main() with your data loader.
 import contextlib

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The chain a new user runs (issue 13): recommend -> export to every framework
+# -> the framework's own rules, on 1 and 4 nodes, for the recommended plan and
+# for a matrix of layouts around it (every strategy the frameworks run: DDP,
+# ZeRO-1/2/3, hybrid shard, TP, PP, interleaved, CP, uneven stages).
+#
+# Each export is checked by an oracle that does not share code with the
+# exporter: tests/export/check_export.py (Megatron-LM argument names, types,
+# choices and validate_args; DeepSpeed config keys and batch arithmetic; the
+# PyTorch API names and the gradient-accumulation rule) and
+# tests/export/torchtitan_rules.py (torchtitan v0.2.2 config schema, parallel
+# dims, pipeline split).  Every script passes `bash -n`.  A refusal is one
+# line on stderr, exit 2, nothing on stdout.
+#
+# Usage: chain_test.sh <trainplan binary>; TRAINPLAN_DATA_DIR = repository root.
+set -u
+T=$1
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ORACLE="$HERE/../export/check_export.py"
+TITAN="$HERE/../export/torchtitan_rules.py"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+declare -A accepted refused
+# export_and_check <plan.json> <nodes> <label>
+export_and_check() {
+  local plan=$1 nodes=$2 label=$3 gpus
+  gpus=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["gpus"])' "$plan")
+  for target in megatron deepspeed torchtitan fsdp; do
+    local out="$work/out.$target" err="$work/err.$target"
+    "$T" export --plan "$plan" --to "$target" > "$out" 2> "$err"
+    local rc=$?
+    if [ "$rc" = 2 ]; then
+      refused[$target,$nodes]=$(( ${refused[$target,$nodes]:-0} + 1 ))
+      [ "$(wc -l < "$err")" = 1 ] || fail "$label $target: refusal is not one line: $(cat "$err")"
+      grep -q "^trainplan: --to: $target cannot express this plan: " "$err" ||
+        grep -q "^trainplan: --plan: " "$err" || fail "$label $target: refusal without the reason: $(cat "$err")"
+      [ -s "$out" ] && fail "$label $target: refused but wrote to stdout"
+      continue
+    fi
+    [ "$rc" = 0 ] || { fail "$label $target: exit $rc: $(cat "$err")"; continue; }
+    accepted[$target,$nodes]=$(( ${accepted[$target,$nodes]:-0} + 1 ))
+    case $target in
+      megatron|deepspeed)
+        if head -1 "$out" | grep -q '^#!'; then
+          bash -n "$out" 2> "$work/bash.err" || fail "$label $target: bash -n: $(cat "$work/bash.err")"
+        fi
+        python3 "$ORACLE" --target "$target" --plan "$plan" --file "$out" --nodes "$nodes" > "$work/oracle" 2>&1 ||
+          fail "$label $target: $(cat "$work/oracle")"
+        ;;
+      fsdp)
+        python3 "$ORACLE" --target fsdp --plan "$plan" --file "$out" --nodes "$nodes" > "$work/oracle" 2>&1 ||
+          fail "$label fsdp: $(cat "$work/oracle")"
+        ;;
+      torchtitan)
+        python3 "$TITAN" --plan "$plan" --file "$out" --world "$gpus" > "$work/oracle" 2>&1 ||
+          fail "$label torchtitan: $(cat "$work/oracle")"
+        ;;
+    esac
+  done
+}
+
+for nodes in 1 4; do
+  rec="$work/rec$nodes.json"
+  "$T" recommend --model llama3-8b --cluster dgx-h100 --nodes "$nodes" --save "$rec" > "$work/rec.txt" 2>&1 ||
+    { fail "recommend --nodes $nodes: $(cat "$work/rec.txt")"; continue; }
+  export_and_check "$rec" "$nodes" "recommended($nodes nodes)"
+  # Layouts around the recommendation: (tp pp cp zero vp schedule shard stage_layers).
+  gpus=$((8 * nodes))
+  while read -r tp pp cp zero vp schedule shard stages; do
+    dp=$((gpus / (tp * pp * cp)))
+    [ $((dp * tp * pp * cp)) = "$gpus" ] || continue
+    plan="$work/m.json"
+    python3 - "$rec" "$plan" "$tp" "$pp" "$cp" "$dp" "$zero" "$vp" "$schedule" "$shard" "$stages" <<'PY'
+import json, sys
+src, dst, tp, pp, cp, dp, zero, vp, schedule, shard, stages = sys.argv[1:]
+p = json.load(open(src))
+p.update(tp=int(tp), pp=int(pp), cp=int(cp), dp=int(dp), zero=int(zero), vp=int(vp), schedule=schedule,
+         shard_group=int(shard), sp=int(tp) > 1, mbs=1, recompute="selective" if int(pp) > 1 else "none",
+         stage_layers=[] if stages == "-" else [int(x) for x in stages.split(",")])
+p["gbs"] = max(p["gbs"], 8 * int(dp) * int(pp))
+json.dump(p, open(dst, "w"))
+PY
+    if ! "$T" memory --plan "$plan" > /dev/null 2>&1 && ! "$T" simulate --plan "$plan" > /dev/null 2>&1; then
+      continue  # a layout the plan rules refuse (e.g. vp with these layers): not an export case
+    fi
+    export_and_check "$plan" "$nodes" "tp$tp pp$pp cp$cp zero$zero vp$vp $schedule shard$shard stages=$stages ($nodes nodes)"
+  done <<'MATRIX'
+1 1 1 0 1 1f1b 0 -
+1 1 1 1 1 1f1b 0 -
+1 1 1 2 1 1f1b 0 -
+1 1 1 3 1 1f1b 0 -
+1 1 1 3 1 1f1b 8 -
+2 1 1 3 1 1f1b 0 -
+8 1 1 1 1 1f1b 0 -
+2 2 1 1 1 1f1b 0 -
+2 2 1 1 2 interleaved 0 -
+2 2 1 2 1 1f1b 0 -
+1 4 1 1 1 1f1b 0 7,9,9,7
+1 2 1 1 1 gpipe 0 -
+2 1 2 1 1 1f1b 0 -
+2 1 2 3 1 1f1b 0 -
+4 2 1 0 1 1f1b 0 -
+MATRIX
+done
+
+# Every framework took some plans on one and on four nodes.
+for target in megatron deepspeed torchtitan fsdp; do
+  for nodes in 1 4; do
+    n=${accepted[$target,$nodes]:-0}
+    echo "$target, $nodes node(s): $n exported and checked, ${refused[$target,$nodes]:-0} refused with the reason"
+    [ "$n" -ge 2 ] || fail "$target on $nodes node(s): only $n plans exported"
+  done
+done
+bash "$HERE/../export/oracle_selftest.sh" > "$work/self.txt" 2>&1 || fail "oracle self-test: $(tail -5 "$work/self.txt")"
+[ "$failures" = 0 ] || { echo "$failures failure(s)"; exit 1; }
+echo "chain recommend -> export -> framework rules: all checks passed"
