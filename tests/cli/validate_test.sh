@@ -66,6 +66,20 @@ for n in dp2 tp2 pp2 cp2 zero3; do
   grep -q "^peak_memory_tracked_gib" "$work/$n.txt" || fail "$n: memory row not named tracked"
 done
 
+# recommend -> validate: the plan the search picks for this machine (with its
+# calibration) runs and meets the tolerance (retried on a noisy machine).
+"$T" recommend --model gpt-tiny --cluster cpu-local --gpus 2 --gbs 8 --seq 128 --precision fp32 \
+  --calibration "$work/cal.json" --save "$work/rec.json" > "$work/rec.txt" 2>&1 ||
+  { cat "$work/rec.txt"; fail "recommend on cpu-local failed"; }
+ok=0
+for attempt in 1 2 3; do
+  if "${MPI[@]}" "$T" validate --backend cpu --plan "$work/rec.json" --calibration "$work/cal.json" --steps 5 \
+       --tolerance 15 > "$work/rec.val" 2>&1; then ok=1; break; fi
+  echo "recommended plan attempt $attempt missed: $(grep -m1 "^trainplan: validate" "$work/rec.val")"
+done
+[ "$ok" = 1 ] || { cat "$work/rec.val"; fail "recommended plan: not within --tolerance 15"; }
+echo "recommended plan: $(grep "^# within tolerance" "$work/rec.val")"
+
 # A run predicted to exceed --max-time is refused before it starts: exit 2,
 # one line (from rank 0 only), naming the flag.
 "${MPI[@]}" "$T" validate --backend cpu --plan "$work/dp2.json" --steps 5 --max-time 10ms > "$work/mt.out" 2> "$work/mt.err"
