@@ -111,16 +111,14 @@ class RankExecutor {
   // and that wait is the other members' compute skew, not communication.
   // The last member to arrive waits for nobody, so the minimum over the
   // group of each collective's time is the collective itself; the rest is
-  // moved to `wait` (idle, as the simulator counts a rank that waits for a
-  // collective to start).  REQUIRES: every rank calls it after each step.
-  void settle_collectives(TimeBreakdown* t, double* wait) {
-    auto settle = [wait](Communicator& comm, std::vector<double>& times, double* category) {
+  // left out of the category: it becomes idle time (the step's remainder),
+  // as the simulator counts a rank that waits for a collective to start.
+  // REQUIRES: every rank calls it after each step.
+  void settle_collectives(TimeBreakdown* t) {
+    auto settle = [](Communicator& comm, const std::vector<double>& times, double* category) {
       std::vector<double> mins = times;
       comm.min_each(&mins);
-      for (size_t i = 0; i < times.size(); ++i) {
-        *category -= times[i] - mins[i];
-        *wait += times[i] - mins[i];
-      }
+      for (size_t i = 0; i < times.size(); ++i) *category -= times[i] - mins[i];
     };
     settle(*tp_, tp_times_, &t->tp_comm);
     settle(*cp_, cp_times_, &t->tp_comm);
@@ -354,8 +352,7 @@ MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const Cluste
     double peak = 0;
     TimeBreakdown t = ex.run_step(&peak);
     const double step = world.max(now_s() - t0);
-    double wait = 0;
-    ex.settle_collectives(&t, &wait);
+    ex.settle_collectives(&t);
     if (options.progress) options.progress(s + 1, options.warmup + options.steps, step);
     if (s < options.warmup) continue;
     m.step_times_s.push_back(step);
