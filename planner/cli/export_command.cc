@@ -38,9 +38,10 @@ int run_export(const ExportFlags& f) {
   const std::optional<ExportTarget> target = export_target_from_string(f.to);
   if (!target) throw_input_error("--to", "", "unknown target \"" + f.to + "\"", kTargets);
 
-  const PlanFile file = load_plan_file(f.plan);
-  const ModelSpec model = load_model(file.model);
-  const ClusterSpec cluster = load_cluster(file.cluster);
+  const PlanJob job = load_plan_job(f.plan, "");
+  const PlanFile& file = job.file;
+  const ModelSpec& model = job.model;
+  const ClusterSpec& cluster = job.cluster;
   const Layout layout = resolve_plan(model, cluster, file.gpus, file.plan);
   if (!layout.feasible) {
     throw_input_error("--plan", "", "the plan in " + f.plan + " cannot run: " + layout.reasons.front(),

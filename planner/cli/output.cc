@@ -71,11 +71,15 @@ namespace trainplan {
 
 std::string human_duration(double seconds) {
   char buf[32];
-  if (seconds < 1) std::snprintf(buf, sizeof buf, "%.0f ms", seconds * 1e3);
+  if (!std::isfinite(seconds)) return "never";
+  if (seconds < 1e-3) std::snprintf(buf, sizeof buf, "%.3g s", seconds);
+  else if (seconds < 1) std::snprintf(buf, sizeof buf, "%.0f ms", seconds * 1e3);
   else if (seconds < 10) std::snprintf(buf, sizeof buf, "%.1f s", seconds);
   else if (seconds < 90) std::snprintf(buf, sizeof buf, "%.0f s", seconds);
   else if (seconds < 5400) std::snprintf(buf, sizeof buf, "%.1f min", seconds / 60);
-  else std::snprintf(buf, sizeof buf, "%.1f h", seconds / 3600);
+  else if (seconds < 2 * 86400) std::snprintf(buf, sizeof buf, "%.1f h", seconds / 3600);
+  else if (seconds < 1e5 * 86400) std::snprintf(buf, sizeof buf, "%.1f d", seconds / 86400);
+  else std::snprintf(buf, sizeof buf, "%.3g d", seconds / 86400);
   return buf;
 }
 

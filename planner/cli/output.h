@@ -53,7 +53,7 @@ class ProgressLine {
   std::chrono::steady_clock::time_point start_, phase_start_;
 };
 
-// "42 s", "3.5 min", "1.2 h".
+// "42 s", "3.5 min", "1.2 h", "29.7 d"; "never" for +inf.
 std::string human_duration(double seconds);
 
 }  // namespace trainplan

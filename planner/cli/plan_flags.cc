@@ -53,16 +53,12 @@ size_t pick(const std::string& flag, const std::string& value, const std::vector
   throw_input_error(flag, "", "unknown value \"" + value + "\"", "allowed: " + list);
 }
 
-int positive(const std::string& flag, int64_t v, int64_t max = 1 << 24) {
-  if (v < 1) throw_input_error(flag, "", "must be >= 1, got " + std::to_string(v), "");
-  if (v > max) throw_input_error(flag, "", "too large: " + std::to_string(v), "at most " + std::to_string(max));
-  return static_cast<int>(v);
-}
-
-int non_negative(const std::string& flag, int64_t v, int64_t max = 1 << 24) {
-  if (v < 0) throw_input_error(flag, "", "must be >= 0, got " + std::to_string(v), "");
-  if (v > max) throw_input_error(flag, "", "too large: " + std::to_string(v), "at most " + std::to_string(max));
-  return static_cast<int>(v);
+int64_t in_range(const std::string& flag, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) {
+    throw_input_error(flag, "", "out of range: " + std::to_string(v),
+                      "allowed: " + std::to_string(lo) + " to " + std::to_string(hi));
+  }
+  return v;
 }
 
 std::vector<int> parse_stage_layers(const std::string& text) {
@@ -86,39 +82,42 @@ std::vector<int> parse_stage_layers(const std::string& text) {
 
 Job to_job(const PlanFlags& f) {
   Job job;
+  auto given = [&f](const char* flag) { return f.app != nullptr && f.app->count(flag) > 0; };
   if (!f.plan_file.empty()) {
     for (const char* flag : {"--model", "--cluster", "--nodes", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp",
                              "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--sp", "--schedule",
                              "--precision", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
                              "--stage-layers"}) {
-      if (f.app != nullptr && f.app->count(flag) > 0) {
-        throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
-      }
+      if (given(flag)) throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
     }
-    PlanFile pf = load_plan_file(f.plan_file);
-    job.model = load_model(pf.model);
-    job.cluster = load_cluster(pf.cluster);
-    job.gpus = pf.gpus;
-    job.plan = pf.plan;
-    if (!f.calibration.empty()) apply_calibration(load_calibration(f.calibration), "--calibration", &job.cluster);
+    PlanJob pj = load_plan_job(f.plan_file, f.calibration);
+    job.model = std::move(pj.model);
+    job.cluster = std::move(pj.cluster);
+    job.gpus = pj.file.gpus;
+    job.plan = pj.file.plan;
     return job;
   }
   if (f.model.empty()) throw_input_error("--model", "", "is required", "give --model NAME, or --plan plan.json");
   if (f.cluster.empty()) throw_input_error("--cluster", "", "is required", "give --cluster NAME, or --plan plan.json");
   // Validate the flags that need no file first, so a bad flag is reported
-  // even when a file is also bad.
+  // even when a file is also bad.  Flags whose default is derived (--dp,
+  // --gbs, --seq, --shard-group, --ps-servers) must be >= 1 when given: 0
+  // would silently mean the default.
   Plan& p = job.plan;
-  p.tp = positive("--tp", f.tp);
-  p.pp = positive("--pp", f.pp);
-  p.dp = non_negative("--dp", f.dp);
-  p.cp = positive("--cp", f.cp);
-  p.vp = positive("--vp", f.vp);
+  auto derived = [&](const char* flag, int64_t v, int64_t hi) {
+    return given(flag) ? in_range(flag, v, 1, hi) : int64_t{0};
+  };
+  p.tp = static_cast<int>(in_range("--tp", f.tp, 1, kMaxDegree));
+  p.pp = static_cast<int>(in_range("--pp", f.pp, 1, kMaxDegree));
+  p.dp = static_cast<int>(derived("--dp", f.dp, kMaxDegree));
+  p.cp = static_cast<int>(in_range("--cp", f.cp, 1, kMaxDegree));
+  p.vp = static_cast<int>(in_range("--vp", f.vp, 1, kMaxDegree));
   if (f.zero < 0 || f.zero > 3) throw_input_error("--zero", "", "unknown ZeRO stage " + std::to_string(f.zero), "allowed: 0, 1, 2, 3");
   p.zero = static_cast<int>(f.zero);
-  p.shard_group = non_negative("--shard-group", f.shard_group);
-  p.mbs = positive("--mbs", f.mbs);
-  p.gbs = non_negative("--gbs", f.gbs, int64_t{1} << 30);
-  p.seq = non_negative("--seq", f.seq, int64_t{1} << 24);
+  p.shard_group = static_cast<int>(derived("--shard-group", f.shard_group, kMaxDegree));
+  p.mbs = in_range("--mbs", f.mbs, 1, kMaxDegree);
+  p.gbs = derived("--gbs", f.gbs, kMaxGlobalBatch);
+  p.seq = derived("--seq", f.seq, kMaxSeqLen);
   p.recompute = static_cast<Recompute>(pick("--recompute", f.recompute, {"none", "selective", "full"}));
   p.sp = f.sp;
   if (!f.schedule.empty()) {
@@ -132,19 +131,20 @@ Job to_job(const PlanFlags& f) {
   p.attention = static_cast<Attention>(pick("--attention", f.attention, {"flash", "naive"}));
   p.dp_mode = static_cast<DpMode>(pick("--dp-mode", f.dp_mode, {"sync", "async"}));
   p.offload = static_cast<Offload>(pick("--offload", f.offload, {"none", "optimizer", "params"}));
-  p.ps_servers = non_negative("--ps-servers", f.ps_servers);
-  if (!f.stage_layers.empty()) p.stage_layers = parse_stage_layers(f.stage_layers);
-  if ((f.nodes != PlanFlags::kUnset) == (f.gpus != PlanFlags::kUnset)) {
+  p.ps_servers = static_cast<int>(derived("--ps-servers", f.ps_servers, kMaxDegree));
+  if (given("--stage-layers")) p.stage_layers = parse_stage_layers(f.stage_layers);
+  if (given("--nodes") == given("--gpus")) {
     throw_input_error("--nodes", "", "give exactly one of --nodes N or --gpus N", "");
   }
 
   job.model = load_model(f.model);
   job.cluster = load_cluster(f.cluster);
   if (!f.calibration.empty()) apply_calibration(load_calibration(f.calibration), "--calibration", &job.cluster);
-  if (f.nodes != PlanFlags::kUnset) {
+  if (given("--nodes")) {
     job.gpus = gpus_of_nodes(job.cluster, f.nodes);
   } else {
-    job.gpus = positive("--gpus", f.gpus, int64_t{1} << 24);
+    check_gpu_count(job.cluster, f.gpus, "--gpus", "");
+    job.gpus = static_cast<int>(f.gpus);
   }
   return job;
 }

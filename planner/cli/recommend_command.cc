@@ -3,6 +3,7 @@
 // failures, --train-tokens) plans are ranked by expected time to train.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -26,8 +27,8 @@ namespace {
 struct RecommendFlags {
   std::string model = "llama3-8b";
   std::string cluster = "dgx-h100";
-  int64_t nodes = PlanFlagsUnset;
-  int64_t gpus = PlanFlagsUnset;
+  int64_t nodes = 1;
+  int64_t gpus = 0;
   int64_t gbs = 0;
   int64_t seq = 0;
   int top = 5;
@@ -38,7 +39,6 @@ struct RecommendFlags {
   bool json = false;
   FaultFlags faults;
   CLI::App* app = nullptr;
-  static constexpr int64_t PlanFlagsUnset = INT64_MIN;
 };
 
 // The fields that tell plans of one search apart (gbs, seq, dtypes are fixed).
@@ -88,8 +88,9 @@ const char* offload_column(Offload o) {
 }
 
 std::string days(double s) {
+  if (!std::isfinite(s)) return "never";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", s / 86400);
+  std::snprintf(buf, sizeof buf, s < 86400 * 1e5 ? "%.2f" : "%.3g", s / 86400);
   return buf;
 }
 
@@ -103,7 +104,16 @@ int run_recommend(const RecommendFlags& f) {
   SearchOptions o;
   o.faults = parse_fault_flags(f.faults);
   if (f.top < 1 || f.top > 1000) throw_input_error("--top", "", "must be between 1 and 1000, got " + std::to_string(f.top), "");
-  if (f.seq < 0 || f.seq > (int64_t{1} << 24)) throw_input_error("--seq", "", "must be between 1 and 16777216", "");
+  auto given = [&f](const char* flag) { return f.app != nullptr && f.app->count(flag) > 0; };
+  // --seq and --gbs default to derived values; given, they must be >= 1.
+  if (given("--seq") && (f.seq < 1 || f.seq > kMaxSeqLen)) {
+    throw_input_error("--seq", "", "out of range: " + std::to_string(f.seq),
+                      "allowed: 1 to " + std::to_string(kMaxSeqLen) + "; omit it for the model's");
+  }
+  if (given("--gbs") && (f.gbs < 1 || f.gbs > kMaxGlobalBatch)) {
+    throw_input_error("--gbs", "", "out of range: " + std::to_string(f.gbs),
+                      "allowed: 1 to " + std::to_string(kMaxGlobalBatch) + "; omit it for about 4M tokens");
+  }
   o.top_k = f.top;
   o.seq = f.seq;
   if (f.precision == "bf16") o.precision = Precision::kBf16;
@@ -124,20 +134,13 @@ int run_recommend(const RecommendFlags& f) {
   ClusterSpec cluster = load_cluster(f.cluster);
   if (!f.calibration.empty()) apply_calibration(load_calibration(f.calibration), "--calibration", &cluster);
   int gpus = 0;
-  if (f.nodes != RecommendFlags::PlanFlagsUnset && f.gpus != RecommendFlags::PlanFlagsUnset) {
-    throw_input_error("--nodes", "", "give only one of --nodes N or --gpus N", "");
-  }
-  if (f.gpus != RecommendFlags::PlanFlagsUnset) {
-    if (f.gpus < 1 || f.gpus > (1 << 24)) throw_input_error("--gpus", "", "must be >= 1, got " + std::to_string(f.gpus), "");
+  if (given("--nodes") && given("--gpus")) throw_input_error("--gpus", "", "give only one of --nodes N or --gpus N", "");
+  if (given("--gpus")) {
+    check_gpu_count(cluster, f.gpus, "--gpus", "");
     gpus = static_cast<int>(f.gpus);
-    if (gpus > cluster.gpus_per_node && gpus % cluster.gpus_per_node != 0) {
-      throw_input_error("--gpus", "", std::to_string(gpus) + " is not a multiple of the " +
-                        std::to_string(cluster.gpus_per_node) + " GPUs per node of " + cluster.name, "");
-    }
   } else {
-    gpus = gpus_of_nodes(cluster, f.nodes == RecommendFlags::PlanFlagsUnset ? 1 : f.nodes);
+    gpus = gpus_of_nodes(cluster, given("--nodes") ? f.nodes : 1);
   }
-  if (f.gbs < 0) throw_input_error("--gbs", "", "must be >= 1, got " + std::to_string(f.gbs), "");
   // Default global batch: about 4M tokens (Llama 3 / GPT-3 scale), at least
   // one sequence per GPU.
   const int64_t seq = f.seq > 0 ? f.seq : model.seq_len;
@@ -268,6 +271,8 @@ int run_recommend(const RecommendFlags& f) {
   } else {
     const bool ttt = o.faults.train_tokens > 0;
     const bool tax = o.faults.stragglers_given;
+    const std::string& stuck = r.plans.front().faults.failures.cannot_run;
+    if (!stuck.empty()) std::printf("no plan can run: even the best one below cannot: %s\n", stuck.c_str());
     if (o.faults.any()) {
       std::printf("# ranked by %s\n", ttt ? "expected time to train (closed form; p50/p90 from the Monte Carlo in --json)"
                                           : "step time with stragglers");

@@ -3,6 +3,7 @@
 // memory per stage and where the time goes; with the fault options
 // (simulator/faults/faults.h), the straggler tax, goodput under failures and
 // the expected time to train.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -27,16 +28,6 @@ struct SimulateFlags {
   FaultFlags faults;
   CLI::App* app = nullptr;
 };
-
-// "42.0 s", "12.5 min", "3.09 h", "54.2 d".
-std::string human_duration(double s) {
-  char buf[64];
-  if (s < 120) std::snprintf(buf, sizeof buf, "%.1f s", s);
-  else if (s < 2 * 3600) std::snprintf(buf, sizeof buf, "%.1f min", s / 60);
-  else if (s < 2 * 86400) std::snprintf(buf, sizeof buf, "%.2f h", s / 3600);
-  else std::snprintf(buf, sizeof buf, "%.1f d", s / 86400);
-  return buf;
-}
 
 nlohmann::json spread_json(const ArrivalSpread& a) {
   return {{"syncs", a.syncs},
@@ -107,6 +98,7 @@ void faults_to_json(const FaultReport& fr, const FaultConfig& cfg, nlohmann::jso
                      {"daly_s", rounded(f.daly_interval_s, 3)}};
     j["goodput_expected"] = rounded(f.goodput_expected, 4);
     j["goodput_at_young_interval"] = rounded(f.goodput_young, 4);
+    if (!f.cannot_run.empty()) j["cannot_run"] = f.cannot_run;
     j["runs"] = f.mc.runs;
     j["failures_mean"] = rounded(f.mc.failures_mean, 2);
     const WallBreakdown& b = f.mc.breakdown;
@@ -149,7 +141,7 @@ void print_faults(const FaultReport& fr, const FaultConfig& cfg, int gpus) {
   if (fr.has_failures) {
     const FailureReport& f = fr.failures;
     const FailureModel& m = cfg.failures;
-    auto hours = [](double s) { return s > 0 ? fixed(s / 3600, 0) + " h" : std::string("never"); };
+    auto hours = [](double s) { return s >= 3600 ? fixed(s / 3600, 0) + " h" : s > 0 ? human_duration(s) : std::string("never"); };
     std::printf("failures         MTBF per GPU %s, per node %s: the job fails every %s (%.3f per hour)\n",
                 hours(m.mtbf_gpu_s).c_str(), hours(m.mtbf_node_s).c_str(), human_duration(f.job_mtbf_s).c_str(),
                 f.rate_per_hour);
@@ -165,9 +157,10 @@ void print_faults(const FaultReport& fr, const FaultConfig& cfg, int gpus) {
                 human_duration(f.daly_interval_s).c_str());
     std::printf("  goodput        %.1f%% (closed form %.1f%%; at Young's interval %.1f%%)\n", 100 * f.goodput,
                 100 * f.goodput_expected, 100 * f.goodput_young);
+    if (!f.cannot_run.empty()) std::printf("  verdict        this plan cannot run: %s\n", f.cannot_run.c_str());
     const WallBreakdown& b = f.mc.breakdown;
     const double w = f.mc.mean_s;
-    std::printf("  where it goes  useful %.1f%%, checkpoint %.1f%%, lost work %.1f%%, down %.1f%%, load %.1f%%; %.1f failures\n",
+    if (std::isfinite(w)) std::printf("  where it goes  useful %.1f%%, checkpoint %.1f%%, lost work %.1f%%, down %.1f%%, load %.1f%%; %.1f failures\n",
                 100 * b.useful / w, 100 * b.checkpoint / w, 100 * b.lost / w, 100 * b.downtime / w, 100 * b.load / w,
                 f.mc.failures_mean);
   }
@@ -176,9 +169,11 @@ void print_faults(const FaultReport& fr, const FaultConfig& cfg, int gpus) {
                 human_duration(fr.time_to_train_p50_s).c_str(), human_duration(fr.time_to_train_p90_s).c_str(),
                 human_duration(fr.time_to_train_mean_s).c_str(),
                 human_duration(static_cast<double>(fr.steps) * fr.base_step_s).c_str(),
-                fr.has_failures ? (" over " + std::to_string(fr.failures.mc.runs) + " Monte Carlo runs, seed " +
-                                   std::to_string(cfg.seed)).c_str()
-                                : "");
+                !fr.has_failures ? ""
+                : fr.failures.mc.runs > 0
+                    ? (" over " + std::to_string(fr.failures.mc.runs) + " Monte Carlo runs, seed " +
+                       std::to_string(cfg.seed)).c_str()
+                    : " (closed form: too many expected failures to sample)");
   }
 }
 

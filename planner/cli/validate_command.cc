@@ -61,10 +61,10 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
   if (f.backend.empty()) throw_input_error("--backend", "", "is required", "allowed: cpu, cuda");
   if (f.steps < 1 || f.steps > 1000) throw_input_error("--steps", "", "must be between 1 and 1000", "");
   if (f.warmup < 0 || f.warmup > 100) throw_input_error("--warmup", "", "must be between 0 and 100", "");
-  PlanFile pf = load_plan_file(f.plan);
-  ModelSpec model = load_model(pf.model);
-  ClusterSpec cluster = load_cluster(pf.cluster);
-  if (!f.calibration.empty()) apply_calibration(load_calibration(f.calibration), "--calibration", &cluster);
+  PlanJob job = load_plan_job(f.plan, f.calibration);
+  const PlanFile& pf = job.file;
+  const ModelSpec& model = job.model;
+  ClusterSpec& cluster = job.cluster;
   Layout layout = resolve_plan(model, cluster, pf.gpus, pf.plan);
   if (!layout.feasible) throw_input_error("--plan", "", "the plan cannot run: " + layout.reasons.front(), "");
   if (layout.plan.dp_mode == DpMode::kAsync) {

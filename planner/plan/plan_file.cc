@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "simulator/core/error.h"
+#include "simulator/spec/calibration.h"
 #include "simulator/spec/json_reader.h"
 
 namespace trainplan {
@@ -40,42 +41,26 @@ std::string plan_file_json(const PlanFile& f) {
   return j.dump(2) + "\n";
 }
 
-namespace {
-
-int small_int(detail::JsonObject& o, const std::string& key, bool zero_ok) {
-  if (zero_ok && o.has(key)) {
-    // 0 means "derive"; read as a number >= 0.
-    auto v = o.optional_number_in(key, 0, 1 << 24);
-    if (static_cast<double>(static_cast<int64_t>(*v)) != *v) {
-      throw_input_error(o.where(), o.pointer(key), "expected an integer", "");
-    }
-    return static_cast<int>(*v);
-  }
-  return static_cast<int>(o.positive_integer(key));
-}
-
-}  // namespace
-
 PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   nlohmann::json doc = detail::parse_json_text(text, where);
   detail::JsonObject o(doc, where, "");
   PlanFile f;
   f.model = o.string("model");
   f.cluster = o.string("cluster");
-  f.gpus = static_cast<int>(o.positive_integer("gpus"));
+  // Ranges as the flags' (simulator/spec/plan.h); 0 means "derive" where
+  // the flags default to a derived value.
+  f.gpus = static_cast<int>(o.integer("gpus", 1, kMaxGpus));
   Plan& p = f.plan;
-  p.tp = small_int(o, "tp", false);
-  p.pp = small_int(o, "pp", false);
-  p.dp = small_int(o, "dp", true);
-  p.cp = small_int(o, "cp", false);
-  p.vp = small_int(o, "vp", false);
-  p.zero = small_int(o, "zero", true);
-  if (p.zero > 3) throw_input_error(where, "/zero", "unknown ZeRO stage", "allowed: 0, 1, 2, 3");
-  o.allow("shard_group");
-  p.shard_group = o.has("shard_group") ? small_int(o, "shard_group", true) : 0;
-  p.mbs = o.positive_integer("mbs");
-  p.gbs = o.positive_integer("gbs");
-  p.seq = o.positive_integer("seq");
+  p.tp = static_cast<int>(o.integer("tp", 1, kMaxDegree));
+  p.pp = static_cast<int>(o.integer("pp", 1, kMaxDegree));
+  p.dp = static_cast<int>(o.integer("dp", 0, kMaxDegree));
+  p.cp = static_cast<int>(o.integer("cp", 1, kMaxDegree));
+  p.vp = static_cast<int>(o.integer("vp", 1, kMaxDegree));
+  p.zero = static_cast<int>(o.integer("zero", 0, 3));
+  p.shard_group = static_cast<int>(o.optional_integer("shard_group", 0, kMaxDegree).value_or(0));
+  p.mbs = o.integer("mbs", 1, kMaxDegree);
+  p.gbs = o.integer("gbs", 1, kMaxGlobalBatch);
+  p.seq = o.integer("seq", 1, kMaxSeqLen);
   p.recompute = static_cast<Recompute>(o.choice("recompute", {"none", "selective", "full"}));
   p.sp = o.boolean("sp");
   p.schedule = static_cast<Schedule>(o.choice("schedule", {"gpipe", "1f1b", "interleaved", "naive"}));
@@ -85,17 +70,17 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.attention = static_cast<Attention>(o.optional_choice("attention", {"flash", "naive"}).value_or(0));
   p.dp_mode = static_cast<DpMode>(o.optional_choice("dp_mode", {"sync", "async"}).value_or(0));
   p.offload = static_cast<Offload>(o.optional_choice("offload", {"none", "optimizer", "params"}).value_or(0));
-  o.allow("ps_servers");
-  p.ps_servers = o.has("ps_servers") ? small_int(o, "ps_servers", true) : 0;
+  p.ps_servers = static_cast<int>(o.optional_integer("ps_servers", 0, kMaxDegree).value_or(0));
   o.allow("stage_layers");
   if (o.has("stage_layers")) {
-    const nlohmann::json& v = o.raw("stage_layers");
-    if (!v.is_array()) throw_input_error(where, "/stage_layers", "expected an array of layer counts", "e.g. [7, 8, 8, 7]");
+    const nlohmann::json& v = o.array("stage_layers");
+    if (v.size() > static_cast<size_t>(kMaxLayers)) {
+      throw_input_error(where, "/stage_layers", "lists more stages than the " + std::to_string(kMaxLayers) +
+                        " layers a model may have", "");
+    }
     for (size_t i = 0; i < v.size(); ++i) {
-      if (!v[i].is_number_integer() || v[i].get<int64_t>() < 1 || v[i].get<int64_t>() > (1 << 20)) {
-        throw_input_error(where, "/stage_layers/" + std::to_string(i), "expected a layer count >= 1", "");
-      }
-      p.stage_layers.push_back(static_cast<int>(v[i].get<int64_t>()));
+      p.stage_layers.push_back(
+          static_cast<int>(detail::integer_value(v[i], where, "/stage_layers/" + std::to_string(i), 1, kMaxLayers)));
     }
   }
   o.finish();
@@ -103,5 +88,17 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
 }
 
 PlanFile load_plan_file(const std::string& path) { return parse_plan_file(detail::read_text_file(path), path); }
+
+PlanJob load_plan_job(const std::string& path, const std::string& calibration_path) {
+  PlanJob job;
+  job.file = load_plan_file(path);
+  job.model = load_model(job.file.model);
+  job.cluster = load_cluster(job.file.cluster);
+  if (!calibration_path.empty()) {
+    apply_calibration(load_calibration(calibration_path), "--calibration", &job.cluster);
+  }
+  check_gpu_count(job.cluster, job.file.gpus, path, "/gpus");
+  return job;
+}
 
 }  // namespace trainplan

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
 
 namespace trainplan {
@@ -30,6 +32,19 @@ std::string plan_file_json(const PlanFile& f);
 // Parses and validates plan.json; throws InputError "<path>: <pointer>: ...".
 PlanFile parse_plan_file(const std::string& json_text, const std::string& where);
 PlanFile load_plan_file(const std::string& path);
+
+// A plan file with the model and cluster it names, loaded.
+struct PlanJob {
+  PlanFile file;
+  ModelSpec model;
+  ClusterSpec cluster;
+};
+
+// Loads plan.json at `path`, its model and cluster (with the calibration at
+// `calibration_path` applied unless empty, errors naming --calibration), and
+// checks its GPU count against the cluster ("<path>: /gpus: ...").  The one
+// way every command reads --plan.
+PlanJob load_plan_job(const std::string& path, const std::string& calibration_path);
 
 }  // namespace trainplan
 

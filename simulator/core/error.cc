@@ -5,6 +5,24 @@
 
 namespace trainplan {
 
+std::string escape_control(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char ch : text) {
+    if (ch == '\n') out += "\\n";
+    else if (ch == '\r') out += "\\r";
+    else if (ch == '\t') out += "\\t";
+    else if (ch < 0x20 || ch == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      out += buf;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out;
+}
+
 std::string format_input_error(const std::string& where, const std::string& pointer,
                                const std::string& problem, const std::string& hint) {
   std::string out;
@@ -12,7 +30,7 @@ std::string format_input_error(const std::string& where, const std::string& poin
   if (!pointer.empty()) out += pointer + ": ";
   out += problem;
   if (!hint.empty()) out += "; " + hint;
-  return out;
+  return escape_control(out);
 }
 
 void throw_input_error(const std::string& where, const std::string& pointer,

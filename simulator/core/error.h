@@ -3,7 +3,8 @@
 // Bad input (JSON files, CLI flags, plan files) is reported with one exception
 // type, InputError, whose message has the fixed format
 //   <file>: <json-pointer>: <problem>; <hint>
-// (or "--flag: <problem>; <hint>" for command-line input).  main() catches it
+// (or "--flag: <problem>; <hint>" for command-line input), control
+// characters escaped.  main() catches it
 // once, prints the message on one line of stderr and returns exit code 2.
 //
 // Internal invariants use TRAINPLAN_CHECK, which stays on in release builds
@@ -21,7 +22,22 @@ class InputError : public std::runtime_error {
   explicit InputError(const std::string& message) : std::runtime_error(message) {}
 };
 
-// Returns "<where>: <pointer>: <problem>; <hint>" with empty parts left out.
+// A simulated quantity beyond what the engine represents (a time longer
+// than Duration's +-106 days of int64 picoseconds): the inputs describe a
+// run no one would start.  main() reports it as bad input (exit 2); the
+// search drops the plan with the reason.
+class RangeError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// Returns `text` with control characters (bytes below 0x20 and 0x7f) written
+// as \n, \r, \t or \xHH, so that input echoed into a message keeps it on
+// one line and cannot move the terminal's cursor.
+std::string escape_control(const std::string& text);
+
+// Returns "<where>: <pointer>: <problem>; <hint>" with empty parts left out
+// and control characters escaped.
 std::string format_input_error(const std::string& where, const std::string& pointer,
                                const std::string& problem, const std::string& hint);
 

@@ -12,13 +12,33 @@
 
 namespace trainplan {
 
+namespace {
+
+// int64 picoseconds reach 9.22e6 s; stay clear of the edge so that rounding
+// cannot overflow.
+constexpr double kMaxSeconds = 9.2e6;
+
+[[noreturn]] void out_of_range(double seconds) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "a simulated time of %.3g s is beyond the simulator's range of 106 days (int64 picoseconds)",
+                seconds);
+  throw RangeError(format_input_error("", "", buf, "the inputs describe a step that long: check the GPU peak, the "
+                                                   "bandwidths and the batch size"));
+}
+
+}  // namespace
+
+void Duration::overflow() { out_of_range(9.3e6); }
+
 Duration Duration::seconds(double s) {
-  TRAINPLAN_CHECK(std::isfinite(s) && std::fabs(s) < 9.2e6, "duration out of range");
+  if (!(std::fabs(s) < kMaxSeconds)) out_of_range(s);
   return Duration(static_cast<int64_t>(std::llround(s * 1e12)));
 }
 
 Duration Duration::scaled(double factor) const {
-  return Duration(static_cast<int64_t>(std::llround(static_cast<double>(ps_) * factor)));
+  const double ps = static_cast<double>(ps_) * factor;
+  if (!(std::fabs(ps) < kMaxSeconds * 1e12)) out_of_range(ps * 1e-12);
+  return Duration(static_cast<int64_t>(std::llround(ps)));
 }
 
 Duration operator/(double bytes, Bandwidth bandwidth) {

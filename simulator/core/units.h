@@ -22,7 +22,8 @@ class Duration {
  public:
   constexpr Duration() = default;
   static constexpr Duration picoseconds(int64_t ps) { return Duration(ps); }
-  // Rounds to the nearest picosecond.  REQUIRES: |s| < 9.2e6 (int64 range).
+  // Rounds to the nearest picosecond.  Throws RangeError unless s is finite
+  // and |s| < 9.2e6 (int64 range, about 106 days).
   static Duration seconds(double s);
   static Duration microseconds(double us) { return seconds(us * 1e-6); }
   static Duration milliseconds(double ms) { return seconds(ms * 1e-3); }
@@ -30,11 +31,25 @@ class Duration {
   constexpr double s() const { return static_cast<double>(ps_) * 1e-12; }
   constexpr double us() const { return static_cast<double>(ps_) * 1e-6; }
   constexpr double ms() const { return static_cast<double>(ps_) * 1e-9; }
-  constexpr Duration operator+(Duration o) const { return Duration(ps_ + o.ps_); }
-  constexpr Duration operator-(Duration o) const { return Duration(ps_ - o.ps_); }
-  Duration& operator+=(Duration o) { ps_ += o.ps_; return *this; }
-  Duration& operator-=(Duration o) { ps_ -= o.ps_; return *this; }
-  constexpr Duration operator*(int64_t k) const { return Duration(ps_ * k); }
+  // Arithmetic beyond int64 throws RangeError (simulator/core/error.h):
+  // the inputs describe a step longer than the engine represents.
+  Duration operator+(Duration o) const {
+    int64_t r;
+    if (__builtin_add_overflow(ps_, o.ps_, &r)) overflow();
+    return Duration(r);
+  }
+  Duration operator-(Duration o) const {
+    int64_t r;
+    if (__builtin_sub_overflow(ps_, o.ps_, &r)) overflow();
+    return Duration(r);
+  }
+  Duration& operator+=(Duration o) { return *this = *this + o; }
+  Duration& operator-=(Duration o) { return *this = *this - o; }
+  Duration operator*(int64_t k) const {
+    int64_t r;
+    if (__builtin_mul_overflow(ps_, k, &r)) overflow();
+    return Duration(r);
+  }
   // Scales by a real factor, rounding to the nearest picosecond.
   Duration scaled(double factor) const;
   constexpr bool operator<(Duration o) const { return ps_ < o.ps_; }
@@ -46,6 +61,7 @@ class Duration {
 
  private:
   constexpr explicit Duration(int64_t ps) : ps_(ps) {}
+  [[noreturn]] static void overflow();
   int64_t ps_ = 0;
 };
 

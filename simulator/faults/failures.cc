@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "simulator/core/error.h"
@@ -61,6 +62,74 @@ double expected_run_s(const RunModel& m, int64_t k) {
   const int64_t last = m.steps - (segments - 1) * k;
   return static_cast<double>(segments - 1) * expected_segment_s(m, static_cast<double>(k) * m.step_s + m.checkpoint_s) +
          expected_segment_s(m, static_cast<double>(last) * m.step_s + m.checkpoint_s);
+}
+
+// The breakdown of E(x).  Failures: the first attempt fails with
+// probability 1 - e^{-lambda x}; every later attempt is load + segment and
+// succeeds with probability e^{-lambda (L + x)}, so e^{lambda (L + x)}
+// attempts follow on average, all but the last failing:
+//   F = (1 - e^{-lambda x}) e^{lambda (L + x)} = e^{lambda L} (e^{lambda x} - 1).
+// Each failure costs D of downtime; the remaining E(x) - D F = F / lambda is
+// running.  The load that counts is the one of the attempt that succeeds
+// (as WallBreakdown::load and the Monte Carlo count it): one per segment
+// that failed at all, L (1 - e^{-lambda x}).  Lost work is the running time
+// that is neither the committed segment nor that load (failed attempts,
+// their loads included).
+namespace {
+
+struct SegmentBreakdown {
+  double failures = 0;
+  WallBreakdown wall;
+};
+
+SegmentBreakdown segment_breakdown(const RunModel& m, double work_s) {
+  SegmentBreakdown b;
+  const double x = work_s + m.checkpoint_s;
+  b.wall.useful = work_s;
+  b.wall.checkpoint = m.checkpoint_s;
+  if (m.rate_per_s <= 0) return b;
+  const double l = m.rate_per_s;
+  const double retries = std::expm1(l * x);  // e^{lambda x} - 1
+  b.failures = std::exp(l * m.load_s) * retries;
+  b.wall.downtime = m.downtime_s * b.failures;
+  b.wall.load = m.load_s * -std::expm1(-l * x);
+  b.wall.lost = b.failures / l - x - b.wall.load;
+  return b;
+}
+
+template <typename F>
+void for_each_segment(const RunModel& m, int64_t k, F&& f) {
+  TRAINPLAN_CHECK(k >= 1, "checkpoint interval must be at least one step");
+  const int64_t n = std::max<int64_t>(1, m.steps);
+  k = std::min(k, n);
+  const int64_t segments = (n + k - 1) / k;
+  const int64_t last = n - (segments - 1) * k;
+  f(static_cast<double>(segments - 1), static_cast<double>(k) * m.step_s);
+  f(1.0, static_cast<double>(last) * m.step_s);
+}
+
+}  // namespace
+
+WallBreakdown expected_breakdown(const RunModel& m, int64_t k) {
+  WallBreakdown sum;
+  for_each_segment(m, k, [&](double count, double work_s) {
+    if (count <= 0) return;
+    const SegmentBreakdown b = segment_breakdown(m, work_s);
+    sum.useful += count * b.wall.useful;
+    sum.checkpoint += count * b.wall.checkpoint;
+    sum.lost += count * b.wall.lost;
+    sum.downtime += count * b.wall.downtime;
+    sum.load += count * b.wall.load;
+  });
+  return sum;
+}
+
+double expected_failures(const RunModel& m, int64_t k) {
+  double sum = 0;
+  for_each_segment(m, k, [&](double count, double work_s) {
+    if (count > 0) sum += count * segment_breakdown(m, work_s).failures;
+  });
+  return sum;
 }
 
 double steady_goodput(const RunModel& m, double tau_s) { return tau_s / expected_segment_s(m, tau_s + m.checkpoint_s); }
@@ -228,7 +297,17 @@ FailureReport analyze_failures(const ModelSpec& model, const ClusterSpec& cluste
   rep.expected_s = expected_run_s(m, rep.interval_steps);
   rep.goodput_expected = useful / rep.expected_s;
   rep.goodput_young = useful / expected_run_s(m, steps_of(rep.young_interval_s));
+  if (!std::isfinite(rep.expected_s)) rep.goodput_expected = 0;
   rep.goodput = rep.goodput_expected;
+  if (rep.goodput_expected < kMinRunnableGoodput) {
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "the job fails every %.3g s on average, while a checkpoint interval of %lld steps takes %.3g s with "
+                  "its %.3g s checkpoint write: expected goodput %.2g%%",
+                  rep.job_mtbf_s, static_cast<long long>(rep.interval_steps),
+                  rep.interval_s + m.checkpoint_s, m.checkpoint_s, 100 * rep.goodput_expected);
+    rep.cannot_run = buf;
+  }
   if (runs > 0) add_monte_carlo(&rep, runs, seed);
   for (double f : {0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0}) {
     const double tau = f * rep.optimal_interval_s;
@@ -238,6 +317,16 @@ FailureReport analyze_failures(const ModelSpec& model, const ClusterSpec& cluste
 }
 
 void add_monte_carlo(FailureReport* rep, int runs, uint64_t seed) {
+  const double failures = expected_failures(rep->run, rep->interval_steps);
+  if (!(failures * runs <= kMaxMonteCarloFailures)) {
+    MonteCarloResult& mc = rep->mc;
+    mc = MonteCarloResult{};
+    mc.mean_s = mc.p50_s = mc.p90_s = mc.min_s = mc.max_s = rep->expected_s;
+    mc.failures_mean = failures;
+    mc.breakdown = expected_breakdown(rep->run, rep->interval_steps);
+    rep->goodput = rep->goodput_expected;
+    return;
+  }
   rep->mc = monte_carlo_run(rep->run, rep->interval_steps, runs, seed);
   rep->goodput = static_cast<double>(rep->run.steps) * rep->run.step_s / rep->mc.mean_s;
 }

@@ -39,6 +39,7 @@
 #define TRAINPLAN_SIM_FAULTS_FAILURES_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "simulator/spec/cluster.h"
@@ -110,15 +111,36 @@ struct WallBreakdown {
   double load = 0;        // completed checkpoint loads
 };
 
+// The expected breakdown of a run with a checkpoint every k steps, in
+// closed form (derivation in failures.cc): per segment of x seconds with
+// F = e^{lambda L} (e^{lambda x} - 1) expected failures, downtime D F,
+// completed loads L (e^{lambda x} - 1), and F / lambda seconds of running
+// in all.  Its total is expected_run_s(m, k).  REQUIRES: k >= 1.
+WallBreakdown expected_breakdown(const RunModel& m, int64_t k);
+// Expected failures over the run (sum of F over its segments).
+double expected_failures(const RunModel& m, int64_t k);
+
+// The Monte Carlo draws one failure per loop: a run expected to fail more
+// than this often over all Monte Carlo runs is not sampled (it would not
+// return for hours, e.g. a 1 s MTBF); with that many failures the
+// distribution is the closed form's within 1/sqrt(failures) (central limit
+// theorem), so the closed form is reported.
+constexpr double kMaxMonteCarloFailures = 2e7;
+
+// Below this expected goodput a run makes no practical progress: "this
+// plan cannot run" with the reason.
+constexpr double kMinRunnableGoodput = 1e-3;
+
 struct MonteCarloResult {
-  int runs = 0;
+  int runs = 0;                 // 0: not sampled (closed form, see kMaxMonteCarloFailures)
   double mean_s = 0, p50_s = 0, p90_s = 0, min_s = 0, max_s = 0;
   double std_s = 0;  // sample standard deviation of the run time
   double failures_mean = 0;
   WallBreakdown breakdown;
 };
 
-// REQUIRES: k >= 1, runs >= 1.
+// REQUIRES: k >= 1, runs >= 1, runs * expected_failures(m, k) within
+// kMaxMonteCarloFailures.
 MonteCarloResult monte_carlo_run(const RunModel& m, int64_t k, int runs, uint64_t seed);
 
 struct IntervalPoint {
@@ -142,6 +164,9 @@ struct FailureReport {
   MonteCarloResult mc;
   double goodput = 0;                  // N T / mc.mean_s
   std::vector<IntervalPoint> sweep;    // steady goodput around tau*
+  // Non-empty when the job can make no practical progress (expected goodput
+  // below kMinRunnableGoodput): "the job fails every 1.0 s on average ...".
+  std::string cannot_run;
 };
 
 // The run of `train_tokens` tokens at `step_s` per step of `tokens_per_step`.
@@ -154,7 +179,8 @@ FailureReport analyze_failures(const ModelSpec& model, const ClusterSpec& cluste
                                int runs, uint64_t seed);
 
 // Runs the Monte Carlo of report->run at its interval and sets mc and
-// goodput.  REQUIRES: runs >= 1.
+// goodput; beyond kMaxMonteCarloFailures expected failures it sets mc to
+// the closed form instead (mc.runs == 0).  REQUIRES: runs >= 1.
 void add_monte_carlo(FailureReport* report, int runs, uint64_t seed);
 
 }  // namespace trainplan

@@ -7,6 +7,7 @@
 
 #include "simulator/core/error.h"
 #include "simulator/spec/json_reader.h"
+#include "simulator/spec/plan.h"
 
 namespace trainplan {
 
@@ -96,90 +97,122 @@ std::string calibration_json(const Calibration& c) {
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+// Ranges (docs/input-limits.md).  "0" marks a figure the backend did not
+// measure (nccl-tests output has no GEMM or copy figures).
+constexpr double kMaxFlops = 1e18;          // 1 EFLOP/s
+constexpr double kMinFlops = 1e6;           // 1 MFLOP/s
+constexpr double kMinRate = 1e6;            // 1 MB/s
+constexpr double kMaxRate = 1e15;           // 1 PB/s
+constexpr double kMaxKernelOverhead = 0.1;  // a launch overhead of 100 ms is no GPU or CPU
+constexpr double kMaxLatency = 1.0;         // collective latencies are microseconds
+constexpr double kMaxSampleTime = 3600.0;   // one timed operation
+constexpr double kMaxSampleBytes = 1125899906842624.0;  // 1 PiB
+constexpr int64_t kMaxGemmDim = int64_t{1} << 24;
+
+const std::vector<std::string> kGemmDtypes = {"bf16", "fp16", "fp32", "tf32"};
+
+// A measured figure: 0 (not measured) or within [lo, hi].
+double measured(detail::JsonObject& o, const std::string& key, Dimension d, double lo, double hi) {
+  const double v = o.quantity(key, d, 0, hi);
+  if (v != 0 && v < lo) {
+    throw_input_error(o.where(), o.pointer(key), "out of range",
+                      "allowed: 0 (not measured) or " + detail::format_quantity(lo, d) + " to " +
+                          detail::format_quantity(hi, d));
+  }
+  return v;
+}
+
+int64_t gemm_dim(detail::JsonObject& o, const std::string& key) { return o.integer(key, 1, kMaxGemmDim); }
+
+}  // namespace
+
 Calibration parse_calibration(const std::string& text, const std::string& where) {
   nlohmann::json doc = detail::parse_json_text(text, where);
   detail::JsonObject o(doc, where, "");
   Calibration c;
   c.tool = o.string("tool");
-  c.backend = o.string("backend");
+  {
+    const std::vector<std::string> backends = {"cpu", "cuda", "nccl-tests"};
+    c.backend = backends[o.choice("backend", backends)];
+  }
   c.versions = o.string("versions");
   c.device = o.string("device");
   c.gpu_type = o.string("gpu_type");
-  c.ranks = static_cast<int>(o.positive_integer("ranks"));
-  c.nodes = static_cast<int>(o.positive_integer("nodes"));
+  c.ranks = static_cast<int>(o.integer("ranks", 1, kMaxGpus));
+  c.nodes = static_cast<int>(o.integer("nodes", 1, kMaxNodes));
+  if (c.nodes > c.ranks) {
+    throw_input_error(where, "/nodes", "exceeds the " + std::to_string(c.ranks) + " ranks", "allowed: 1 to ranks");
+  }
   c.complete = o.boolean("complete");
+  c.peak_flop_per_s = measured(o, "peak", Dimension::kFlopRate, kMinFlops, kMaxFlops);
+  c.copy_bytes_per_s = measured(o, "copy_bandwidth", Dimension::kByteRate, kMinRate, kMaxRate);
+  c.kernel_overhead_s = o.quantity("kernel_overhead", Dimension::kDuration, 0, kMaxKernelOverhead);
+  // The GEMM dtype: one the backends run, or "" when no GEMM was measured.
   c.dtype = o.string("dtype");
-  c.peak_flop_per_s = o.quantity("peak", Dimension::kFlopRate, true);
-  c.copy_bytes_per_s = o.quantity("copy_bandwidth", Dimension::kByteRate, true);
-  c.kernel_overhead_s = o.quantity("kernel_overhead", Dimension::kDuration, true);
-  auto array_of = [&](const std::string& key) -> const nlohmann::json& {
-    const nlohmann::json& v = o.raw(key);
-    if (!v.is_array()) throw_input_error(where, o.pointer(key), "expected an array", "");
-    return v;
-  };
-  const nlohmann::json& table = array_of("gemm_table");
+  if (c.peak_flop_per_s > 0 || !c.dtype.empty()) c.dtype = kGemmDtypes[o.choice("dtype", kGemmDtypes)];
+  const nlohmann::json& table = o.array("gemm_table");
+  if (!table.empty() && c.peak_flop_per_s == 0) {
+    throw_input_error(where, "/gemm_table", "lists GEMM shapes but /peak is 0 (not measured)",
+                      "the table's efficiencies are relative to the peak");
+  }
   for (size_t i = 0; i < table.size(); ++i) {
     detail::JsonObject g(table[i], where, "/gemm_table/" + std::to_string(i));
     GemmPoint p;
-    p.m = g.positive_integer("m");
-    p.n = g.positive_integer("n");
-    p.k = g.positive_integer("k");
-    p.efficiency = *g.optional_number_in("efficiency", 1e-6, 1.0);
+    p.m = gemm_dim(g, "m");
+    p.n = gemm_dim(g, "n");
+    p.k = gemm_dim(g, "k");
+    p.efficiency = g.number_in("efficiency", 1e-6, 1.0);
     g.finish();
     c.gemm_table.push_back(p);
   }
-  const nlohmann::json& fits = array_of("collectives");
+  const nlohmann::json& fits = o.array("collectives");
   for (size_t i = 0; i < fits.size(); ++i) {
     detail::JsonObject f(fits[i], where, "/collectives/" + std::to_string(i));
     CollectiveFitResult r;
     r.collective = static_cast<Collective>(f.choice("collective", kCollectiveNames));
     r.inter_node = f.choice("scope", {"intra", "inter"}) == 1;
-    r.ranks = static_cast<int>(f.positive_integer("ranks"));
-    r.latency_s = f.quantity("latency", Dimension::kDuration, true);
-    r.bus_bytes_per_s = f.quantity("bus_bandwidth", Dimension::kByteRate);
+    r.ranks = static_cast<int>(f.integer("ranks", 1, kMaxGpus));
+    r.latency_s = f.quantity("latency", Dimension::kDuration, 0, kMaxLatency);
+    r.bus_bytes_per_s = f.quantity("bus_bandwidth", Dimension::kByteRate, kMinRate, kMaxRate);
     r.residual_rms = f.optional_number_in("residual_rms", 0, 1e9).value_or(0);
-    r.samples = static_cast<int>(f.positive_integer("samples"));
+    r.samples = static_cast<int>(f.integer("samples", 1, 1 << 30));
     f.finish();
     c.collectives.push_back(r);
   }
   detail::JsonObject samples = o.object("samples");
-  auto sample_array = [&](const std::string& key) -> const nlohmann::json& {
-    const nlohmann::json& v = samples.raw(key);
-    if (!v.is_array()) throw_input_error(where, samples.pointer(key), "expected an array", "");
-    return v;
-  };
-  const nlohmann::json& cs = sample_array("collectives");
+  const nlohmann::json& cs = samples.array("collectives");
   for (size_t i = 0; i < cs.size(); ++i) {
     detail::JsonObject s(cs[i], where, "/samples/collectives/" + std::to_string(i));
     CollectiveSample x;
     x.collective = static_cast<Collective>(s.choice("collective", kCollectiveNames));
     x.inter_node = s.choice("scope", {"intra", "inter"}) == 1;
-    x.ranks = static_cast<int>(s.positive_integer("ranks"));
-    x.bytes = static_cast<int64_t>(s.quantity("size", Dimension::kBytes));
-    x.time_s = s.quantity("time", Dimension::kDuration);
-    s.allow("wrong");
-    x.wrong = s.has("wrong") ? static_cast<int64_t>(*s.optional_number_in("wrong", 0, 1e18)) : 0;
+    x.ranks = static_cast<int>(s.integer("ranks", 1, kMaxGpus));
+    x.bytes = static_cast<int64_t>(s.quantity("size", Dimension::kBytes, 1, kMaxSampleBytes));
+    x.time_s = s.quantity("time", Dimension::kDuration, 1e-12, kMaxSampleTime);
+    x.wrong = s.optional_integer("wrong", 0, int64_t{1} << 62).value_or(0);
     s.finish();
     c.collective_samples.push_back(x);
   }
-  const nlohmann::json& gs = sample_array("gemm");
+  const nlohmann::json& gs = samples.array("gemm");
   for (size_t i = 0; i < gs.size(); ++i) {
     detail::JsonObject s(gs[i], where, "/samples/gemm/" + std::to_string(i));
     GemmSample x;
-    x.m = s.positive_integer("m");
-    x.n = s.positive_integer("n");
-    x.k = s.positive_integer("k");
-    x.dtype = s.string("dtype");
-    x.time_s = s.quantity("time", Dimension::kDuration);
+    x.m = gemm_dim(s, "m");
+    x.n = gemm_dim(s, "n");
+    x.k = gemm_dim(s, "k");
+    x.dtype = kGemmDtypes[s.choice("dtype", kGemmDtypes)];
+    x.time_s = s.quantity("time", Dimension::kDuration, 1e-12, kMaxSampleTime);
     s.finish();
     c.gemm_samples.push_back(x);
   }
-  const nlohmann::json& ps = sample_array("copy");
+  const nlohmann::json& ps = samples.array("copy");
   for (size_t i = 0; i < ps.size(); ++i) {
     detail::JsonObject s(ps[i], where, "/samples/copy/" + std::to_string(i));
     CopySample x;
-    x.bytes = static_cast<int64_t>(s.quantity("size", Dimension::kBytes));
-    x.time_s = s.quantity("time", Dimension::kDuration);
+    x.bytes = static_cast<int64_t>(s.quantity("size", Dimension::kBytes, 1, kMaxSampleBytes));
+    x.time_s = s.quantity("time", Dimension::kDuration, 1e-12, kMaxSampleTime);
     s.finish();
     c.copy_samples.push_back(x);
   }

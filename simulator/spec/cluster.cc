@@ -37,24 +37,30 @@ const char* to_string(InterFabric f) {
 
 namespace {
 
-int checked_int(detail::JsonObject& o, const std::string& key, int64_t max) {
-  int64_t v = o.positive_integer(key);
-  if (v > max) throw_input_error(o.where(), o.pointer(key), "too large", "at most " + std::to_string(max));
-  return static_cast<int>(v);
+// Ranges (docs/input-limits.md): a factor of 1000 or more around every
+// shipped part, so that a typo in a unit prefix is caught and no product of
+// the cost model leaves int64 or Duration range.
+constexpr double kMinBytes = 1048576.0;                // 1 MiB
+constexpr double kMaxBytes = 1125899906842624.0;       // 1 PiB
+constexpr double kMinRate = 1e6;                       // 1 MB/s
+constexpr double kMaxRate = 1e15;                      // 1 PB/s
+constexpr double kMinFlops = 1e9;                      // 1 GFLOP/s (a CPU core)
+constexpr double kMaxFlops = 1e18;                     // 1 EFLOP/s
+constexpr double kMaxLatency = 1.0;                    // link latencies are microseconds
+
+int int_in(detail::JsonObject& o, const std::string& key, int64_t lo, int64_t hi) {
+  return static_cast<int>(o.integer(key, lo, hi));
 }
 
-// Link latencies are microseconds; anything above a second is a typo.
 Duration latency(detail::JsonObject& o) {
-  double s = o.quantity("latency", Dimension::kDuration, true);
-  if (s > 1.0) throw_input_error(o.where(), o.pointer("latency"), "latency above 1s", "expected e.g. \"2.5us\"");
-  return Duration::seconds(s);
+  return Duration::seconds(o.quantity("latency", Dimension::kDuration, 0, kMaxLatency));
 }
 
 GpuSpec parse_gpu(detail::JsonObject o) {
   GpuSpec g;
   g.name = o.string("name");
-  g.memory = static_cast<Bytes>(o.quantity("memory", Dimension::kBytes));
-  g.hbm_bandwidth = Bandwidth::bytes_per_s(o.quantity("hbm_bandwidth", Dimension::kByteRate));
+  g.memory = static_cast<Bytes>(o.quantity("memory", Dimension::kBytes, kMinBytes, kMaxBytes));
+  g.hbm_bandwidth = Bandwidth::bytes_per_s(o.quantity("hbm_bandwidth", Dimension::kByteRate, kMinRate, kMaxRate));
   detail::JsonObject peak = o.object("peak");
   const Dtype dtypes[] = {Dtype::kBf16, Dtype::kFp16, Dtype::kFp32, Dtype::kTf32, Dtype::kFp8};
   for (Dtype d : dtypes) {
@@ -63,12 +69,12 @@ GpuSpec parse_gpu(detail::JsonObject o) {
       peak.optional_string(to_string(d));  // mark as allowed
       continue;
     }
-    g.peak[d] = FlopRate::flop_per_s(peak.quantity(to_string(d), Dimension::kFlopRate));
+    g.peak[d] = FlopRate::flop_per_s(peak.quantity(to_string(d), Dimension::kFlopRate, kMinFlops, kMaxFlops));
   }
   peak.finish();
   g.gemm_efficiency = o.optional_number_in("gemm_efficiency", 0.01, 1.0).value_or(0.8);
   g.hbm_efficiency = o.optional_number_in("hbm_efficiency", 0.01, 1.0).value_or(0.85);
-  g.sm_count = static_cast<int>(o.optional_positive_integer("sm_count").value_or(108));
+  g.sm_count = static_cast<int>(o.optional_integer("sm_count", 1, 1 << 16).value_or(108));
   g.attention_efficiency = o.optional_number_in("attention_efficiency", 0.01, 1.0).value_or(0.55);
   g.source = o.optional_string("source").value_or("");
   o.finish();
@@ -78,10 +84,10 @@ GpuSpec parse_gpu(detail::JsonObject o) {
 IntraNodeSpec parse_intra(detail::JsonObject o) {
   IntraNodeSpec s;
   s.fabric = static_cast<IntraFabric>(o.choice("fabric", {"nvswitch", "nvlink", "pcie"}));
-  s.bandwidth = Bandwidth::bytes_per_s(o.quantity("bandwidth", Dimension::kByteRate));
+  s.bandwidth = Bandwidth::bytes_per_s(o.quantity("bandwidth", Dimension::kByteRate, kMinRate, kMaxRate));
   s.latency = latency(o);
   s.nvls = o.optional_boolean("nvls").value_or(false);
-  s.gpus_per_switch = static_cast<int>(o.optional_positive_integer("gpus_per_switch").value_or(0));
+  s.gpus_per_switch = static_cast<int>(o.optional_integer("gpus_per_switch", 1, kMaxGpusPerNode).value_or(0));
   s.source = o.optional_string("source").value_or("");
   o.finish();
   return s;
@@ -90,12 +96,12 @@ IntraNodeSpec parse_intra(detail::JsonObject o) {
 InterNodeSpec parse_inter(detail::JsonObject o) {
   InterNodeSpec s;
   s.fabric = static_cast<InterFabric>(o.choice("fabric", {"infiniband", "roce", "ethernet"}));
-  s.nics_per_node = checked_int(o, "nics_per_node", 64);
-  s.nic_bandwidth = Bandwidth::bytes_per_s(o.quantity("nic_bandwidth", Dimension::kByteRate));
+  s.nics_per_node = int_in(o, "nics_per_node", 1, 64);
+  s.nic_bandwidth = Bandwidth::bytes_per_s(o.quantity("nic_bandwidth", Dimension::kByteRate, kMinRate, kMaxRate));
   s.latency = latency(o);
   s.oversubscription = o.optional_number_in("oversubscription", 1.0, 64.0).value_or(1.0);
   s.rail_optimized = o.optional_boolean("rail_optimized").value_or(true);
-  s.nodes_per_leaf = static_cast<int>(o.optional_positive_integer("nodes_per_leaf").value_or(32));
+  s.nodes_per_leaf = static_cast<int>(o.optional_integer("nodes_per_leaf", 1, 1 << 20).value_or(32));
   s.source = o.optional_string("source").value_or("");
   o.finish();
   return s;
@@ -110,13 +116,19 @@ ClusterSpec parse_cluster(const std::string& json_text, const std::string& where
   c.name = o.string("name");
   if (c.name.empty()) throw_input_error(where, "/name", "must not be empty", "");
   c.description = o.optional_string("description").value_or("");
-  c.gpus_per_node = checked_int(o, "gpus_per_node", 1024);
+  c.gpus_per_node = int_in(o, "gpus_per_node", 1, kMaxGpusPerNode);
   c.gpu = parse_gpu(o.object("gpu"));
   c.intra_node = parse_intra(o.object("intra_node"));
+  if (c.intra_node.gpus_per_switch > c.gpus_per_node) {
+    throw_input_error(where, "/intra_node/gpus_per_switch",
+                      "exceeds the " + std::to_string(c.gpus_per_node) + " GPUs of a node",
+                      "allowed: 1 to gpus_per_node");
+  }
   if (auto inter = o.optional_object("inter_node")) c.inter_node = parse_inter(*inter);
   detail::JsonObject host = o.object("host");
-  c.host.memory = static_cast<Bytes>(host.quantity("memory", Dimension::kBytes));
-  c.host.bandwidth_per_gpu = Bandwidth::bytes_per_s(host.quantity("bandwidth_per_gpu", Dimension::kByteRate));
+  c.host.memory = static_cast<Bytes>(host.quantity("memory", Dimension::kBytes, kMinBytes, kMaxBytes));
+  c.host.bandwidth_per_gpu =
+      Bandwidth::bytes_per_s(host.quantity("bandwidth_per_gpu", Dimension::kByteRate, kMinRate, kMaxRate));
   c.host.source = host.optional_string("source").value_or("");
   host.finish();
   c.source = o.optional_string("source").value_or("");

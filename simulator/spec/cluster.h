@@ -29,6 +29,9 @@ const char* to_string(InterFabric f);
 
 // A GEMM shape measured by `trainplan calibrate`: its efficiency against the
 // dense peak of its dtype.
+// The most GPUs one node may hold (docs/input-limits.md).
+constexpr int kMaxGpusPerNode = 1024;
+
 struct GemmPoint {
   int64_t m = 0, n = 0, k = 0;
   double efficiency = 0;

@@ -12,13 +12,16 @@ ModelSpec parse_model(const std::string& json_text, const std::string& where) {
   ModelSpec m;
   m.name = o.string("name");
   if (m.name.empty()) throw_input_error(where, "/name", "must not be empty", "");
-  m.layers = o.positive_integer("layers");
-  m.hidden = o.positive_integer("hidden");
-  m.heads = o.positive_integer("heads");
-  m.kv_heads = o.optional_positive_integer("kv_heads").value_or(m.heads);
-  m.ffn_hidden = o.optional_positive_integer("ffn_hidden").value_or(4 * m.hidden);
-  m.vocab = o.positive_integer("vocab");
-  m.seq_len = o.positive_integer("seq_len");
+  // Bounds (docs/input-limits.md): far above any published model, low
+  // enough that every int64 product of the cost and memory models (e.g.
+  // 12 h^2 L, mbs * seq * hidden) stays exact.
+  m.layers = o.integer("layers", 1, kMaxLayers);
+  m.hidden = o.integer("hidden", 1, kMaxHidden);
+  m.heads = o.integer("heads", 1, kMaxHeads);
+  m.kv_heads = o.optional_integer("kv_heads", 1, kMaxHeads).value_or(m.heads);
+  m.ffn_hidden = o.optional_integer("ffn_hidden", 1, 4 * kMaxHidden).value_or(4 * m.hidden);
+  m.vocab = o.integer("vocab", 1, kMaxVocab);
+  m.seq_len = o.integer("seq_len", 1, kMaxSeqLen);
   m.mlp = o.choice("mlp", {"gelu", "swiglu"}) == 0 ? MlpKind::kGelu : MlpKind::kSwiglu;
   m.tied_embeddings = o.boolean("tied_embeddings");
   m.dropout = o.boolean("dropout");

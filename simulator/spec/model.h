@@ -14,6 +14,15 @@
 
 namespace trainplan {
 
+// The largest values a model file may give (docs/input-limits.md).  The
+// largest published dense models have 126 layers, hidden 25600, 128 heads,
+// a 256k vocabulary and 1M-token contexts.
+constexpr int64_t kMaxLayers = 1 << 14;
+constexpr int64_t kMaxHidden = 1 << 18;
+constexpr int64_t kMaxHeads = 1 << 14;
+constexpr int64_t kMaxVocab = 1 << 24;
+constexpr int64_t kMaxSeqLen = 1 << 24;
+
 enum class MlpKind { kGelu, kSwiglu };
 enum class PositionEmbedding { kLearned, kRope, kAlibi };
 

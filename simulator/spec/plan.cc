@@ -83,18 +83,27 @@ std::string str(int64_t v) { return std::to_string(v); }
 }  // namespace
 
 int gpus_of_nodes(const ClusterSpec& cluster, int64_t nodes) {
-  if (nodes < 1) throw_input_error("--nodes", "", "must be >= 1, got " + std::to_string(nodes), "");
-  if (nodes > (int64_t{1} << 20)) throw_input_error("--nodes", "", "too large", "at most 1048576 nodes");
+  if (nodes < 1 || nodes > kMaxNodes) {
+    throw_input_error("--nodes", "", "out of range: " + std::to_string(nodes),
+                      "allowed: 1 to " + std::to_string(kMaxNodes));
+  }
   return static_cast<int>(nodes * cluster.gpus_per_node);
 }
 
-Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus, const Plan& plan) {
-  if (gpus < 1) throw_input_error("--gpus", "", "must be >= 1, got " + std::to_string(gpus), "");
+void check_gpu_count(const ClusterSpec& cluster, int64_t gpus, const std::string& where, const std::string& pointer) {
+  if (gpus < 1 || gpus > kMaxGpus) {
+    throw_input_error(where, pointer, "out of range: " + std::to_string(gpus), "allowed: 1 to " + std::to_string(kMaxGpus));
+  }
   if (gpus > cluster.gpus_per_node && gpus % cluster.gpus_per_node != 0) {
-    throw_input_error("--gpus", "", std::to_string(gpus) + " is not a multiple of the " +
+    throw_input_error(where, pointer, std::to_string(gpus) + " is not a multiple of the " +
                       std::to_string(cluster.gpus_per_node) + " GPUs per node of " + cluster.name,
                       "use whole nodes, or fewer GPUs than one node");
   }
+}
+
+Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus, const Plan& plan) {
+  TRAINPLAN_CHECK(gpus >= 1 && (gpus <= cluster.gpus_per_node || gpus % cluster.gpus_per_node == 0),
+                  "resolve_plan needs a checked GPU count");
   Layout L;
   L.plan = plan;
   Plan& p = L.plan;
@@ -147,9 +156,9 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   // Stage layers: explicit or balanced.
   if (!p.stage_layers.empty()) {
     if (static_cast<int>(p.stage_layers.size()) != p.pp) {
-      fail("--stage-layers lists " + str(static_cast<int64_t>(p.stage_layers.size())) + " stages but pp=" + str(p.pp));
+      fail("stage_layers lists " + str(static_cast<int64_t>(p.stage_layers.size())) + " stages but pp=" + str(p.pp));
     } else if (std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t{0}) != model.layers) {
-      fail("--stage-layers sum to " +
+      fail("stage_layers sum to " +
            str(std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t{0})) + " but the model has " +
            str(model.layers) + " layers");
     } else {
@@ -190,7 +199,7 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (p.shard_group == 0) {
     L.shard_degree = p.zero > 0 ? dp_cp : 1;
   } else {
-    if (p.zero == 0) fail("--shard-group needs --zero 1, 2 or 3");
+    if (p.zero == 0) fail("a shard group needs ZeRO stage 1, 2 or 3");
     if (dp_cp % p.shard_group != 0)
       fail("shard-group=" + str(p.shard_group) + " does not divide dp*cp = " + str(dp_cp));
     L.shard_degree = p.shard_group;

@@ -70,14 +70,28 @@ struct Layout {
   std::vector<std::string> reasons;  // why not, when !feasible
 };
 
+// The largest values a plan may give, the same for flags and plan.json
+// (docs/input-limits.md): 2^24 GPUs (16.7M) and parallel degrees, 2^30
+// sequences per global batch, 2^20 nodes.
+constexpr int64_t kMaxGpus = 1 << 24;
+constexpr int64_t kMaxDegree = 1 << 24;
+constexpr int64_t kMaxGlobalBatch = 1 << 30;
+constexpr int64_t kMaxNodes = 1 << 20;
+
 // Resolves derived values and checks every rule (divisibility, GPU count,
 // batch, schedule, ZeRO/offload combinations) for a job on `gpus` GPUs
-// (whole nodes, or part of one node).  Never throws for a plan that merely
-// cannot run.  Throws InputError("--gpus: ...") if gpus < 1 or gpus is more
-// than one node and not a multiple of gpus_per_node.
+// (whole nodes, or part of one node).  Never throws: a plan that cannot run
+// comes back with feasible == false and the reasons.
+// REQUIRES: check_gpu_count(cluster, gpus) passed.
 Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus, const Plan& plan);
 
-// GPUs of `nodes` whole nodes.  Throws InputError("--nodes: ...") if nodes < 1.
+// Checks that `gpus` (from the flag or plan-file field named by `where` and
+// `pointer`) is 1..kMaxGpus and whole nodes or part of one node; throws
+// InputError("<where>: <pointer>: ...") otherwise.
+void check_gpu_count(const ClusterSpec& cluster, int64_t gpus, const std::string& where, const std::string& pointer);
+
+// GPUs of `nodes` whole nodes.  Throws InputError("--nodes: ...") unless
+// 1 <= nodes <= kMaxNodes.
 int gpus_of_nodes(const ClusterSpec& cluster, int64_t nodes);
 
 // Transformer layers per stage.  layers % pp == 0: even split.  Otherwise the

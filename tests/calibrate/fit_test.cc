@@ -73,7 +73,7 @@ TEST_CASE("nccl-tests reader: the DGX A100 all_reduce curve", "[calibrate][nccl-
 
 TEST_CASE("nccl-tests reader: errors name the file", "[calibrate][nccl-tests]") {
   REQUIRE_THROWS_WITH(parse_nccl_tests("# nothing here\n", "x.txt", Collective::kAllReduce, 8),
-                      "x.txt: no result rows found; expected nccl-tests output");
+                      "x.txt: no result rows found; expected nccl-tests output with at least one row of size > 0");
   REQUIRE_THROWS_WITH(parse_nccl_tests(fixture("nccl/all_reduce_perf_a100.txt"), "a.txt", std::nullopt, 0),
                       Catch::StartsWith("a.txt: cannot tell which collective"));
 }
@@ -108,4 +108,63 @@ TEST_CASE("Calibration: JSON round trip and GPU type check", "[calibrate][spec]"
   REQUIRE_THROWS_WITH(apply_calibration(d, "--calibration", &a100),
                       "--calibration: taken on NVIDIA H100 80GB HBM3 (H100), but cluster dgx-a100 has A100-SXM4-80GB "
                       "(A100); calibrate on the cluster you plan for");
+}
+
+TEST_CASE("nccl-tests reader: rows nccl-tests itself would flag are refused", "[calibrate][nccl-tests]") {
+  // The row layout of nccl-tests common.cu: size count type redop root, then
+  // time algbw busbw #wrong for out-of-place and again for in-place; #wrong
+  // is "N/A" when the data check is off (-c 0), and a nonzero count makes
+  // nccl-tests print "Out of bounds values : N FAILED" and exit 1.
+  auto row = [](const std::string& out_time, const std::string& out_wrong, const std::string& in_time,
+                const std::string& in_wrong) {
+    return "# header\n    1024   256  float  sum  -1  " + out_time + "  0.05  0.09  " + out_wrong + "  " + in_time +
+           "  0.05  0.09  " + in_wrong + "\n";
+  };
+  SECTION("a clean row is read, in-place time first") {
+    const NcclTestsRun run = parse_nccl_tests(row("20.68", "0", "20.35", "0"), "x.txt", Collective::kAllReduce, 8);
+    REQUIRE(run.samples.size() == 1);
+    CHECK(run.samples[0].time_s == Approx(20.35e-6));
+  }
+  SECTION("N/A wrong counts (no data check) are accepted") {
+    CHECK(parse_nccl_tests(row("20.68", "N/A", "20.35", "N/A"), "x.txt", Collective::kAllReduce, 8).samples.size() == 1);
+  }
+  SECTION("wrong elements in the in-place run") {
+    REQUIRE_THROWS_WITH(parse_nccl_tests(row("20.68", "0", "20.35", "3"), "x.txt", Collective::kAllReduce, 8),
+                        "x.txt: line 2: nccl-tests counted 3 wrong elements; rerun the test: results with wrong "
+                        "elements are not measurements");
+  }
+  SECTION("wrong elements in the out-of-place run invalidate the row too") {
+    REQUIRE_THROWS_WITH(parse_nccl_tests(row("20.68", "7", "20.35", "0"), "x.txt", Collective::kAllReduce, 8),
+                        Catch::StartsWith("x.txt: line 2: nccl-tests counted 7 wrong elements"));
+  }
+  SECTION("negative, infinite and NaN times") {
+    REQUIRE_THROWS_WITH(parse_nccl_tests(row("20.68", "0", "-20.35", "0"), "x.txt", Collective::kAllReduce, 8),
+                        "x.txt: line 2: time -20.35 us is not a measurement; expected a finite time > 0 and at most 1 h");
+    REQUIRE_THROWS_WITH(parse_nccl_tests(row("20.68", "0", "inf", "0"), "x.txt", Collective::kAllReduce, 8),
+                        Catch::StartsWith("x.txt: line 2: time inf us is not a measurement"));
+    REQUIRE_THROWS_WITH(parse_nccl_tests(row("20.68", "0", "nan", "0"), "x.txt", Collective::kAllReduce, 8),
+                        Catch::StartsWith("x.txt: line 2: time nan us is not a measurement"));
+  }
+  SECTION("a truncated row is an error, not skipped") {
+    REQUIRE_THROWS_WITH(parse_nccl_tests("    1024   256  float  sum  -1  20.68\n", "x.txt", Collective::kAllReduce, 8),
+                        Catch::StartsWith("x.txt: line 1: a result row has 6 fields"));
+  }
+  SECTION("nccl-tests' own FAILED verdict") {
+    REQUIRE_THROWS_WITH(parse_nccl_tests(row("20.68", "0", "20.35", "0") + "# Out of bounds values : 3 FAILED\n", "x.txt",
+                                         Collective::kAllReduce, 8),
+                        "x.txt: line 3: nccl-tests reported data errors (Out of bounds values : 3 FAILED); rerun the "
+                        "test: results with wrong elements are not measurements");
+  }
+  SECTION("launcher noise that is not a row is skipped") {
+    CHECK(parse_nccl_tests("2 more processes have sent help message\n" + row("20.68", "0", "20.35", "0"), "x.txt",
+                           Collective::kAllReduce, 8).samples.size() == 1);
+  }
+  SECTION("JSON records are held to the same rules") {
+    REQUIRE_THROWS_WITH(parse_nccl_tests(R"({"results": [{"size": 1024, "in_place": {"time": -1, "nwrong": 0}}]})",
+                                         "x.json", Collective::kAllReduce, 8),
+                        Catch::StartsWith("x.json: result with size 1024: time -1 us is not a measurement"));
+    REQUIRE_THROWS_WITH(parse_nccl_tests(R"({"results": [{"size": 1024, "in_place": {"time": 3, "nwrong": 2}}]})",
+                                         "x.json", Collective::kAllReduce, 8),
+                        Catch::StartsWith("x.json: result with size 1024: nccl-tests counted 2 wrong elements"));
+  }
 }

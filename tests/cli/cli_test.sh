@@ -47,7 +47,7 @@ expect_error "unknown cluster" \
   memory --model gpt3-1.3b --cluster nope --gpus 8
 
 expect_error "--tp 0" \
-  "trainplan: --tp: must be >= 1, got 0" \
+  "trainplan: --tp: out of range: 0; allowed: 1 to 16777216" \
   "${GOOD[@]}" --tp 0
 
 expect_error "--recompute bogus" \
@@ -75,7 +75,7 @@ expect_error "--gpus 12 on 8-GPU nodes" \
   memory --model gpt3-1.3b --cluster dgx-a100 --gpus 12
 
 expect_error "--nodes -1" \
-  "trainplan: --nodes: must be >= 1, got -1" \
+  "trainplan: --nodes: out of range: -1; allowed: 1 to 1048576" \
   memory --model gpt3-1.3b --cluster dgx-a100 --nodes -1
 
 expect_error "--stage-layers not a list" \
@@ -103,7 +103,7 @@ expect_error "cluster file with a bare-number bandwidth" \
 
 # A bad flag is reported before a bad file (flags are checked first).
 expect_error "bad flag and bad model file: the flag is reported" \
-  "trainplan: --tp: must be >= 1, got 0" \
+  "trainplan: --tp: out of range: 0; allowed: 1 to 16777216" \
   memory --model "$DATA/model_unknown_key.json" --cluster dgx-a100 --gpus 8 --tp 0
 
 # Errors found by CLI11 itself (wording of the CLI11 packaged with the build).

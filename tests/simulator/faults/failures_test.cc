@@ -11,6 +11,9 @@
 #include "simulator/cost/layer_cost.h"
 #include "simulator/faults/faults.h"
 #include "simulator/memory/memory_model.h"
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
 
 namespace trainplan {
 namespace {
@@ -115,6 +118,48 @@ TEST_CASE("Failures: the Monte Carlo converges to the closed form", "[sim][fault
       CHECK(mc.p50_s <= mc.p90_s);
     }
   }
+}
+
+TEST_CASE("Failures: the closed-form breakdown matches the Monte Carlo", "[sim][faults][failures]") {
+  // Oracle: the Monte Carlo's mean breakdown.  Each part is a mean of
+  // per-run sums; 4000 runs keep it within a few percent of the expectation
+  // (downtime and lost work vary the most; 5% is > 4 standard errors here).
+  const RunModel m = run_model(1.0, 50000, 3000, 5, 20, 300);
+  for (int64_t k : {int64_t{50}, optimal_interval_steps(m), int64_t{5000}}) {
+    const MonteCarloResult mc = monte_carlo_run(m, k, 4000, 7);
+    const WallBreakdown e = expected_breakdown(m, k);
+    INFO("k " << k);
+    CHECK(e.useful == mc.breakdown.useful);
+    CHECK_THAT(e.checkpoint, WithinRel(mc.breakdown.checkpoint, 1e-9));
+    CHECK_THAT(e.downtime, WithinRel(mc.breakdown.downtime, 0.05));
+    CHECK_THAT(e.load, WithinRel(mc.breakdown.load, 0.05));
+    CHECK_THAT(e.lost, WithinRel(mc.breakdown.lost, 0.05));
+    CHECK_THAT(expected_failures(m, k), WithinRel(mc.failures_mean, 0.05));
+    // Its parts add up to the closed-form run time.
+    CHECK_THAT(e.useful + e.checkpoint + e.lost + e.downtime + e.load, WithinRel(expected_run_s(m, k), 1e-9));
+  }
+}
+
+TEST_CASE("Failures: a run that fails faster than it can checkpoint cannot run", "[sim][faults][failures]") {
+  // --mtbf-gpu 1s on 8 GPUs: lambda = 8/s against 1 s steps and a 5 s
+  // checkpoint, so E(x) ~ e^{8 x} / 8 per segment: goodput ~ 0.  The
+  // Monte Carlo would loop once per failure for ever; it is skipped and the
+  // closed form reported (mc.runs == 0), and the verdict says why.
+  const ModelSpec model = load_model("gpt3-1.3b");
+  const ClusterSpec cluster = load_cluster("dgx-a100");
+  const Layout layout = resolve_plan(model, cluster, 8, Plan{});
+  FailureModel fm;
+  fm.mtbf_gpu_s = 1;
+  fm.storage_bytes_per_s = 100e9;
+  const FailureReport r = analyze_failures(model, cluster, layout, 1.0, 4e6, 3e11, fm, 1000, 1);
+  CHECK(r.mc.runs == 0);
+  CHECK(r.goodput < kMinRunnableGoodput);
+  CHECK_THAT(r.cannot_run, Catch::Matchers::StartsWith("the job fails every 0.125 s on average"));
+  // A realistic MTBF (50,000 h per GPU) runs and is sampled.
+  fm.mtbf_gpu_s = 50000 * 3600.0;
+  const FailureReport ok = analyze_failures(model, cluster, layout, 1.0, 4e6, 3e11, fm, 100, 1);
+  CHECK(ok.mc.runs == 100);
+  CHECK(ok.cannot_run.empty());
 }
 
 TEST_CASE("Failures: without failures the run is steps plus checkpoints", "[sim][faults][failures]") {

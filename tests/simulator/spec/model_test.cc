@@ -107,11 +107,11 @@ TEST_CASE("ModelSpec: bad model JSON is rejected with the exact message", "[sim]
   }
   SECTION("wrong type: a string where an integer is due") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"layers\": 2", "\"layers\": \"2\""), "m.json"),
-                        "m.json: /layers: expected a positive integer, got a string");
+                        "m.json: /layers: expected an integer, got a string; allowed: 1 to 16384");
   }
   SECTION("wrong type: a fraction where an integer is due") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"layers\": 2", "\"layers\": 2.5"), "m.json"),
-                        "m.json: /layers: expected a positive integer, got a number");
+                        "m.json: /layers: expected an integer, got 2.5; write integers without a fraction or exponent; allowed: 1 to 16384");
   }
   SECTION("wrong type: an integer where a boolean is due") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"dropout\": true", "\"dropout\": 1"), "m.json"),
@@ -119,21 +119,53 @@ TEST_CASE("ModelSpec: bad model JSON is rejected with the exact message", "[sim]
   }
   SECTION("zero count") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"layers\": 2", "\"layers\": 0"), "m.json"),
-                        "m.json: /layers: must be > 0, got 0");
+                        "m.json: /layers: out of range: 0; allowed: 1 to 16384");
   }
   SECTION("negative count") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"layers\": 2", "\"layers\": -3"), "m.json"),
-                        "m.json: /layers: must be > 0, got -3");
+                        "m.json: /layers: out of range: -3; allowed: 1 to 16384");
   }
-  SECTION("overflowing integer: above 2^40") {
-    // 2^41 = 2199023255552.
+  SECTION("integer above the field's range") {
+    // 2^41 = 2199023255552 > kMaxVocab = 2^24 = 16777216.
     REQUIRE_THROWS_WITH(parse_model(edited("\"vocab\": 128", "\"vocab\": 2199023255552"), "m.json"),
-                        "m.json: /vocab: integer is too large; at most 2^40");
+                        "m.json: /vocab: out of range: 2199023255552; allowed: 1 to 16777216");
   }
   SECTION("overflowing integer: above int64") {
     // 2^64 - 1 = 18446744073709551615 fits uint64 but not int64.
     REQUIRE_THROWS_WITH(parse_model(edited("\"vocab\": 128", "\"vocab\": 18446744073709551615"), "m.json"),
-                        "m.json: /vocab: integer is too large");
+                        "m.json: /vocab: out of range: 18446744073709551615; allowed: 1 to 16777216");
+  }
+  SECTION("a number beyond double range is bad input, not nlohmann's out_of_range.406") {
+    // 1e400 > DBL_MAX = 1.8e308.  The position is the line and 1-based
+    // column of the token's last character, counted here independently.
+    const std::string text = edited("\"layers\": 2", "\"layers\": 1e400");
+    const size_t col = text.find("1e400") + 5;  // 0-based index of the last character, plus one
+    size_t line = 1, line_start = 0;
+    for (size_t i = 0; i < text.find("1e400"); ++i) {
+      if (text[i] == '\n') { ++line; line_start = i + 1; }
+    }
+    REQUIRE_THROWS_WITH(parse_model(text, "m.json"),
+                        "m.json: line " + std::to_string(line) + ", column " + std::to_string(col - line_start) +
+                            ": number 1e400 is out of range; numbers must be finite (magnitude below 1.8e308)");
+  }
+  SECTION("duplicate keys: RFC 8259 leaves them undefined, nlohmann keeps the last; we refuse") {
+    REQUIRE_THROWS_WITH(parse_model(edited("\"layers\": 2,", "\"layers\": 2, \"layers\": 4,"), "m.json"),
+                        "m.json: /layers: duplicate key \"layers\"; each key may appear once in an object");
+  }
+  SECTION("control characters from the input are escaped: the message stays one line") {
+    REQUIRE_THROWS_WITH(parse_model(edited("\"gelu\"", "\"re\\nlu\\u001b[2J\""), "m.json"),
+                        "m.json: /mlp: unknown value \"re\\nlu\\x1b[2J\"; allowed: gelu, swiglu");
+  }
+  SECTION("keys with '/' and '~' are escaped in the JSON pointer (RFC 6901)") {
+    REQUIRE_THROWS_WITH(parse_model(edited("\"layers\": 2,", "\"layers\": 2, \"a/b~c\": 1,"), "m.json"),
+                        Catch::Matchers::StartsWith("m.json: /a~1b~0c: unknown key"));
+  }
+  SECTION("nesting deeper than kMaxJsonDepth = 32 levels") {
+    // The root object is level 1; 32 arrays make 33.
+    const std::string deep = std::string(32, '[') + std::string(32, ']');
+    REQUIRE_THROWS_WITH(parse_model(edited("\"source\": \"test\"", "\"source\": " + deep), "m.json"),
+                        "m.json: /source/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0: nested deeper "
+                        "than 32 levels; input files are flat records");
   }
   SECTION("unknown enum value lists the allowed values") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"gelu\"", "\"relu\""), "m.json"),

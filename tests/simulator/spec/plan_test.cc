@@ -157,13 +157,22 @@ TEST_CASE("Plan: the GPU count must be whole nodes or part of one", "[sim][spec]
   const ModelSpec m = load_model("llama2-7b");
   const ClusterSpec c = load_cluster("dgx-a100");
   SECTION("12 GPUs on 8-GPU nodes") {
-    REQUIRE_THROWS_AS(resolve_plan(m, c, 12, Plan{}), InputError);
-    REQUIRE_THROWS_WITH(resolve_plan(m, c, 12, Plan{}),
+    REQUIRE_THROWS_AS(check_gpu_count(c, 12, "--gpus", ""), InputError);
+    REQUIRE_THROWS_WITH(check_gpu_count(c, 12, "--gpus", ""),
                         "--gpus: 12 is not a multiple of the 8 GPUs per node of dgx-a100; "
                         "use whole nodes, or fewer GPUs than one node");
   }
-  SECTION("zero GPUs") { REQUIRE_THROWS_WITH(resolve_plan(m, c, 0, Plan{}), "--gpus: must be >= 1, got 0"); }
-  SECTION("zero nodes") { REQUIRE_THROWS_WITH(gpus_of_nodes(c, 0), "--nodes: must be >= 1, got 0"); }
+  SECTION("the error names the plan file's field when the count came from one") {
+    REQUIRE_THROWS_WITH(check_gpu_count(c, 12, "plan.json", "/gpus"),
+                        "plan.json: /gpus: 12 is not a multiple of the 8 GPUs per node of dgx-a100; "
+                        "use whole nodes, or fewer GPUs than one node");
+  }
+  SECTION("part of one node and whole nodes pass") {
+    CHECK_NOTHROW(check_gpu_count(c, 4, "--gpus", ""));
+    CHECK_NOTHROW(check_gpu_count(c, 64, "--gpus", ""));
+  }
+  SECTION("zero GPUs") { REQUIRE_THROWS_WITH(check_gpu_count(c, 0, "--gpus", ""), "--gpus: out of range: 0; allowed: 1 to 16777216"); }
+  SECTION("zero nodes") { REQUIRE_THROWS_WITH(gpus_of_nodes(c, 0), "--nodes: out of range: 0; allowed: 1 to 1048576"); }
   SECTION("nodes times GPUs per node") { CHECK(gpus_of_nodes(c, 16) == 128); }
 }
 
@@ -217,14 +226,14 @@ TEST_CASE("Plan: resolve_plan uses the balanced split and checks explicit ones",
     p.tp = 8;
     p.pp = 4;
     p.stage_layers = {32, 32, 32, 31};  // 127
-    CHECK(has_reason(resolve_plan(m, c, 32, p), "--stage-layers sum to 127 but the model has 126 layers"));
+    CHECK(has_reason(resolve_plan(m, c, 32, p), "stage_layers sum to 127 but the model has 126 layers"));
   }
   SECTION("explicit stage layers must list pp stages") {
     Plan p;
     p.tp = 8;
     p.pp = 4;
     p.stage_layers = {63, 63};
-    CHECK(has_reason(resolve_plan(m, c, 32, p), "--stage-layers lists 2 stages but pp=4"));
+    CHECK(has_reason(resolve_plan(m, c, 32, p), "stage_layers lists 2 stages but pp=4"));
   }
   SECTION("a valid explicit split is taken as given") {
     Plan p;
