@@ -18,6 +18,8 @@
 #include "simulator/core/error.h"
 #include "simulator/spec/data_dir.h"
 #include "simulator/spec/json_reader.h"
+#include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
 
 namespace trainplan {
 
@@ -43,6 +45,7 @@ struct CalibrateFlags {
   std::string collective;
   int ranks = 0;
   std::string device;
+  CLI::App* app = nullptr;  // to tell which flags were given
 };
 
 int64_t parse_size(const std::string& flag, const std::string& text) {
@@ -54,7 +57,11 @@ int64_t parse_size(const std::string& flag, const std::string& text) {
     t += "B";
   }
   const double v = parse_quantity(t, Dimension::kBytes, flag, "");
-  if (v < 4) throw_input_error(flag, "", "must be at least 4 bytes", "e.g. 8, 1K, 64M, 1G");
+  // Buffers of this size are allocated (twice) on every rank: 64 GiB is
+  // about half an H200.
+  if (v < 4 || v > 64.0 * 1073741824.0) {
+    throw_input_error(flag, "", "out of range: \"" + text + "\"", "allowed: 4 bytes to 64G, e.g. 8, 1K, 64M, 1G");
+  }
   return static_cast<int64_t>(v);
 }
 
@@ -75,6 +82,10 @@ void print_fits(const Calibration& c) {
 }
 
 int run_from_nccl_tests(const CalibrateFlags& f) {
+  check_output_path(f.out, "--out");
+  if (f.app != nullptr && f.app->count("--ranks") > 0 && (f.ranks < 1 || f.ranks > kMaxGpus)) {
+    throw_input_error("--ranks", "", "out of range: " + std::to_string(f.ranks), "allowed: 1 to " + std::to_string(kMaxGpus));
+  }
   std::optional<Collective> given;
   if (!f.collective.empty()) {
     given = collective_from_name(f.collective);
@@ -106,14 +117,33 @@ int run_from_nccl_tests(const CalibrateFlags& f) {
 }
 
 int run_calibrate(CalibrateFlags& f, int* argc, char*** argv) {
+  check_output_path(f.out, "--out");
   if (!f.nccl_tests.empty()) return run_from_nccl_tests(f);
   if (f.backend.empty()) throw_input_error("--backend", "", "is required", "allowed: cpu, cuda");
-  if (f.factor < 2) throw_input_error("-f", "", "must be >= 2, got " + std::to_string(f.factor), "");
-  if (f.iters < 1 || f.warmup < 0) throw_input_error("--iters", "", "iters must be >= 1 and warmup >= 0", "");
+  // Each flag has a short nccl-tests alias; errors name both forms.
+  if (f.factor < 2 || f.factor > 1024) {
+    throw_input_error("-f/--stepfactor", "", "out of range: " + std::to_string(f.factor), "allowed: 2 to 1024");
+  }
+  if (f.iters < 1 || f.iters > 100000) {
+    throw_input_error("-n/--iters", "", "out of range: " + std::to_string(f.iters), "allowed: 1 to 100000");
+  }
+  if (f.warmup < 0 || f.warmup > 100000) {
+    throw_input_error("-w/--warmup", "", "out of range: " + std::to_string(f.warmup), "allowed: 0 to 100000");
+  }
+  if (f.seq < 0 || f.seq > kMaxSeqLen || (f.app != nullptr && f.app->count("--seq") > 0 && f.seq == 0)) {
+    throw_input_error("--seq", "", "out of range: " + std::to_string(f.seq),
+                      "allowed: 1 to " + std::to_string(kMaxSeqLen) + "; omit it for the model's");
+  }
+  if (!(f.gemm_max_flops >= 0 && f.gemm_max_flops <= 1e18) ||
+      (f.app != nullptr && f.app->count("--gemm-max-flops") > 0 && f.gemm_max_flops == 0)) {
+    throw_input_error("--gemm-max-flops", "", "out of range", "allowed: a FLOP count from 1 to 1e18");
+  }
   SweepConfig cfg;
-  cfg.min_bytes = parse_size("-b", f.min_bytes);
-  cfg.max_bytes = parse_size("-e", f.max_bytes.empty() ? (f.backend == "cpu" ? "16M" : "1G") : f.max_bytes);
-  if (cfg.max_bytes < cfg.min_bytes) throw_input_error("-e", "", "must be >= -b", "");
+  cfg.min_bytes = parse_size("-b/--minbytes", f.min_bytes);
+  cfg.max_bytes = parse_size("-e/--maxbytes", f.max_bytes.empty() ? (f.backend == "cpu" ? "16M" : "1G") : f.max_bytes);
+  if (cfg.max_bytes < cfg.min_bytes) {
+    throw_input_error("-e/--maxbytes", "", "must be >= -b/--minbytes (" + std::to_string(cfg.min_bytes) + " bytes)", "");
+  }
   cfg.factor = f.factor;
   cfg.warmup = f.warmup;
   cfg.iters = f.iters;
@@ -234,6 +264,7 @@ void register_calibrate_command(CLI::App* app, int* status, int* argc, char*** a
   cmd->add_option("--collective", f.collective, "with --from-nccl-tests: the collective, if the output does not say");
   cmd->add_option("--ranks", f.ranks, "with --from-nccl-tests: the rank count, if the output does not say");
   cmd->add_option("--device", f.device, "with --from-nccl-tests: the GPU, if the output does not say");
+  f.app = cmd;
   cmd->callback([status, argc, argv] { *status = run_calibrate(f, argc, argv); });
 }
 

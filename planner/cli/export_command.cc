@@ -31,6 +31,7 @@ struct ExportFlags {
 };
 
 int run_export(const ExportFlags& f) {
+  if (!f.output.empty()) check_output_path(f.output, "-o/--output");
   if (f.plan.empty()) {
     throw_input_error("--plan", "", "is required", "give --plan plan.json (from `trainplan recommend --save`)");
   }
@@ -52,7 +53,7 @@ int run_export(const ExportFlags& f) {
   if (f.output.empty()) {
     std::cout << r.text;
   } else {
-    write_file_atomically(f.output, r.text, "-o");
+    write_file_atomically(f.output, r.text, "-o/--output");
     std::cout << "wrote the " << to_string(*target) << " export of " << f.plan << " to " << f.output << "\n";
   }
   return 0;

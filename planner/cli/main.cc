@@ -25,24 +25,33 @@ int main(int argc, char** argv) {
   trainplan::register_export_command(&app, &status);
   trainplan::register_calibrate_command(&app, &status, &argc, &argv);
   trainplan::register_validate_command(&app, &status, &argc, &argv);
+  int rc = 0;
   try {
     app.parse(argc, argv);
+    rc = status;
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    rc = app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    rc = app.exit(e);
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    rc = app.exit(e);
   } catch (const CLI::ParseError& e) {
+    // CLI11 echoes the arguments: escaped like every other message.
+    std::fprintf(stderr, "trainplan: %s\n", trainplan::escape_control(e.what()).c_str());
+    rc = 2;
+  } catch (const trainplan::InputError& e) {
     std::fprintf(stderr, "trainplan: %s\n", e.what());
-    return 2;
+    rc = 2;
+  } catch (const std::exception& e) {
+    // A device or runtime failure (CUDA, NCCL, MPI): not bad input.
+    std::fprintf(stderr, "trainplan: error: %s\n", trainplan::escape_control(e.what()).c_str());
+    rc = 1;
+  }
+  try {
+    trainplan::check_stdout();
   } catch (const trainplan::InputError& e) {
     std::fprintf(stderr, "trainplan: %s\n", e.what());
     return 2;
-  } catch (const std::exception& e) {
-    // A device or runtime failure (CUDA, NCCL, MPI): not bad input.
-    std::fprintf(stderr, "trainplan: error: %s\n", e.what());
-    return 1;
   }
-  return status;
+  return rc;
 }

@@ -1,33 +1,134 @@
 #include "planner/cli/output.h"
 
+#include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <cstdio>
-#include <fstream>
+#include <iostream>
 #include <utility>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "simulator/core/error.h"
 
 namespace trainplan {
 
-void write_file_atomically(const std::string& path, const std::string& text, const std::string& flag) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw_input_error(flag, "", "cannot write \"" + path + "\"", "check the folder exists and is writable");
-    out << text;
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw_input_error(flag, "", "cannot write \"" + path + "\"", "disk full?");
-    }
+namespace {
+
+// The temporary file being written, removed if SIGINT, SIGTERM or SIGHUP
+// arrives mid-write (a SIGKILL leaves it behind, under a unique hidden name
+// that nothing reuses or follows).
+char g_temp_path[4096];
+volatile std::sig_atomic_t g_have_temp = 0;
+
+extern "C" void remove_temp_and_reraise(int sig) {
+  if (g_have_temp) ::unlink(g_temp_path);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void install_cleanup_handlers() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) std::signal(sig, remove_temp_and_reraise);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw_input_error(flag, "", "cannot rename onto \"" + path + "\"", "");
+}
+
+[[noreturn]] void write_failed(const std::string& flag, const std::string& path, const std::string& what, int err) {
+  throw_input_error(flag, "", "cannot " + what + " \"" + path + "\": " + std::strerror(err),
+                    "check the folder exists, is writable and has space");
+}
+
+}  // namespace
+
+void check_output_path(const std::string& path, const std::string& flag) {
+  if (path.empty()) throw_input_error(flag, "", "empty file name", "give a file name");
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  struct stat st {};
+  if (base.empty() || base == "." || base == ".." || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))) {
+    throw_input_error(flag, "", "\"" + path + "\" is a folder", "give a file name");
+  }
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw_input_error(flag, "", "the folder \"" + dir + "\" does not exist", "create it first");
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw_input_error(flag, "", "cannot write into \"" + dir + "\": " + std::strerror(errno), "");
+  }
+}
+
+void write_file_atomically(const std::string& path, const std::string& text, const std::string& flag) {
+  check_output_path(path, flag);
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  // A unique name in the target folder (same file system, so the rename is
+  // atomic); mkstemp opens it O_CREAT|O_EXCL, which never follows a symlink.
+  std::string temp = dir + "/." + base + ".tmp-XXXXXX";
+  if (temp.size() >= sizeof g_temp_path) throw_input_error(flag, "", "path too long", "");
+  install_cleanup_handlers();
+  const int fd = ::mkstemp(&temp[0]);
+  if (fd < 0) write_failed(flag, path, "create a file next to", errno);
+  std::memcpy(g_temp_path, temp.c_str(), temp.size() + 1);
+  g_have_temp = 1;
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(temp.c_str());
+    g_have_temp = 0;
+    write_failed(flag, path, what, err);
+  };
+  // The mode a plain open() would give: 0666 less the umask.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (::fchmod(fd, 0666 & ~mask) != 0) fail("set the mode of");
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("write");
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("write");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    g_have_temp = 0;
+    write_failed(flag, path, "write", err);
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    g_have_temp = 0;
+    write_failed(flag, path, "replace", err);
+  }
+  g_have_temp = 0;
+  // Make the rename itself durable.
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void check_stdout() {
+  errno = 0;
+  std::cout.flush();
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || !std::cout;
+  if (failed) {
+    const int err = errno != 0 ? errno : EIO;
+    throw_input_error("standard output", "", std::string("write failed: ") + std::strerror(err),
+                      "is the disk full or the pipe closed?");
   }
 }
 

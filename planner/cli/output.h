@@ -1,5 +1,6 @@
 // Output helpers shared by the commands: the version banner, JSON of a plan,
-// and atomic writes (temp file + rename) so no half-written file is left.
+// atomic writes (temp file + rename) so no half-written file is left, and
+// the check that stdout took everything.
 #ifndef TRAINPLAN_PLANNER_CLI_OUTPUT_H_
 #define TRAINPLAN_PLANNER_CLI_OUTPUT_H_
 
@@ -18,9 +19,23 @@ namespace trainplan {
 
 constexpr const char* kVersion = "0.1.0";
 
-// Writes `text` to `path` via a temporary file in the same folder and a
-// rename.  Throws InputError naming `flag` if the file cannot be written.
+// Writes `text` to `path` whole or not at all: a unique temporary file in
+// the same folder (mkstemp: O_EXCL, never through a symlink), fsync, rename
+// over `path`, fsync of the folder.  The temporary file is removed on error
+// and on SIGINT/SIGTERM/SIGHUP.  The one way every command writes a file.
+// Throws InputError "<flag>: cannot write \"path\": <strerror>; ..." if it
+// cannot be written (or names a folder).
 void write_file_atomically(const std::string& path, const std::string& text, const std::string& flag);
+
+// Checks, before any work, that `path` could be written by
+// write_file_atomically: a file name (not a folder) in an existing, writable
+// folder.  Throws InputError naming `flag`.
+void check_output_path(const std::string& path, const std::string& flag);
+
+// Flushes stdout (stdio and iostream) and throws InputError "standard
+// output: write failed: <strerror>; ..." if anything written to it was
+// lost (`trainplan models > /dev/full`).  main() calls it before exiting.
+void check_stdout();
 
 // A short hash (FNV-1a, 16 hex digits) of everything an answer depends on:
 // the model's shape, the cluster (and its calibration), the GPU count and the

@@ -95,6 +95,7 @@ std::string days(double s) {
 }
 
 int run_recommend(const RecommendFlags& f) {
+  if (!f.save.empty()) check_output_path(f.save, "--save");
   FaultFlags fault_flags = f.faults;
   for (const FaultFlagInfo& info : fault_flag_table(&fault_flags)) {
     if (f.app != nullptr && f.app->count(info.name) > 0 && info.value->empty()) {

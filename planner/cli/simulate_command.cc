@@ -178,6 +178,7 @@ void print_faults(const FaultReport& fr, const FaultConfig& cfg, int gpus) {
 }
 
 int run_simulate(const SimulateFlags& f) {
+  if (!f.trace.empty()) check_output_path(f.trace, "--trace");
   FaultFlags fault_flags = f.faults;
   for (const FaultFlagInfo& info : fault_flag_table(&fault_flags)) {
     if (f.app != nullptr && f.app->count(info.name) > 0 && info.value->empty()) {

@@ -61,6 +61,7 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
   if (f.backend.empty()) throw_input_error("--backend", "", "is required", "allowed: cpu, cuda");
   if (f.steps < 1 || f.steps > 1000) throw_input_error("--steps", "", "must be between 1 and 1000", "");
   if (f.warmup < 0 || f.warmup > 100) throw_input_error("--warmup", "", "must be between 0 and 100", "");
+  if (!f.out.empty()) check_output_path(f.out, "--out");
   PlanJob job = load_plan_job(f.plan, f.calibration);
   const PlanFile& pf = job.file;
   const ModelSpec& model = job.model;

@@ -28,7 +28,7 @@ expect_error "overlay on another GPU type" \
   simulate --model gpt3-1.3b --cluster dgx-h100 --gpus 8 --calibration "$TMP/a100.json"
 expect_error "unknown backend" "trainplan: --backend: unknown backend \"tpu\"; allowed: cpu, cuda" \
   calibrate --backend tpu --out "$TMP/x.json"
-expect_error "step factor below 2" "trainplan: -f: must be >= 2, got 1" calibrate --backend cpu -f 1 --out "$TMP/x.json"
+expect_error "step factor below 2" "trainplan: -f/--stepfactor: out of range: 1; allowed: 2 to 1024" calibrate --backend cpu -f 1 --out "$TMP/x.json"
 expect_error "unknown collective" \
   "trainplan: --collectives: unknown collective \"allsum\"; allowed: all_reduce, all_gather, reduce_scatter, alltoall, broadcast, sendrecv" \
   calibrate --backend cpu --collectives allsum --out "$TMP/x.json"

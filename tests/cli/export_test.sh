@@ -212,7 +212,7 @@ expect_error "a plan file that does not exist" \
   export --plan "$TMP/none.json" --to megatron
 
 expect_error "-o into a missing folder" \
-  "trainplan: -o: cannot write \"$TMP/no/dir/x.sh\"; check the folder exists and is writable" \
+  "trainplan: -o/--output: the folder \"$TMP/no/dir\" does not exist; create it first" \
   export --plan "$MEGATRON_PLAN" --to megatron -o "$TMP/no/dir/x.sh"
 
 echo "all $CHECKS checks passed"
