@@ -3,7 +3,9 @@
 //
 // Exit codes: 0 answered (including "this plan does not fit"), 1 a device or
 // runtime failure (or wrong data in calibrate), 2 bad input.
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -12,6 +14,32 @@
 #include "planner/cli/commands.h"
 #include "planner/cli/output.h"
 #include "simulator/core/error.h"
+
+namespace {
+
+// CLI11 converts an integer that overflows int64 to its limit instead of
+// failing ("--tp 99999999999999999999" would read as 2^63-1 and be
+// reported as such).  Every integer option of every command gets a check on
+// the text as typed, run before the conversion; each command then checks
+// its own range.
+void refuse_overflowing_integers(CLI::App* app) {
+  for (CLI::Option* opt : app->get_options()) {
+    if (opt->get_type_name() != "INT") continue;
+    opt->check(CLI::Validator(
+        [](std::string& text) -> std::string {
+          errno = 0;
+          char* end = nullptr;
+          (void)std::strtoll(text.c_str(), &end, 10);
+          if (text.empty() || *end != '\0') return "\"" + text + "\" is not an integer";
+          if (errno == ERANGE) return "out of range: " + text + "; allowed: a 64-bit integer";
+          return std::string();
+        },
+        "", "integer"));
+  }
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) refuse_overflowing_integers(sub);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"trainplan: plan, simulate and validate distributed LLM training layouts"};
@@ -25,6 +53,7 @@ int main(int argc, char** argv) {
   trainplan::register_export_command(&app, &status);
   trainplan::register_calibrate_command(&app, &status, &argc, &argv);
   trainplan::register_validate_command(&app, &status, &argc, &argv);
+  refuse_overflowing_integers(&app);
   int rc = 0;
   try {
     app.parse(argc, argv);

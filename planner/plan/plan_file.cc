@@ -92,8 +92,8 @@ PlanFile load_plan_file(const std::string& path) { return parse_plan_file(detail
 PlanJob load_plan_job(const std::string& path, const std::string& calibration_path) {
   PlanJob job;
   job.file = load_plan_file(path);
-  job.model = load_model(job.file.model);
-  job.cluster = load_cluster(job.file.cluster);
+  job.model = load_model(job.file.model, path, "/model");
+  job.cluster = load_cluster(job.file.cluster, path, "/cluster");
   if (!calibration_path.empty()) {
     apply_calibration(load_calibration(calibration_path), "--calibration", &job.cluster);
   }

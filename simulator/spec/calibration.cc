@@ -218,18 +218,21 @@ Calibration parse_calibration(const std::string& text, const std::string& where)
   }
   samples.finish();
   o.finish();
+  c.where = where;
   return c;
 }
 
 Calibration load_calibration(const std::string& path) { return parse_calibration(detail::read_text_file(path), path); }
 
 void apply_calibration(const Calibration& c, const std::string& flag, ClusterSpec* cluster) {
+  const std::string& where = c.where.empty() ? flag : c.where;
   if (!c.complete) {
-    throw_input_error(flag, "", "the calibration is incomplete (interrupted sweep)", "finish it with calibrate --resume");
+    throw_input_error(where, c.where.empty() ? "" : "/complete", "the calibration is incomplete (interrupted sweep)",
+                      "finish it with calibrate --resume");
   }
   const std::string want = gpu_type_of(cluster->gpu.name);
   if (c.gpu_type != want) {
-    throw_input_error(flag, "", "taken on " + c.device + " (" + c.gpu_type + "), but cluster " + cluster->name +
+    throw_input_error(where, c.where.empty() ? "" : "/gpu_type", "taken on " + c.device + " (" + c.gpu_type + "), but cluster " + cluster->name +
                       " has " + cluster->gpu.name + " (" + want + ")", "calibrate on the cluster you plan for");
   }
   GpuSpec& g = cluster->gpu;

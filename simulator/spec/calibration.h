@@ -69,6 +69,7 @@ struct Calibration {
   std::vector<CollectiveSample> collective_samples;
   std::vector<GemmSample> gemm_samples;
   std::vector<CopySample> copy_samples;
+  std::string where;        // the file it was read from ("" when made in memory); not written
 };
 
 // The normalised GPU type of a device or cluster GPU name: the first of
@@ -82,8 +83,8 @@ Calibration load_calibration(const std::string& path);
 
 // Replaces the cluster's GEMM peak/efficiency table, memory bandwidth,
 // kernel overhead and collective costs with the measured ones.  Throws
-// InputError("<flag>: ...") if the calibration was taken on another GPU type
-// or is incomplete.
+// InputError("<file>: /gpu_type: ...", or "<flag>: ..." for a calibration
+// made in memory) if it was taken on another GPU type or is incomplete.
 void apply_calibration(const Calibration& c, const std::string& flag, ClusterSpec* cluster);
 
 }  // namespace trainplan

@@ -136,8 +136,8 @@ ClusterSpec parse_cluster(const std::string& json_text, const std::string& where
   return c;
 }
 
-ClusterSpec load_cluster(const std::string& name_or_path) {
-  std::string path = resolve_data_file("topologies", name_or_path, "--cluster", "cluster");
+ClusterSpec load_cluster(const std::string& name_or_path, const std::string& where, const std::string& pointer) {
+  std::string path = resolve_data_file("topologies", name_or_path, where, pointer, "cluster");
   return parse_cluster(detail::read_text_file(path), path);
 }
 

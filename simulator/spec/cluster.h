@@ -113,7 +113,10 @@ ClusterSpec parse_cluster(const std::string& json_text, const std::string& where
 
 // Finds a cluster by name or path and parses it; lists the known names in the
 // error if the name is unknown.
-ClusterSpec load_cluster(const std::string& name_or_path);
+// `where` and `pointer` name what gave the name (the flag, or a plan file's
+// field) in the error for an unknown one.
+ClusterSpec load_cluster(const std::string& name_or_path, const std::string& where = "--cluster",
+                         const std::string& pointer = "");
 
 std::vector<std::string> builtin_cluster_names();
 

@@ -17,9 +17,11 @@ std::vector<std::string> list_data_names(const std::string& subdir);
 
 // Returns the path for `name_or_path`: a path if it contains '/' or ends in
 // ".json" (must exist), else <data_dir>/<subdir>/<name>.json.
-// Throws InputError "<flag>: unknown <what> "x"; known: a, b, c" if not found.
-std::string resolve_data_file(const std::string& subdir, const std::string& name_or_path,
-                              const std::string& flag, const std::string& what);
+// Throws InputError "<where>: <pointer>: unknown <what> "x"; known: a, b, c"
+// if not found; `where` and `pointer` name the flag ("--model", "") or the
+// file field ("plan.json", "/model") the name came from.
+std::string resolve_data_file(const std::string& subdir, const std::string& name_or_path, const std::string& where,
+                              const std::string& pointer, const std::string& what);
 
 }  // namespace trainplan
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -31,15 +32,17 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
+// The shortest text that reads back to d, in plain notation for
+// magnitudes from 1e-4 to 1e15 ("100", not "1e+02").
 std::string number_text(double d) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", d);
-  // The shortest form that reads back to d.
+  const bool plain = d == 0 || (std::fabs(d) >= 1e-4 && std::fabs(d) < 1e15);
   for (int precision = 1; precision <= 17; ++precision) {
-    char shorter[64];
-    std::snprintf(shorter, sizeof shorter, "%.*g", precision, d);
-    if (std::strtod(shorter, nullptr) == d) return shorter;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*g", precision, d);
+    if (std::strtod(buf, nullptr) == d && (!plain || std::strchr(buf, 'e') == nullptr)) return buf;
   }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, plain ? "%.17f" : "%.17g", d);
   return buf;
 }
 
@@ -195,7 +198,11 @@ std::string format_quantity(double value, Dimension dimension) {
     case Dimension::kFlopRate: units = kFlops; n = 6; break;
     case Dimension::kDuration: units = kTimes; n = 8; break;
   }
-  if (value == 0) return std::string("0") + units[n - 1].name;
+  if (value == 0) {
+    for (size_t i = 0; i < n; ++i) {
+      if (units[i].factor == 1) return std::string("0") + units[i].name;
+    }
+  }
   for (size_t i = 0; i < n; ++i) {
     if (value >= units[i].factor || i + 1 == n) return number_text(value / units[i].factor) + units[i].name;
   }
@@ -218,7 +225,11 @@ int64_t integer_value(const nlohmann::json& v, const std::string& where, const s
     return n;
   }
   if (v.is_number_float()) {
-    throw_input_error(where, pointer, "expected an integer, got " + number_text(v.get<double>()),
+    const double d = v.get<double>();
+    // An integer literal beyond 64 bits reaches us as a double.
+    if (std::floor(d) == d && std::fabs(d) >= 9.2e18) throw_input_error(where, pointer, "out of range: " + number_text(d), allowed);
+    const std::string shown = std::floor(d) == d && std::fabs(d) < 1e15 ? number_text(d) + ".0" : number_text(d);
+    throw_input_error(where, pointer, "expected an integer, got " + shown,
                       "write integers without a fraction or exponent; " + allowed);
   }
   throw_input_error(where, pointer, std::string("expected an integer, got ") + type_name(v), allowed);

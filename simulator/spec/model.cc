@@ -42,8 +42,8 @@ ModelSpec parse_model(const std::string& json_text, const std::string& where) {
   return m;
 }
 
-ModelSpec load_model(const std::string& name_or_path) {
-  std::string path = resolve_data_file("models", name_or_path, "--model", "model");
+ModelSpec load_model(const std::string& name_or_path, const std::string& where, const std::string& pointer) {
+  std::string path = resolve_data_file("models", name_or_path, where, pointer, "model");
   return parse_model(detail::read_text_file(path), path);
 }
 

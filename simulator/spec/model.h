@@ -52,8 +52,10 @@ ModelSpec parse_model(const std::string& json_text, const std::string& where);
 
 // Finds a model by name ("llama3-70b" -> <data_dir>/models/llama3-70b.json) or
 // by path (anything containing '/' or ending in ".json"), then parses it.
-// Throws InputError naming the known models if the name is unknown.
-ModelSpec load_model(const std::string& name_or_path);
+// Throws InputError naming the known models if the name is unknown, from
+// `where` (the flag, or the file that named the model) and `pointer`.
+ModelSpec load_model(const std::string& name_or_path, const std::string& where = "--model",
+                     const std::string& pointer = "");
 
 // Names of the built-in models, sorted.
 std::vector<std::string> builtin_model_names();

@@ -106,7 +106,7 @@ TEST_CASE("Calibration: JSON round trip and GPU type check", "[calibrate][spec]"
   CHECK(cost.time.s() == Approx(30e-6 + 1.75 * 1073741824.0 / 360e9).epsilon(1e-6));
   ClusterSpec a100 = load_cluster("dgx-a100");
   REQUIRE_THROWS_WITH(apply_calibration(d, "--calibration", &a100),
-                      "--calibration: taken on NVIDIA H100 80GB HBM3 (H100), but cluster dgx-a100 has A100-SXM4-80GB "
+                      "c.json: /gpu_type: taken on NVIDIA H100 80GB HBM3 (H100), but cluster dgx-a100 has A100-SXM4-80GB "
                       "(A100); calibrate on the cluster you plan for");
 }
 

@@ -24,7 +24,7 @@ assert f["ranks"] == 8 and f["scope"] == "intra"
 PY
 expect_ok "overlay on the matching GPU" simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --calibration "$TMP/a100.json"
 expect_error "overlay on another GPU type" \
-  "trainplan: --calibration: taken on NVIDIA A100-SXM4-80GB (A100), but cluster dgx-h100 has H100-SXM5-80GB (H100); calibrate on the cluster you plan for" \
+  "trainplan: $TMP/a100.json: /gpu_type: taken on NVIDIA A100-SXM4-80GB (A100), but cluster dgx-h100 has H100-SXM5-80GB (H100); calibrate on the cluster you plan for" \
   simulate --model gpt3-1.3b --cluster dgx-h100 --gpus 8 --calibration "$TMP/a100.json"
 expect_error "unknown backend" "trainplan: --backend: unknown backend \"tpu\"; allowed: cpu, cuda" \
   calibrate --backend tpu --out "$TMP/x.json"

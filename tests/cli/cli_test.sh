@@ -112,7 +112,7 @@ expect_error "missing --model" \
   memory --cluster dgx-a100 --gpus 8
 
 expect_error "non-numeric --tp (CLI11)" \
-  "trainplan: Could not convert: --tp = abc" \
+  "trainplan: --tp: \"abc\" is not an integer" \
   "${GOOD[@]}" --tp abc
 
 expect_error "unknown flag (CLI11)" \

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Writes tests/bad_input/files/: one malformed input per class of
+tests/bad_input/cases.json, each a shipped file with one thing changed
+(textually, so that what JSON libraries cannot emit -- 1e400, duplicate keys,
+raw control characters -- can be written).  Run it after changing a shipped
+file the corpus derives from; the files are committed."""
+import json
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "files")
+
+
+def text(path):
+    with open(os.path.join(ROOT, path)) as f:
+        return f.read()
+
+
+def write(name, body):
+    with open(os.path.join(OUT, name), "w") as f:
+        f.write(body)
+
+
+def edit(src, old, new, name, count=1):
+    body = text(src)
+    assert body.count(old) >= 1, (src, old)
+    write(name, body.replace(old, new, count))
+
+
+MODEL = "tests/data/model_tiny.json"
+CLUSTER = "topologies/dgx-a100.json"
+PLAN = "tests/data/export/plan_llama3-8b_tp2_pp2.json"
+CAL = "tests/data/calibration/a100_nccl_tests.json"
+CPU_CAL = "tests/data/calibration/cpu_small.json"
+NCCL = "tests/data/nccl/all_reduce_perf_a100.txt"
+
+os.makedirs(OUT, exist_ok=True)
+# Numbers beyond double range, in every loader.
+edit(MODEL, '"layers": 4', '"layers": 1e400', "model_1e400.json")
+edit(CLUSTER, '"sm_count": 108', '"sm_count": -1e400', "cluster_1e400.json")
+edit(PLAN, '"tp": 2', '"tp": 1e400', "plan_1e400.json")
+edit(CAL, '"ranks": 8', '"ranks": 1e400', "calibration_1e400.json")
+# Integers that narrowed to int (SIGFPE, silent truncation).
+edit(PLAN, '"tp": 2', '"tp": 1099511627776', "plan_tp_2e40.json")
+edit(CLUSTER, '"sm_count": 108', '"sm_count": 4294967296', "cluster_sm_2e32.json")
+edit(CLUSTER, '"sm_count": 108', '"sm_count": 2147483648', "cluster_sm_2e31.json")
+edit(CLUSTER, '"nvls": false', '"nvls": false, "gpus_per_switch": 4294967296', "cluster_gps_2e32.json")
+edit(CLUSTER, '"nvls": false', '"nvls": false, "gpus_per_switch": 16', "cluster_gps_above_node.json")
+edit(MODEL, '"layers": 4', '"layers": 4.0', "model_layers_float.json")
+edit(MODEL, '"vocab": 1024', '"vocab": 18446744073709551616', "model_vocab_2e64.json")
+edit(PLAN, '"gpus": 8', '"gpus": 12', "plan_gpus_12.json")
+edit(PLAN, '"pp": 2', '"pp": 2, "stage_layers": [16, 15]', "plan_stage_sum.json")
+edit(PLAN, '"zero": 1', '"zero": 4', "plan_zero_4.json")
+edit(PLAN, '"seq": 8192', '"seq": 0', "plan_seq_0.json")
+# Duplicate keys (nlohmann keeps the last one).
+edit(MODEL, '"layers": 4,', '"layers": 4, "layers": 400,', "model_duplicate.json")
+edit(CLUSTER, '"memory": "81920MiB",', '"memory": "81920MiB", "memory": "8TiB",', "cluster_duplicate.json")
+edit(PLAN, '"tp": 2,', '"tp": 2, "tp": 4,', "plan_duplicate.json")
+edit(CAL, '"ranks": 8,', '"ranks": 8, "ranks": 16,', "calibration_duplicate.json")
+# Calibration: reached internal checks or an empty optional.
+edit(CPU_CAL, '"kernel_overhead": "', '"kernel_overhead": "1e12s", "x": "', "calibration_overhead_huge.json")
+body = json.loads(text(CPU_CAL))
+del body["gemm_table"][0]["efficiency"]
+write("calibration_gemm_no_efficiency.json", json.dumps(body, indent=2) + "\n")
+edit(CPU_CAL, '"dtype": "fp32"', '"dtype": "int4"', "calibration_dtype.json")
+edit(CPU_CAL, '"backend": "cpu"', '"backend": "tpu"', "calibration_backend.json")
+edit(CAL, '"nodes": 1', '"nodes": 64', "calibration_nodes_above_ranks.json")
+# Control characters in values that are echoed back.
+edit(MODEL, '"mlp": "gelu"', '"mlp": "ge\\nlu\\u001b[31m"', "model_control_chars.json")
+# nccl-tests output nccl-tests itself would flag.
+nccl = text(NCCL)
+rows = [l for l in nccl.splitlines() if l.strip() and not l.startswith("#")]
+header = "\n".join(l for l in nccl.splitlines() if l.startswith("#"))
+write("nccl_no_rows.txt", header + "\n")
+first = rows[0]
+fields = first.split()
+def row_with(**kw):
+    f = list(fields)
+    for i, v in kw.items():
+        f[int(i[1:])] = v
+    return "  ".join(f)
+write("nccl_negative_time.txt", nccl.replace(first, row_with(f9="-378.2"), 1))
+write("nccl_inf_time.txt", nccl.replace(first, row_with(f9="inf"), 1))
+write("nccl_wrong.txt", nccl.replace(first, row_with(f12="12"), 1))
+write("nccl_failed.txt", nccl.replace("Out of bounds values : 0 OK", "Out of bounds values : 12 FAILED", 1))
+write("nccl_truncated_row.txt", nccl.replace(first, "  ".join(fields[:6]), 1))
+write("nccl_1e400.json", '{"results": [{"size": 1024, "in_place": {"time": 1e400, "nwrong": 0}}]}\n')
+# Malformed JSON.
+write("model_truncated.json", text(MODEL)[:60])
+write("model_deep.json", '{"name": ' + "[" * 40 + "]" * 40 + "}\n")
+write("model_not_object.json", "[1, 2, 3]\n")
