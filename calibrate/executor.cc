@@ -44,7 +44,7 @@ Collective tp_collective(TpComm c, bool backward) {
 class RankExecutor {
  public:
   RankExecutor(Backend& b, const ModelSpec& m, const ClusterSpec& c, const Layout& L)
-      : b_(b), m_(m), c_(c), L_(L), p_(L.plan), dtype_(dtype_of(L.plan.precision, b)) {
+      : b_(b), L_(L), p_(L.plan), dtype_(dtype_of(L.plan.precision, b)) {
     SimulateOptions so = simulate_options_for(b);
     LoweringOptions lo;
     lo.representative = false;
@@ -304,8 +304,6 @@ class RankExecutor {
   }
 
   Backend& b_;
-  const ModelSpec& m_;
-  const ClusterSpec& c_;
   const Layout& L_;
   const Plan& p_;
   std::string dtype_;
