@@ -257,7 +257,8 @@ class RankExecutor {
           }
           break;
         case OpKind::kElementwise:
-          if (op.bytes > 0) b_.copy(static_cast<int64_t>(op.bytes));
+          // A copy of n bytes moves 2n of traffic.
+          if (op.bwd_bytes > 0) b_.copy(static_cast<int64_t>(op.bwd_bytes / 2));
           break;
       }
       t_->compute += now_s() - t0;

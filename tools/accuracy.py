@@ -67,8 +67,10 @@ def flags_for(row):
     rid = row["id"]
     lay = row["layout"]
     meas = row["measured"]
-    year = 2023 if rid.startswith(("mcore24", "torchtitan", "zerobubble")) else 2021
+    year = 2023 if rid.startswith(("mcore24", "torchtitan", "zerobubble", "nemo24")) else 2021
     f = ["--gpus", str(row["hardware"]["gpus"]), "--tp", str(lay.get("tp") or 1), "--pp", str(lay.get("pp") or 1)]
+    if (lay.get("cp") or 1) > 1:
+        f += ["--cp", str(lay["cp"])]
     f += ["--attention", "flash" if year >= 2023 else "naive"]
     rc = (lay.get("recompute") or "none").split()[0].lower()
     rc = {"full": "full", "selective": "selective", "none": "none", "no": "none", "sequence": "none"}.get(rc, "none")
@@ -83,7 +85,12 @@ def flags_for(row):
         f += ["--zero", "3"]
     elif isinstance(z, int) and z > 0:
         f += ["--zero", str(z)]
-    if rid.startswith("narayanan21") or rid.startswith("bloom"):
+    # ACCURACY.md L9: FP8 / float8 anywhere in precision, techniques or
+    # quantization -> --precision fp8 (the recipe is trainplan's default).
+    fp8_text = " ".join(str(lay.get(k) or "") for k in ("precision", "techniques", "quantization")).lower()
+    if "fp8" in fp8_text or "float8" in fp8_text:
+        f += ["--precision", "fp8"]
+    elif rid.startswith("narayanan21") or rid.startswith("bloom"):
         f += ["--precision", "fp16" if rid.startswith("narayanan21") else "bf16"]
     if rid.startswith("mcore24"):
         f += ["--zero", "1"]  # Megatron-Core distributed optimizer

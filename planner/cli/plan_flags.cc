@@ -33,7 +33,9 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_flag("--sp", f->sp, "sequence parallel (with tp > 1)");
   app->add_option("--schedule", f->schedule,
                   "pipeline schedule gpipe|1f1b|interleaved|naive (default 1f1b, interleaved when vp > 1)");
-  app->add_option("--precision", f->precision, "bf16|fp16|fp32 (default bf16)");
+  app->add_option("--precision", f->precision, "bf16|fp16|fp32|fp8 (default bf16; fp8: bf16 with FP8 linear GEMMs)");
+  app->add_option("--fp8-recipe", f->fp8_recipe,
+                  "with --precision fp8: delayed|tensorwise|rowwise|blockwise|mxfp8 (default mxfp8 on Blackwell, else delayed)");
   app->add_option("--grad-dtype", f->grad_dtype, "gradient dtype bf16|fp32 (default fp32, as Megatron)");
   app->add_option("--attention", f->attention, "flash|naive (default flash)");
   app->add_option("--dp-mode", f->dp_mode, "sync|async (async: parameter servers; default sync)");
@@ -86,7 +88,7 @@ Job to_job(const PlanFlags& f) {
   if (!f.plan_file.empty()) {
     for (const char* flag : {"--model", "--cluster", "--nodes", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp",
                              "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--sp", "--schedule",
-                             "--precision", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
+                             "--precision", "--fp8-recipe", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
                              "--stage-layers"}) {
       if (given(flag)) throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
     }
@@ -124,7 +126,13 @@ Job to_job(const PlanFlags& f) {
     p.schedule = static_cast<Schedule>(pick("--schedule", f.schedule, {"gpipe", "1f1b", "interleaved", "naive"}));
     p.schedule_given = true;
   }
-  p.precision = static_cast<Precision>(pick("--precision", f.precision, {"bf16", "fp16", "fp32"}));
+  set_precision(precision_names()[pick("--precision", f.precision, precision_names())], &p);
+  if (given("--fp8-recipe")) {
+    if (p.fp8_recipe == Fp8Recipe::kNone) {
+      throw_input_error("--fp8-recipe", "", "needs --precision fp8", "add --precision fp8 or drop --fp8-recipe");
+    }
+    set_fp8_recipe(fp8_recipe_names()[pick("--fp8-recipe", f.fp8_recipe, fp8_recipe_names())], &p);
+  }
   if (!f.grad_dtype.empty()) {
     p.grad_dtype = static_cast<GradDtype>(pick("--grad-dtype", f.grad_dtype, {"bf16", "fp32"}));
   }
@@ -155,7 +163,9 @@ std::string describe_plan(const Plan& p) {
   if (p.shard_group) s << " shard_group=" << p.shard_group;
   s << " mbs=" << p.mbs << " gbs=" << p.gbs << " seq=" << p.seq << " recompute=" << to_string(p.recompute)
     << " sp=" << (p.sp ? "on" : "off") << " schedule=" << to_string(p.schedule)
-    << " precision=" << to_string(p.precision) << " grad_dtype=" << to_string(p.grad_dtype)
+    << " precision=" << precision_name(p);
+  if (p.fp8_recipe != Fp8Recipe::kNone) s << " fp8_recipe=" << to_string(p.fp8_recipe);
+  s << " grad_dtype=" << to_string(p.grad_dtype)
     << " attention=" << to_string(p.attention);
   if (p.dp_mode != DpMode::kSync) s << " dp_mode=" << to_string(p.dp_mode);
   if (p.offload != Offload::kNone) s << " offload=" << to_string(p.offload);

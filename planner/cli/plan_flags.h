@@ -36,6 +36,7 @@ struct PlanFlags {
   bool sp = false;
   std::string schedule;
   std::string precision = "bf16";
+  std::string fp8_recipe;
   std::string grad_dtype;
   std::string attention = "flash";
   std::string dp_mode = "sync";

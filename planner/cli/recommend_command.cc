@@ -33,6 +33,7 @@ struct RecommendFlags {
   int64_t seq = 0;
   int top = 5;
   std::string precision = "bf16";
+  std::string fp8_recipe;
   std::string strategies;
   std::string save;
   std::string calibration;
@@ -117,10 +118,24 @@ int run_recommend(const RecommendFlags& f) {
   }
   o.top_k = f.top;
   o.seq = f.seq;
-  if (f.precision == "bf16") o.precision = Precision::kBf16;
-  else if (f.precision == "fp16") o.precision = Precision::kFp16;
-  else if (f.precision == "fp32") o.precision = Precision::kFp32;
-  else throw_input_error("--precision", "", "unknown value \"" + f.precision + "\"", "allowed: bf16, fp16, fp32");
+  {
+    Plan precision;
+    if (!set_precision(f.precision, &precision)) {
+      throw_input_error("--precision", "", "unknown value \"" + f.precision + "\"", "allowed: bf16, fp16, fp32, fp8");
+    }
+    if (given("--fp8-recipe")) {
+      if (precision.fp8_recipe == Fp8Recipe::kNone) {
+        throw_input_error("--fp8-recipe", "", "needs --precision fp8", "add --precision fp8 or drop --fp8-recipe");
+      }
+      if (!set_fp8_recipe(f.fp8_recipe, &precision)) {
+        throw_input_error("--fp8-recipe", "", "unknown value \"" + f.fp8_recipe + "\"",
+                          "allowed: delayed, tensorwise, rowwise, blockwise, mxfp8");
+      }
+    }
+    o.precision = precision.precision;
+    o.fp8_recipe = precision.fp8_recipe;
+    o.fp8_recipe_given = precision.fp8_recipe_given;
+  }
   std::stringstream ss(f.strategies);
   std::string s;
   while (std::getline(ss, s, ',')) {
@@ -160,7 +175,7 @@ int run_recommend(const RecommendFlags& f) {
   out["tool"] = std::string("trainplan ") + kVersion;
   const std::string hash = config_hash(model, cluster, gpus,
                                        "recommend gbs=" + std::to_string(o.gbs) + " seq=" + std::to_string(seq) +
-                                           " top=" + std::to_string(o.top_k) + " precision=" + f.precision +
+                                           " top=" + std::to_string(o.top_k) + " precision=" + f.precision + " fp8_recipe=" + f.fp8_recipe +
                                            " strategies=" + f.strategies + " calibration=" + f.calibration);
   out["config_hash"] = hash;
   out["command"] = "recommend";
@@ -343,7 +358,9 @@ void register_recommend_command(CLI::App* app, int* status) {
   cmd->add_option("--gbs", f.gbs, "global batch in sequences (default: about 4M tokens)");
   cmd->add_option("--seq", f.seq, "sequence length (default: the model's)");
   cmd->add_option("--top", f.top, "how many plans to show (default 5)");
-  cmd->add_option("--precision", f.precision, "bf16|fp16|fp32 (default bf16)");
+  cmd->add_option("--precision", f.precision, "bf16|fp16|fp32|fp8 (default bf16; fp8: bf16 with FP8 linear GEMMs)");
+  cmd->add_option("--fp8-recipe", f.fp8_recipe,
+                  "with --precision fp8: delayed|tensorwise|rowwise|blockwise|mxfp8 (default mxfp8 on Blackwell, else delayed)");
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload or all");
   cmd->add_option("--save", f.save, "write the best plan to this plan.json");
   cmd->add_option("--calibration", f.calibration,

@@ -68,6 +68,12 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
   ClusterSpec& cluster = job.cluster;
   Layout layout = resolve_plan(model, cluster, pf.gpus, pf.plan);
   if (!layout.feasible) throw_input_error("--plan", "", "the plan cannot run: " + layout.reasons.front(), "");
+  if (layout.plan.fp8_recipe != Fp8Recipe::kNone) {
+    throw_input_error("--plan", "",
+                      "validate cannot execute FP8 GEMMs yet: the cpu backend runs fp32 and the cuda backend bf16, "
+                      "fp16, fp32 or tf32 (precision fp8)",
+                      "validate the same layout with precision bf16");
+  }
   if (layout.plan.dp_mode == DpMode::kAsync) {
     throw_input_error("--plan", "",
                       "validate executes synchronous plans only: the executors have no parameter servers to push "

@@ -130,6 +130,25 @@ std::optional<std::string> async_refusal(const std::string& framework, const Pla
 // make_vocab_size_divisible_by * tp (_vocab_size_with_padding).  Returns the
 // largest power of two up to 128 that keeps the model's vocabulary unpadded.
 // REQUIRES: vocab % tp == 0 (resolve_plan checks it).
+// FP8 plans are simulated either as Transformer Engine's FP8 (Megatron) or
+// as torchao's float8 (FSDP2: torchtitan, the PyTorch script); see
+// fp8_transformer_engine().  A framework exports only the kind it runs.
+std::optional<std::string> fp8_refusal(const std::string& framework, const Plan& p, bool runs_te) {
+  if (p.fp8_recipe == Fp8Recipe::kNone) return std::nullopt;
+  if (runs_te && !fp8_transformer_engine(p)) {
+    return framework + " runs FP8 through Transformer Engine, but this plan was simulated as FSDP2 with torchao's " +
+           std::string(to_string(p.fp8_recipe)) +
+           " float8 (ZeRO-3: bf16 inputs saved, no FP8 weight copies; export it with --to torchtitan or --to "
+           "fsdp, or re-plan with --fp8-recipe delayed or blockwise)";
+  }
+  if (!runs_te && fp8_transformer_engine(p)) {
+    return framework + " runs FP8 through torchao's float8 (tensorwise or rowwise scaling under FSDP2), but this "
+           "plan was simulated as Transformer Engine's " + std::string(to_string(p.fp8_recipe)) +
+           " FP8 (export it with --to megatron, or re-plan with --zero 3 --fp8-recipe tensorwise or rowwise)";
+  }
+  return std::nullopt;
+}
+
 int64_t vocab_divisor(int64_t vocab, int tp) {
   for (int64_t d = 128; d > 1; d /= 2) {
     if (vocab % (d * tp) == 0) return d;
@@ -257,6 +276,12 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
   if (p.precision == Precision::kFp16 && p.grad_dtype == GradDtype::kBf16) {
     return refuse("Megatron-LM reduces gradients in bf16 only under --bf16 (--grad-reduce-in-bf16)");
   }
+  if (auto r = fp8_refusal("Megatron-LM", p, true)) return refuse(*r);
+  if (p.fp8_recipe == Fp8Recipe::kRowwise) {
+    return refuse(
+        "Megatron-LM (Transformer Engine) has no rowwise FP8 recipe; its --fp8-recipe takes tensorwise, delayed, "
+        "mxfp8 or blockwise (1x128 blocks are the nearest; re-plan with --fp8-recipe blockwise)");
+  }
   const bool megatron_fsdp = p.zero >= 2;
   if (megatron_fsdp && p.pp > 1) {
     return refuse(
@@ -345,6 +370,20 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
   if (p.precision == Precision::kBf16) training.flag("--bf16");
   if (p.precision == Precision::kFp16) training.flag("--fp16");
   if (p.precision == Precision::kBf16 && p.grad_dtype == GradDtype::kBf16) training.flag("--grad-reduce-in-bf16");
+  if (p.fp8_recipe != Fp8Recipe::kNone) {
+    // FP8 linear layers through Transformer Engine (--transformer-impl
+    // transformer_engine, the default): E4M3 forward and E5M2 gradients
+    // ("hybrid"), E4M3 throughout for block scaling, as Megatron's MoE
+    // recipes do; delayed scaling with the amax history of
+    // examples/llama/train_llama3_8b_h100_fp8.sh.
+    const bool blocks = p.fp8_recipe == Fp8Recipe::kBlockwise || p.fp8_recipe == Fp8Recipe::kMxfp8;
+    training.opt("--fp8-format", blocks ? "e4m3" : "hybrid");
+    training.opt("--fp8-recipe", to_string(p.fp8_recipe));
+    if (p.fp8_recipe == Fp8Recipe::kDelayed) {
+      training.opt("--fp8-amax-history-len", 1024);
+      training.opt("--fp8-amax-compute-algo", "max");
+    }
+  }
   if (p.recompute == Recompute::kFull) {
     training.opt("--recompute-granularity", "full");
     training.opt("--recompute-method", "uniform");
@@ -441,6 +480,12 @@ nlohmann::ordered_json deepspeed_config(const Layout& L, bool client_optimizer) 
 ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
   const Plan& p = L.plan;
   if (auto r = async_refusal("DeepSpeed", p)) return refuse(*r);
+  if (p.fp8_recipe != Fp8Recipe::kNone) {
+    return refuse(
+        "DeepSpeed's config has no FP8 training (FP8 comes only from Transformer Engine layers in the model code), "
+        "and Megatron-DeepSpeed's FP8 path takes delayed scaling only, without GQA, and is skipped by its pipeline "
+        "engine; export FP8 plans with --to megatron");
+  }
   if (p.cp > 1) {
     return refuse(
         "DeepSpeed has no ring context parallelism; its sequence parallelism (DeepSpeed-Ulysses) splits attention "
@@ -591,6 +636,7 @@ std::string toml_string(const std::string& s) {
 ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
   const Plan& p = L.plan;
   if (auto r = async_refusal("torchtitan", p)) return refuse(*r);
+  if (auto r = fp8_refusal("torchtitan", p, false)) return refuse(*r);
   std::vector<std::string> not_llama;
   if (m.mlp != MlpKind::kSwiglu) not_llama.push_back("a GeLU MLP");
   if (m.position_embedding == PositionEmbedding::kLearned) not_llama.push_back("learned positions");
@@ -696,7 +742,30 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
        "\n\n";
   s += "[model]\n";
   s += "name = \"llama3\"\n";
-  s += "flavor = " + toml_string(flavor->flavor) + "\n\n";
+  s += "flavor = " + toml_string(flavor->flavor) + "\n";
+  const bool fp8 = p.fp8_recipe != Fp8Recipe::kNone;
+  if (fp8) {
+    // torchao float8 linears (v0.2.x registers the converter as
+    // "quantize.linear.float8"; v0.1's "float8" raises KeyError).
+    s += "converters = [\"quantize.linear.float8\"]\n";
+  }
+  s += "\n";
+  if (fp8) {
+    s += "[quantize.linear.float8]\n";
+    s += "# The output layer stays bf16, as simulated (torchtitan converts it by default).\n";
+    s += "filter_fqns = [\"output\"]\n";
+    if (p.fp8_recipe == Fp8Recipe::kRowwise) {
+      s += "recipe_name = \"rowwise\"\n";
+    } else if (dp_shard > 1) {
+      s += "# Tensorwise scaling: FSDP2 all-gathers the linear weights in FP8.\n";
+      s += "enable_fsdp_float8_all_gather = true\n";
+      s += "precompute_float8_dynamic_scale_for_fsdp = true\n";
+    }
+    s += "\n";
+    s += "[compile]\n";
+    s += "# torch.compile fuses the float8 scaling and casts (torchtitan docs/float8.md).\n";
+    s += "enable = true\n\n";
+  }
   s += "[optimizer]\n";
   s += "name = \"AdamW\"\n";
   s += "lr = " + std::string(kLearningRate) + "\n";
@@ -981,6 +1050,21 @@ def main():
         model = Transformer()
     if TP > 1:
         apply_tensor_parallel(model, mesh["tp"])
+    if FP8_RECIPE:
+        # torchao float8 training: every linear of the blocks in FP8, the
+        # output layer in bf16 (as simulated), before fully_shard so that
+        # FSDP2 all-gathers tensorwise weights in FP8.
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        if FP8_RECIPE == "tensorwise":
+            fp8_config = Float8LinearConfig(enable_fsdp_float8_all_gather=FSDP)
+        else:
+            fp8_config = Float8LinearConfig.from_recipe_name(FP8_RECIPE)
+        convert_to_float8_training(
+            model,
+            config=fp8_config,
+            module_filter_fn=lambda mod, fqn: fqn != "output" and mod.in_features % 16 == 0 and mod.out_features % 16 == 0,
+        )
     dtype = DTYPES[PRECISION]
     if FSDP:
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -1049,6 +1133,11 @@ def main():
             scaler.update()
         else:
             optimizer.step()
+        if FP8_RECIPE == "tensorwise" and FSDP:
+            # One all-reduce of the weights' amaxes for the next FP8 all-gather.
+            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+            precompute_float8_dynamic_scale_for_fsdp(model)
         optimizer.zero_grad(set_to_none=True)
         if rank == 0:
             print(f"step {step + 1}/{STEPS} loss {loss.item() * ACCUM:.4f}", flush=True)
@@ -1112,6 +1201,12 @@ ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout&
         "DDP under torch.autocast keeps fp32 parameters and gradients; bf16 gradient reduction needs FSDP2's "
         "MixedPrecisionPolicy(reduce_dtype=bfloat16) (use zero 2 or 3)");
   }
+  if (auto r = fp8_refusal("the FSDP2 script", p, false)) return refuse(*r);
+  if (p.fp8_recipe != Fp8Recipe::kNone && p.tp > 1) {
+    return refuse(
+        "the FSDP2 script converts linears to torchao float8 without tensor parallelism (FP8 TP needs "
+        "Float8ColwiseParallel/Float8RowwiseParallel plans); export FP8 with tp > 1 with --to torchtitan");
+  }
 
   const int shard = fsdp ? L.shard_degree : 1;
   std::string s = "#!/usr/bin/env python3\n";
@@ -1162,6 +1257,9 @@ ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout&
   s += std::string("RECOMPUTE = \"") + to_string(p.recompute) +
        "\"  # \"none\", \"selective\" (core attention) or \"full\" (whole blocks)\n";
   s += std::string("PRECISION = \"") + to_string(p.precision) + "\"\n";
+  s += "FP8_RECIPE = " +
+       (p.fp8_recipe == Fp8Recipe::kNone ? std::string("None") : "\"" + std::string(to_string(p.fp8_recipe)) + "\"") +
+       "  # torchao float8 linears: None, \"tensorwise\" or \"rowwise\"\n";
   s += std::string("REDUCE_DTYPE = \"") + to_string(p.grad_dtype) + "\"  # FSDP2 gradient reduction\n";
   s += std::string("ATTENTION = \"") + to_string(p.attention) +
        "\"  # \"flash\" (scaled_dot_product_attention) or \"naive\" (softmax(QK^T)V)\n";

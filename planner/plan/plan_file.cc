@@ -23,7 +23,8 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["recompute"] = to_string(p.recompute);
   j["sp"] = p.sp;
   j["schedule"] = to_string(p.schedule);
-  j["precision"] = to_string(p.precision);
+  j["precision"] = precision_name(p);
+  if (p.fp8_recipe != Fp8Recipe::kNone) j["fp8_recipe"] = to_string(p.fp8_recipe);
   j["grad_dtype"] = to_string(p.grad_dtype);
   j["attention"] = to_string(p.attention);
   j["dp_mode"] = to_string(p.dp_mode);
@@ -65,7 +66,13 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.sp = o.boolean("sp");
   p.schedule = static_cast<Schedule>(o.choice("schedule", {"gpipe", "1f1b", "interleaved", "naive"}));
   p.schedule_given = true;
-  p.precision = static_cast<Precision>(o.choice("precision", {"bf16", "fp16", "fp32"}));
+  set_precision(precision_names()[o.choice("precision", precision_names())], &p);
+  if (auto recipe = o.optional_choice("fp8_recipe", fp8_recipe_names())) {
+    if (p.fp8_recipe == Fp8Recipe::kNone) {
+      throw_input_error(where, "/fp8_recipe", "is given but /precision is not fp8", "drop it or set precision fp8");
+    }
+    set_fp8_recipe(fp8_recipe_names()[*recipe], &p);
+  }
   p.grad_dtype = static_cast<GradDtype>(o.choice("grad_dtype", {"bf16", "fp32"}));
   p.attention = static_cast<Attention>(o.optional_choice("attention", {"flash", "naive"}).value_or(0));
   p.dp_mode = static_cast<DpMode>(o.optional_choice("dp_mode", {"sync", "async"}).value_or(0));

@@ -146,6 +146,8 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         p.schedule = sched;
                         p.schedule_given = true;
                         p.precision = o.precision;
+                        p.fp8_recipe = o.fp8_recipe;
+                        p.fp8_recipe_given = o.fp8_recipe_given;
                         p.grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
                         p.offload = off;
                         p.dp_mode = mode;
@@ -326,7 +328,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     res.feasible += 1;
     const Plan& p = L.plan;
     auto key = std::make_tuple(p.tp * 1000 + p.cp, static_cast<int>(p.recompute), p.sp, p.mbs, p.seq,
-                               static_cast<int>(p.attention) * 10 + static_cast<int>(p.precision));
+                               static_cast<int>(p.attention) * 100 + static_cast<int>(p.precision) * 10 +
+                                   static_cast<int>(p.fp8_recipe));
     auto cit = cost_cache.find(key);
     if (cit == cost_cache.end()) cit = cost_cache.emplace(key, step_costs(m, c, p)).first;
     std::vector<double> stage_params;

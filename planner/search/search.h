@@ -46,6 +46,8 @@ struct SearchOptions {
   int64_t seq = 0;           // 0: the model's
   int top_k = 5;
   Precision precision = Precision::kBf16;
+  Fp8Recipe fp8_recipe = Fp8Recipe::kNone;  // FP8 GEMMs in every plan (set_precision "fp8")
+  bool fp8_recipe_given = false;            // false: the GPU's default recipe
   bool gpipe = false;        // also consider GPipe
   bool naive = false;        // also consider naive model parallel
   bool async_dp = false;     // also consider async DP (parameter servers)

@@ -29,7 +29,24 @@ ComputeParams compute_params(const ClusterSpec& cluster, Precision precision) {
   if (cluster.gpu.kernel_overhead_s >= 0) p.kernel_overhead = Duration::seconds(cluster.gpu.kernel_overhead_s);
   p.gemm_table = cluster.gpu.gemm_table;
   p.copy_table = cluster.gpu.copy_table;
+  if (cluster.gpu.peak.count(Dtype::kFp8)) {
+    p.fp8_peak = cluster.gpu.peak.at(Dtype::kFp8);
+    // Without an FP8 MAMF figure the GPU reaches the same share of its FP8
+    // peak as of its bf16 one; a calibration scales both alike.
+    const double spec_eff = cluster.gpu.fp8_gemm_efficiency > 0 ? cluster.gpu.fp8_gemm_efficiency : cluster.gpu.gemm_efficiency;
+    p.fp8_gemm_efficiency = spec_eff;
+  }
   return p;
+}
+
+ComputeParams ComputeParams::fp8() const {
+  TRAINPLAN_CHECK(fp8_peak.flop_per_s() > 0, "FP8 GEMM on a GPU without an FP8 peak");
+  ComputeParams q = *this;
+  q.peak = fp8_peak;
+  q.gemm_efficiency = fp8_gemm_efficiency;
+  q.element_bytes = 1;
+  q.gemm_table.clear();
+  return q;
 }
 
 namespace {
@@ -94,6 +111,10 @@ Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k) {
   return Duration::seconds(std::max(compute_s, memory_s)) + p.kernel_overhead;
 }
 
+Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k, bool fp8) {
+  return fp8 ? gemm_time(p.fp8(), m, n, k) : gemm_time(p, m, n, k);
+}
+
 Duration memory_time(const ComputeParams& p, double bytes) {
   if (bytes <= 0) return Duration();
   return Duration::seconds(bytes / traffic_rate(p, bytes)) + p.kernel_overhead;
@@ -101,7 +122,7 @@ Duration memory_time(const ComputeParams& p, double bytes) {
 
 Duration op_forward_time(const ComputeParams& p, const OpCost& op) {
   switch (op.kind) {
-    case OpKind::kGemm: return gemm_time(p, op.m, op.n, op.k);
+    case OpKind::kGemm: return gemm_time(p, op.m, op.n, op.k, op.fp8);
     case OpKind::kAttention:
       if (op.bytes > 0 && op.flops == 0) return memory_time(p, op.bytes);
       // A calibrated device runs attention as measured GEMMs (the executor
@@ -118,7 +139,7 @@ Duration op_forward_time(const ComputeParams& p, const OpCost& op) {
 
 Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention attention) {
   switch (op.kind) {
-    case OpKind::kGemm: return gemm_time(p, op.m, op.k, op.n) + gemm_time(p, op.n, op.k, op.m);
+    case OpKind::kGemm: return gemm_time(p, op.m, op.k, op.n, op.fp8) + gemm_time(p, op.n, op.k, op.m, op.fp8);
     case OpKind::kAttention: {
       const double factor = attention == Attention::kFlash ? 2.5 : 2.0;
       if (!p.gemm_table.empty() && op.m > 0) {
@@ -130,7 +151,7 @@ Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention at
                                (p.peak.flop_per_s() * p.attention_efficiency)) +
              memory_time(p, 2 * op.bytes);
     }
-    case OpKind::kElementwise: return memory_time(p, 2 * op.bytes);
+    case OpKind::kElementwise: return memory_time(p, op.bwd_bytes);
   }
   return Duration();
 }

@@ -39,6 +39,14 @@ struct ComputeParams {
   std::vector<GemmPoint> gemm_table;
   // Measured traffic rate by size (GpuSpec::copy_table); empty: hbm * hbm_efficiency.
   std::vector<std::pair<double, double>> copy_table;
+  // FP8 GEMMs (OpCost::fp8): the FP8 peak and best-shape efficiency (FP8
+  // MAMF); the measured table is of the training dtype and is not used.
+  FlopRate fp8_peak;
+  double fp8_gemm_efficiency = 0;
+
+  // The parameters of an FP8 GEMM: fp8 peak and efficiency, 1-byte
+  // operands, no bf16 table.  REQUIRES: fp8_peak > 0.
+  ComputeParams fp8() const;
 };
 
 // REQUIRES: cluster.gpu.peak has the dtype of `precision`.
@@ -47,12 +55,16 @@ ComputeParams compute_params(const ClusterSpec& cluster, Precision precision);
 // Efficiency (fraction of peak) of an m x n x k GEMM.
 double gemm_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k);
 Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k);
+// gemm_time of an FP8 GEMM when `fp8`, else of the training dtype.
+Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k, bool fp8);
 Duration memory_time(const ComputeParams& p, double bytes);
 
 // Forward and backward time of one op.  Backward of a GEMM = data-gradient
 // GEMM (m x k x n) + weight-gradient GEMM (n x k x m); of flash attention
 // 2.5x the forward FLOPs (FlashAttention-2 recomputes S = QK^T); of a naive
-// attention 2x; of an elementwise op 2x its bytes.
+// attention 2x; of an elementwise op its bwd_bytes.  FP8 GEMMs
+// (OpCost::fp8) run all three products in FP8, as Transformer Engine and
+// torchao do (E4M3 forward, E5M2 gradients in the hybrid format).
 Duration op_forward_time(const ComputeParams& p, const OpCost& op);
 Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention attention);
 

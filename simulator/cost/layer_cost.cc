@@ -14,6 +14,8 @@ LayerShape layer_shape(const Plan& p) {
   s.precision = p.precision;
   s.attention = p.attention;
   s.recompute = p.recompute;
+  s.fp8_recipe = p.fp8_recipe;
+  s.fp8_saved_inputs = fp8_transformer_engine(p);
   return s;
 }
 
@@ -65,7 +67,19 @@ OpCost elementwise(const std::string& name, double bytes, double saved) {
   op.name = name;
   op.kind = OpKind::kElementwise;
   op.bytes = bytes;
+  op.bwd_bytes = 2 * bytes;
   op.saved_bytes = saved;
+  return op;
+}
+
+// The FP8 quantization of a GEMM's input (forward) and of its output
+// gradient (backward), memory-bound.
+OpCost fp8_cast(const std::string& gemm_name, double input_elements, double grad_elements, Fp8Recipe recipe) {
+  OpCost op;
+  op.name = "fp8_cast_" + gemm_name;
+  op.kind = OpKind::kElementwise;
+  op.bytes = input_elements * fp8_cast_bytes_per_element(recipe);
+  op.bwd_bytes = grad_elements * fp8_cast_bytes_per_element(recipe);
   return op;
 }
 
@@ -78,6 +92,18 @@ void add_totals(LayerCost* c) {
 }
 
 }  // namespace
+
+double fp8_cast_bytes_per_element(Fp8Recipe recipe) {
+  switch (recipe) {
+    case Fp8Recipe::kNone: return 0;
+    case Fp8Recipe::kDelayed: return 4;
+    case Fp8Recipe::kTensorwise:
+    case Fp8Recipe::kRowwise: return 6;
+    case Fp8Recipe::kBlockwise: return 4;
+    case Fp8Recipe::kMxfp8: return 4 + 2.0 / 32;
+  }
+  return 0;
+}
 
 LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s) {
   TRAINPLAN_CHECK(s.tp >= 1 && m.heads % s.tp == 0 && m.kv_heads % s.tp == 0, "tp must divide heads and kv_heads");
@@ -106,6 +132,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s) {
     double col_bias = m.bias ? (h + 2 * kvd) + (m.mlp == MlpKind::kGelu ? f : 2 * f) : 0.0;
     double replicated = layer_params(m) - matrices - col_bias;
     c.params = (matrices + col_bias) / t + replicated;
+    c.linear_params = matrices / t;
   }
 
   // Korthikanti Sec. 4.1: LayerNorm saves its input, 2sbh.
@@ -115,7 +142,21 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s) {
   c.ops.push_back(ln1);
   // QKV projection saves its input, 2sbh (2sbh/t with SP: the sharded input is
   // kept and re-gathered in backward).
-  c.ops.push_back(gemm("qkv", tokens, (h + 2 * kvd) / t, h, tp_buffer / sp_div));
+  // FP8 (Transformer Engine, torchao float8): the four linear layers run in
+  // FP8 (the LM head and core attention stay bf16, as Megatron's non-TE
+  // output layer and TE's default DotProductAttention); Transformer Engine
+  // saves their input in FP8, 1 byte per element, torchao the bf16 input.
+  // A cast kernel quantizes each GEMM's input (and, in backward, its output
+  // gradient).
+  const bool fp8 = s.fp8_recipe != Fp8Recipe::kNone;
+  const double saved_e = s.fp8_saved_inputs ? 1.0 : e;  // bytes per saved element of a linear layer's input
+  auto linear = [&](const std::string& name, double m_, double n_, double k_, double saved_elements) {
+    if (fp8) c.ops.push_back(fp8_cast(name, m_ * k_, m_ * n_, s.fp8_recipe));
+    OpCost op = gemm(name, m_, n_, k_, saved_elements * saved_e);
+    op.fp8 = fp8;
+    return op;
+  };
+  c.ops.push_back(linear("qkv", tokens, (h + 2 * kvd) / t, h, tokens * h / sp_div));
   {
     // Core attention per rank: QK^T and attention-over-V, 2*b*s_q*s_kv*h/t each
     // (Korthikanti App. A counts the full s x s product, as Megatron does).
@@ -151,7 +192,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s) {
   }
   // Output projection saves its input 2sbh/t; then all-reduce (or
   // reduce-scatter with SP) over tp.
-  OpCost proj = gemm("out_proj", tokens, h, h / t, tokens * h * e / t);
+  OpCost proj = linear("out_proj", tokens, h, h / t, tokens * h / t);
   proj.tp_comm_after = reduce;
   proj.tp_comm_bytes = reduce == TpComm::kNone ? 0 : tp_buffer;
   c.ops.push_back(proj);
@@ -162,7 +203,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s) {
   ln2.tp_comm_bytes = s.sp ? tp_buffer : 0;
   c.ops.push_back(ln2);
   const bool gelu = m.mlp == MlpKind::kGelu;
-  c.ops.push_back(gemm("fc1", tokens, (gelu ? f : 2 * f) / t, h, tp_buffer / sp_div));
+  c.ops.push_back(linear("fc1", tokens, (gelu ? f : 2 * f) / t, h, tokens * h / sp_div));
   // GeLU saves its input 2sbf/t (8sbh/t for f = 4h).  SwiGLU saves gate and up,
   // 4sbf/t.
   if (gelu) {
@@ -171,7 +212,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s) {
     c.ops.push_back(elementwise("swiglu", 3 * tokens * f * e / t, 2 * tokens * f * e / t));
   }
   // FC2 saves its input 2sbf/t.
-  OpCost fc2 = gemm("fc2", tokens, h, f / t, tokens * f * e / t);
+  OpCost fc2 = linear("fc2", tokens, h, f / t, tokens * f / t);
   fc2.tp_comm_after = reduce;
   fc2.tp_comm_bytes = reduce == TpComm::kNone ? 0 : tp_buffer;
   c.ops.push_back(fc2);

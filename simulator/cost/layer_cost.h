@@ -34,6 +34,8 @@ struct LayerShape {
   Precision precision = Precision::kBf16;
   Attention attention = Attention::kFlash;
   Recompute recompute = Recompute::kNone;
+  Fp8Recipe fp8_recipe = Fp8Recipe::kNone;  // FP8 linear GEMMs (resolved recipe)
+  bool fp8_saved_inputs = false;  // linear inputs saved in FP8 (Transformer Engine; torchao keeps bf16)
 };
 
 LayerShape layer_shape(const Plan& resolved_plan);
@@ -42,13 +44,16 @@ enum class OpKind { kGemm, kAttention, kElementwise };
 enum class TpComm { kNone, kAllReduce, kAllGather, kReduceScatter };
 
 // One forward op of a layer on one rank.  The backward of a GEMM or attention
-// op costs 2x its forward FLOPs; of an elementwise op 2x its bytes.
+// op costs 2x its forward FLOPs; of an elementwise op `bwd_bytes` (2x its
+// bytes unless the op says otherwise).
 struct OpCost {
   std::string name;
   OpKind kind = OpKind::kElementwise;
   int64_t m = 0, n = 0, k = 0;   // GEMM shape (kGemm; kAttention: each of its two products)
   double flops = 0;              // forward FLOPs
   double bytes = 0;              // forward HBM traffic of memory-bound ops
+  double bwd_bytes = 0;          // backward HBM traffic of memory-bound ops
+  bool fp8 = false;              // kGemm: runs in FP8 (at the FP8 peak)
   double saved_bytes = 0;        // activation bytes saved for backward
   double selective_dropped_bytes = 0;  // part of saved_bytes that selective
                                        // recompute does not keep (s^2 terms)
@@ -64,7 +69,16 @@ struct LayerCost {
   double saved_bytes = 0;        // per recompute mode (see saved_activation_bytes)
   double recompute_flops = 0;    // extra forward FLOPs in backward
   double cp_comm_bytes = 0;      // K,V bytes exchanged over cp per forward
+  double linear_params = 0;      // parameters of the FP8-capable linear layers on this rank
 };
+
+// Bytes of HBM traffic per element to quantize one bf16 tensor to FP8 for
+// a GEMM (docs/fp8.md): read 2 B, write the FP8 copy and its transpose
+// (Hopper's FP8 GEMMs take only the TN layout, so the backward needs the
+// transposed operand; Blackwell's MXFP8 needs row- and column-wise blocks):
+// 4 B; current scaling (tensorwise, rowwise) first reads the tensor once
+// more for its amax: 6 B; mxfp8 adds one E8M0 scale byte per 32 elements.
+double fp8_cast_bytes_per_element(Fp8Recipe recipe);
 
 // Parameters of one whole (unsharded) transformer layer.
 double layer_params(const ModelSpec& m);

@@ -26,6 +26,7 @@ constexpr double kBucketBytes = 2 * 25.0 * 1024 * 1024;
 // paper Sec. 3.2 notes OOM with >30% free in the worst case).
 constexpr double kFragmentation = 0.05;
 
+
 }  // namespace
 
 ModelStateBytes model_state_bytes(double params, Precision precision, GradDtype grad_dtype, int zero, int shard,
@@ -96,6 +97,10 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
       double largest = std::max(layer.params, i == p.pp - 1 ? out.params : 0.0);
       b.weights += 2 * largest * weight_bytes(p.precision);
     }
+    // Transformer Engine keeps each linear layer's weight quantized to FP8
+    // beside the bf16 weight for the whole run (its FP8 workspaces; not
+    // with torchao, which casts per use).
+    b.weights += st.layers * layer.linear_params * fp8_weight_cache_bytes(cluster, p);
     ModelStateBytes kept = model_state_bytes(params, p.precision, p.grad_dtype, p.zero, layout.shard_degree);
     offloaded_per_gpu_max = std::max(offloaded_per_gpu_max, kept.total() - ms.total());
 

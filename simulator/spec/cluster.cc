@@ -73,6 +73,7 @@ GpuSpec parse_gpu(detail::JsonObject o) {
   }
   peak.finish();
   g.gemm_efficiency = o.optional_number_in("gemm_efficiency", 0.01, 1.0).value_or(0.8);
+  g.fp8_gemm_efficiency = o.optional_number_in("fp8_gemm_efficiency", 0.01, 1.0).value_or(0);
   g.hbm_efficiency = o.optional_number_in("hbm_efficiency", 0.01, 1.0).value_or(0.85);
   g.sm_count = static_cast<int>(o.optional_integer("sm_count", 1, 1 << 16).value_or(108));
   g.attention_efficiency = o.optional_number_in("attention_efficiency", 0.01, 1.0).value_or(0.55);

@@ -52,6 +52,7 @@ struct GpuSpec {
   Bandwidth hbm_bandwidth;
   std::map<Dtype, FlopRate> peak;  // dense peak per dtype
   double gemm_efficiency = 0.8;    // best-shape GEMM / peak (MAMF), (0, 1]
+  double fp8_gemm_efficiency = 0;  // best-shape FP8 GEMM / FP8 peak (FP8 MAMF); 0: gemm_efficiency
   double hbm_efficiency = 0.85;    // achievable copy bandwidth / spec, (0, 1]
   int sm_count = 108;              // streaming multiprocessors (GEMM wave quantization)
   double attention_efficiency = 0.55;  // fused attention FLOPs / dense peak, fwd+bwd, (0, 1]

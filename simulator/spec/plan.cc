@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "simulator/core/error.h"
+#include "simulator/spec/calibration.h"
 
 namespace trainplan {
 
@@ -43,6 +44,84 @@ const char* to_string(Offload o) {
     case Offload::kParams: return "params";
   }
   return "?";
+}
+
+const char* to_string(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::kNone: return "none";
+    case Fp8Recipe::kDelayed: return "delayed";
+    case Fp8Recipe::kTensorwise: return "tensorwise";
+    case Fp8Recipe::kRowwise: return "rowwise";
+    case Fp8Recipe::kBlockwise: return "blockwise";
+    case Fp8Recipe::kMxfp8: return "mxfp8";
+  }
+  return "?";
+}
+
+const std::vector<std::string>& fp8_recipe_names() {
+  static const std::vector<std::string> names = {"delayed", "tensorwise", "rowwise", "blockwise", "mxfp8"};
+  return names;
+}
+
+std::string precision_name(const Plan& p) {
+  return p.fp8_recipe != Fp8Recipe::kNone ? "fp8" : to_string(p.precision);
+}
+
+const std::vector<std::string>& precision_names() {
+  static const std::vector<std::string> names = {"bf16", "fp16", "fp32", "fp8"};
+  return names;
+}
+
+bool set_precision(const std::string& name, Plan* p) {
+  if (name == "bf16") p->precision = Precision::kBf16;
+  else if (name == "fp16") p->precision = Precision::kFp16;
+  else if (name == "fp32") p->precision = Precision::kFp32;
+  else if (name == "fp8") p->precision = Precision::kBf16;
+  else return false;
+  if (name == "fp8") {
+    if (p->fp8_recipe == Fp8Recipe::kNone) p->fp8_recipe = Fp8Recipe::kDelayed;  // placeholder until resolved
+  } else {
+    p->fp8_recipe = Fp8Recipe::kNone;
+    p->fp8_recipe_given = false;
+  }
+  return true;
+}
+
+bool set_fp8_recipe(const std::string& name, Plan* p) {
+  const std::vector<std::string>& names = fp8_recipe_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) {
+      p->fp8_recipe = static_cast<Fp8Recipe>(i + 1);
+      p->fp8_recipe_given = true;
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+bool is_blackwell(const ClusterSpec& c) {
+  const std::string t = gpu_type_of(c.gpu.name);
+  return t == "B200" || t == "GB200";
+}
+}  // namespace
+
+Fp8Recipe default_fp8_recipe(const ClusterSpec& cluster, int zero) {
+  if (zero == 3) return Fp8Recipe::kTensorwise;
+  return is_blackwell(cluster) ? Fp8Recipe::kMxfp8 : Fp8Recipe::kDelayed;
+}
+
+bool fp8_transformer_engine(const Plan& p) {
+  if (p.fp8_recipe == Fp8Recipe::kNone) return false;
+  return !(p.zero == 3 && (p.fp8_recipe == Fp8Recipe::kTensorwise || p.fp8_recipe == Fp8Recipe::kRowwise));
+}
+
+double fp8_weight_cache_bytes(const ClusterSpec& cluster, const Plan& p) {
+  if (!fp8_transformer_engine(p)) return 0;
+  if (p.fp8_recipe == Fp8Recipe::kMxfp8 || (p.fp8_recipe == Fp8Recipe::kBlockwise && is_blackwell(cluster))) {
+    return 2 * (1 + 1.0 / 32);
+  }
+  return is_blackwell(cluster) ? 1.0 : 2.0;
 }
 
 int activation_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
@@ -121,6 +200,7 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   }
   if (p.seq == 0) p.seq = model.seq_len;
   if (!p.schedule_given) p.schedule = p.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+  if (p.fp8_recipe != Fp8Recipe::kNone && !p.fp8_recipe_given) p.fp8_recipe = default_fp8_recipe(cluster, p.zero);
 
   const int64_t mp = int64_t{p.tp} * p.pp * p.cp;
   if (p.dp == 0) {
@@ -214,6 +294,17 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     if (p.pp != 1 || p.cp != 1) fail("async data parallel (parameter servers) is modelled for pp=1 and cp=1");
   }
   if (p.ps_servers < 0) fail("ps-servers must be >= 0");
+  // FP8: tensor cores with FP8 (Hopper, Ada, Blackwell); MXFP8 only on
+  // Blackwell (Transformer Engine: MXFP8BlockScaling needs sm_100).
+  if (p.fp8_recipe != Fp8Recipe::kNone) {
+    if (p.precision != Precision::kBf16) fail("fp8 training keeps bf16 for everything but the FP8 GEMMs");
+    if (!cluster.gpu.peak.count(Dtype::kFp8)) {
+      fail("fp8 needs FP8 tensor cores (Hopper, Ada or Blackwell); " + cluster.gpu.name + " has none");
+    } else if (p.fp8_recipe == Fp8Recipe::kMxfp8 && !is_blackwell(cluster)) {
+      fail("the mxfp8 recipe needs Blackwell MX tensor cores (B200, GB200); " + cluster.gpu.name +
+           " runs delayed, tensorwise, rowwise or blockwise");
+    }
+  }
   return L;
 }
 

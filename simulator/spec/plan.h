@@ -23,6 +23,15 @@ enum class GradDtype { kBf16, kFp32 };
 enum class Attention { kFlash, kNaive };
 enum class DpMode { kSync, kAsync };
 enum class Offload { kNone, kOptimizer, kParams };
+// FP8 training (docs/fp8.md): the linear layers' GEMMs run in FP8 with one
+// of these scaling recipes, everything else in bf16 (Transformer Engine,
+// torchao float8).  kNone: no FP8.
+//   delayed     per-tensor scale from an amax history (TE DelayedScaling)
+//   tensorwise  per-tensor scale from the current amax (TE Float8CurrentScaling, torchao "tensorwise")
+//   rowwise     per-row scales (torchao "rowwise")
+//   blockwise   1x128 / 128x128 block scales (TE Float8BlockScaling, DeepSeek-V3)
+//   mxfp8       32-element blocks with E8M0 scales (TE MXFP8BlockScaling; Blackwell)
+enum class Fp8Recipe { kNone, kDelayed, kTensorwise, kRowwise, kBlockwise, kMxfp8 };
 
 const char* to_string(Recompute r);
 const char* to_string(Schedule s);
@@ -31,6 +40,9 @@ const char* to_string(GradDtype g);
 const char* to_string(Attention a);
 const char* to_string(DpMode m);
 const char* to_string(Offload o);
+const char* to_string(Fp8Recipe r);
+// The recipe names the CLI and plan.json accept, in enum order after kNone.
+const std::vector<std::string>& fp8_recipe_names();
 
 // What the user asked for.  0 means "derive": dp = gpus/(tp*pp*cp),
 // gbs = mbs*dp, seq = the model's seq_len, shard_group = dp*cp.
@@ -50,6 +62,10 @@ struct Plan {
   Schedule schedule = Schedule::k1F1B;
   bool schedule_given = false;  // false: interleaved when vp > 1, else 1F1B
   Precision precision = Precision::kBf16;
+  // FP8 linear GEMMs (precision stays bf16 for everything else); the CLI's
+  // --precision fp8 and plan.json's "precision": "fp8".
+  Fp8Recipe fp8_recipe = Fp8Recipe::kNone;
+  bool fp8_recipe_given = false;  // false: the GPU generation's default (see resolve_plan)
   GradDtype grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
   Attention attention = Attention::kFlash;
   DpMode dp_mode = DpMode::kSync;
@@ -100,6 +116,35 @@ int gpus_of_nodes(const ClusterSpec& cluster, int64_t nodes);
 // 126 layers over 16 stages give 7, 8 x 14, 7), the remainder going to the
 // middle stages first.  Returns an empty vector if some stage would get none.
 std::vector<int> balance_stage_layers(int64_t layers, int pp);
+
+// "fp8" for a plan with FP8 GEMMs, else to_string(plan.precision).
+std::string precision_name(const Plan& plan);
+// The precision names of the CLI and plan.json: bf16, fp16, fp32, fp8.
+const std::vector<std::string>& precision_names();
+// Sets plan->precision (and, for "fp8", bf16 with FP8 GEMMs of the GPU's
+// default recipe unless one is given later); false for an unknown name.
+bool set_precision(const std::string& name, Plan* plan);
+// Sets plan->fp8_recipe from its name (given); false for an unknown name.
+bool set_fp8_recipe(const std::string& name, Plan* plan);
+
+// The FP8 recipe of a plan that names none: with ZeRO-3 (FSDP2, whose
+// float8 is torchao's) tensorwise, torchao's default and the only recipe
+// with an FP8 all-gather; otherwise Transformer Engine's: mxfp8 on
+// Blackwell (B200, GB200), delayed scaling elsewhere (Megatron's default).
+Fp8Recipe default_fp8_recipe(const ClusterSpec& cluster, int zero);
+
+// Whether an FP8 plan runs Transformer Engine's FP8 (linear inputs saved in
+// FP8, FP8 weight copies kept between micro-batches) rather than torchao's
+// float8 (bf16 inputs saved, weights cast per use): TE unless ZeRO-3 with
+// a torchao recipe (tensorwise, rowwise).  docs/fp8.md.
+bool fp8_transformer_engine(const Plan& plan);
+
+// Bytes per linear parameter of Transformer Engine's FP8 weight copies: the
+// FP8 weight and its transpose on Hopper and Ada (their FP8 GEMMs take only
+// the TN layout), 1 on Blackwell for per-tensor recipes, row- and
+// column-wise blocks with 1/32-byte scales for mxfp8 (and blockwise, which
+// Blackwell runs as MXFP8).  0 for torchao.
+double fp8_weight_cache_bytes(const ClusterSpec& cluster, const Plan& plan);
 
 // Bytes of one activation element, one weight and one gradient.
 int activation_bytes(Precision p);

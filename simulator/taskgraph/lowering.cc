@@ -481,6 +481,13 @@ class Lowerer {
     const bool hybrid = L_.shard_degree < world_dp && p_.zero >= 1;
     const int shard = p_.zero >= 1 ? L_.shard_degree : world_dp;
     const double wbytes = weight_bytes(p_.precision);
+    // FSDP2 float8 all-gather (torchao enable_fsdp_float8_all_gather, the
+    // tensorwise recipe only): a layer's linear weights travel in FP8, one
+    // byte each, the rest of its parameters in bf16.
+    double gather_wbytes = wbytes;
+    if (p_.zero == 3 && p_.fp8_recipe == Fp8Recipe::kTensorwise && layer_.params > 0) {
+      gather_wbytes = (layer_.linear_params * 1.0 + (layer_.params - layer_.linear_params) * wbytes) / layer_.params;
+    }
     const double gbytes = layer_grad_bytes_;
     for (size_t r = 0; r < out_.ranks.size(); ++r) {
       const RankCoord& rc = out_.ranks[r];
@@ -519,7 +526,7 @@ class Lowerer {
         const Entry& e = entries[k];
         if (e.gather_params > 0) {
           int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kParamAllGather,
-                                      e.gather_params * wbytes, shard, members);
+                                      e.gather_params * gather_wbytes, shard, members);
           // One layer of prefetch: gather layer k once layer k-2 is done.
           if (k >= 2) {
             for (int32_t mr : members) g.add_dep(task_at(mr, k - 2), ag);

@@ -67,16 +67,23 @@ for nodes in 1 4; do
   "$T" recommend --model llama3-8b --cluster dgx-h100 --nodes "$nodes" --save "$rec" > "$work/rec.txt" 2>&1 ||
     { fail "recommend --nodes $nodes: $(cat "$work/rec.txt")"; continue; }
   export_and_check "$rec" "$nodes" "recommended($nodes nodes)"
-  # Layouts around the recommendation: (tp pp cp zero vp schedule shard stage_layers).
+  # Layouts around the recommendation: (tp pp cp zero vp schedule shard
+  # stage_layers precision), precision bf16 or fp8:<recipe> (FP8 plans
+  # export to the framework whose FP8 was simulated: Transformer Engine for
+  # Megatron, torchao float8 under FSDP2 for torchtitan and the script).
   gpus=$((8 * nodes))
-  while read -r tp pp cp zero vp schedule shard stages; do
+  while read -r tp pp cp zero vp schedule shard stages prec; do
     dp=$((gpus / (tp * pp * cp)))
     [ $((dp * tp * pp * cp)) = "$gpus" ] || continue
     plan="$work/m.json"
-    python3 - "$rec" "$plan" "$tp" "$pp" "$cp" "$dp" "$zero" "$vp" "$schedule" "$shard" "$stages" <<'PY'
+    python3 - "$rec" "$plan" "$tp" "$pp" "$cp" "$dp" "$zero" "$vp" "$schedule" "$shard" "$stages" "${prec:-bf16}" <<'PY'
 import json, sys
-src, dst, tp, pp, cp, dp, zero, vp, schedule, shard, stages = sys.argv[1:]
+src, dst, tp, pp, cp, dp, zero, vp, schedule, shard, stages, prec = sys.argv[1:]
 p = json.load(open(src))
+p.pop("fp8_recipe", None)
+p["precision"] = prec.split(":")[0]
+if ":" in prec:
+    p["fp8_recipe"] = prec.split(":")[1]
 p.update(tp=int(tp), pp=int(pp), cp=int(cp), dp=int(dp), zero=int(zero), vp=int(vp), schedule=schedule,
          shard_group=int(shard), sp=int(tp) > 1, mbs=1, recompute="selective" if int(pp) > 1 else "none",
          stage_layers=[] if stages == "-" else [int(x) for x in stages.split(",")])
@@ -86,7 +93,7 @@ PY
     if ! "$T" memory --plan "$plan" > /dev/null 2>&1 && ! "$T" simulate --plan "$plan" > /dev/null 2>&1; then
       continue  # a layout the plan rules refuse (e.g. vp with these layers): not an export case
     fi
-    export_and_check "$plan" "$nodes" "tp$tp pp$pp cp$cp zero$zero vp$vp $schedule shard$shard stages=$stages ($nodes nodes)"
+    export_and_check "$plan" "$nodes" "tp$tp pp$pp cp$cp zero$zero vp$vp $schedule shard$shard stages=$stages ${prec:-bf16} ($nodes nodes)"
   done <<'MATRIX'
 1 1 1 0 1 1f1b 0 -
 1 1 1 1 1 1f1b 0 -
@@ -103,6 +110,12 @@ PY
 2 1 2 1 1 1f1b 0 -
 2 1 2 3 1 1f1b 0 -
 4 2 1 0 1 1f1b 0 -
+1 1 1 1 1 1f1b 0 - fp8:delayed
+2 2 1 1 1 1f1b 0 - fp8:tensorwise
+1 1 1 0 1 1f1b 0 - fp8:blockwise
+1 1 1 3 1 1f1b 0 - fp8:tensorwise
+1 1 1 3 1 1f1b 8 - fp8:rowwise
+2 1 2 3 1 1f1b 0 - fp8:tensorwise
 MATRIX
 done
 

@@ -59,6 +59,7 @@ def load_plan(path: str) -> dict:
         "seq": int(p.get("seq", 0)),
         "sp": bool(p.get("sp", False)),
         "precision": p.get("precision", "bf16"),
+        "fp8_recipe": p.get("fp8_recipe"),
         "grad_dtype": p.get("grad_dtype", "fp32"),
         "recompute": p.get("recompute", "none"),
         "offload": p.get("offload", "none"),
@@ -759,6 +760,16 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
     if zero >= 2 and not fsdp:
         P.add(f"megatron: plan zero={zero} shards gradients, which needs --use-megatron-fsdp")
     prec = "bf16" if ns.get("bf16") else "fp16" if ns.get("fp16") else "fp32"
+    # FP8 (Transformer Engine): --fp8-format switches it on (dest "fp8");
+    # the recipe is --fp8-recipe (default delayed), its choices the
+    # argparse table's.  FP8 training keeps --bf16 for everything else.
+    if ns.get("fp8") is not None:
+        if prec != "bf16":
+            P.add(f"megatron: --fp8-format with {prec}: trainplan's fp8 plans are bf16 with FP8 linears")
+        prec = "fp8"
+        recipe = ns.get("fp8_recipe")
+        if plan.get("fp8_recipe") and recipe != plan["fp8_recipe"]:
+            P.add(f"megatron: --fp8-recipe {recipe}, the plan has {plan['fp8_recipe']}")
     if prec != plan["precision"]:
         P.add(f"megatron: precision {prec}, the plan has {plan['precision']}")
     if plan["offload"] == "optimizer" and not ns.get("optimizer_cpu_offload"):
@@ -1339,8 +1350,15 @@ def fsdp_rules(text: str, plan: dict, api: dict, P: Problems, nodes_opt: int | N
     if plan["gbs"] % (plan["mbs"] * dp):
         P.add(f"python: plan gbs {plan['gbs']} not divisible by mbs {plan['mbs']} x dp {dp}")
     want = {"TP": tp, "DP": dp, "ZERO": zero, "MBS": plan["mbs"], "GBS": plan["gbs"], "ACCUM": accum,
-            "SEQ": plan["seq"] or None, "PRECISION": plan["precision"], "RECOMPUTE": plan["recompute"],
+            "SEQ": plan["seq"] or None, "PRECISION": "bf16" if plan["precision"] == "fp8" else plan["precision"],
+            "FP8_RECIPE": plan.get("fp8_recipe"), "RECOMPUTE": plan["recompute"],
             "SP": plan["sp"] and tp > 1, "CPU_OFFLOAD": plan["offload"] == "params"}
+    # torchao float8 takes the recipes of Float8LinearConfig.from_recipe_name
+    # (pytorch_api.json "torchao_float8_recipes"); None is bf16.
+    if consts.get("FP8_RECIPE") is not None and consts["FP8_RECIPE"] not in api.get("torchao_float8_recipes", []):
+        P.add(f"python: FP8_RECIPE {consts['FP8_RECIPE']!r} is not a torchao float8 recipe")
+    if plan.get("fp8_recipe") is None and consts.get("FP8_RECIPE") is not None:
+        P.add("python: FP8_RECIPE set but the plan has no fp8")
     for k, v in want.items():
         if v is None:
             continue

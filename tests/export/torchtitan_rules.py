@@ -120,6 +120,7 @@ class Plan:
         self.recompute = plan.get("recompute", "none")
         self.schedule = plan.get("schedule", "1f1b")
         self.precision = plan.get("precision", "bf16")
+        self.fp8_recipe = plan.get("fp8_recipe")
         self.grad_dtype = plan.get("grad_dtype", "fp32")
         self.attention = plan.get("attention", "flash")
         self.dp_mode = plan.get("dp_mode", "sync")
@@ -589,11 +590,34 @@ def check_toml(text: str, plan: dict, world: int, warnings: list[str] | None = N
         out.append(f"training.global_batch_size = {gbs}, the plan has gbs={p.gbs}")
 
     # Precision, offload, recompute: trainplan's plan fields.
-    want_param = {"bf16": "bfloat16", "fp32": "float32"}.get(p.precision)
+    want_param = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}.get(p.precision)
     got_param = _get(doc, "training", "mixed_precision_param")
     if want_param and got_param != want_param:
         out.append(f"training.mixed_precision_param = {got_param!r}, the plan has precision {p.precision}")
-    if _get(doc, "training", "dtype") != "float32" and p.precision == "bf16":
+    # FP8: torchao float8 linears through the model converter registered as
+    # "quantize.linear.float8" (components/quantization/float8.py; v0.1's
+    # "float8" is not registered in v0.2.x: KeyError), the recipe in
+    # [quantize.linear.float8] recipe_name (None = tensorwise), the output
+    # layer kept in bf16 as trainplan simulates it.
+    converters = _get(doc, "model", "converters") or []
+    fp8_section = "quantize.linear.float8"
+    if "float8" in converters:
+        out.append("model.converters 'float8' is torchtitan v0.1's name; v0.2.x registers 'quantize.linear.float8'")
+    if p.precision == "fp8":
+        if "quantize.linear.float8" not in converters:
+            out.append("the plan has precision fp8 but model.converters lacks 'quantize.linear.float8'")
+        recipe = _get(doc, fp8_section, "recipe_name") or "tensorwise"
+        if p.fp8_recipe and recipe != p.fp8_recipe:
+            out.append(f"quantize.linear.float8.recipe_name = {recipe!r}, the plan has fp8_recipe {p.fp8_recipe}")
+        if not any(f == "output" for f in (_get(doc, fp8_section, "filter_fqns") or [])):
+            out.append("quantize.linear.float8.filter_fqns lacks 'output': the LM head would run in FP8, "
+                       "trainplan simulates it in bf16")
+        if _get(doc, fp8_section, "enable_fsdp_float8_all_gather") and recipe != "tensorwise":
+            out.append("quantize.linear.float8.enable_fsdp_float8_all_gather needs the tensorwise recipe "
+                       "[components/quantization/float8.py]")
+    elif "quantize.linear.float8" in converters:
+        out.append(f"model.converters has 'quantize.linear.float8' but the plan's precision is {p.precision}")
+    if _get(doc, "training", "dtype") != "float32" and p.precision in ("bf16", "fp8"):
         out.append("training.dtype = 'bfloat16' trains without fp32 master weights; the plan's bf16 is mixed precision")
     offload = _get(doc, "training", "enable_cpu_offload")
     if p.offload in ("none", "params") and offload != (p.offload == "params"):

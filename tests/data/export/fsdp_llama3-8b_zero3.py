@@ -45,6 +45,7 @@ SEQ = 8192
 ACCUM = 4  # GBS // (MBS * DP) micro-batches per step
 RECOMPUTE = "full"  # "none", "selective" (core attention) or "full" (whole blocks)
 PRECISION = "bf16"
+FP8_RECIPE = None  # torchao float8 linears: None, "tensorwise" or "rowwise"
 REDUCE_DTYPE = "fp32"  # FSDP2 gradient reduction
 ATTENTION = "flash"  # "flash" (scaled_dot_product_attention) or "naive" (softmax(QK^T)V)
 CPU_OFFLOAD = False  # FSDP2 CPUOffloadPolicy: parameters, gradients, optimizer on the host
@@ -253,6 +254,21 @@ def main():
         model = Transformer()
     if TP > 1:
         apply_tensor_parallel(model, mesh["tp"])
+    if FP8_RECIPE:
+        # torchao float8 training: every linear of the blocks in FP8, the
+        # output layer in bf16 (as simulated), before fully_shard so that
+        # FSDP2 all-gathers tensorwise weights in FP8.
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        if FP8_RECIPE == "tensorwise":
+            fp8_config = Float8LinearConfig(enable_fsdp_float8_all_gather=FSDP)
+        else:
+            fp8_config = Float8LinearConfig.from_recipe_name(FP8_RECIPE)
+        convert_to_float8_training(
+            model,
+            config=fp8_config,
+            module_filter_fn=lambda mod, fqn: fqn != "output" and mod.in_features % 16 == 0 and mod.out_features % 16 == 0,
+        )
     dtype = DTYPES[PRECISION]
     if FSDP:
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -321,6 +337,11 @@ def main():
             scaler.update()
         else:
             optimizer.step()
+        if FP8_RECIPE == "tensorwise" and FSDP:
+            # One all-reduce of the weights' amaxes for the next FP8 all-gather.
+            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+            precompute_float8_dynamic_scale_for_fsdp(model)
         optimizer.zero_grad(set_to_none=True)
         if rank == 0:
             print(f"step {step + 1}/{STEPS} loss {loss.item() * ACCUM:.4f}", flush=True)

@@ -131,7 +131,7 @@ TEST_CASE("ClusterSpec: bad cluster JSON is rejected with the exact message", "[
   }
   SECTION("unknown key inside gpu lists the gpu keys") {
     REQUIRE_THROWS_WITH(parse_cluster(edited("\"name\": \"X\",", "\"name\": \"X\", \"colour\": 1,"), "c.json"),
-                        "c.json: /gpu/colour: unknown key; allowed: attention_efficiency, gemm_efficiency, hbm_bandwidth, "
+                        "c.json: /gpu/colour: unknown key; allowed: attention_efficiency, fp8_gemm_efficiency, gemm_efficiency, hbm_bandwidth, "
                         "hbm_efficiency, memory, name, peak, sm_count, source");
   }
   SECTION("unknown dtype under peak lists the dtypes") {
