@@ -274,6 +274,14 @@ int run_recommend(const RecommendFlags& f) {
   std::printf("# trainplan %s recommend: %s on %s, %d GPUs, gbs %lld sequences of %lld tokens (config %s)\n",
               kVersion, model.name.c_str(), cluster.name.c_str(), gpus, static_cast<long long>(o.gbs),
               static_cast<long long>(seq), hash.c_str());
+  if (o.fp8_recipe != Fp8Recipe::kNone) {
+    if (o.fp8_recipe_given) {
+      std::printf("# precision fp8 (bf16 with FP8 linear GEMMs), recipe %s\n", to_string(o.fp8_recipe));
+    } else {
+      std::printf("# precision fp8 (bf16 with FP8 linear GEMMs), recipe %s (tensorwise with ZeRO-3: FSDP2 float8)\n",
+                  to_string(default_fp8_recipe(cluster, 0)));
+    }
+  }
   std::printf("# %lld plans: %lld valid, %lld fit in memory, %lld simulated; %.2f s\n",
               static_cast<long long>(r.evaluated), static_cast<long long>(r.valid), static_cast<long long>(r.feasible),
               static_cast<long long>(r.simulated), r.elapsed_s);

@@ -38,6 +38,9 @@ def main():
         name = case["name"]
         assert name not in names, "duplicate case name " + name
         names.add(name)
+        if case.get("stdout_to") and not os.path.exists(case["stdout_to"]):
+            print(f"skipped {name}: {case['stdout_to']} does not exist here")
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             sub = lambda s: s.replace("$TMP", tmp)
             args = [sub(a) for a in case["args"]]
