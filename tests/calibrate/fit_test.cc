@@ -168,3 +168,36 @@ TEST_CASE("nccl-tests reader: rows nccl-tests itself would flag are refused", "[
                         Catch::StartsWith("x.json: result with size 1024: nccl-tests counted 2 wrong elements"));
   }
 }
+
+TEST_CASE("Calibration: every file calibrate can write reads back (--resume)", "[calibrate][spec]") {
+  // Oracle: the writer's own output.  A fit from slow samples (an ASan
+  // build's CPU all-reduce of 8..64 bytes: 0.9 MB/s, as CI measured) or a
+  // latency-bound group (fit_collectives reports its floor, 1 B/s) must stay
+  // inside the reader's ranges, or `calibrate --resume` refuses its own file.
+  std::vector<CollectiveSample> slow;
+  for (int64_t bytes : {8, 16, 32, 64}) {
+    slow.push_back(CollectiveSample{Collective::kAllReduce, false, 2, bytes, 20e-6 + static_cast<double>(bytes) / 0.9e6, 0});
+  }
+  std::vector<CollectiveSample> flat;  // all latency: a zero slope
+  for (int64_t bytes : {8, 16}) flat.push_back(CollectiveSample{Collective::kAllGather, false, 2, bytes, 1e-3, 0});
+  Calibration c;
+  c.tool = "trainplan test";
+  c.backend = "cpu";
+  c.versions = "test";
+  c.device = "cpu: test";
+  c.gpu_type = "cpu";
+  c.ranks = 2;
+  c.nodes = 1;
+  c.complete = true;
+  c.dtype = "fp32";
+  c.collective_samples = slow;
+  c.collective_samples.insert(c.collective_samples.end(), flat.begin(), flat.end());
+  c.collectives = fit_collectives(c.collective_samples);
+  REQUIRE(c.collectives.size() == 2);
+  c.peak_flop_per_s = 3e5;           // a very slow GEMM
+  c.copy_bytes_per_s = 5e5;          // and copy
+  c.kernel_overhead_s = 0.5;         // a loaded machine's intercept
+  c.gemm_table.push_back(GemmPoint{64, 64, 64, 1.0});
+  const Calibration d = parse_calibration(calibration_json(c), "c.json");
+  CHECK(calibration_json(d) == calibration_json(c));
+}
