@@ -33,9 +33,7 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_flag("--sp", f->sp, "sequence parallel (with tp > 1)");
   app->add_option("--schedule", f->schedule,
                   "pipeline schedule gpipe|1f1b|interleaved|naive (default 1f1b, interleaved when vp > 1)");
-  app->add_option("--precision", f->precision, "bf16|fp16|fp32|fp8 (default bf16; fp8: bf16 with FP8 linear GEMMs)");
-  app->add_option("--fp8-recipe", f->fp8_recipe,
-                  "with --precision fp8: delayed|tensorwise|rowwise|blockwise|mxfp8 (default mxfp8 on Blackwell, else delayed)");
+  add_precision_flags(app, &f->precision, &f->fp8_recipe);
   app->add_option("--grad-dtype", f->grad_dtype, "gradient dtype bf16|fp32 (default fp32, as Megatron)");
   app->add_option("--attention", f->attention, "flash|naive (default flash)");
   app->add_option("--dp-mode", f->dp_mode, "sync|async (async: parameter servers; default sync)");
@@ -82,6 +80,22 @@ std::vector<int> parse_stage_layers(const std::string& text) {
 
 }  // namespace
 
+void add_precision_flags(CLI::App* app, std::string* precision, std::string* fp8_recipe) {
+  app->add_option("--precision", *precision, "bf16|fp16|fp32|fp8 (default bf16; fp8: bf16 with FP8 linear GEMMs)");
+  app->add_option("--fp8-recipe", *fp8_recipe,
+                  "with --precision fp8: delayed|tensorwise|rowwise|blockwise|mxfp8 (default mxfp8 on Blackwell, "
+                  "tensorwise with ZeRO-3, else delayed)");
+}
+
+void set_precision_flags(const std::string& precision, const std::string* fp8_recipe, Plan* plan) {
+  set_precision(precision_names()[pick("--precision", precision, precision_names())], plan);
+  if (fp8_recipe == nullptr) return;
+  if (plan->fp8_recipe == Fp8Recipe::kNone) {
+    throw_input_error("--fp8-recipe", "", "needs --precision fp8", "add --precision fp8 or drop --fp8-recipe");
+  }
+  set_fp8_recipe(fp8_recipe_names()[pick("--fp8-recipe", *fp8_recipe, fp8_recipe_names())], plan);
+}
+
 Job to_job(const PlanFlags& f) {
   Job job;
   auto given = [&f](const char* flag) { return f.app != nullptr && f.app->count(flag) > 0; };
@@ -126,13 +140,7 @@ Job to_job(const PlanFlags& f) {
     p.schedule = static_cast<Schedule>(pick("--schedule", f.schedule, {"gpipe", "1f1b", "interleaved", "naive"}));
     p.schedule_given = true;
   }
-  set_precision(precision_names()[pick("--precision", f.precision, precision_names())], &p);
-  if (given("--fp8-recipe")) {
-    if (p.fp8_recipe == Fp8Recipe::kNone) {
-      throw_input_error("--fp8-recipe", "", "needs --precision fp8", "add --precision fp8 or drop --fp8-recipe");
-    }
-    set_fp8_recipe(fp8_recipe_names()[pick("--fp8-recipe", f.fp8_recipe, fp8_recipe_names())], &p);
-  }
+  set_precision_flags(f.precision, given("--fp8-recipe") ? &f.fp8_recipe : nullptr, &p);
   if (!f.grad_dtype.empty()) {
     p.grad_dtype = static_cast<GradDtype>(pick("--grad-dtype", f.grad_dtype, {"bf16", "fp32"}));
   }

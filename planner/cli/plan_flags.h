@@ -49,6 +49,15 @@ struct PlanFlags {
 // `app`.
 void add_plan_flags(CLI::App* app, PlanFlags* flags);
 
+// Registers --precision and --fp8-recipe (every command that takes a plan
+// or searches for one).
+void add_precision_flags(CLI::App* app, std::string* precision, std::string* fp8_recipe);
+
+// Sets plan->precision and its FP8 recipe from those flags (`fp8_recipe`
+// null when --fp8-recipe was not given).  Throws InputError for an unknown
+// name, or a recipe without --precision fp8.
+void set_precision_flags(const std::string& precision, const std::string* fp8_recipe, Plan* plan);
+
 // A validated job: model, cluster, GPU count and plan as given.
 struct Job {
   ModelSpec model;

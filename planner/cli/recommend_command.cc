@@ -12,6 +12,7 @@
 
 #include "planner/cli/commands.h"
 #include "planner/cli/output.h"
+#include "planner/cli/plan_flags.h"
 #include "planner/plan/plan_file.h"
 #include "planner/search/search.h"
 #include "simulator/core/error.h"
@@ -120,18 +121,7 @@ int run_recommend(const RecommendFlags& f) {
   o.seq = f.seq;
   {
     Plan precision;
-    if (!set_precision(f.precision, &precision)) {
-      throw_input_error("--precision", "", "unknown value \"" + f.precision + "\"", "allowed: bf16, fp16, fp32, fp8");
-    }
-    if (given("--fp8-recipe")) {
-      if (precision.fp8_recipe == Fp8Recipe::kNone) {
-        throw_input_error("--fp8-recipe", "", "needs --precision fp8", "add --precision fp8 or drop --fp8-recipe");
-      }
-      if (!set_fp8_recipe(f.fp8_recipe, &precision)) {
-        throw_input_error("--fp8-recipe", "", "unknown value \"" + f.fp8_recipe + "\"",
-                          "allowed: delayed, tensorwise, rowwise, blockwise, mxfp8");
-      }
-    }
+    set_precision_flags(f.precision, given("--fp8-recipe") ? &f.fp8_recipe : nullptr, &precision);
     o.precision = precision.precision;
     o.fp8_recipe = precision.fp8_recipe;
     o.fp8_recipe_given = precision.fp8_recipe_given;
@@ -366,9 +356,7 @@ void register_recommend_command(CLI::App* app, int* status) {
   cmd->add_option("--gbs", f.gbs, "global batch in sequences (default: about 4M tokens)");
   cmd->add_option("--seq", f.seq, "sequence length (default: the model's)");
   cmd->add_option("--top", f.top, "how many plans to show (default 5)");
-  cmd->add_option("--precision", f.precision, "bf16|fp16|fp32|fp8 (default bf16; fp8: bf16 with FP8 linear GEMMs)");
-  cmd->add_option("--fp8-recipe", f.fp8_recipe,
-                  "with --precision fp8: delayed|tensorwise|rowwise|blockwise|mxfp8 (default mxfp8 on Blackwell, else delayed)");
+  add_precision_flags(cmd, &f.precision, &f.fp8_recipe);
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload or all");
   cmd->add_option("--save", f.save, "write the best plan to this plan.json");
   cmd->add_option("--calibration", f.calibration,
