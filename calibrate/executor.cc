@@ -232,7 +232,27 @@ class RankExecutor {
     }
   }
 
-  void backward_ops(const LayerCost& lc) {
+  // Which products of the backward to run: all of them, the input
+  // gradients only (B of a zero-bubble schedule) or the weight gradients
+  // only (its W), as op_weight_grad_time splits them.
+  enum class Part { kAll, kInput, kWeight };
+
+  void backward_ops(const LayerCost& lc, Part part = Part::kAll) {
+    if (part == Part::kWeight) {
+      const double t0 = now_s();
+      for (auto it = lc.ops.rbegin(); it != lc.ops.rend(); ++it) {
+        if (it->kind == OpKind::kGemm) b_.gemm(it->n, it->k, it->m, dtype_);
+      }
+      // The embedding's weight gradient is its whole backward (its input is
+      // token ids): the scatter of the output gradient into the table.
+      if (&lc == &costs_.embedding) {
+        for (const OpCost& op : lc.ops) {
+          if (op.bwd_bytes > 0) b_.copy(static_cast<int64_t>(op.bwd_bytes / 2));
+        }
+      }
+      t_->compute += now_s() - t0;
+      return;
+    }
     for (auto it = lc.ops.rbegin(); it != lc.ops.rend(); ++it) {
       const OpCost& op = *it;
       if (op.tp_comm_after != TpComm::kNone && tp_->size() > 1) {
@@ -242,7 +262,7 @@ class RankExecutor {
       switch (op.kind) {
         case OpKind::kGemm:
           b_.gemm(op.m, op.k, op.n, dtype_);
-          b_.gemm(op.n, op.k, op.m, dtype_);
+          if (part == Part::kAll) b_.gemm(op.n, op.k, op.m, dtype_);
           break;
         case OpKind::kAttention:
           // Backward = 2x the forward FLOPs (2.5x with flash: S recomputed).
@@ -257,8 +277,11 @@ class RankExecutor {
           }
           break;
         case OpKind::kElementwise:
-          // A copy of n bytes moves 2n of traffic.
-          if (op.bwd_bytes > 0) b_.copy(static_cast<int64_t>(op.bwd_bytes / 2));
+          // A copy of n bytes moves 2n of traffic (the embedding's, all
+          // weight gradient, runs in W where the backward is split).
+          if (op.bwd_bytes > 0 && !(part == Part::kInput && &lc == &costs_.embedding)) {
+            b_.copy(static_cast<int64_t>(op.bwd_bytes / 2));
+          }
           break;
       }
       t_->compute += now_s() - t0;
@@ -280,12 +303,17 @@ class RankExecutor {
     live_bytes_ += static_cast<double>(t.mem_alloc);
     peak_ = std::max(peak_, live_bytes_);
     const bool backward = t.label == TaskLabel::kBackward;
-    if (!backward) {
+    if (t.label == TaskLabel::kWeightGrad) {
+      if (t.extras & 2) backward_ops(costs_.output, Part::kWeight);
+      for (int i = 0; i < t.layer_count; ++i) backward_ops(costs_.layer, Part::kWeight);
+      if (t.extras & 1) backward_ops(costs_.embedding, Part::kWeight);
+    } else if (!backward) {
       if (t.extras & 1) forward_ops(costs_.embedding, true);
       for (int i = 0; i < t.layer_count; ++i) forward_ops(costs_.layer, true);
       if (t.extras & 2) forward_ops(costs_.output, true);
     } else {
-      if (t.extras & 2) backward_ops(costs_.output);
+      const Part part = zero_bubble(p_.schedule) ? Part::kInput : Part::kAll;
+      if (t.extras & 2) backward_ops(costs_.output, part);
       for (int i = 0; i < t.layer_count; ++i) {
         if (p_.recompute == Recompute::kFull) {
           forward_ops(costs_.layer, true);
@@ -297,9 +325,9 @@ class RankExecutor {
             t_->compute += now_s() - t0;
           }
         }
-        backward_ops(costs_.layer);
+        backward_ops(costs_.layer, part);
       }
-      if (t.extras & 1) backward_ops(costs_.embedding);
+      if (t.extras & 1) backward_ops(costs_.embedding, part);
     }
     live_bytes_ -= static_cast<double>(t.mem_free);
   }

@@ -22,6 +22,24 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+def padded_gpt2_vocab(tp):
+    """ACCURACY.md M2: GPT-2 BPE (50257) padded to a multiple of 128*tp
+    (Megatron's --make-vocab-size-divisible-by 128 times TP)."""
+    unit = 128 * tp
+    return (50257 + unit - 1) // unit * unit
+
+
+_HELP = {}
+
+
+def cli_offers(trainplan, value):
+    """ACCURACY.md: an option is used once `trainplan simulate --help` lists it."""
+    if trainplan not in _HELP:
+        out = subprocess.run([trainplan, "simulate", "--help"], capture_output=True, text=True)
+        _HELP[trainplan] = out.stdout
+    return value in _HELP[trainplan]
+
+
 def model_file(row, tmp):
     m = row["model"]
     name = row["id"]
@@ -31,7 +49,7 @@ def model_file(row, tmp):
         "layers": m["layers"],
         "hidden": m["hidden"],
         "heads": m["heads"],
-        "vocab": m["vocab"] or 51200,
+        "vocab": m["vocab"] or padded_gpt2_vocab(row["layout"].get("tp") or 1),
         "seq_len": m["seq_len"],
         "mlp": "gelu" if gpt else "swiglu",
         "tied_embeddings": gpt,
@@ -62,7 +80,7 @@ def cluster_for(row):
     return None
 
 
-def flags_for(row):
+def flags_for(row, trainplan):
     """Returns (flags, metric, measured, predicted_key) or None."""
     rid = row["id"]
     lay = row["layout"]
@@ -101,7 +119,13 @@ def flags_for(row):
         f += ["--gbs", str(gbs)]
     sched = (lay.get("schedule") or "").lower()
     if rid.startswith("zerobubble"):
-        if not sched.startswith("1f1b"):
+        # L7: ZB-1p/ZB-2p -> --schedule zb-1p/zb-2p when the CLI offers them.
+        zb = {"zb-1p": "zb-1p", "zb-2p": "zb-2p"}.get(sched)
+        if zb:
+            if not cli_offers(trainplan, zb):
+                return None
+            f += ["--schedule", zb]
+        elif not sched.startswith("1f1b"):
             return None
         layers = row["model"]["layers"]
         pp = lay["pp"]
@@ -125,6 +149,32 @@ def flags_for(row):
     if "layer_fwd_plus_bwd_ms" in meas:
         return f, mbs, "layer fwd+bwd (ms)", meas["layer_fwd_plus_bwd_ms"], "layer_ms"
     return None
+
+
+def ranks(xs):
+    """Average ranks (1-based), ties sharing the mean rank."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    r = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return r
+
+
+def spearman(a, b):
+    """Spearman's rho: Pearson correlation of the ranks."""
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    ma, mb = sum(ra) / n, sum(rb) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = sum((x - ma) ** 2 for x in ra) ** 0.5
+    vb = sum((y - mb) ** 2 for y in rb) ** 0.5
+    return cov / (va * vb) if va > 0 and vb > 0 else 0.0
 
 
 def run(trainplan, args):
@@ -163,13 +213,14 @@ def main():
     rows = json.load(open(a.reference))
     lines = []
     errors = []
+    groups = {}
     skipped = []
     with tempfile.TemporaryDirectory() as tmp:
         for row in rows:
             if row["kind"] not in ("measured_throughput", "measured_step_time", "measured_layer_time"):
                 continue
             cluster = cluster_for(row)
-            mapped = flags_for(row) if cluster else None
+            mapped = flags_for(row, a.trainplan) if cluster else None
             if not mapped:
                 skipped.append(row["id"])
                 continue
@@ -178,15 +229,22 @@ def main():
             if pred is None:
                 skipped.append(row["id"] + " (" + "; ".join(res.get("reasons", [])) + ")")
                 continue
-            err = (pred - measured) / measured
+            # ACCURACY.md: + = optimistic. Throughput: (pred - meas) / meas;
+            # time: (meas - pred) / meas.
+            time_metric = key in ("step_time_s", "layer_ms")
+            err = (measured - pred) / measured if time_metric else (pred - measured) / measured
             errors.append(abs(err))
+            group = row["id"].split("_")[0]
+            groups.setdefault(group, []).append((row["id"], err, measured, pred, time_metric))
             lines.append("| %s | %s | %s | %.4g | %.4g | %+.1f%% | %s |" % (
                 row["id"], cluster, metric, measured, pred, 100 * err,
                 "mbs=%d %s" % (res["plan"]["mbs"], " ".join(flags))))
     errors.sort()
     n = len(errors)
-    summary = ("%d rows; median |error| %.1f%%, mean %.1f%%, max %.1f%%; %d within 5%%, %d within 10%%, %d within 20%%"
-               % (n, 100 * errors[n // 2], 100 * sum(errors) / n, 100 * errors[-1],
+    signed = [e for g in groups.values() for _, e, _, _, _ in g]
+    summary = ("%d rows; median |error| %.1f%%, MAPE %.1f%%, bias %+.1f%%, max %.1f%%; %d within 5%%, %d within 10%%, "
+               "%d within 20%%"
+               % (n, 100 * errors[n // 2], 100 * sum(errors) / n, 100 * sum(signed) / n, 100 * errors[-1],
                   sum(e <= 0.05 for e in errors), sum(e <= 0.10 for e in errors), sum(e <= 0.20 for e in errors)))
     doc = ["# Accuracy: predicted vs measured", "",
            "Generated by `python3 tools/accuracy.py` (after building) from `../shared/reference/published_dev.json`:",
@@ -195,6 +253,25 @@ def main():
            "**Summary:** " + summary, "",
            "| row | cluster | metric | measured | predicted | error | flags |", "|---|---|---|---:|---:|---:|---|"]
     doc += lines
+    doc += ["", "## By source", "",
+            "Signed error: + = the simulator is optimistic (throughput (pred - meas)/meas, time (meas - pred)/meas).",
+            "Spearman rho: rank correlation of predicted and measured throughput within the group (sweeps of one",
+            "model on one cluster).", "",
+            "| source | rows | MAPE | bias | worst row | within 5% | within 10% | Spearman rho |",
+            "|---|---:|---:|---:|---|---:|---:|---:|"]
+    for group in sorted(groups):
+        g = groups[group]
+        errs = [e for _, e, _, _, _ in g]
+        worst = max(g, key=lambda x: abs(x[1]))
+        rho = ""
+        if group in ("bloom", "zerobubble") and len(g) >= 3:
+            # Throughput order: time metrics inverted.
+            meas = [(1 / m if t else m) for _, _, m, _, t in g]
+            pred = [(1 / p if t else p) for _, _, _, p, t in g]
+            rho = "%.2f" % spearman(meas, pred)
+        doc.append("| %s | %d | %.1f%% | %+.1f%% | %s (%+.1f%%) | %d | %d | %s |" % (
+            group, len(g), 100 * sum(abs(e) for e in errs) / len(g), 100 * sum(errs) / len(g), worst[0],
+            100 * worst[1], sum(abs(e) <= 0.05 for e in errs), sum(abs(e) <= 0.10 for e in errs), rho))
     doc += ["", "Not expressible (skipped): " + ", ".join(skipped), ""]
     with open(a.out + ".tmp", "w") as f:
         f.write("\n".join(doc))

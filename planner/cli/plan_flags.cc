@@ -32,7 +32,8 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_option("--recompute", f->recompute, "activation recomputation none|selective|full (default none)");
   app->add_flag("--sp", f->sp, "sequence parallel (with tp > 1)");
   app->add_option("--schedule", f->schedule,
-                  "pipeline schedule gpipe|1f1b|interleaved|naive (default 1f1b, interleaved when vp > 1)");
+                  "pipeline schedule gpipe|1f1b|interleaved|naive|zb-1p|zb-2p (default 1f1b, interleaved when vp > 1; "
+                  "zb-1p/zb-2p: Zero Bubble, activations up to 1x/2x 1F1B's)");
   add_precision_flags(app, &f->precision, &f->fp8_recipe);
   app->add_option("--grad-dtype", f->grad_dtype, "gradient dtype bf16|fp32 (default fp32, as Megatron)");
   app->add_option("--attention", f->attention, "flash|naive (default flash)");
@@ -137,7 +138,7 @@ Job to_job(const PlanFlags& f) {
   p.recompute = static_cast<Recompute>(pick("--recompute", f.recompute, {"none", "selective", "full"}));
   p.sp = f.sp;
   if (!f.schedule.empty()) {
-    p.schedule = static_cast<Schedule>(pick("--schedule", f.schedule, {"gpipe", "1f1b", "interleaved", "naive"}));
+    p.schedule = static_cast<Schedule>(pick("--schedule", f.schedule, schedule_names()));
     p.schedule_given = true;
   }
   set_precision_flags(f.precision, given("--fp8-recipe") ? &f.fp8_recipe : nullptr, &p);

@@ -133,8 +133,9 @@ int run_recommend(const RecommendFlags& f) {
     else if (s == "naive") o.naive = true;
     else if (s == "async") o.async_dp = true;
     else if (s == "offload") o.offload = true;
-    else if (s == "all") o.gpipe = o.naive = o.async_dp = o.offload = true;
-    else throw_input_error("--strategies", "", "unknown strategy \"" + s + "\"", "allowed: gpipe, naive, async, offload, all");
+    else if (s == "zero-bubble") o.zero_bubble = true;
+    else if (s == "all") o.gpipe = o.naive = o.async_dp = o.offload = o.zero_bubble = true;
+    else throw_input_error("--strategies", "", "unknown strategy \"" + s + "\"", "allowed: gpipe, naive, async, offload, zero-bubble, all");
   }
   ModelSpec model = load_model(f.model);
   ClusterSpec cluster = load_cluster(f.cluster);
@@ -357,7 +358,7 @@ void register_recommend_command(CLI::App* app, int* status) {
   cmd->add_option("--seq", f.seq, "sequence length (default: the model's)");
   cmd->add_option("--top", f.top, "how many plans to show (default 5)");
   add_precision_flags(cmd, &f.precision, &f.fp8_recipe);
-  cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload or all");
+  cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
   cmd->add_option("--save", f.save, "write the best plan to this plan.json");
   cmd->add_option("--calibration", f.calibration,
                   "calibration.json from `trainplan calibrate` (replaces the cluster's GEMM, memory and collective "

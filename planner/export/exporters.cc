@@ -253,6 +253,18 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
         "Megatron-LM has no naive pipeline schedule (one micro-batch in flight); its pipeline schedules are 1F1B and "
         "interleaved 1F1B (use schedule 1f1b)");
   }
+  if (zero_bubble(p.schedule)) {
+    // Upstream Megatron-LM / Megatron-Core ships no zero-bubble schedule; the
+    // authors' fork (sail-sg/zero-bubble-pipeline-parallelism) adds one on
+    // its legacy local transformer (--transformer-impl local, asserted in
+    // its validate_args), which this export does not target.
+    return refuse(std::string("Megatron-LM has no ") + to_string(p.schedule) +
+                  " schedule; Zero Bubble's fork of it (sail-sg/zero-bubble-pipeline-parallelism) runs it with "
+                  "--enable-zero-bubble --zero-bubble-max-pending-backward " +
+                  std::to_string(zero_bubble_activation_limit(p.schedule, p.pp)) +
+                  " on its local (non-Transformer-Engine) layers, which this export does not target (use schedule "
+                  "1f1b or interleaved)");
+  }
   if (p.pp > 1 && p.schedule == Schedule::kGpipe) {
     return refuse(
         "Megatron-LM has no GPipe schedule (all forwards, then all backwards); its pipeline schedules are 1F1B and "
@@ -699,6 +711,16 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
     return refuse(
         "torchtitan's llama3 attention is scaled_dot_product_attention (fused kernels); it has no unfused attention "
         "(use attention flash)");
+  }
+  if (zero_bubble(p.schedule)) {
+    // torch/distributed/pipelining/schedules.py: ScheduleInterleavedZeroBubble
+    // ("the ZB1P schedule in the paper") and ScheduleZBVZeroBubble are
+    // multi-stage schedules, and torchtitan's pipeline_llm requires at least 2
+    // stages per rank for them; there is no single-stage one.
+    return refuse(std::string("torchtitan has no ") + to_string(p.schedule) +
+                  " schedule with one stage per rank: its zero-bubble schedules (InterleavedZeroBubble, "
+                  "ZBVZeroBubble) run 2 or more stages per rank (\"Multi-stage schedule requires at least 2 stages "
+                  "per rank\"); use schedule 1f1b or interleaved");
   }
   if (p.pp > 1 && p.schedule == Schedule::kNaive) {
     return refuse(

@@ -64,7 +64,7 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.seq = o.integer("seq", 1, kMaxSeqLen);
   p.recompute = static_cast<Recompute>(o.choice("recompute", {"none", "selective", "full"}));
   p.sp = o.boolean("sp");
-  p.schedule = static_cast<Schedule>(o.choice("schedule", {"gpipe", "1f1b", "interleaved", "naive"}));
+  p.schedule = static_cast<Schedule>(o.choice("schedule", schedule_names()));
   p.schedule_given = true;
   set_precision(precision_names()[o.choice("precision", precision_names())], &p);
   if (auto recipe = o.optional_choice("fp8_recipe", fp8_recipe_names())) {

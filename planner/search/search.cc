@@ -106,6 +106,10 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
             schedules.push_back(Schedule::k1F1B);
             if (pp > 1 && o.gpipe) schedules.push_back(Schedule::kGpipe);
             if (pp > 1 && o.naive) schedules.push_back(Schedule::kNaive);
+            if (pp > 1 && o.zero_bubble) {
+              schedules.push_back(Schedule::kZb1p);
+              schedules.push_back(Schedule::kZb2p);
+            }
           }
           for (Schedule sched : schedules) {
             for (int mbs : {1, 2, 4, 8, 16}) {
@@ -279,6 +283,7 @@ std::string plan_label(const Plan& p) {
   if (p.tp == 1 && p.pp == 1) return p.cp > 1 ? family + " (" + dims + ")" : family;
   if (p.tp > 1 && p.pp > 1 && p.dp > 1) dims = "3D (" + dims + ")";
   if (p.zero == 3 && p.dp * p.cp > 1) dims += p.shard_group > 0 ? ", hybrid-sharded" : ", ZeRO-3";
+  if (zero_bubble(p.schedule)) dims += std::string(", ") + to_string(p.schedule);
   return dims;
 }
 

@@ -2,7 +2,8 @@
 //
 // 1. Enumerate every plan of the space (tp, pp, dp, cp, vp, ZeRO stage and
 //    hybrid shard group, mbs, recompute, sequence parallel, schedule,
-//    offload; naive model parallel, GPipe and async DP when asked for).
+//    offload; naive model parallel, GPipe, zero-bubble and async DP when
+//    asked for).
 // 2. Reject invalid plans with the framework rules (resolve_plan), and plans
 //    that do not fit with the closed-form memory model.
 // 3. Bound: step_time_lower_bound() never exceeds the simulated step time, so
@@ -50,6 +51,7 @@ struct SearchOptions {
   bool fp8_recipe_given = false;            // false: the GPU's default recipe
   bool gpipe = false;        // also consider GPipe
   bool naive = false;        // also consider naive model parallel
+  bool zero_bubble = false;  // also consider the ZB-1p and ZB-2p schedules
   bool async_dp = false;     // also consider async DP (parameter servers)
   bool offload = false;      // also consider optimizer/parameter offload
   FaultConfig faults;        // none by default: rank by step time

@@ -139,7 +139,7 @@ Duration op_forward_time(const ComputeParams& p, const OpCost& op) {
 
 Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention attention) {
   switch (op.kind) {
-    case OpKind::kGemm: return gemm_time(p, op.m, op.k, op.n, op.fp8) + gemm_time(p, op.n, op.k, op.m, op.fp8);
+    case OpKind::kGemm: return gemm_time(p, op.m, op.k, op.n, op.fp8) + op_weight_grad_time(p, op);
     case OpKind::kAttention: {
       const double factor = attention == Attention::kFlash ? 2.5 : 2.0;
       if (!p.gemm_table.empty() && op.m > 0) {
@@ -154,6 +154,11 @@ Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention at
     case OpKind::kElementwise: return memory_time(p, op.bwd_bytes);
   }
   return Duration();
+}
+
+Duration op_weight_grad_time(const ComputeParams& p, const OpCost& op) {
+  if (op.kind != OpKind::kGemm) return Duration();
+  return gemm_time(p, op.n, op.k, op.m, op.fp8);
 }
 
 }  // namespace trainplan

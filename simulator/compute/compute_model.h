@@ -67,6 +67,9 @@ Duration memory_time(const ComputeParams& p, double bytes);
 // torchao do (E4M3 forward, E5M2 gradients in the hybrid format).
 Duration op_forward_time(const ComputeParams& p, const OpCost& op);
 Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention attention);
+// The weight-gradient part of op_backward_time (the W pass of a zero-bubble
+// schedule): a GEMM's n x k x m product, nothing for the other ops.
+Duration op_weight_grad_time(const ComputeParams& p, const OpCost& op);
 
 }  // namespace trainplan
 

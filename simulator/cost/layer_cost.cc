@@ -83,11 +83,15 @@ OpCost fp8_cast(const std::string& gemm_name, double input_elements, double grad
   return op;
 }
 
-void add_totals(LayerCost* c) {
+// `grad_e`: bytes per element of an output gradient.
+void add_totals(LayerCost* c, double grad_e) {
   for (const OpCost& op : c->ops) {
     c->fwd_flops += op.flops;
     c->fwd_bytes += op.bytes;
     c->saved_bytes += op.saved_bytes;
+    if (op.kind == OpKind::kGemm) {
+      c->weight_grad_saved_bytes += op.saved_bytes + static_cast<double>(op.m) * static_cast<double>(op.n) * grad_e;
+    }
   }
 }
 
@@ -217,7 +221,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s) {
   fc2.tp_comm_bytes = reduce == TpComm::kNone ? 0 : tp_buffer;
   c.ops.push_back(fc2);
   c.ops.push_back(elementwise("dropout_residual2", 3 * tp_buffer / sp_div, mask * tokens * h / sp_div));
-  add_totals(&c);
+  add_totals(&c, e);
 
   if (s.cp > 1) {
     // Context parallel: every rank needs the K and V of the whole sequence
@@ -275,7 +279,9 @@ LayerCost embedding_cost(const ModelSpec& m, const LayerShape& s) {
   op.tp_comm_after = s.tp == 1 ? TpComm::kNone : (s.sp ? TpComm::kReduceScatter : TpComm::kAllReduce);
   op.tp_comm_bytes = s.tp == 1 ? 0 : tokens * h * e;
   c.ops.push_back(op);
-  add_totals(&c);
+  add_totals(&c, e);
+  // Its weight gradient scatters the output gradient into the table.
+  c.weight_grad_saved_bytes = tokens * h * e / sp_div;
   return c;
 }
 
@@ -299,7 +305,7 @@ LayerCost output_cost(const ModelSpec& m, const LayerShape& s) {
   c.ops.push_back(gemm("logits", tokens, v / t, h, tokens * h * e / sp_div));
   // Vocab-parallel cross entropy in fp32: reads the logits, keeps 4sbv/t.
   c.ops.push_back(elementwise("cross_entropy", tokens * v / t * (e + 2 * 4), 4 * tokens * v / t));
-  add_totals(&c);
+  add_totals(&c, e);
   return c;
 }
 

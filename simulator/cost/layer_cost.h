@@ -70,6 +70,10 @@ struct LayerCost {
   double recompute_flops = 0;    // extra forward FLOPs in backward
   double cp_comm_bytes = 0;      // K,V bytes exchanged over cp per forward
   double linear_params = 0;      // parameters of the FP8-capable linear layers on this rank
+  // M_W of Zero Bubble (Qi et al. Table 1): what one micro-batch keeps from
+  // its input-gradient pass B to its weight-gradient pass W: each linear
+  // layer's saved input and its output gradient (32sbh for a GPT layer).
+  double weight_grad_saved_bytes = 0;
 };
 
 // Bytes of HBM traffic per element to quantize one bf16 tensor to FP8 for

@@ -60,6 +60,11 @@ int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp,
       return std::min<int64_t>(warm, microbatches * vp);
     }
     case Schedule::kNaive: return 1;
+    case Schedule::kZb1p:
+    case Schedule::kZb2p:
+      // The scheduler starts an F only while the rank holds fewer than its
+      // limit's worth of micro-batches (build_zero_bubble_schedule).
+      return std::min<int64_t>(zero_bubble_activation_limit(schedule, pp), microbatches);
   }
   return 1;
 }
@@ -78,6 +83,13 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
   MemoryReport r;
   r.capacity_bytes = static_cast<double>(cluster.gpu.memory);
   double offloaded_per_gpu_max = 0;
+  // Activation bytes one micro-batch holds on stage i from F to B (M_B).
+  auto stage_activation = [&](int i) {
+    double a = layout.stage_layers[static_cast<size_t>(i)] * layer.saved_bytes;
+    if (i == 0) a += emb.saved_bytes;
+    if (i == p.pp - 1) a += out.saved_bytes;
+    return a;
+  };
   for (int i = 0; i < p.pp; ++i) {
     StageMemory st;
     st.stage = i;
@@ -117,6 +129,20 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     if (i == p.pp - 1) {
       int64_t mb = p.schedule == Schedule::kInterleaved ? 1 : chunks;
       act += static_cast<double>(mb) * out.saved_bytes;
+    }
+    if (zero_bubble(p.schedule)) {
+      // The scheduler holds at most limit x max(M_B of stages 0 and 1) on
+      // every stage (build_zero_bubble_schedule), and at most all m
+      // micro-batches.
+      const double cap = zero_bubble_activation_limit(p.schedule, p.pp) *
+                         std::max(stage_activation(0), stage_activation(std::min(1, p.pp - 1)));
+      act = std::min(cap, static_cast<double>(layout.microbatches) * stage_activation(i));
+      // A B pass whose W keeps more than the micro-batch held (M_W > M_B)
+      // grows the rank's memory by the difference before its W frees it.
+      double held = st.layers * layer.weight_grad_saved_bytes - st.layers * layer.saved_bytes;
+      if (i == 0) held += emb.weight_grad_saved_bytes - emb.saved_bytes;
+      if (i == p.pp - 1) held += out.weight_grad_saved_bytes - out.saved_bytes;
+      act += std::max(0.0, held);
     }
     // Full recompute rematerialises one layer's activations during its
     // backward.

@@ -146,7 +146,38 @@ StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, con
   rep.simulated_ranks = static_cast<int>(step.ranks.size());
   rep.layer = step.layer;
   const Plan& p = layout.plan;
-  rep.step_time_s = static_cast<double>(r.makespan_ps) * 1e-12;
+  const TaskGraph& g = step.graph;
+  std::vector<int64_t> last_dp_end(step.ranks.size(), 0);
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    if (t.type != TaskType::kComm || t.category != Category::kDpComm) continue;
+    const int32_t* m = g.members(t);
+    for (uint32_t k = 0; k < t.member_count; ++k) {
+      int64_t& e = last_dp_end[static_cast<size_t>(m[k])];
+      e = std::max(e, r.times[static_cast<size_t>(id)].end_ps);
+    }
+  }
+  // Each rank's step is the window [window_start, window_start + period).
+  // Zero-bubble schedules run with optimizer post-validation (Qi et al.
+  // Sec. 4: the step's global synchronisations, the gradient-norm and
+  // NaN/Inf all-reduces, are checked after the update instead), so
+  // consecutive steps overlap across stages and the period is the longest
+  // rank span, first task start to last task (or DP transfer) end.
+  // Elsewhere the step ends in a synchronisation: the period is the makespan.
+  std::vector<int64_t> window_start(step.ranks.size(), 0);
+  int64_t period = r.makespan_ps;
+  if (zero_bubble(p.schedule) && step.async.empty()) {
+    period = 0;
+    for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
+      const auto& prog = g.program[rank];
+      if (prog.empty()) continue;
+      int64_t last = last_dp_end[rank];
+      for (int32_t id : prog) last = std::max(last, r.times[static_cast<size_t>(id)].end_ps);
+      window_start[rank] = r.times[static_cast<size_t>(prog.front())].start_ps;
+      period = std::max(period, last - window_start[rank]);
+    }
+  }
+  rep.step_time_s = static_cast<double>(period) * 1e-12;
   if (!step.async.empty()) {
     // Throughput over the run; a "step" is the time to process gbs samples.
     rep.async = true;
@@ -167,21 +198,11 @@ StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, con
   rep.hfu = rep.hw_tflops_per_gpu * 1e12 / peak;
 
   // Time breakdown per rank, averaged.
-  const TaskGraph& g = step.graph;
   TimeBreakdown sum;
-  std::vector<int64_t> last_dp_end(step.ranks.size(), 0);
-  for (int32_t id = 0; id < g.size(); ++id) {
-    const Task& t = g.task(id);
-    if (t.type != TaskType::kComm || t.category != Category::kDpComm) continue;
-    const int32_t* m = g.members(t);
-    for (uint32_t k = 0; k < t.member_count; ++k) {
-      int64_t& e = last_dp_end[static_cast<size_t>(m[k])];
-      e = std::max(e, r.times[static_cast<size_t>(id)].end_ps);
-    }
-  }
   for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
     TimeBreakdown b;
-    int64_t prev_end = 0;
+    const int64_t window_end = window_start[rank] + period;
+    int64_t prev_end = window_start[rank];
     for (int32_t id : g.program[rank]) {
       const Task& t = g.task(id);
       const TaskTime& tt = r.times[static_cast<size_t>(id)];
@@ -198,11 +219,11 @@ StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, con
     }
     // After the rank's last task: waiting for trailing DP all-gathers, or for
     // slower stages (pipeline imbalance).
-    if (r.makespan_ps > prev_end) {
+    if (window_end > prev_end) {
       const int64_t last_comm = last_dp_end[rank];
-      const double dp = static_cast<double>(std::max<int64_t>(0, std::min(last_comm, r.makespan_ps) - prev_end));
+      const double dp = static_cast<double>(std::max<int64_t>(0, std::min(last_comm, window_end) - prev_end));
       b.dp_comm += dp * 1e-12;
-      b.bubble += (static_cast<double>(r.makespan_ps - prev_end) - dp) * 1e-12;
+      b.bubble += (static_cast<double>(window_end - prev_end) - dp) * 1e-12;
     }
     sum.compute += b.compute;
     sum.tp_comm += b.tp_comm;
@@ -212,7 +233,7 @@ StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, con
     sum.optimizer += b.optimizer;
   }
   // Async runs several iterations: scale the run's split to one step.
-  const double n = static_cast<double>(step.ranks.size()) * (static_cast<double>(r.makespan_ps) * 1e-12 / rep.step_time_s);
+  const double n = static_cast<double>(step.ranks.size()) * (static_cast<double>(period) * 1e-12 / rep.step_time_s);
   rep.breakdown = TimeBreakdown{sum.compute / n, sum.tp_comm / n, sum.pp_comm / n, sum.dp_comm / n, sum.bubble / n,
                                 sum.optimizer / n};
   rep.bubble_fraction = rep.breakdown.bubble / rep.step_time_s;

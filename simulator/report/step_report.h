@@ -1,6 +1,8 @@
 // Simulate one training step of a layout and explain where the time goes.
 //
-// step_time = makespan of the task graph.  Per simulated rank, the step is
+// step_time = makespan of the task graph (zero-bubble schedules: the longest
+// rank span, as their optimizer post-validation lets steps overlap; see
+// simulate_step).  Per simulated rank, the step is
 // split into compute (busy, less exposed TP/CP communication folded into
 // layer tasks), tp_comm, optimizer, and idle time; idle time before a task is
 // pp_comm or dp_comm for the part that overlaps the transfer it waited for

@@ -23,8 +23,20 @@ const char* to_string(Schedule s) {
     case Schedule::k1F1B: return "1f1b";
     case Schedule::kInterleaved: return "interleaved";
     case Schedule::kNaive: return "naive";
+    case Schedule::kZb1p: return "zb-1p";
+    case Schedule::kZb2p: return "zb-2p";
   }
   return "?";
+}
+const std::vector<std::string>& schedule_names() {
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "naive", "zb-1p", "zb-2p"};
+  return names;
+}
+bool zero_bubble(Schedule s) { return s == Schedule::kZb1p || s == Schedule::kZb2p; }
+int zero_bubble_activation_limit(Schedule s, int pp) {
+  if (s == Schedule::kZb1p) return pp;
+  if (s == Schedule::kZb2p) return 2 * pp;
+  return 0;
 }
 const char* to_string(Precision p) {
   switch (p) {
@@ -271,6 +283,23 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     }
     if (p.pp >= 2 && L.microbatches % p.pp != 0)
       fail("interleaved schedule needs microbatches=" + str(L.microbatches) + " to be a multiple of pp=" + str(p.pp));
+  }
+
+  if (zero_bubble(p.schedule)) {
+    // Qi et al. 2024 run ZB-1p/ZB-2p with one model chunk per rank (the
+    // authors' Megatron fork refuses --enable-zero-bubble with a virtual
+    // pipeline; ZB-V is a different schedule).
+    if (p.pp < 2) fail(std::string("the ") + to_string(p.schedule) + " schedule needs pp >= 2");
+    // The deferred W pass of a layer needs the inputs of its linear layers
+    // and their output gradients: under full recompute those are
+    // rematerialised in B and held until W, which no framework schedules.
+    if (p.recompute == Recompute::kFull)
+      fail(std::string("the ") + to_string(p.schedule) +
+           " schedule defers weight gradients, which full recompute does not support (use selective or none)");
+    if (p.zero == 3)
+      fail(std::string("the ") + to_string(p.schedule) +
+           " schedule keeps every weight on its stage for the deferred W passes; ZeRO-3 is not supported "
+           "(use zero 0, 1 or 2)");
   }
 
   // ZeRO, sharding, offload, async.

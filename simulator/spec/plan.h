@@ -17,7 +17,12 @@
 namespace trainplan {
 
 enum class Recompute { kNone, kSelective, kFull };
-enum class Schedule { kGpipe, k1F1B, kInterleaved, kNaive };
+// Pipeline schedules (simulator/taskgraph/pipeline_schedule.h).  kZb1p and
+// kZb2p are Zero Bubble's automatic schedules (Qi et al., ICLR 2024): the
+// backward split into input-gradient (B) and weight-gradient (W) passes, W
+// deferred into the bubbles, under an activation limit of p (ZB-1p, 1F1B's
+// peak) or 2p (ZB-2p) micro-batches.
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kNaive, kZb1p, kZb2p };
 enum class Precision { kBf16, kFp16, kFp32 };
 enum class GradDtype { kBf16, kFp32 };
 enum class Attention { kFlash, kNaive };
@@ -41,6 +46,14 @@ const char* to_string(Attention a);
 const char* to_string(DpMode m);
 const char* to_string(Offload o);
 const char* to_string(Fp8Recipe r);
+// The schedule names the CLI and plan.json accept, in enum order.
+const std::vector<std::string>& schedule_names();
+// True for the schedules that split the backward into B and W passes.
+bool zero_bubble(Schedule s);
+// The activation limit of a zero-bubble schedule on `pp` ranks, in
+// micro-batches of the rank's activation memory M_B: pp for kZb1p (1F1B's
+// peak), 2*pp for kZb2p (Qi et al. Sec. 3.1); 0 for the other schedules.
+int zero_bubble_activation_limit(Schedule s, int pp);
 // The recipe names the CLI and plan.json accept, in enum order after kNone.
 const std::vector<std::string>& fp8_recipe_names();
 

@@ -150,9 +150,14 @@ class Lowerer {
   void build_schedule() {
     const int v = p_.schedule == Schedule::kInterleaved ? p_.vp : 1;
     v_ = v;
+    split_ = zero_bubble(p_.schedule);
     Feasibility f = check_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v);
     TRAINPLAN_CHECK(f.ok, "infeasible pipeline schedule reached lowering: " + f.reason);
-    schedule_ = build_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v);
+    if (split_) {
+      schedule_ = build_zero_bubble_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), stage_op_times());
+    } else {
+      schedule_ = build_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v);
+    }
     chunks_.assign(static_cast<size_t>(p_.pp), {});
     for (int s = 0; s < p_.pp; ++s) {
       const int n = L_.stage_layers[static_cast<size_t>(s)];
@@ -173,15 +178,20 @@ class Lowerer {
     const double layer_params = layer_.params;
     for (int s = 0; s < p_.pp; ++s) {
       const auto& ops = schedule_[static_cast<size_t>(s)];
+      // The pass that finalises a chunk's gradients: W where the backward is
+      // split (zero bubble), else B.
+      auto finalizes = [&](PipeOp::Kind kind) {
+        return kind == (split_ ? PipeOp::Kind::kWeight : PipeOp::Kind::kBackward);
+      };
       std::vector<int> last_b(static_cast<size_t>(v), -1);
       for (size_t k = 0; k < ops.size(); ++k) {
-        if (ops[k].kind == PipeOp::Kind::kBackward) last_b[static_cast<size_t>(ops[k].chunk)] = static_cast<int>(k);
+        if (finalizes(ops[k].kind)) last_b[static_cast<size_t>(ops[k].chunk)] = static_cast<int>(k);
       }
       for (size_t k = 0; k < ops.size(); ++k) {
         const PipeOp& op = ops[k];
         const Chunk& ch = chunks_[static_cast<size_t>(s)][static_cast<size_t>(op.chunk)];
-        const bool is_b = op.kind == PipeOp::Kind::kBackward;
-        const bool last = is_b && last_b[static_cast<size_t>(op.chunk)] == static_cast<int>(k);
+        const bool is_b = op.kind != PipeOp::Kind::kForward;  // B or W: layers in reverse
+        const bool last = finalizes(op.kind) && last_b[static_cast<size_t>(op.chunk)] == static_cast<int>(k);
         const bool per_layer = p_.zero == 3 || (last && p_.dp * p_.cp > 1 && p_.dp_mode == DpMode::kSync);
         if (!per_layer) {
           Entry e;
@@ -205,12 +215,54 @@ class Lowerer {
           double params = layer_params;
           if (ch.embedding && layer == 0) params += emb_.params;
           if (ch.output && layer == ch.layers - 1) params += outc_.params;
-          if (is_b) e.grad_params = params;
+          if (finalizes(op.kind)) e.grad_params = params;
           if (p_.zero == 3) e.gather_params = params;
           entries_[static_cast<size_t>(s)].push_back(e);
         }
       }
     }
+  }
+
+  // Per-stage F, B (input gradient) and W times and the p2p time the
+  // zero-bubble scheduler orders the passes by (one chunk per rank).
+  StageOpTimes stage_op_times() {
+    StageOpTimes t;
+    const LayerTimes& lt = out_.layer;
+    for (int s = 0; s < p_.pp; ++s) {
+      const int64_t n = L_.stage_layers[static_cast<size_t>(s)];
+      int64_t f = n * lt.forward_ps, b = n * (lt.backward_ps - lt.weight_grad_ps), w = n * lt.weight_grad_ps;
+      if (s == 0) {
+        f += emb_f_;
+        b += emb_b_ - sc_.embedding_weight_grad_ps;
+        w += sc_.embedding_weight_grad_ps;
+      }
+      if (s == p_.pp - 1) {
+        f += out_f_;
+        b += out_b_ - sc_.output_weight_grad_ps;
+        w += sc_.output_weight_grad_ps;
+      }
+      // What a micro-batch holds from F to B and from B to W on this stage.
+      double held = static_cast<double>(n) * layer_.saved_bytes;
+      double kept = static_cast<double>(n) * layer_.weight_grad_saved_bytes;
+      if (s == 0) {
+        held += emb_.saved_bytes;
+        kept += emb_.weight_grad_saved_bytes;
+      }
+      if (s == p_.pp - 1) {
+        held += outc_.saved_bytes;
+        kept += outc_.weight_grad_saved_bytes;
+      }
+      t.activation.push_back(std::max(1.0, held));
+      t.weight_kept.push_back(kept);
+      // Durations must be positive; a pass of no work takes a picosecond.
+      t.forward.push_back(static_cast<double>(std::max<int64_t>(1, f)));
+      t.backward_input.push_back(static_cast<double>(std::max<int64_t>(1, b)));
+      t.backward_weight.push_back(static_cast<double>(std::max<int64_t>(1, w)));
+    }
+    const int dst = global_rank(p_, 1, 0, 0, 0);
+    t.p2p = static_cast<double>(p2p_cost(0, dst).cost.time.ps());
+    t.weight_memory_share = layer_.saved_bytes > 0 ? layer_.weight_grad_saved_bytes / layer_.saved_bytes : 1.0;
+    return t;
   }
 
   double extra_params(const Chunk& ch) const {
@@ -230,30 +282,44 @@ class Lowerer {
       const int s = out_.ranks[r].pp;
       const auto& entries = entries_[static_cast<size_t>(s)];
       auto& index = op_index_[r];
-      index.assign(static_cast<size_t>(L_.microbatches) * v_ * 2 * 2, -1);
+      index.assign(static_cast<size_t>(L_.microbatches) * v_ * 3 * 2, -1);
       for (size_t k = 0; k < entries.size(); ++k) {
         const Entry& e = entries[k];
         const Chunk& ch = chunks_[static_cast<size_t>(s)][static_cast<size_t>(e.chunk)];
         const bool is_b = e.kind == PipeOp::Kind::kBackward;
+        const bool is_w = e.kind == PipeOp::Kind::kWeight;
         const int first = e.layer < 0 ? 0 : e.layer;
         const int count = e.layer < 0 ? ch.layers : 1;
+        const bool with_emb = ch.embedding && first == 0;
+        const bool with_out = ch.output && first + count == ch.layers;
+        // Where W passes exist (zero bubble), B is the backward without the
+        // weight-gradient GEMMs and W is those GEMMs alone (no TP comm).
+        const int64_t wgrad = split_ ? count * lt.weight_grad_ps + (with_emb ? sc_.embedding_weight_grad_ps : 0) +
+                                           (with_out ? sc_.output_weight_grad_ps : 0)
+                                     : 0;
         int64_t work = count * (is_b ? lt.backward_ps : lt.forward_ps);
         int64_t tp = count * (is_b ? lt.tp_comm_backward_ps : lt.tp_comm_forward_ps);
         double alloc = count * saved_layer;
-        const bool with_emb = ch.embedding && first == 0;
-        const bool with_out = ch.output && first + count == ch.layers;
+        double kept = count * layer_.weight_grad_saved_bytes;  // M_W, zero bubble
         if (with_emb) {
           work += is_b ? emb_b_ : emb_f_;
           tp += is_b ? emb_tp_b_ : emb_tp_f_;
           alloc += emb_.saved_bytes;
+          kept += emb_.weight_grad_saved_bytes;
         }
         if (with_out) {
           work += is_b ? out_b_ : out_f_;
           tp += is_b ? out_tp_b_ : out_tp_f_;
           alloc += outc_.saved_bytes;
+          kept += outc_.weight_grad_saved_bytes;
         }
-        int32_t id = g.add_compute(static_cast<int32_t>(r), work, Category::kCompute,
-                                   is_b ? TaskLabel::kBackward : TaskLabel::kForward);
+        if (is_b) work -= wgrad;
+        if (is_w) {
+          work = wgrad;
+          tp = 0;
+        }
+        const TaskLabel label = is_w ? TaskLabel::kWeightGrad : is_b ? TaskLabel::kBackward : TaskLabel::kForward;
+        int32_t id = g.add_compute(static_cast<int32_t>(r), std::max<int64_t>(0, work), Category::kCompute, label);
         Task& t = g.task(id);
         t.tp_comm_ps = tp;
         t.microbatch = e.mb;
@@ -261,8 +327,14 @@ class Lowerer {
         t.layer = static_cast<int16_t>(e.layer);
         t.layer_count = static_cast<int16_t>(count);
         t.extras = static_cast<uint8_t>((with_emb ? 1 : 0) | (with_out ? 2 : 0));
-        if (!is_b) {
+        if (e.kind == PipeOp::Kind::kForward) {
           t.mem_alloc = static_cast<int64_t>(alloc);
+        } else if (is_w) {
+          t.mem_free = static_cast<int64_t>(kept);
+        } else if (split_) {
+          // B keeps M_W (linear inputs and output gradients) for its W.
+          if (kept >= alloc) t.mem_alloc = static_cast<int64_t>(kept - alloc);
+          else t.mem_free = static_cast<int64_t>(alloc - kept);
         } else {
           // Full recompute rematerialises one layer at a time in backward.
           const int64_t transient = full ? static_cast<int64_t>(full_layer) : 0;
@@ -270,7 +342,7 @@ class Lowerer {
           t.mem_free = static_cast<int64_t>(alloc) + transient;
         }
         // Record first and last task of each (mb, chunk, kind).
-        const size_t key = ((static_cast<size_t>(e.mb) * v_ + static_cast<size_t>(e.chunk)) * 2 + (is_b ? 1 : 0)) * 2;
+        const size_t key = op_key(e.mb, e.chunk, e.kind);
         if (index[key] < 0) index[key] = id;
         index[key + 1] = id;
       }
@@ -334,9 +406,12 @@ class Lowerer {
     }
   }
 
-  int32_t task_of(size_t r, int mb, int chunk, bool backward, bool last) const {
-    const size_t key = ((static_cast<size_t>(mb) * v_ + static_cast<size_t>(chunk)) * 2 + (backward ? 1 : 0)) * 2;
-    return op_index_[r][key + (last ? 1 : 0)];
+  size_t op_key(int mb, int chunk, PipeOp::Kind kind) const {
+    return ((static_cast<size_t>(mb) * v_ + static_cast<size_t>(chunk)) * 3 + static_cast<size_t>(kind)) * 2;
+  }
+
+  int32_t task_of(size_t r, int mb, int chunk, PipeOp::Kind kind, bool last) const {
+    return op_index_[r][op_key(mb, chunk, kind) + (last ? 1 : 0)];
   }
 
   // ---- routes ----
@@ -366,6 +441,23 @@ class Lowerer {
   }
 
   // ---- pipeline point-to-point ----
+  struct P2pCost {
+    Route route;
+    CollectiveCost cost;
+  };
+
+  // One micro-batch's activations (or their gradients) between two GPUs.
+  P2pCost p2p_cost(int src_global, int dst_global) {
+    const double bytes = static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) / p_.cp *
+                         static_cast<double>(m_.hidden) * activation_bytes(p_.precision) / p_.tp;
+    P2pCost pc;
+    pc.route = route_between(src_global, dst_global);
+    GroupPlacement gp = group_placement(2, pc.route.same_node ? 2 : 1, c_);
+    gp.crosses_leaf = pc.route.crosses_leaf;
+    pc.cost = collective_cost(Collective::kSendRecv, static_cast<Bytes>(bytes), gp, lp_);
+    return pc;
+  }
+
   void build_p2p() {
     if (p_.pp == 1) return;
     TaskGraph& g = out_.graph;
@@ -376,12 +468,11 @@ class Lowerer {
     for (const auto& prog : g.program) {
       for (size_t k = 0; k + 1 < prog.size(); ++k) next_in_program_[static_cast<size_t>(prog[k])] = prog[k + 1];
     }
-    const double bytes = static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) / p_.cp *
-                         static_cast<double>(m_.hidden) * activation_bytes(p_.precision) / p_.tp;
     const int stages = p_.pp * v_;
     for (size_t r = 0; r < out_.ranks.size(); ++r) {
       const RankCoord& rc = out_.ranks[r];
       for (const PipeOp& op : schedule_[static_cast<size_t>(rc.pp)]) {
+        if (op.kind == PipeOp::Kind::kWeight) continue;  // W sends nothing
         const int vs = op.chunk * p_.pp + rc.pp;
         const bool fwd = op.kind == PipeOp::Kind::kForward;
         const int to = fwd ? vs + 1 : vs - 1;
@@ -389,10 +480,9 @@ class Lowerer {
         const int to_stage = to % p_.pp, to_chunk = to / p_.pp;
         const size_t dst = static_cast<size_t>(sim_index(to_stage, rc.dp, rc.cp, rc.tp));
         const int dst_global = global_rank(p_, to_stage, rc.dp, rc.cp, rc.tp);
-        const Route route = route_between(rc.global, dst_global);
-        GroupPlacement gp = group_placement(2, route.same_node ? 2 : 1, c_);
-        gp.crosses_leaf = route.crosses_leaf;
-        CollectiveCost cost = collective_cost(Collective::kSendRecv, static_cast<Bytes>(bytes), gp, lp_);
+        const P2pCost pc = p2p_cost(rc.global, dst_global);
+        const Route& route = pc.route;
+        const CollectiveCost& cost = pc.cost;
         std::vector<FlowLink> links;
         int32_t link = route.same_node ? intra_link_[r] : nic_link_[r];
         if (link >= 0) links.push_back(FlowLink{link, 1.0f});
@@ -402,15 +492,18 @@ class Lowerer {
                                 {static_cast<int32_t>(r)}, links);
         g.task(id).microbatch = op.microbatch;
         g.task(id).chunk = static_cast<int16_t>(op.chunk);
-        const int32_t producer = task_of(r, op.microbatch, op.chunk, !fwd, true);
+        const int32_t producer = task_of(r, op.microbatch, op.chunk, op.kind, true);
         g.add_dep(producer, id);
-        g.add_dep(id, task_of(dst, op.microbatch, to_chunk, !fwd, false));
+        g.add_dep(id, task_of(dst, op.microbatch, to_chunk, op.kind, false));
         // Megatron's non-interleaved schedules send and receive with blocking
         // batched isend/irecv + wait (send_forward_recv_backward): the sender's
         // next compute waits for the transfer.  The interleaved schedule
-        // overlaps p2p with compute (--overlap-p2p-comm).
+        // overlaps p2p with compute (--overlap-p2p-comm), and so do the Zero
+        // Bubble schedules (their runtime posts sends and receives ahead and
+        // waits only when the data is needed; Qi et al. Sec. 4).
         const bool blocking = opt_.p2p == LoweringOptions::P2p::kBlocking ||
-                              (opt_.p2p == LoweringOptions::P2p::kBySchedule && p_.schedule != Schedule::kInterleaved);
+                              (opt_.p2p == LoweringOptions::P2p::kBySchedule && p_.schedule != Schedule::kInterleaved &&
+                               !split_);
         if (blocking) {
           const int32_t next = next_in_program_[static_cast<size_t>(producer)];
           if (next >= 0) g.add_dep(id, next);
@@ -533,7 +626,7 @@ class Lowerer {
           }
           for (int32_t mr : members) g.add_dep(ag, task_at(mr, k));
         }
-        if (e.kind == PipeOp::Kind::kBackward && e.grad_params > 0) {
+        if (e.kind != PipeOp::Kind::kForward && e.grad_params > 0) {
           if (p_.zero == 3) {
             reduce(k, e.grad_params);  // every micro-batch, per layer
           } else if (e.last_backward) {
@@ -586,6 +679,7 @@ class Lowerer {
   double layer_grad_bytes_ = 4;
   double largest_tensor_params_ = 1;
   int v_ = 1;
+  bool split_ = false;  // the schedule has W passes (zero bubble)
   PipelineSchedule schedule_;
   std::vector<std::vector<Chunk>> chunks_;
   std::vector<std::vector<Entry>> entries_;

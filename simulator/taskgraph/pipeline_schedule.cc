@@ -1,6 +1,7 @@
 #include "simulator/taskgraph/pipeline_schedule.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <string>
 #include <utility>
@@ -18,7 +19,8 @@ PipeOp backward(int microbatch, int chunk) {
 }
 
 std::string op_text(const PipeOp& op) {
-  return std::string(op.kind == PipeOp::Kind::kForward ? "F" : "B") + "(mb " +
+  const char* kind = op.kind == PipeOp::Kind::kForward ? "F" : op.kind == PipeOp::Kind::kBackward ? "B" : "W";
+  return std::string(kind) + "(mb " +
          std::to_string(op.microbatch) + ", chunk " + std::to_string(op.chunk) + ")";
 }
 
@@ -72,6 +74,9 @@ Feasibility check_pipeline_schedule(Schedule s, int p, int m, int v) {
   if (p < 1) return no("pipeline size p must be >= 1 (got " + std::to_string(p) + ")");
   if (m < 1) return no("microbatch count m must be >= 1 (got " + std::to_string(m) + ")");
   if (v < 1) return no("model chunks per rank v must be >= 1 (got " + std::to_string(v) + ")");
+  if (zero_bubble(s) && p < 2) {
+    return no(std::string(to_string(s)) + " schedule needs pipeline size p >= 2 (got p = " + std::to_string(p) + ")");
+  }
   if (s != Schedule::kInterleaved) {
     if (v != 1) {
       return no(std::string(to_string(s)) + " schedule runs one model chunk per rank; got v = " +
@@ -94,6 +99,7 @@ Feasibility check_pipeline_schedule(Schedule s, int p, int m, int v) {
 PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v) {
   const Feasibility f = check_pipeline_schedule(s, p, m, v);
   TRAINPLAN_CHECK(f.ok, f.reason);
+  TRAINPLAN_CHECK(!zero_bubble(s), std::string(to_string(s)) + " is built by build_zero_bubble_schedule");
   PipelineSchedule schedule(static_cast<size_t>(p));
   for (int rank = 0; rank < p; ++rank) {
     std::vector<PipeOp>& ops = schedule[static_cast<size_t>(rank)];
@@ -114,6 +120,9 @@ PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v) {
           ops.push_back(backward(i, 0));
         }
         break;
+      case Schedule::kZb1p:
+      case Schedule::kZb2p:
+        break;  // refused above
     }
   }
   return schedule;
@@ -131,6 +140,7 @@ int peak_microbatches_in_flight(const std::vector<PipeOp>& ops) {
   size_t peak = 0;
   for (const PipeOp& op : ops) {
     const std::pair<int, int> key{op.microbatch, op.chunk};
+    if (op.kind == PipeOp::Kind::kWeight) continue;
     if (op.kind == PipeOp::Kind::kForward) {
       TRAINPLAN_CHECK(live.insert(key).second, op_text(op) + " while its activations are live");
       peak = std::max(peak, live.size());
@@ -141,25 +151,44 @@ int peak_microbatches_in_flight(const std::vector<PipeOp>& ops) {
   return static_cast<int>(peak);
 }
 
-UnitTimeRun simulate_pipeline_unit_time(const PipelineSchedule& schedule, int v,
-                                        double forward_time, double backward_time) {
+namespace {
+
+// Durations of one op of each kind on each rank, and the p2p delay.
+struct OpDurations {
+  std::vector<double> f, b, w;  // per rank
+  double p2p = 0;
+};
+
+UnitTimeRun execute(const PipelineSchedule& schedule, int v, const OpDurations& d) {
   const int p = static_cast<int>(schedule.size());
   TRAINPLAN_CHECK(p >= 1 && v >= 1, "need p >= 1 and v >= 1");
-  TRAINPLAN_CHECK(forward_time > 0 && backward_time > 0, "op times must be positive");
+  TRAINPLAN_CHECK(d.f.size() == static_cast<size_t>(p) && d.b.size() == d.f.size() && d.w.size() == d.f.size(),
+                  "op durations must be given for each of the " + std::to_string(p) + " ranks");
+  for (int r = 0; r < p; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    TRAINPLAN_CHECK(d.f[i] > 0 && d.b[i] > 0 && d.w[i] >= 0, "op times must be positive");
+  }
+  TRAINPLAN_CHECK(d.p2p >= 0, "p2p time must be >= 0");
   int m = 0;
+  size_t weights = 0;
   for (int r = 0; r < p; ++r) {
     for (const PipeOp& op : schedule[static_cast<size_t>(r)]) {
       TRAINPLAN_CHECK(op.microbatch >= 0 && op.chunk >= 0 && op.chunk < v,
                       "rank " + std::to_string(r) + ": " + op_text(op) + " out of range");
       m = std::max(m, op.microbatch + 1);
+      if (op.kind == PipeOp::Kind::kWeight) ++weights;
     }
   }
   const int stages = p * v;
+  const size_t pairs = static_cast<size_t>(stages) * static_cast<size_t>(m);
+  TRAINPLAN_CHECK(weights == 0 || weights == pairs,
+                  "schedule has " + std::to_string(weights) + " W passes; expected 0 or stages*m = " +
+                      std::to_string(pairs));
   // done[kind][stage * m + microbatch]: finish time, or -1 while not run.
-  std::vector<double> done[2] = {std::vector<double>(static_cast<size_t>(stages * m), -1.0),
-                                 std::vector<double>(static_cast<size_t>(stages * m), -1.0)};
+  std::vector<double> done[3] = {std::vector<double>(pairs, -1.0), std::vector<double>(pairs, -1.0),
+                                 std::vector<double>(pairs, -1.0)};
   auto at = [&](int kind, int stage, int mb) -> double& {
-    return done[kind][static_cast<size_t>(stage * m + mb)];
+    return done[kind][static_cast<size_t>(stage) * static_cast<size_t>(m) + static_cast<size_t>(mb)];
   };
 
   UnitTimeRun run;
@@ -168,9 +197,9 @@ UnitTimeRun simulate_pipeline_unit_time(const PipelineSchedule& schedule, int v,
   std::vector<double> free_at(static_cast<size_t>(p), 0.0);
   size_t remaining = 0;
   for (const auto& ops : schedule) remaining += ops.size();
-  TRAINPLAN_CHECK(remaining == static_cast<size_t>(2 * stages * m),
-                  "schedule has " + std::to_string(remaining) + " ops; expected 2*stages*m = " +
-                      std::to_string(2 * stages * m));
+  TRAINPLAN_CHECK(remaining == 2 * pairs + weights, "schedule has " + std::to_string(remaining) +
+                                                        " ops; expected 2*stages*m (+ W passes) = " +
+                                                        std::to_string(2 * pairs + weights));
 
   // Start times do not depend on the order ranks are visited, since each op
   // starts at max(rank free, dependencies done); sweeping until no rank can
@@ -186,26 +215,28 @@ UnitTimeRun simulate_pipeline_unit_time(const PipelineSchedule& schedule, int v,
         const int mb = op.microbatch;
         double ready = free_at[static_cast<size_t>(r)];
         bool blocked = false;
-        auto need = [&](int kind, int stage) {
+        auto need = [&](int kind, int stage, double delay) {
           const double t = at(kind, stage, mb);
           if (t < 0) blocked = true;
-          ready = std::max(ready, t);
+          ready = std::max(ready, t + delay);
         };
-        const bool is_forward = op.kind == PipeOp::Kind::kForward;
-        if (is_forward) {
-          if (s > 0) need(0, s - 1);
+        const int kind = op.kind == PipeOp::Kind::kForward ? 0 : op.kind == PipeOp::Kind::kBackward ? 1 : 2;
+        if (kind == 0) {
+          if (s > 0) need(0, s - 1, d.p2p);
+        } else if (kind == 1) {
+          need(0, s, 0);
+          if (s + 1 < stages) need(1, s + 1, d.p2p);
         } else {
-          need(0, s);
-          if (s + 1 < stages) need(1, s + 1);
+          need(1, s, 0);
         }
         if (blocked) break;
-        const int kind = is_forward ? 0 : 1;
-        TRAINPLAN_CHECK(at(kind, s, mb) < 0,
-                        "rank " + std::to_string(r) + " runs " + op_text(op) + " twice");
-        const double finish = ready + (is_forward ? forward_time : backward_time);
+        TRAINPLAN_CHECK(at(kind, s, mb) < 0, "rank " + std::to_string(r) + " runs " + op_text(op) + " twice");
+        const size_t ri = static_cast<size_t>(r);
+        const double length = kind == 0 ? d.f[ri] : kind == 2 ? d.w[ri] : weights > 0 ? d.b[ri] : d.b[ri] + d.w[ri];
+        const double finish = ready + length;
         at(kind, s, mb) = finish;
-        free_at[static_cast<size_t>(r)] = finish;
-        run.start[static_cast<size_t>(r)].push_back(ready);
+        free_at[ri] = finish;
+        run.start[ri].push_back(ready);
         run.makespan = std::max(run.makespan, finish);
         ++i;
         --remaining;
@@ -225,6 +256,264 @@ UnitTimeRun simulate_pipeline_unit_time(const PipelineSchedule& schedule, int v,
     }
   }
   return run;
+}
+
+OpDurations durations_of(const StageOpTimes& t, size_t p) {
+  TRAINPLAN_CHECK(t.forward.size() == p && t.backward_input.size() == p && t.backward_weight.size() == p,
+                  "stage op times must be given for each of the " + std::to_string(p) + " ranks");
+  for (size_t r = 0; r < p; ++r) {
+    TRAINPLAN_CHECK(t.forward[r] > 0 && t.backward_input[r] > 0 && t.backward_weight[r] > 0,
+                    "stage op times must be positive (rank " + std::to_string(r) + ")");
+  }
+  TRAINPLAN_CHECK(t.p2p >= 0 && t.weight_memory_share >= 0, "p2p time and W memory share must be >= 0");
+  TRAINPLAN_CHECK((t.activation.empty() && t.weight_kept.empty()) ||
+                      (t.activation.size() == p && t.weight_kept.size() == p),
+                  "per-rank memory must be given for each of the " + std::to_string(p) + " ranks, or not at all");
+  for (size_t r = 0; r < t.activation.size(); ++r) {
+    TRAINPLAN_CHECK(t.activation[r] > 0 && t.weight_kept[r] >= 0, "per-rank memory must be positive");
+  }
+  return OpDurations{t.forward, t.backward_input, t.backward_weight, t.p2p};
+}
+
+// The three binary heuristics Zero Bubble's scheduler searches (Qi et al.
+// Sec. 3.1; the authors' runtime tries all eight combinations and keeps the
+// shortest schedule).
+struct ZbKnobs {
+  // Warm-up: stop adding forwards once the next one would end after the
+  // first backward arrives (else: once the rank is busy until it arrives).
+  bool no_bubble_before_first_b = false;
+  // Steady state: let a rank that is two or more forwards ahead of the next
+  // rank skip a forward when it would delay that rank's next B.
+  bool prioritize_b = false;
+  // Fill a gap shorter than a W with one only if that does not make this
+  // rank's idle time the largest (else: always).
+  bool fill_short_gaps = true;
+};
+
+struct ZbResult {
+  PipelineSchedule schedule;
+  double makespan = 0;  // the longest rank span, first F start to last W end
+};
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Builds one schedule round by round, as the paper describes: round 0 puts
+// each rank's warm-up forwards (as many as fit before the first backward
+// returns, within the memory limit, fewer on later ranks) and the first B
+// from the last rank to the first; round i puts one forward per rank and then
+// B(i) from the last rank to the first.  Before each F and B a rank runs
+// pending Ws while they end before the pass's input arrives, or while its
+// memory is at the limit.  Timing is tracked as the passes are placed.
+ZbResult round_based_zero_bubble(int p, int m, double limit, const StageOpTimes& t, const ZbKnobs& knobs) {
+  // `limit` in micro-batches of M_B; scaled below when M_B is given per rank.
+  const size_t P = static_cast<size_t>(p);
+  const size_t M = static_cast<size_t>(m);
+  const double comm = t.p2p;
+  // Memory deltas per rank of F, B and W, and the limit (units of M_B).
+  std::vector<double> mem_f(P, 1.0), mem_b(P, t.weight_memory_share - 1.0), mem_w(P, -t.weight_memory_share);
+  if (!t.activation.empty()) {
+    for (size_t j = 0; j < P; ++j) {
+      mem_f[j] = t.activation[j];
+      mem_b[j] = t.weight_kept[j] - t.activation[j];
+      mem_w[j] = -t.weight_kept[j];
+    }
+    limit *= std::max(t.activation[0], t.activation[P > 1 ? 1 : 0]);
+  }
+  std::vector<size_t> f(P, 0), b(P, 0), w(P, 0);
+  std::vector<double> end(P, 0.0), mem(P, 0.0), idle(P, 0.0), first_start(P, 0.0);
+  std::vector<std::vector<double>> fin_f(P, std::vector<double>(M, 0.0)), fin_b = fin_f, fin_w = fin_f;
+  ZbResult res;
+  res.schedule.assign(P, {});
+  constexpr double kEps = 1e-9;
+
+  auto cost = [&](size_t j, PipeOp::Kind k) {
+    return k == PipeOp::Kind::kForward ? t.forward[j] : k == PipeOp::Kind::kBackward ? t.backward_input[j]
+                                                                                      : t.backward_weight[j];
+  };
+  auto put = [&](size_t j, PipeOp::Kind k) {
+    size_t& n = k == PipeOp::Kind::kForward ? f[j] : k == PipeOp::Kind::kBackward ? b[j] : w[j];
+    TRAINPLAN_CHECK(n < M, "zero-bubble scheduler: rank " + std::to_string(j) + " out of passes");
+    double start = end[j];
+    if (k == PipeOp::Kind::kForward && j > 0) start = std::max(start, fin_f[j - 1][n] + comm);
+    if (k == PipeOp::Kind::kBackward) start = std::max(start, j + 1 < P ? fin_b[j + 1][n] + comm : fin_f[j][n]);
+    if (k == PipeOp::Kind::kWeight) start = std::max(start, fin_b[j][n]);
+    if (f[j] > 0) idle[j] += start - end[j];
+    if (f[j] == 0 && k == PipeOp::Kind::kForward) first_start[j] = start;
+    end[j] = start + cost(j, k);
+    (k == PipeOp::Kind::kForward ? fin_f : k == PipeOp::Kind::kBackward ? fin_b : fin_w)[j][n] = end[j];
+    mem[j] += k == PipeOp::Kind::kForward ? mem_f[j] : k == PipeOp::Kind::kBackward ? mem_b[j] : mem_w[j];
+    res.schedule[j].push_back(PipeOp{k, static_cast<int>(n), 0});
+    ++n;
+  };
+  auto largest_idle = [&] { return *std::max_element(idle.begin(), idle.end()); };
+  // Ws before a pass on rank j whose input arrives at `arrival`: free memory
+  // down to the limit, then fill the wait.
+  auto fill = [&](size_t j, const std::vector<double>& pass, double arrival) {
+    const double pass_mem = pass[j];
+    while (mem[j] + pass_mem > limit + kEps && w[j] < b[j]) put(j, PipeOp::Kind::kWeight);
+    while (w[j] < b[j] && end[j] + t.backward_weight[j] <= arrival + kEps) put(j, PipeOp::Kind::kWeight);
+    if (w[j] < b[j] && end[j] < arrival - kEps) {
+      // A gap shorter than a W: filling it delays the pass a little.
+      if (!knobs.fill_short_gaps || arrival - end[j] > largest_idle() - idle[j]) put(j, PipeOp::Kind::kWeight);
+    }
+  };
+
+  // Round 0: one forward everywhere, the warm-up forwards, then B(0).
+  for (size_t j = 0; j < P; ++j) put(j, PipeOp::Kind::kForward);
+  std::vector<size_t> extra(P, 0);
+  double back = fin_f[P - 1][0] + t.backward_input[P - 1];  // B(0) leaves the last rank
+  for (size_t jj = P - 1; jj-- > 0;) {
+    double held = mem[jj], busy = end[jj];
+    while (f[jj] + extra[jj] < M && held + mem_f[jj] <= limit + kEps) {
+      if (knobs.no_bubble_before_first_b ? busy + t.forward[jj] > back + comm : busy >= back + comm) break;
+      held += mem_f[jj];
+      busy += t.forward[jj];
+      ++extra[jj];
+    }
+    back = std::max(busy, back + comm) + t.backward_input[jj];
+  }
+  // A later rank runs fewer warm-up forwards than an earlier one (equal only
+  // where both reach all m), never more: its forwards before B(0) need the
+  // earlier rank's before its B(0).
+  for (size_t j = 1; j < P; ++j) {
+    while (extra[j] > 0 && extra[j] >= extra[j - 1] && f[j] + extra[j] < M) --extra[j];
+    extra[j] = std::min(extra[j], extra[j - 1]);
+  }
+  for (size_t j = 0; j < P; ++j) {
+    for (size_t k = 0; k < extra[j]; ++k) put(j, PipeOp::Kind::kForward);
+  }
+  for (size_t j = P; j-- > 0;) put(j, PipeOp::Kind::kBackward);
+
+  for (size_t i = 1; i < M; ++i) {
+    std::vector<int> want(P, 0);
+    for (size_t j = 0; j < P; ++j) {
+      if (f[j] >= M) continue;
+      want[j] = 1;
+      if (knobs.prioritize_b && j + 1 < P && f[j] >= f[j + 1] + 2) {
+        // The next rank's next B is due after its forward and backward.
+        const double due = end[j + 1] + t.forward[j + 1] + t.backward_input[j + 1] + comm;
+        if (end[j] >= due) {
+          want[j] = 0;
+          continue;
+        }
+        double w_cost = 0, held = mem[j] + mem_f[j];
+        for (size_t k = w[j]; held > limit + kEps && k < b[j]; ++k) {
+          w_cost += t.backward_weight[j];
+          held += mem_w[j];
+        }
+        if (end[j] + t.forward[j] + w_cost > due && due - end[j] <= largest_idle() - idle[j]) want[j] = 0;
+      }
+    }
+    // A rank runs a forward only if the next rank does too.
+    for (size_t j = P - 1; j-- > 0;) want[j] = std::min(want[j], want[j + 1]);
+    for (size_t j = 0; j < P; ++j) {
+      if (want[j] == 0) continue;
+      fill(j, mem_f, j > 0 ? fin_f[j - 1][f[j]] + comm : 0.0);
+      put(j, PipeOp::Kind::kForward);
+    }
+    // B(i) needs F(i): a rank that skipped forwards catches up (upstream
+    // first, so each F's input is placed).
+    for (size_t j = 0; j < P; ++j) {
+      while (f[j] <= i) {
+        fill(j, mem_f, j > 0 ? fin_f[j - 1][f[j]] + comm : 0.0);
+        put(j, PipeOp::Kind::kForward);
+      }
+    }
+    for (size_t j = P; j-- > 0;) {
+      TRAINPLAN_CHECK(b[j] == i, "zero-bubble scheduler: rank " + std::to_string(j) + " fell out of its round");
+      fill(j, mem_b, j + 1 < P ? fin_b[j + 1][i] + comm : fin_f[j][i]);
+      if (j == 0 && f[j] == M) {
+        while (w[j] < b[j]) put(j, PipeOp::Kind::kWeight);
+      }
+      put(j, PipeOp::Kind::kBackward);
+    }
+  }
+  for (size_t j = 0; j < P; ++j) {
+    TRAINPLAN_CHECK(f[j] == M && b[j] == M, "zero-bubble scheduler: rank " + std::to_string(j) + " left passes");
+    while (w[j] < M) put(j, PipeOp::Kind::kWeight);
+    res.makespan = std::max(res.makespan, end[j] - first_start[j]);
+  }
+  return res;
+}
+
+}  // namespace
+
+PipelineSchedule build_zero_bubble_schedule(Schedule s, int p, int m, const StageOpTimes& times) {
+  const Feasibility f = check_pipeline_schedule(s, p, m, 1);
+  TRAINPLAN_CHECK(f.ok, f.reason);
+  TRAINPLAN_CHECK(zero_bubble(s), std::string(to_string(s)) + " is not a zero-bubble schedule");
+  const OpDurations d = durations_of(times, static_cast<size_t>(p));
+  const double limit = zero_bubble_activation_limit(s, p);
+  ZbResult best;
+  bool have = false;
+  for (bool no_bubble_before_first_b : {false, true}) {
+    for (bool prioritize_b : {true, false}) {
+      for (bool fill_short_gaps : {true, false}) {
+        ZbResult r = round_based_zero_bubble(p, m, limit, times, ZbKnobs{no_bubble_before_first_b, prioritize_b,
+                                                                          fill_short_gaps});
+        // Judge by the executed schedule (what the step will take).
+        r.makespan = execute(r.schedule, 1, d).makespan;
+        if (!have || r.makespan < best.makespan - 1e-9 * best.makespan) {
+          best = std::move(r);
+          have = true;
+        }
+      }
+    }
+  }
+  return best.schedule;
+}
+
+double peak_activation_units(const std::vector<PipeOp>& ops, double weight_memory_share) {
+  bool split = false;
+  for (const PipeOp& op : ops) split = split || op.kind == PipeOp::Kind::kWeight;
+  double live = 0, peak = 0;
+  for (const PipeOp& op : ops) {
+    if (op.kind == PipeOp::Kind::kForward) live += 1.0;
+    if (op.kind == PipeOp::Kind::kBackward) live -= split ? 1.0 - weight_memory_share : 1.0;
+    if (op.kind == PipeOp::Kind::kWeight) live -= weight_memory_share;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+UnitTimeRun simulate_pipeline(const PipelineSchedule& schedule, const StageOpTimes& times) {
+  return execute(schedule, 1, durations_of(times, schedule.size()));
+}
+
+double bubble_rate(const PipelineSchedule& schedule, const StageOpTimes& times) {
+  const UnitTimeRun run = simulate_pipeline(schedule, times);
+  double busiest = 0, longest = 0;
+  for (size_t r = 0; r < schedule.size(); ++r) {
+    double busy = 0, end = 0;
+    const bool split = std::any_of(schedule[r].begin(), schedule[r].end(),
+                                   [](const PipeOp& op) { return op.kind == PipeOp::Kind::kWeight; });
+    for (size_t i = 0; i < schedule[r].size(); ++i) {
+      const PipeOp& op = schedule[r][i];
+      double length = 0;
+      if (op.kind == PipeOp::Kind::kForward) length = times.forward[r];
+      if (op.kind == PipeOp::Kind::kBackward) length = times.backward_input[r] + (split ? 0 : times.backward_weight[r]);
+      if (op.kind == PipeOp::Kind::kWeight) length = times.backward_weight[r];
+      busy += length;
+      end = std::max(end, run.start[r][i] + length);
+    }
+    busiest = std::max(busiest, busy);
+    if (!schedule[r].empty()) longest = std::max(longest, end - run.start[r][0]);
+  }
+  return longest > 0 ? (longest - busiest) / longest : 0.0;
+}
+
+UnitTimeRun simulate_pipeline_unit_time(const PipelineSchedule& schedule, int v, double forward_time,
+                                        double backward_time) {
+  TRAINPLAN_CHECK(forward_time > 0 && backward_time > 0, "op times must be positive");
+  const size_t p = schedule.size();
+  bool split = false;
+  for (const auto& ops : schedule) {
+    for (const PipeOp& op : ops) split = split || op.kind == PipeOp::Kind::kWeight;
+  }
+  // Every pass (F, B, and W where the schedule has them) takes its time.
+  OpDurations d{std::vector<double>(p, forward_time), std::vector<double>(p, backward_time),
+                std::vector<double>(p, split ? backward_time : 0.0), 0.0};
+  return execute(schedule, v, d);
 }
 
 }  // namespace trainplan

@@ -1,6 +1,8 @@
 // Pipeline-parallel schedules: for each of the p pipeline ranks, the ordered
 // forward (F) and backward (B) passes it runs in one training step of m
-// microbatches, as Megatron-LM's schedules.py orders them.
+// microbatches, as Megatron-LM's schedules.py orders them; and Zero Bubble's
+// schedules (Qi et al., ICLR 2024, arXiv 2401.10241), whose backward is split
+// into the input-gradient pass B and the weight-gradient pass W.
 //
 // Model layout: the model is cut into p*v virtual stages; rank r holds chunks
 // 0..v-1, and chunk c of rank r is global stage c*p + r (Megatron's virtual
@@ -8,7 +10,8 @@
 //
 // Invariants of every schedule returned by build_pipeline_schedule:
 //  - each rank runs F and B of every (microbatch, chunk) pair exactly once,
-//    and F before B;
+//    and F before B; zero-bubble schedules also run its W once, after its B
+//    (W has no cross-rank dependency: it only needs the rank's own B);
 //  - the ops honour the data dependencies F(s, mb) after F(s-1, mb) and
 //    B(s, mb) after B(s+1, mb) and F(last stage, mb) without deadlock when
 //    each rank executes its list in order.
@@ -25,7 +28,9 @@
 namespace trainplan {
 
 struct PipeOp {
-  enum class Kind { kForward, kBackward };
+  // kBackward: the whole backward, or only the input gradient where the
+  // schedule has kWeight passes (zero bubble).
+  enum class Kind { kForward, kBackward, kWeight };
   Kind kind = Kind::kForward;
   int microbatch = 0;  // 0..m-1
   int chunk = 0;       // virtual stage index on this rank, 0..v-1
@@ -43,7 +48,9 @@ struct Feasibility {
 
 // Returns ok, or why (s, p, m, v) is not a schedule Megatron would run:
 //  - p, m, v must be >= 1;
-//  - kGpipe, k1F1B and kNaive have one chunk per rank: v must be 1;
+//  - kGpipe, k1F1B, kNaive, kZb1p and kZb2p have one chunk per rank: v must
+//    be 1;
+//  - kZb1p and kZb2p need p >= 2;
 //  - kInterleaved needs p >= 2 (Megatron parallel_state: "pipeline-model-
 //    parallel size should be greater than 1 with interleaved schedule"; older
 //    versions required p > 2) and m % p == 0 (megatron/schedules.py
@@ -66,8 +73,42 @@ Feasibility check_pipeline_schedule(Schedule s, int p, int m, int v);
 //                backward k runs chunk v-1 minus that.  Warm-up is all m*v
 //                forwards when m == p, else min(2(p-r-1) + (v-1)p, m*v); then
 //                (F, B) pairs; then the remaining backwards.
-// REQUIRES: check_pipeline_schedule(s, p, m, v).ok (TRAINPLAN_CHECK aborts).
+// REQUIRES: check_pipeline_schedule(s, p, m, v).ok and s is not a
+// zero-bubble schedule (TRAINPLAN_CHECK aborts).
 PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v);
+
+// What a zero-bubble schedule is built from: per rank, the durations of its
+// F, B (input gradient) and W (weight gradient) passes of one micro-batch and
+// the time a pipeline transfer takes (any consistent unit); and the memory a
+// micro-batch holds on each rank from F to B (M_B) and from B to W (M_W: the
+// linear layers' inputs and output gradients, about 32/34 of M_B for a GPT
+// layer; Qi et al. Table 1), in any consistent unit.  Without per-rank
+// figures every rank has M_B = 1 and M_W = weight_memory_share.
+struct StageOpTimes {
+  std::vector<double> forward, backward_input, backward_weight;  // size p, each > 0
+  double p2p = 0;                                                 // >= 0
+  double weight_memory_share = 1.0;                               // M_W / M_B, >= 0
+  std::vector<double> activation, weight_kept;  // M_B (> 0) and M_W (>= 0) per rank, or both empty
+};
+
+// Zero Bubble's automatic schedule (Qi et al. Sec. 3.1): ranks run as soon as
+// their inputs arrive; B passes take priority, F passes fill the warm-up
+// while the rank's activation memory stays within the limit (kZb1p: p
+// micro-batches, 1F1B's peak; kZb2p: 2p; zero_bubble_activation_limit), and W passes fill the gaps that are
+// long enough for one and free memory when the limit blocks an F; once F and
+// B are used up the remaining Ws run.  Memory: F +M_B, B +(M_W - M_B), W
+// -M_W of the rank, against limit x max(M_B of ranks 0 and 1) on every rank
+// (the authors' runtime: mem_limit = N * max(f_mem[:2])).  As in the paper, a few
+// binary heuristics (whether to start an F that would delay an arriving B,
+// whether a W may start in a gap shorter than itself) are searched and the
+// schedule with the smallest makespan (ties: the first) is returned.
+// REQUIRES: check_pipeline_schedule(s, p, m, 1).ok, zero_bubble(s) and
+// times as documented (TRAINPLAN_CHECK aborts).
+PipelineSchedule build_zero_bubble_schedule(Schedule s, int p, int m, const StageOpTimes& times);
+
+// The peak activation memory of `ops` in units of M_B, counting F +1, B
+// -(1 - w) and W -w when the ops contain W passes, else B -1.
+double peak_activation_units(const std::vector<PipeOp>& ops, double weight_memory_share);
 
 // Returns the global virtual stage of `chunk` on `rank`: chunk*p + rank.
 // REQUIRES: 0 <= rank < p, chunk >= 0.
@@ -85,16 +126,32 @@ struct UnitTimeRun {
   std::vector<std::vector<double>> start;  // start[r][i] of schedule[r][i]
 };
 
+// Runs `schedule` with per-rank op durations `times` (kBackward takes
+// times.backward_input where the schedule has W passes, else
+// backward_input + backward_weight) and times.p2p between adjacent stages,
+// each rank executing its list in order as soon as it is free and its
+// dependencies are done.
+// REQUIRES: as simulate_pipeline_unit_time, times sized to the ranks, v == 1.
+UnitTimeRun simulate_pipeline(const PipelineSchedule& schedule, const StageOpTimes& times);
+
+// The bubble rate of Qi et al. (Sec. 5.3, Table 5): (cost - busiest rank's
+// work) / cost, where cost is the longest rank span (first pass start to
+// last pass end) of `schedule` executed under `times`.  For 1F1B that is
+// rank 0's span, the makespan: (p - 1)/(m + p - 1) with uniform times.
+double bubble_rate(const PipelineSchedule& schedule, const StageOpTimes& times);
+
 // Runs `schedule` with every F taking forward_time and every B taking
 // backward_time (per chunk), zero communication, each rank executing its list
 // in order and starting an op as soon as the rank is free and its
 // dependencies are done:
 //   F(s, mb) after F(s-1, mb);  B(s, mb) after F(s, mb) and B(s+1, mb),
 // with s = model_chunk_stage(rank, chunk, p) and p = schedule.size().
+// W passes (zero bubble) take backward_time too and only follow their B.
 // Returns the start times and the makespan.
 // REQUIRES: v >= 1, times > 0, every (stage, microbatch) has exactly one F
-// and one B, microbatches are 0..m-1 with m = 1 + the largest seen, and the
-// schedule is deadlock-free (TRAINPLAN_CHECK aborts naming a stuck rank).
+// and one B (and one W or none), microbatches are 0..m-1 with m = 1 + the
+// largest seen, and the schedule is deadlock-free (TRAINPLAN_CHECK aborts
+// naming a stuck rank).
 UnitTimeRun simulate_pipeline_unit_time(const PipelineSchedule& schedule, int v,
                                         double forward_time, double backward_time);
 

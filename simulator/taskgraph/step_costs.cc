@@ -18,7 +18,7 @@ constexpr double kNcclChannels = 16.0;
 constexpr double kCpuAdamParamsPerSPerNode = 1e9;
 
 struct OpTimes {
-  int64_t fwd = 0, bwd = 0, tp_f = 0, tp_b = 0, attn_f = 0, attn_b = 0;
+  int64_t fwd = 0, bwd = 0, tp_f = 0, tp_b = 0, attn_f = 0, attn_b = 0, wgrad = 0;
 };
 
 OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpec& c, const LinkParams& lp,
@@ -34,6 +34,7 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
     const int64_t b = op_backward_time(cpm, op, p.attention).ps();
     t.fwd += f;
     t.bwd += b;
+    t.wgrad += op_weight_grad_time(cpm, op).ps();
     if (op.kind == OpKind::kAttention) {
       t.attn_f += f;
       t.attn_b += b;
@@ -89,16 +90,20 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   t.tp_comm_forward_ps = lt.tp_f + cp_f;
   t.tp_comm_backward_ps = lt.tp_b + cp_b + recompute_tp;
   t.recompute_ps = recompute;
+  t.weight_grad_ps = lt.wgrad;
   const OpTimes e = op_times(s.embedding, cpm, c, lp, p);
   s.embedding_forward_ps = e.fwd + e.tp_f;
   s.embedding_backward_ps = e.bwd + e.tp_b;
   s.embedding_tp_forward_ps = e.tp_f;
   s.embedding_tp_backward_ps = e.tp_b;
+  // The embedding's backward is all weight gradient (its input is token ids).
+  s.embedding_weight_grad_ps = e.bwd;
   const OpTimes o = op_times(s.output, cpm, c, lp, p);
   s.output_forward_ps = o.fwd + o.tp_f;
   s.output_backward_ps = o.bwd + o.tp_b;
   s.output_tp_forward_ps = o.tp_f;
   s.output_tp_backward_ps = o.tp_b;
+  s.output_weight_grad_ps = o.wgrad;
   s.comm_slowdown = kNcclChannels / std::max(1, c.gpu.sm_count);
   return s;
 }
@@ -143,7 +148,9 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
     best = std::max(best, total);
     start_delay += (layers / v) * s.layer_times.forward_ps + (st == 0 ? s.embedding_forward_ps : 0);
   }
-  if (p.pp > 1 && p.schedule != Schedule::kNaive) {
+  if (p.pp > 1 && p.schedule != Schedule::kNaive && !zero_bubble(p.schedule)) {
+    // (Zero-bubble schedules fill the cool-down with W passes, so only the
+    // per-stage bound above holds for them.)
     // With every forward and backward chunk at the smallest chunk's time, the
     // schedule's makespan is exactly (m*v + p - 1) chunk-steps (GPipe and 1F1B:
     // (m + p - 1)(tf + tb); interleaved: (p - 1)/(v m) bubble; checked by

@@ -22,6 +22,7 @@ struct LayerTimes {
   int64_t tp_comm_forward_ps = 0;
   int64_t tp_comm_backward_ps = 0;
   int64_t recompute_ps = 0;
+  int64_t weight_grad_ps = 0;  // the weight-gradient GEMMs: part of backward_ps (W of zero bubble)
 };
 
 struct StepCosts {
@@ -32,6 +33,8 @@ struct StepCosts {
   int64_t embedding_tp_forward_ps = 0, embedding_tp_backward_ps = 0;
   int64_t output_forward_ps = 0, output_backward_ps = 0;
   int64_t output_tp_forward_ps = 0, output_tp_backward_ps = 0;
+  // Weight-gradient parts of embedding_backward_ps and output_backward_ps.
+  int64_t embedding_weight_grad_ps = 0, output_weight_grad_ps = 0;
   double comm_slowdown = 0;  // compute slowdown while NCCL kernels run
 };
 

@@ -33,6 +33,7 @@ const char* to_string(TaskLabel l) {
     case TaskLabel::kPsPull: return "ps-pull";
     case TaskLabel::kPsUpdate: return "ps-update";
     case TaskLabel::kIteration: return "F+B";
+    case TaskLabel::kWeightGrad: return "W";
   }
   return "?";
 }

@@ -25,7 +25,8 @@ const char* to_string(Category c);
 // What a task is, for traces and reports.
 enum class TaskLabel : uint8_t {
   kForward, kBackward, kOptimizer, kSendForward, kSendBackward, kDpAllReduce, kDpReduceScatter,
-  kDpAllGather, kParamAllGather, kPsPush, kPsPull, kPsUpdate, kIteration
+  kDpAllGather, kParamAllGather, kPsPush, kPsPull, kPsUpdate, kIteration,
+  kWeightGrad  // the weight-gradient pass W of a zero-bubble schedule
 };
 const char* to_string(TaskLabel l);
 

@@ -1,0 +1,256 @@
+// Tests of the Zero Bubble schedules (Qi et al., ICLR 2024, arXiv
+// 2401.10241) against the paper's closed forms and Table 5, and of how the
+// simulator runs them (B/W split, memory, step period).
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "simulator/report/step_report.h"
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
+#include "simulator/taskgraph/pipeline_schedule.h"
+#include "simulator/taskgraph/step_costs.h"
+
+namespace trainplan {
+namespace {
+
+using Catch::Matchers::WithinAbs;
+using Catch::Matchers::WithinRel;
+
+StageOpTimes uniform(int p, double f, double b, double w, double comm, double share) {
+  StageOpTimes t;
+  t.forward.assign(static_cast<size_t>(p), f);
+  t.backward_input.assign(static_cast<size_t>(p), b);
+  t.backward_weight.assign(static_cast<size_t>(p), w);
+  t.p2p = comm;
+  t.weight_memory_share = share;
+  return t;
+}
+
+// Every rank runs F, B and W of each micro-batch exactly once, F before B
+// before W, micro-batches of a kind in order (the paper's graph: F_i after
+// F_{i-1}, etc.).
+void check_complete(const PipelineSchedule& s, int p, int m) {
+  REQUIRE(s.size() == static_cast<size_t>(p));
+  for (int r = 0; r < p; ++r) {
+    std::vector<int> next(3, 0);
+    std::vector<int> f_done(static_cast<size_t>(m), 0), b_done(static_cast<size_t>(m), 0);
+    for (const PipeOp& op : s[static_cast<size_t>(r)]) {
+      const int k = static_cast<int>(op.kind);
+      CHECK(op.chunk == 0);
+      CHECK(op.microbatch == next[static_cast<size_t>(k)]);
+      ++next[static_cast<size_t>(k)];
+      if (op.kind == PipeOp::Kind::kBackward) CHECK(f_done[static_cast<size_t>(op.microbatch)] == 1);
+      if (op.kind == PipeOp::Kind::kWeight) CHECK(b_done[static_cast<size_t>(op.microbatch)] == 1);
+      if (op.kind == PipeOp::Kind::kForward) f_done[static_cast<size_t>(op.microbatch)] = 1;
+      if (op.kind == PipeOp::Kind::kBackward) b_done[static_cast<size_t>(op.microbatch)] = 1;
+    }
+    CHECK(next == std::vector<int>{m, m, m});
+  }
+}
+
+TEST_CASE("ZeroBubble: feasibility", "[sim][taskgraph][zb]") {
+  CHECK(check_pipeline_schedule(Schedule::kZb1p, 1, 4, 1).reason ==
+        "zb-1p schedule needs pipeline size p >= 2 (got p = 1)");
+  CHECK(check_pipeline_schedule(Schedule::kZb2p, 4, 8, 2).reason ==
+        "zb-2p schedule runs one model chunk per rank; got v = 2 (use the interleaved schedule)");
+  CHECK(check_pipeline_schedule(Schedule::kZb2p, 4, 3, 1).ok);  // any m, as 1F1B
+  CHECK(zero_bubble_activation_limit(Schedule::kZb1p, 8) == 8);
+  CHECK(zero_bubble_activation_limit(Schedule::kZb2p, 8) == 16);
+  CHECK(zero_bubble_activation_limit(Schedule::k1F1B, 8) == 0);
+}
+
+TEST_CASE("ZeroBubble: every pass once, in dependency order, within the memory limit, for any costs",
+          "[sim][taskgraph][zb]") {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> cost(0.5, 2.0), comm(0.0, 0.3), share(0.5, 1.0);
+  for (Schedule sched : {Schedule::kZb1p, Schedule::kZb2p}) {
+    for (int p : {2, 3, 4, 8}) {
+      for (int m : {1, 2, 3, 5, 8, 13, 16, 32}) {
+        StageOpTimes t;
+        for (int r = 0; r < p; ++r) {
+          t.forward.push_back(cost(rng));
+          t.backward_input.push_back(cost(rng));
+          t.backward_weight.push_back(cost(rng));
+        }
+        t.p2p = comm(rng);
+        t.weight_memory_share = share(rng);
+        INFO(to_string(sched) << " p=" << p << " m=" << m);
+        const PipelineSchedule s = build_zero_bubble_schedule(sched, p, m, t);
+        check_complete(s, p, m);
+        // Deadlock-free under the dependencies (aborts otherwise).
+        const UnitTimeRun run = simulate_pipeline(s, t);
+        CHECK(run.makespan > 0);
+        // The limit (p or 2p micro-batches of M_B), or all m if fewer.
+        const double limit = std::min<double>(zero_bubble_activation_limit(sched, p), m);
+        for (int r = 0; r < p; ++r) {
+          CHECK(peak_activation_units(s[static_cast<size_t>(r)], t.weight_memory_share) <= limit + 1e-9);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ZeroBubble: equal F, B and W times give the handcrafted schedules' bubbles",
+          "[sim][taskgraph][zb]") {
+  // Qi et al. Sec. 3: with T_F = T_B = T_W = 1 and no communication, 1F1B
+  // idles (p-1)(T_F+T_B+T_W) per rank, ZB-H1 (the memory of 1F1B) (p-1)(T_F+
+  // T_B-T_W) = p-1, a third of it, and ZB-H2 (2p-1 activations) (p-1)(T_F+
+  // T_B-2T_W) = 0.  Bubble rate = idle / (3m + idle).  The automatic
+  // schedules must do at least as well as the handcrafted ones.
+  for (int p : {2, 4, 8, 16}) {
+    for (int m : {2 * p, 3 * p, 8 * p}) {
+      const StageOpTimes t = uniform(p, 1, 1, 1, 0, 32.0 / 34);
+      INFO("p=" << p << " m=" << m);
+      const double one_f_one_b = 3.0 * (p - 1) / (3.0 * m + 3.0 * (p - 1));
+      CHECK_THAT(bubble_rate(build_pipeline_schedule(Schedule::k1F1B, p, m, 1), t), WithinAbs(one_f_one_b, 1e-12));
+      const double h1 = (p - 1.0) / (3.0 * m + p - 1.0);
+      CHECK(bubble_rate(build_zero_bubble_schedule(Schedule::kZb1p, p, m, t), t) <= h1 + 1e-12);
+      CHECK(bubble_rate(build_zero_bubble_schedule(Schedule::kZb2p, p, m, t), t) <= 1e-12);
+    }
+  }
+}
+
+TEST_CASE("ZeroBubble: ZB-1p holds 1F1B's peak, ZB-2p about twice it", "[sim][taskgraph][zb]") {
+  // Qi et al. Table 4 (1.5B, p = 8): 1F1B 30 GB, ZB-1p 32 GB, ZB-2p 59 GB per
+  // GPU; the activation part of rank 0 is p M_B for 1F1B and ZB-1p, and up to
+  // 2p M_B for ZB-2p (FORMULAS.md: (2p-1) M_B for ZB-H2).
+  const int p = 8, m = 32;
+  const StageOpTimes t = uniform(p, 1, 1, 1, 0, 32.0 / 34);
+  const PipelineSchedule one = build_pipeline_schedule(Schedule::k1F1B, p, m, 1);
+  CHECK(peak_activation_units(one[0], t.weight_memory_share) == p);
+  const PipelineSchedule z1 = build_zero_bubble_schedule(Schedule::kZb1p, p, m, t);
+  const PipelineSchedule z2 = build_zero_bubble_schedule(Schedule::kZb2p, p, m, t);
+  CHECK_THAT(peak_activation_units(z1[0], t.weight_memory_share), WithinAbs(p, 1e-9));
+  const double peak2 = peak_activation_units(z2[0], t.weight_memory_share);
+  CHECK(peak2 >= 2 * p - 1 - 1e-9);
+  CHECK(peak2 <= 2 * p + 1e-9);
+}
+
+// The Zero Bubble 1.5B model of Table 3 (h 2304, 24 heads, 22 layers,
+// seq 1024) under the accuracy rules (GPT-2 vocabulary padded for tp 1).
+ModelSpec zero_bubble_model() {
+  ModelSpec m;
+  m.name = "zb-1.5b";
+  m.layers = 22;
+  m.hidden = 2304;
+  m.heads = 24;
+  m.kv_heads = 24;
+  m.ffn_hidden = 4 * 2304;
+  m.vocab = 50304;
+  m.seq_len = 1024;
+  m.mlp = MlpKind::kGelu;
+  m.tied_embeddings = true;
+  m.dropout = true;
+  return m;
+}
+
+TEST_CASE("ZeroBubble: Table 5 bubble rates reproduced from the schedule", "[sim][taskgraph][zb]") {
+  // Qi et al. Table 5 (1.5B, p = 8, mbs 6) "bubble rate" computed from profiled
+  // T_F, T_B, T_W, T_comm: 1F1B .2431/.1985/.1240, ZB-1p .1585/.1242/.0674,
+  // ZB-2p .0433/.0039/.0026 at m = 24/32/64.  Here the passes take trainplan's
+  // own per-layer times on an A100 (3 layers per stage, the paper's balanced
+  // inner stage) and a 28 MiB p2p transfer; the schedules are built and run,
+  // not evaluated by formula.  The paper's profile is not published, so the
+  // rates are compared within 0.04 (ZB-2p's ILP-refined .0039 and .0026 are
+  // below what the greedy heuristic reaches when T_B > T_F), and ordered.
+  const ClusterSpec c = load_cluster("dgx-a100");
+  Plan plan;
+  plan.mbs = 6;
+  plan.seq = 1024;
+  const StepCosts sc = step_costs(zero_bubble_model(), c, plan);
+  const double f = 3.0 * static_cast<double>(sc.layer_times.forward_ps);
+  const double w = 3.0 * static_cast<double>(sc.layer_times.weight_grad_ps);
+  const double b = 3.0 * static_cast<double>(sc.layer_times.backward_ps) - w;
+  // 6 x 1024 x 2304 bf16 = 27 MiB over NVLink3 (~250 GB/s achieved): ~0.1 ms.
+  const double comm = 6.0 * 1024 * 2304 * 2 / 250e9 * 1e12;
+  const StageOpTimes t = uniform(8, f, b, w, comm, sc.layer.weight_grad_saved_bytes / sc.layer.saved_bytes);
+  // W is the four weight-gradient GEMMs: a bit less than F (F also has the
+  // attention core and the elementwise kernels).
+  CHECK(w < f);
+  const int ms[] = {24, 32, 64};
+  const double paper_1f1b[] = {.2431, .1985, .1240}, paper_zb1p[] = {.1585, .1242, .0674},
+               paper_zb2p[] = {.0433, .0039, .0026};
+  for (int i = 0; i < 3; ++i) {
+    const int m = ms[i];
+    INFO("m=" << m);
+    const double r1 = bubble_rate(build_pipeline_schedule(Schedule::k1F1B, 8, m, 1), t);
+    const double z1 = bubble_rate(build_zero_bubble_schedule(Schedule::kZb1p, 8, m, t), t);
+    const double z2 = bubble_rate(build_zero_bubble_schedule(Schedule::kZb2p, 8, m, t), t);
+    CHECK_THAT(r1, WithinAbs(paper_1f1b[i], 0.025));
+    CHECK_THAT(z1, WithinAbs(paper_zb1p[i], 0.04));
+    CHECK_THAT(z2, WithinAbs(paper_zb2p[i], 0.04));
+    CHECK(z2 < z1);
+    CHECK(z1 < r1);
+    // ZB-1p removes about half of 1F1B's bubble or more (paper: 35-46%).
+    CHECK(z1 < 0.7 * r1);
+  }
+}
+
+TEST_CASE("ZeroBubble: simulated step splits backward into B and W", "[sim][taskgraph][zb]") {
+  const ModelSpec model = zero_bubble_model();
+  const ClusterSpec c = load_cluster("dgx-a100");
+  Plan plan;
+  plan.pp = 8;
+  plan.mbs = 6;
+  plan.gbs = 6 * 32;
+  plan.seq = 1024;
+  plan.stage_layers = {2, 3, 3, 3, 3, 3, 3, 2};
+  auto run = [&](Schedule s) {
+    Plan q = plan;
+    q.schedule = s;
+    q.schedule_given = true;
+    const Layout L = resolve_plan(model, c, 8, q);
+    REQUIRE(L.feasible);
+    return simulate_step(model, c, L, SimulateOptions{});
+  };
+  const StepReport one = run(Schedule::k1F1B);
+  const StepReport z1 = run(Schedule::kZb1p);
+  const StepReport z2 = run(Schedule::kZb2p);
+  // Same work: compute time per rank is the same whichever the order.
+  CHECK_THAT(z1.breakdown.compute, WithinRel(one.breakdown.compute, 0.01));
+  CHECK_THAT(z2.breakdown.compute, WithinRel(one.breakdown.compute, 0.01));
+  // Qi et al. Table 3 (1.5B, 8 GPUs, m = 32): samples/s 12.5 (1F1B), 13.4
+  // (ZB-1p), 14.8 (ZB-2p): ZB-1p 7% and ZB-2p 18% faster than 1F1B.
+  const double g1 = one.step_time_s / z1.step_time_s, g2 = one.step_time_s / z2.step_time_s;
+  CHECK_THAT(g1, WithinAbs(13.4 / 12.5, 0.05));
+  CHECK_THAT(g2, WithinAbs(14.8 / 12.5, 0.05));
+  // Memory: ZB-1p stays near 1F1B's peak (Table 4: 32 vs 30 GB), ZB-2p needs
+  // more (59 GB); the simulated peak never exceeds the closed form.
+  CHECK(z1.peak_memory_bytes < 1.35 * one.peak_memory_bytes);
+  CHECK(z2.peak_memory_bytes > 1.6 * one.peak_memory_bytes);
+  for (const StepReport* r : {&z1, &z2}) {
+    for (const StageResult& st : r->stages) CHECK(st.simulated_peak_bytes <= st.closed_form_peak_bytes * 1.001);
+  }
+}
+
+TEST_CASE("ZeroBubble: plan rules", "[sim][taskgraph][zb]") {
+  const ModelSpec model = zero_bubble_model();
+  const ClusterSpec c = load_cluster("dgx-a100");
+  Plan plan;
+  plan.pp = 1;
+  plan.schedule = Schedule::kZb1p;
+  plan.schedule_given = true;
+  auto reasons = [&](const Plan& q) {
+    const Layout L = resolve_plan(model, c, 8, q);
+    std::string all;
+    for (const std::string& r : L.reasons) all += r + "\n";
+    return all;
+  };
+  CHECK(reasons(plan) == "the zb-1p schedule needs pp >= 2\n");
+  plan.pp = 8;
+  plan.recompute = Recompute::kFull;
+  CHECK(reasons(plan) == "the zb-1p schedule defers weight gradients, which full recompute does not support "
+                         "(use selective or none)\n");
+  plan.recompute = Recompute::kNone;
+  plan.vp = 2;
+  CHECK(reasons(plan).find("vp=2 needs the interleaved schedule, not zb-1p") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainplan
