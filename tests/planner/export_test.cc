@@ -618,6 +618,32 @@ TEST_CASE("Export: refusals name the framework's rule", "[planner][export]") {
           "PyTorch DDP/FSDP2 has no asynchronous data parallelism (parameter servers); its data-parallel ranks "
           "reduce gradients in step (use dp_mode sync)");
   }
+  SECTION("zero-bubble schedules: no framework here runs them with one stage per rank") {
+    // Upstream Megatron-LM has no zero-bubble schedule (the authors' fork
+    // sail-sg/zero-bubble-pipeline-parallelism: --enable-zero-bubble,
+    // --zero-bubble-max-pending-backward = p for ZB-1p, 2p for ZB-2p, on
+    // --transformer-impl local); torch.distributed.pipelining's zero-bubble
+    // schedules are multi-stage (torchtitan: "Multi-stage schedule requires
+    // at least 2 stages per rank"); DeepSpeed runs 1F1B only.
+    Plan zb;
+    zb.pp = 4;
+    zb.gbs = 16;
+    zb.schedule = Schedule::kZb2p;
+    zb.schedule_given = true;
+    const Job j = job("llama3-8b", "dgx-h100", 4, zb);  // dp 1
+    CHECK(refusal(ExportTarget::kMegatron, j) ==
+          "Megatron-LM has no zb-2p schedule; Zero Bubble's fork of it (sail-sg/zero-bubble-pipeline-parallelism) "
+          "runs it with --enable-zero-bubble --zero-bubble-max-pending-backward 8 on its local "
+          "(non-Transformer-Engine) layers, which this export does not target (use schedule 1f1b or interleaved)");
+    CHECK(refusal(ExportTarget::kTorchtitan, j) ==
+          "torchtitan has no zb-2p schedule with one stage per rank: its zero-bubble schedules "
+          "(InterleavedZeroBubble, ZBVZeroBubble) run 2 or more stages per rank (\"Multi-stage schedule requires at "
+          "least 2 stages per rank\"); use schedule 1f1b or interleaved");
+    CHECK(refusal(ExportTarget::kDeepSpeed, j) ==
+          "DeepSpeed's pipeline engine runs one 1F1B schedule (TrainSchedule) with one model chunk per stage; it has "
+          "no zb-2p schedule (use schedule 1f1b)");
+    CHECK(refusal(ExportTarget::kFsdp, j).find("no pipeline schedule") != std::string::npos);
+  }
   SECTION("DeepSpeed: ZeRO-2/3 with pipeline parallelism") {
     const Job j = job_from_file("plan_llama3-8b_pp2_zero2.json");
     CHECK(refusal(ExportTarget::kDeepSpeed, j) ==
