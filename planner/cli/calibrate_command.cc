@@ -1,7 +1,8 @@
 // `trainplan calibrate`: measure a cluster (collectives, GEMMs, memory
 // copies) with the cpu or cuda backend, print nccl-tests-style tables, fit
 // the cost model and write calibration.json; or fit nccl-tests output a user
-// already has (--from-nccl-tests).
+// already has (--from-nccl-tests), or the step times of training runs a user
+// measured (--from-runs).
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -12,10 +13,13 @@
 #include "calibrate/backend.h"
 #include "calibrate/fit.h"
 #include "calibrate/nccl_tests_reader.h"
+#include "calibrate/run_fit.h"
 #include "calibrate/sweep.h"
 #include "planner/cli/commands.h"
 #include "planner/cli/output.h"
+#include "planner/plan/plan_file.h"
 #include "simulator/core/error.h"
+#include "simulator/memory/memory_model.h"
 #include "simulator/spec/data_dir.h"
 #include "simulator/spec/json_reader.h"
 #include "simulator/spec/model.h"
@@ -45,6 +49,7 @@ struct CalibrateFlags {
   std::string collective;
   int ranks = 0;
   std::string device;
+  std::string from_runs;
   CLI::App* app = nullptr;  // to tell which flags were given
 };
 
@@ -116,8 +121,122 @@ int run_from_nccl_tests(const CalibrateFlags& f) {
   return 0;
 }
 
+// runs.json: {"runs": [{"name": "...", "plan": "plan.json", "step_time":
+// "12.3s", "peak_memory": "61GiB" (optional)}, ...]}; plan paths are
+// relative to runs.json.
+int run_from_runs(const CalibrateFlags& f) {
+  check_output_path(f.out, "--out");
+  const std::string& where = f.from_runs;
+  nlohmann::json doc = detail::parse_json_text(detail::read_text_file(where), where);
+  detail::JsonObject o(doc, where, "");
+  const nlohmann::json& list = o.array("runs");
+  o.finish();
+  if (list.empty()) throw_input_error(where, "/runs", "is empty", "give at least one measured run");
+  constexpr size_t kMaxRuns = 1000;
+  if (list.size() > kMaxRuns) {
+    throw_input_error(where, "/runs", "lists " + std::to_string(list.size()) + " runs", "allowed: 1 to 1000");
+  }
+  const std::filesystem::path base = std::filesystem::path(where).parent_path();
+  std::vector<MeasuredRun> runs;
+  std::vector<double> measured_memory;  // bytes, 0 if not given
+  std::string gpu_type;
+  int ranks = 1, nodes = 1;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string ptr = "/runs/" + std::to_string(i);
+    detail::JsonObject r(list[i], where, ptr);
+    MeasuredRun run;
+    run.name = r.string("name");
+    if (run.name.empty()) throw_input_error(where, ptr + "/name", "is empty", "name the run");
+    std::filesystem::path plan = r.string("plan");
+    if (plan.is_relative()) plan = base / plan;
+    run.step_time_s = r.quantity("step_time", Dimension::kDuration, 1e-9, 1e7);
+    if (r.has("peak_memory")) {
+      measured_memory.push_back(r.quantity("peak_memory", Dimension::kBytes, 1, 1e15));
+    } else {
+      r.allow("peak_memory");
+      measured_memory.push_back(0);
+    }
+    r.finish();
+    if (!std::filesystem::is_regular_file(plan)) {
+      throw_input_error(where, ptr + "/plan", "no plan file " + plan.string(),
+                        "give a plan.json (from recommend --save), its path relative to " + where);
+    }
+    PlanJob job = load_plan_job(plan.string(), "");
+    run.model = job.model;
+    run.cluster = job.cluster;
+    run.gpus = job.file.gpus;
+    run.plan = job.file.plan;
+    const std::string type = gpu_type_of(run.cluster.gpu.name);
+    if (gpu_type.empty()) gpu_type = type;
+    if (type != gpu_type) {
+      throw_input_error(where, ptr + "/plan", "runs on " + run.cluster.gpu.name + " (" + type + "), the first run on " +
+                        gpu_type, "fit the runs of one GPU type at a time");
+    }
+    ranks = std::max(ranks, run.gpus);
+    nodes = std::max(nodes, (run.gpus + run.cluster.gpus_per_node - 1) / run.cluster.gpus_per_node);
+    // Every run must simulate before the fit starts.
+    (void)predicted_step_time(run, RunScales{});
+    runs.push_back(std::move(run));
+  }
+  std::vector<double> before;
+  for (const MeasuredRun& r : runs) before.push_back(predicted_step_time(r, RunScales{}));
+  Calibration c;
+  c.tool = std::string("trainplan ") + kVersion;
+  c.backend = "runs";
+  c.versions = "fit to " + std::to_string(runs.size()) + " measured runs (" + where + ")";
+  c.device = runs.front().cluster.gpu.name;
+  c.gpu_type = gpu_type;
+  c.ranks = ranks;
+  c.nodes = nodes;
+  c.complete = true;
+  c.run_fit = fit_runs(runs);
+
+  std::printf("# trainplan %s calibrate --from-runs %s: %zu runs on %s\n", kVersion, where.c_str(), runs.size(),
+              c.device.c_str());
+  std::printf("# error = (predicted - measured) / measured; published: the cluster's figures, fitted: with the scales\n");
+  std::printf("%-24s %12s %12s %8s %12s %8s %12s %8s %14s\n", "run", "measured(s)", "published(s)", "error",
+              "fitted(s)", "error", "leave-1-out", "error", "memory error");
+  auto err = [](double pred, double meas) {
+    if (pred <= 0) return std::string("-");
+    char b[32];
+    std::snprintf(b, sizeof b, "%+.1f%%", 100 * (pred - meas) / meas);
+    return std::string(b);
+  };
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const RunResidual& r = c.run_fit.runs[i];
+    std::string mem = "-";
+    if (measured_memory[i] > 0) {
+      const MeasuredRun& run = runs[i];
+      const Layout L = resolve_plan(run.model, run.cluster, run.gpus, run.plan);
+      mem = err(estimate_memory(run.model, run.cluster, L).peak_bytes, measured_memory[i]);
+    }
+    std::printf("%-24s %12.4f %12.4f %8s %12.4f %8s %12.4f %8s %14s\n", r.name.c_str(), r.measured_s, before[i],
+                err(before[i], r.measured_s).c_str(), r.predicted_s, err(r.predicted_s, r.measured_s).c_str(),
+                r.leave_one_out_s, err(r.leave_one_out_s, r.measured_s).c_str(), mem.c_str());
+  }
+  const RunScales& s = c.run_fit.scales;
+  std::printf("# scales on the published figures: gemm_efficiency x%.3f, hbm_efficiency x%.3f, attention_efficiency "
+              "x%.3f, intra_bandwidth x%.3f, inter_bandwidth x%.3f\n",
+              s.gemm_efficiency, s.hbm_efficiency, s.attention_efficiency, s.intra_bandwidth, s.inter_bandwidth);
+  std::printf("# residual %.1f%% rms, leave-one-out %.1f%% rms\n", 100 * c.run_fit.residual_rms,
+              100 * c.run_fit.leave_one_out_rms);
+  for (const std::string& w : run_fit_warnings(c.run_fit)) {
+    std::printf("# WARNING: %s\n", w.c_str());
+    std::fprintf(stderr, "trainplan: calibrate: warning: %s\n", w.c_str());
+  }
+  write_file_atomically(f.out, calibration_json(c), "--out");
+  std::printf("# wrote %s\n", f.out.c_str());
+  return 0;
+}
+
 int run_calibrate(CalibrateFlags& f, int* argc, char*** argv) {
   check_output_path(f.out, "--out");
+  if (!f.from_runs.empty()) {
+    if (!f.nccl_tests.empty()) {
+      throw_input_error("--from-runs", "", "cannot be combined with --from-nccl-tests", "fit one kind of input at a time");
+    }
+    return run_from_runs(f);
+  }
   if (!f.nccl_tests.empty()) return run_from_nccl_tests(f);
   if (f.backend.empty()) throw_input_error("--backend", "", "is required", "allowed: cpu, cuda");
   // Each flag has a short nccl-tests alias; errors name both forms.
@@ -264,6 +383,8 @@ void register_calibrate_command(CLI::App* app, int* status, int* argc, char*** a
   cmd->add_option("--collective", f.collective, "with --from-nccl-tests: the collective, if the output does not say");
   cmd->add_option("--ranks", f.ranks, "with --from-nccl-tests: the rank count, if the output does not say");
   cmd->add_option("--device", f.device, "with --from-nccl-tests: the GPU, if the output does not say");
+  cmd->add_option("--from-runs", f.from_runs,
+                  "fit the model's efficiency scales to measured step times (runs.json: name, plan, step_time)");
   f.app = cmd;
   cmd->callback([status, argc, argv] { *status = run_calibrate(f, argc, argv); });
 }

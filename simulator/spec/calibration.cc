@@ -94,6 +94,25 @@ std::string calibration_json(const Calibration& c) {
     ps.push_back({{"size", with_unit(static_cast<double>(s.bytes), "B")}, {"time", with_unit(s.time_s * 1e6, "us")}});
   }
   j["samples"] = {{"collectives", cs}, {"gemm", gs}, {"copy", ps}};
+  if (c.run_fit.present) {
+    const RunScales& s = c.run_fit.scales;
+    nlohmann::json runs = nlohmann::json::array();
+    for (const RunResidual& r : c.run_fit.runs) {
+      runs.push_back({{"name", r.name},
+                      {"measured", with_unit(r.measured_s, "s")},
+                      {"predicted", with_unit(r.predicted_s, "s")},
+                      {"leave_one_out", with_unit(r.leave_one_out_s, "s")}});
+    }
+    j["run_fit"] = {{"scales",
+                     {{"gemm_efficiency", s.gemm_efficiency},
+                      {"hbm_efficiency", s.hbm_efficiency},
+                      {"attention_efficiency", s.attention_efficiency},
+                      {"intra_bandwidth", s.intra_bandwidth},
+                      {"inter_bandwidth", s.inter_bandwidth}}},
+                    {"runs", runs},
+                    {"residual_rms", c.run_fit.residual_rms},
+                    {"leave_one_out_rms", c.run_fit.leave_one_out_rms}};
+  }
   return j.dump(2) + "\n";
 }
 
@@ -115,6 +134,9 @@ constexpr double kMaxKernelOverhead = kMaxSampleTime;  // a fit's intercept stay
 constexpr double kMaxLatency = kMaxSampleTime;
 constexpr double kMaxSampleBytes = 1125899906842624.0;  // 1 PiB
 constexpr int64_t kMaxGemmDim = int64_t{1} << 24;
+// A --from-runs scale: 1/100 to 10 times the published figure.
+constexpr double kMinRunScale = 0.01;
+constexpr double kMaxRunScale = 10.0;
 
 const std::vector<std::string> kGemmDtypes = {"bf16", "fp16", "fp32", "tf32"};
 
@@ -139,7 +161,7 @@ Calibration parse_calibration(const std::string& text, const std::string& where)
   Calibration c;
   c.tool = o.string("tool");
   {
-    const std::vector<std::string> backends = {"cpu", "cuda", "nccl-tests"};
+    const std::vector<std::string> backends = {"cpu", "cuda", "nccl-tests", "runs"};
     c.backend = backends[o.choice("backend", backends)];
   }
   c.versions = o.string("versions");
@@ -222,12 +244,51 @@ Calibration parse_calibration(const std::string& text, const std::string& where)
     c.copy_samples.push_back(x);
   }
   samples.finish();
+  if (auto rf = o.optional_object("run_fit")) {
+    RunFit& f = c.run_fit;
+    f.present = true;
+    // A fit's scales stay within what fit_runs allows (calibrate/run_fit.h).
+    detail::JsonObject s = rf->object("scales");
+    f.scales.gemm_efficiency = s.number_in("gemm_efficiency", kMinRunScale, kMaxRunScale);
+    f.scales.hbm_efficiency = s.number_in("hbm_efficiency", kMinRunScale, kMaxRunScale);
+    f.scales.attention_efficiency = s.number_in("attention_efficiency", kMinRunScale, kMaxRunScale);
+    f.scales.intra_bandwidth = s.number_in("intra_bandwidth", kMinRunScale, kMaxRunScale);
+    f.scales.inter_bandwidth = s.number_in("inter_bandwidth", kMinRunScale, kMaxRunScale);
+    s.finish();
+    const nlohmann::json& runs = rf->array("runs");
+    for (size_t i = 0; i < runs.size(); ++i) {
+      detail::JsonObject r(runs[i], where, "/run_fit/runs/" + std::to_string(i));
+      RunResidual x;
+      x.name = r.string("name");
+      x.measured_s = r.quantity("measured", Dimension::kDuration, 1e-12, kMaxSampleTime);
+      x.predicted_s = r.quantity("predicted", Dimension::kDuration, 0, kMaxSampleTime);
+      x.leave_one_out_s = r.quantity("leave_one_out", Dimension::kDuration, 0, kMaxSampleTime);
+      r.finish();
+      f.runs.push_back(x);
+    }
+    f.residual_rms = rf->number_in("residual_rms", 0, 1e9);
+    f.leave_one_out_rms = rf->number_in("leave_one_out_rms", 0, 1e9);
+    rf->finish();
+  }
   o.finish();
   c.where = where;
   return c;
 }
 
 Calibration load_calibration(const std::string& path) { return parse_calibration(detail::read_text_file(path), path); }
+
+void apply_run_scales(const RunScales& s, ClusterSpec* cluster) {
+  GpuSpec& g = cluster->gpu;
+  g.gemm_efficiency = std::min(1.0, g.gemm_efficiency * s.gemm_efficiency);
+  if (g.fp8_gemm_efficiency > 0) g.fp8_gemm_efficiency = std::min(1.0, g.fp8_gemm_efficiency * s.gemm_efficiency);
+  g.hbm_efficiency = std::min(1.0, g.hbm_efficiency * s.hbm_efficiency);
+  g.attention_efficiency = std::min(1.0, g.attention_efficiency * s.attention_efficiency);
+  cluster->intra_node.bandwidth = Bandwidth::bytes_per_s(cluster->intra_node.bandwidth.bytes_per_s() * s.intra_bandwidth);
+  if (cluster->inter_node) {
+    cluster->inter_node->nic_bandwidth =
+        Bandwidth::bytes_per_s(cluster->inter_node->nic_bandwidth.bytes_per_s() * s.inter_bandwidth);
+  }
+}
 
 void apply_calibration(const Calibration& c, const std::string& flag, ClusterSpec* cluster) {
   const std::string& where = c.where.empty() ? flag : c.where;
@@ -239,6 +300,11 @@ void apply_calibration(const Calibration& c, const std::string& flag, ClusterSpe
   if (c.gpu_type != want) {
     throw_input_error(where, c.where.empty() ? "" : "/gpu_type", "taken on " + c.device + " (" + c.gpu_type + "), but cluster " + cluster->name +
                       " has " + cluster->gpu.name + " (" + want + ")", "calibrate on the cluster you plan for");
+  }
+  if (c.backend == "runs") {
+    apply_run_scales(c.run_fit.scales, cluster);
+    cluster->calibration = c.device + " (fit to " + std::to_string(c.run_fit.runs.size()) + " measured runs)";
+    return;
   }
   GpuSpec& g = cluster->gpu;
   if (c.peak_flop_per_s > 0) {

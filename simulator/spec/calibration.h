@@ -51,9 +51,35 @@ struct CollectiveFitResult {
   int samples = 0;
 };
 
+// Multipliers a fit to measured training runs (`calibrate --from-runs`)
+// puts on a cluster's published figures; 1 leaves a figure as it is.
+struct RunScales {
+  double gemm_efficiency = 1;       // GpuSpec::gemm_efficiency and fp8_gemm_efficiency
+  double hbm_efficiency = 1;        // GpuSpec::hbm_efficiency
+  double attention_efficiency = 1;  // GpuSpec::attention_efficiency
+  double intra_bandwidth = 1;       // IntraNodeSpec::bandwidth
+  double inter_bandwidth = 1;       // InterNodeSpec::nic_bandwidth
+};
+
+// One measured run of a --from-runs fit and what the fitted model predicts.
+struct RunResidual {
+  std::string name;
+  double measured_s = 0;
+  double predicted_s = 0;       // with the scales fitted on every run
+  double leave_one_out_s = 0;   // with scales fitted on the other runs (0: fewer than 2 runs)
+};
+
+struct RunFit {
+  bool present = false;
+  RunScales scales;
+  std::vector<RunResidual> runs;
+  double residual_rms = 0;       // relative, sqrt(mean(log(pred/meas)^2)) as exp(.) - 1
+  double leave_one_out_rms = 0;  // the same with leave-one-out predictions
+};
+
 struct Calibration {
   std::string tool;
-  std::string backend;      // "cpu" | "cuda"
+  std::string backend;      // "cpu" | "cuda" | "nccl-tests" | "runs" (fitted to measured runs)
   std::string versions;
   std::string device;       // device name as the backend reports it
   std::string gpu_type;     // normalised type used to match clusters ("A100", "H200", "cpu")
@@ -69,6 +95,7 @@ struct Calibration {
   std::vector<CollectiveSample> collective_samples;
   std::vector<GemmSample> gemm_samples;
   std::vector<CopySample> copy_samples;
+  RunFit run_fit;           // from `calibrate --from-runs`
   std::string where;        // the file it was read from ("" when made in memory); not written
 };
 
@@ -81,8 +108,12 @@ std::string calibration_json(const Calibration& c);
 Calibration parse_calibration(const std::string& json_text, const std::string& where);
 Calibration load_calibration(const std::string& path);
 
+// Multiplies the cluster's figures by `s` (efficiencies capped at 1).
+void apply_run_scales(const RunScales& s, ClusterSpec* cluster);
+
 // Replaces the cluster's GEMM peak/efficiency table, memory bandwidth,
-// kernel overhead and collective costs with the measured ones.  Throws
+// kernel overhead and collective costs with the measured ones; a fit to runs
+// (backend "runs") applies its scales instead.  Throws
 // InputError("<file>: /gpu_type: ...", or "<flag>: ..." for a calibration
 // made in memory) if it was taken on another GPU type or is incomplete.
 void apply_calibration(const Calibration& c, const std::string& flag, ClusterSpec* cluster);

@@ -90,3 +90,17 @@ write("nccl_1e400.json", '{"results": [{"size": 1024, "in_place": {"time": 1e400
 write("model_truncated.json", text(MODEL)[:60])
 write("model_deep.json", '{"name": ' + "[" * 40 + "]" * 40 + "}\n")
 write("model_not_object.json", "[1, 2, 3]\n")
+# calibrate --from-runs inputs (plan paths are relative to the runs file).
+PLAN_REL = "../../data/export/plan_llama3-8b_pp2_zero2.json"
+write("runs_empty.json", '{"runs": []}\n')
+write("runs_step_no_unit.json", '{"runs": [{"name": "a", "plan": "%s", "step_time": "12.3"}]}\n' % PLAN_REL)
+write("runs_step_negative.json", '{"runs": [{"name": "a", "plan": "%s", "step_time": "-1s"}]}\n' % PLAN_REL)
+write("runs_missing_plan.json", '{"runs": [{"name": "a", "plan": "no_such_plan.json", "step_time": "1s"}]}\n')
+write("runs_duplicate.json", '{"runs": [{"name": "a", "name": "b", "plan": "%s", "step_time": "1s"}]}\n' % PLAN_REL)
+write("runs_unknown_key.json", '{"runs": [{"name": "a", "plan": "%s", "step_time": "1s", "tokens": 5}]}\n' % PLAN_REL)
+body = json.loads(text(CPU_CAL))
+body["backend"] = "runs"
+body["run_fit"] = {"scales": {"gemm_efficiency": 50, "hbm_efficiency": 1, "attention_efficiency": 1,
+                              "intra_bandwidth": 1, "inter_bandwidth": 1},
+                   "runs": [], "residual_rms": 0, "leave_one_out_rms": 0}
+write("calibration_run_scale.json", json.dumps(body, indent=2) + "\n")

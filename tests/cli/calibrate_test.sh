@@ -34,6 +34,53 @@ expect_error "unknown collective" \
   calibrate --backend cpu --collectives allsum --out "$TMP/x.json"
 [ ! -e "$TMP/x.json" ] || fail "a refused calibration wrote a file"
 
+# --from-runs: measured step times of a few layouts fit the model's scales.
+# Oracle: "measured" = trainplan's own prediction for the single-node runs
+# and 3x it for the multi-node ones (a slow network); the fit must leave the
+# GPU figures alone, slow the NICs, and change what recommend ranks first
+# (fewer bytes over the NICs per step).
+python3 - "$BIN" "$TMP" <<'PY' || fail "could not write the runs"
+import json, subprocess, sys
+binary, tmp = sys.argv[1], sys.argv[2]
+runs = []
+for name, gpus, dp, slow in (("one-gpu", 1, 1, 1), ("dp8", 8, 8, 1), ("dp16", 16, 16, 3), ("dp32", 32, 32, 3)):
+    plan = {"model": "gpt3-1.3b", "cluster": "dgx-a100", "gpus": gpus, "tp": 1, "pp": 1, "dp": dp, "cp": 1, "vp": 1,
+            "zero": 0, "shard_group": 0, "mbs": 1, "gbs": dp, "seq": 2048, "recompute": "none", "sp": False,
+            "schedule": "1f1b", "precision": "bf16", "grad_dtype": "fp32", "attention": "flash", "dp_mode": "sync",
+            "offload": "none"}
+    json.dump(plan, open(f"{tmp}/{name}.json", "w"))
+    out = subprocess.run([binary, "simulate", "--plan", f"{tmp}/{name}.json", "--json"], capture_output=True, text=True)
+    t = json.loads(out.stdout)["step_time_s"] * slow
+    runs.append({"name": name, "plan": f"{name}.json", "step_time": f"{t:.6g}s"})
+json.dump({"runs": runs}, open(f"{tmp}/runs.json", "w"))
+json.dump({"runs": runs[:1] + [{"name": "h", "plan": "h100.json", "step_time": "1s"}]}, open(f"{tmp}/mixed.json", "w"))
+plan = json.load(open(f"{tmp}/one-gpu.json")); plan["cluster"] = "dgx-h100"
+json.dump(plan, open(f"{tmp}/h100.json", "w"))
+json.dump({"runs": [{"name": "x", "plan": "one-gpu.json"}]}, open(f"{tmp}/no-time.json", "w"))
+PY
+"$BIN" calibrate --from-runs "$TMP/runs.json" --out "$TMP/runs-cal.json" >"$TMP/fit.txt" 2>&1 || fail "calibrate --from-runs failed: $(cat "$TMP/fit.txt")"
+python3 - "$TMP/runs-cal.json" <<'PY' || fail "the fit to runs is wrong: $(cat "$TMP/fit.txt")"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["backend"] == "runs" and c["gpu_type"] == "A100" and c["complete"], c
+s = c["run_fit"]["scales"]
+assert s["inter_bandwidth"] < 0.6, s          # the NICs explain the 3x
+assert 0.95 < s["gemm_efficiency"] < 1.05, s   # the GPU runs as published
+assert c["run_fit"]["residual_rms"] < 0.05, c["run_fit"]
+PY
+"$BIN" recommend --model gpt3-1.3b --cluster dgx-a100 --nodes 4 --gbs 64 --top 1 >"$TMP/before.txt" || fail "recommend failed"
+"$BIN" recommend --model gpt3-1.3b --cluster dgx-a100 --nodes 4 --gbs 64 --top 1 --calibration "$TMP/runs-cal.json" \
+  >"$TMP/after.txt" || fail "recommend --calibration failed"
+[ "$(sed -n 4p "$TMP/before.txt" | cut -c1-90)" != "$(sed -n 4p "$TMP/after.txt" | cut -c1-90)" ] \
+  || fail "a slow-network calibration did not change the best layout: $(sed -n 4p "$TMP/after.txt")"
+expect_error "runs on two GPU types" \
+  "trainplan: $TMP/mixed.json: /runs/1/plan: runs on H100-SXM5-80GB (H100), the first run on A100; fit the runs of one GPU type at a time" \
+  calibrate --from-runs "$TMP/mixed.json" --out "$TMP/y.json"
+expect_error "run without a step time" \
+  "trainplan: $TMP/no-time.json: /runs/0/step_time: missing required key" \
+  calibrate --from-runs "$TMP/no-time.json" --out "$TMP/y.json"
+[ ! -e "$TMP/y.json" ] || fail "a refused fit wrote a file"
+
 # --resume: a second run with a larger -e measures only the new sizes.
 if command -v mpirun >/dev/null; then
   MPI=(mpirun --allow-run-as-root --oversubscribe -np 2)
