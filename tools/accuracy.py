@@ -80,6 +80,25 @@ def cluster_for(row):
     return None
 
 
+def framework_for(row):
+    """ACCURACY.md F1: Megatron-Core / NeMo / Megatron-Bridge -> megatron-core; Megatron-LM papers of 2021-22 ->
+    megatron-lm; DeepSpeed ZeRO-3 and Megatron-DeepSpeed runs -> deepspeed; torchtitan -> torchtitan; FSDP runs
+    -> pytorch.  Read from the row's own fields and source."""
+    rid = row["id"]
+    text = " ".join(str(x) for x in (row.get("source"), row["layout"].get("framework"), row.get("notes"))).lower()
+    if rid.startswith("torchtitan") or "torchtitan" in text:
+        return "torchtitan"
+    if "deepspeed" in text:
+        return "deepspeed"
+    if "megatron-core" in text or "nemo" in text or "megatron-bridge" in text or rid.startswith(("mcore", "nemo")):
+        return "megatron-core"
+    if "fsdp" in text:
+        return "pytorch"
+    if "megatron" in text or rid.startswith(("narayanan", "korthikanti")):
+        return "megatron-lm"
+    return None
+
+
 def flags_for(row, trainplan):
     """Returns (flags, metric, measured, predicted_key) or None."""
     rid = row["id"]
@@ -112,6 +131,10 @@ def flags_for(row, trainplan):
         f += ["--precision", "fp16" if rid.startswith("narayanan21") else "bf16"]
     if rid.startswith("mcore24"):
         f += ["--zero", "1"]  # Megatron-Core distributed optimizer
+    # F1: --framework once the CLI has it: the framework the row ran on.
+    fw = framework_for(row)
+    if fw and cli_offers(trainplan, fw):
+        f += ["--framework", fw]
     seq = row["model"]["seq_len"]
     f += ["--seq", str(seq)]
     gbs = lay.get("global_batch")

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "planner/plan/plan_file.h"
+#include "simulator/framework/framework.h"
 #include "simulator/core/error.h"
 #include "simulator/spec/calibration.h"
 
@@ -41,6 +42,9 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_option("--offload", f->offload, "none|optimizer|params (default none)");
   app->add_option("--ps-servers", f->ps_servers, "async DP: parameter servers (default one per node)");
   app->add_option("--stage-layers", f->stage_layers, "transformer layers per pipeline stage, e.g. 7,8,8,7");
+  app->add_option("--framework", f->framework,
+                  "framework that runs the plan: generic|megatron-lm|megatron-core|deepspeed|torchtitan|pytorch "
+                  "(default generic; how each executes: docs/frameworks.md)");
 }
 
 namespace {
@@ -104,7 +108,7 @@ Job to_job(const PlanFlags& f) {
     for (const char* flag : {"--model", "--cluster", "--nodes", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp",
                              "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--sp", "--schedule",
                              "--precision", "--fp8-recipe", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
-                             "--stage-layers"}) {
+                             "--stage-layers", "--framework"}) {
       if (given(flag)) throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
     }
     PlanJob pj = load_plan_job(f.plan_file, f.calibration);
@@ -150,6 +154,7 @@ Job to_job(const PlanFlags& f) {
   p.offload = static_cast<Offload>(pick("--offload", f.offload, {"none", "optimizer", "params"}));
   p.ps_servers = static_cast<int>(derived("--ps-servers", f.ps_servers, kMaxDegree));
   if (given("--stage-layers")) p.stage_layers = parse_stage_layers(f.stage_layers);
+  if (!f.framework.empty()) p.framework = static_cast<Framework>(pick("--framework", f.framework, framework_names()));
   if (given("--nodes") == given("--gpus")) {
     throw_input_error("--nodes", "", "give exactly one of --nodes N or --gpus N", "");
   }
@@ -177,6 +182,7 @@ std::string describe_plan(const Plan& p) {
   s << " grad_dtype=" << to_string(p.grad_dtype)
     << " attention=" << to_string(p.attention);
   if (p.dp_mode != DpMode::kSync) s << " dp_mode=" << to_string(p.dp_mode);
+  if (p.framework != Framework::kGeneric) s << " framework=" << to_string(p.framework);
   if (p.offload != Offload::kNone) s << " offload=" << to_string(p.offload);
   return s.str();
 }

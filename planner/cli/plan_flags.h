@@ -43,6 +43,7 @@ struct PlanFlags {
   std::string offload = "none";
   int64_t ps_servers = 0;
   std::string stage_layers;
+  std::string framework;
 };
 
 // Registers --plan, --model, --cluster, --nodes, --gpus and the plan flags on

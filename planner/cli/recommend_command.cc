@@ -1,6 +1,7 @@
 // `trainplan recommend`: search every layout, simulate the best, rank them
 // and explain why the others lose.  With the fault options (stragglers,
 // failures, --train-tokens) plans are ranked by expected time to train.
+#include <algorithm>
 #include <unistd.h>
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "simulator/spec/calibration.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
+#include "simulator/framework/framework.h"
 
 namespace trainplan {
 
@@ -36,6 +38,7 @@ struct RecommendFlags {
   std::string precision = "bf16";
   std::string fp8_recipe;
   std::string strategies;
+  std::string framework;
   std::string save;
   std::string calibration;
   bool json = false;
@@ -126,6 +129,16 @@ int run_recommend(const RecommendFlags& f) {
     o.fp8_recipe = precision.fp8_recipe;
     o.fp8_recipe_given = precision.fp8_recipe_given;
   }
+  if (!f.framework.empty()) {
+    const auto& names = framework_names();
+    const auto it = std::find(names.begin(), names.end(), f.framework);
+    if (it == names.end()) {
+      std::string allowed;
+      for (const std::string& n : names) allowed += (allowed.empty() ? "" : ", ") + n;
+      throw_input_error("--framework", "", "unknown value \"" + f.framework + "\"", "allowed: " + allowed);
+    }
+    o.framework = static_cast<Framework>(it - names.begin());
+  }
   std::stringstream ss(f.strategies);
   std::string s;
   while (std::getline(ss, s, ',')) {
@@ -167,7 +180,8 @@ int run_recommend(const RecommendFlags& f) {
   const std::string hash = config_hash(model, cluster, gpus,
                                        "recommend gbs=" + std::to_string(o.gbs) + " seq=" + std::to_string(seq) +
                                            " top=" + std::to_string(o.top_k) + " precision=" + f.precision + " fp8_recipe=" + f.fp8_recipe +
-                                           " strategies=" + f.strategies + " calibration=" + f.calibration);
+                                           " strategies=" + f.strategies + " calibration=" + f.calibration +
+                                           (f.framework.empty() ? "" : " framework=" + f.framework));
   out["config_hash"] = hash;
   out["command"] = "recommend";
   out["model"] = model.name;
@@ -359,6 +373,9 @@ void register_recommend_command(CLI::App* app, int* status) {
   cmd->add_option("--top", f.top, "how many plans to show (default 5)");
   add_precision_flags(cmd, &f.precision, &f.fp8_recipe);
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
+  cmd->add_option("--framework", f.framework,
+                  "search only plans this framework runs, simulated as it runs them: "
+                  "generic|megatron-lm|megatron-core|deepspeed|torchtitan|pytorch (default generic)");
   cmd->add_option("--save", f.save, "write the best plan to this plan.json");
   cmd->add_option("--calibration", f.calibration,
                   "calibration.json from `trainplan calibrate` (replaces the cluster's GEMM, memory and collective "

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "simulator/core/error.h"
+#include "simulator/framework/framework.h"
 
 namespace trainplan {
 
@@ -367,9 +368,11 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
   if (p.zero >= 1 && L.shard_degree < dp_cp) {
     parallel.opt("--num-distributed-optimizer-instances", dp_cp / L.shard_degree);
   }
-  if (dp_cp > 1) {
+  // The overlaps the plan was simulated with (framework/framework.h).
+  const ExecutionProfile prof = execution_profile(p);
+  if (dp_cp > 1 && prof.grad_reduce == GradReduce::kOverlapped) {
     parallel.flag("--overlap-grad-reduce");
-    if (p.zero >= 1) parallel.flag("--overlap-param-gather");
+    if (p.zero >= 1 && prof.overlap_param_gather) parallel.flag("--overlap-param-gather");
   }
   if (p.offload == Offload::kOptimizer) {
     parallel.flag("--optimizer-cpu-offload");
@@ -469,8 +472,9 @@ nlohmann::ordered_json deepspeed_config(const Layout& L, bool client_optimizer) 
   nlohmann::ordered_json z;
   z["stage"] = p.zero;
   if (p.zero >= 1) {
-    // 5e8 elements per bucket: the documented defaults, written out.
-    z["overlap_comm"] = true;
+    // 5e8 elements per bucket: the documented defaults, written out;
+    // overlap_comm as simulated (DeepSpeed's default: only for stage 3).
+    z["overlap_comm"] = execution_profile(p).grad_reduce == GradReduce::kOverlapped;
     z["contiguous_gradients"] = true;
     z["reduce_scatter"] = true;
     z["reduce_bucket_size"] = 500000000;
@@ -1295,12 +1299,49 @@ ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout&
 
 }  // namespace
 
+std::optional<ExportTarget> export_target_of(Framework f) {
+  switch (f) {
+    case Framework::kGeneric: return std::nullopt;
+    case Framework::kMegatronLM:
+    case Framework::kMegatronCore: return ExportTarget::kMegatron;
+    case Framework::kDeepSpeed: return ExportTarget::kDeepSpeed;
+    case Framework::kTorchtitan: return ExportTarget::kTorchtitan;
+    case Framework::kPytorch: return ExportTarget::kFsdp;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> framework_refusal(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout) {
+  const std::optional<ExportTarget> target = export_target_of(layout.plan.framework);
+  if (!target) return std::nullopt;
+  PlanFile f;
+  f.model = model.name;
+  f.cluster = cluster.name;
+  f.gpus = layout.gpus;
+  f.plan = layout.plan;
+  const ExportResult r = export_plan(*target, f, model, cluster, layout);
+  if (r.ok) return std::nullopt;
+  return r.reason;
+}
+
 ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelSpec& model,
                          const ClusterSpec& cluster, const Layout& layout) {
   (void)file;
   TRAINPLAN_CHECK(layout.feasible, "export_plan needs a feasible layout");
   TRAINPLAN_CHECK(static_cast<int>(layout.stage_layers.size()) == layout.plan.pp,
                   "export_plan needs one layer count per pipeline stage");
+  // A plan simulated for one framework exports to that framework only.
+  const Framework fw = layout.plan.framework;
+  const bool match = fw == Framework::kGeneric ||
+                     (target == ExportTarget::kMegatron && (fw == Framework::kMegatronLM || fw == Framework::kMegatronCore)) ||
+                     (target == ExportTarget::kDeepSpeed && fw == Framework::kDeepSpeed) ||
+                     (target == ExportTarget::kTorchtitan && fw == Framework::kTorchtitan) ||
+                     (target == ExportTarget::kFsdp && fw == Framework::kPytorch);
+  if (!match) {
+    return refuse(std::string("the plan was simulated for ") + to_string(fw) +
+                  ", whose execution (overlaps, buckets, gathers) another framework does not reproduce; export it with "
+                  "--to " + to_string(*export_target_of(fw)) + ", or simulate it for this target's framework");
+  }
   switch (target) {
     case ExportTarget::kMegatron: return export_megatron(model, cluster, layout);
     case ExportTarget::kDeepSpeed: return export_deepspeed(model, cluster, layout);

@@ -50,6 +50,15 @@ struct ExportResult {
 ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelSpec& model,
                          const ClusterSpec& cluster, const Layout& layout);
 
+// The export target of a framework (nullopt for generic).
+std::optional<ExportTarget> export_target_of(Framework f);
+
+// Why `layout.plan.framework` cannot run the plan (its exporter's refusal),
+// or nullopt if it can or the plan names no framework.  The search uses it
+// so that `recommend --framework X` lists only plans X runs.
+// REQUIRES: layout.feasible.
+std::optional<std::string> framework_refusal(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
+
 }  // namespace trainplan
 
 #endif  // TRAINPLAN_PLANNER_EXPORT_EXPORTERS_H_

@@ -1,5 +1,7 @@
 #include "planner/plan/plan_file.h"
 
+#include "simulator/framework/framework.h"
+
 #include <nlohmann/json.hpp>
 
 #include "simulator/core/error.h"
@@ -31,6 +33,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["offload"] = to_string(p.offload);
   j["ps_servers"] = p.ps_servers;
   j["stage_layers"] = p.stage_layers;
+  if (p.framework != Framework::kGeneric) j["framework"] = to_string(p.framework);
   return j;
 }
 
@@ -78,6 +81,7 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.dp_mode = static_cast<DpMode>(o.optional_choice("dp_mode", {"sync", "async"}).value_or(0));
   p.offload = static_cast<Offload>(o.optional_choice("offload", {"none", "optimizer", "params"}).value_or(0));
   p.ps_servers = static_cast<int>(o.optional_integer("ps_servers", 0, kMaxDegree).value_or(0));
+  p.framework = static_cast<Framework>(o.optional_choice("framework", framework_names()).value_or(0));
   o.allow("stage_layers");
   if (o.has("stage_layers")) {
     const nlohmann::json& v = o.array("stage_layers");

@@ -7,7 +7,9 @@
 #include <limits>
 #include <tuple>
 
+#include "planner/export/exporters.h"
 #include "simulator/core/error.h"
+#include "simulator/framework/framework.h"
 #include "simulator/taskgraph/step_costs.h"
 
 namespace trainplan {
@@ -311,10 +313,18 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   int min_peak_world = gpus;
   for (size_t i = 0; i < plans.size(); ++i) {
     if (o.progress && i % 4096 == 0) o.progress("evaluating", static_cast<int64_t>(i), res.evaluated);
+    plans[i].framework = o.framework;
     Layout L = resolve_plan(m, c, world_of_plan[i], plans[i]);
     if (!L.feasible) {
       res.rejected["invalid: " + rule_of(L.reasons.front())] += 1;
       continue;
+    }
+    // The framework's own rules (its exporter's refusals).
+    if (o.framework != Framework::kGeneric) {
+      if (std::optional<std::string> why = framework_refusal(m, c, L)) {
+        res.rejected[std::string(to_string(o.framework)) + " cannot run it: " + rule_of(*why)] += 1;
+        continue;
+      }
     }
     res.valid += 1;
     MemoryReport mem = estimate_memory(m, c, L);

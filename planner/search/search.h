@@ -52,6 +52,9 @@ struct SearchOptions {
   bool gpipe = false;        // also consider GPipe
   bool naive = false;        // also consider naive model parallel
   bool zero_bubble = false;  // also consider the ZB-1p and ZB-2p schedules
+  // Simulate every plan as this framework runs it and keep only the plans it
+  // can run (generic: trainplan's framework-neutral model, every plan).
+  Framework framework = Framework::kGeneric;
   bool async_dp = false;     // also consider async DP (parameter servers)
   bool offload = false;      // also consider optimizer/parameter offload
   FaultConfig faults;        // none by default: rank by step time

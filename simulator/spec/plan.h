@@ -37,6 +37,9 @@ enum class Offload { kNone, kOptimizer, kParams };
 //   blockwise   1x128 / 128x128 block scales (TE Float8BlockScaling, DeepSeek-V3)
 //   mxfp8       32-element blocks with E8M0 scales (TE MXFP8BlockScaling; Blackwell)
 enum class Fp8Recipe { kNone, kDelayed, kTensorwise, kRowwise, kBlockwise, kMxfp8 };
+// The framework that runs the plan (simulator/framework/framework.h: how it
+// executes; names there).
+enum class Framework { kGeneric, kMegatronLM, kMegatronCore, kDeepSpeed, kTorchtitan, kPytorch };
 
 const char* to_string(Recompute r);
 const char* to_string(Schedule s);
@@ -85,6 +88,7 @@ struct Plan {
   Offload offload = Offload::kNone;
   int ps_servers = 0;         // async DP: parameter servers (0 = one per node)
   std::vector<int> stage_layers;  // explicit transformer layers per stage
+  Framework framework = Framework::kGeneric;
 };
 
 // A plan placed on a cluster of `nodes` nodes, with every derived value.

@@ -7,6 +7,7 @@
 
 #include "simulator/core/error.h"
 #include "simulator/cost/layer_cost.h"
+#include "simulator/framework/framework.h"
 #include "simulator/memory/memory_model.h"
 #include "simulator/network/collective_model.h"
 #include "simulator/network/topology.h"
@@ -582,6 +583,18 @@ class Lowerer {
       gather_wbytes = (layer_.linear_params * 1.0 + (layer_.params - layer_.linear_params) * wbytes) / layer_.params;
     }
     const double gbytes = layer_grad_bytes_;
+    // How the framework reduces (framework/framework.h); the generic model
+    // keeps the caller's bucket size.
+    const ExecutionProfile prof = execution_profile(p_);
+    const double bucket_bytes = p_.framework == Framework::kGeneric ? opt_.bucket_bytes
+                                : prof.grad_bucket_params > 0   ? prof.grad_bucket_params * gbytes
+                                                                : 1e30;
+    // ZeRO-3 reduce-scatters layer by layer whatever the framework (its
+    // gathers share the channel with them).
+    const bool after_backward = prof.grad_reduce == GradReduce::kAfterBackward && p_.zero < 3;
+    const bool blocking = prof.grad_reduce == GradReduce::kBlocking;
+    const int gathers_for_backward =
+        prof.regather_for_recompute && p_.recompute == Recompute::kFull ? 2 : 1;
     for (size_t r = 0; r < out_.ranks.size(); ++r) {
       const RankCoord& rc = out_.ranks[r];
       // One leader per group: the rank with the lowest dp*cp index of its
@@ -595,14 +608,21 @@ class Lowerer {
       std::vector<int32_t> reductions;
       double bucket = 0;
       auto task_at = [&](int32_t member, size_t k) { return g.program[static_cast<size_t>(member)][k]; };
+      // The rank's last backward pass (its program ends with the optimizer).
+      size_t last_backward = 0;
+      for (size_t k = 0; k < entries.size(); ++k) {
+        if (entries[k].kind != PipeOp::Kind::kForward) last_backward = k;
+      }
       auto reduce = [&](size_t k, double params) {
         const double bytes = params * gbytes;
         Collective kind = p_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
         int32_t id = add_group_comm(channel, kind, p_.zero == 0 ? TaskLabel::kDpAllReduce : TaskLabel::kDpReduceScatter,
                                     bytes, shard, members);
+        if (blocking) blocking_comm_.push_back(id);
+        const size_t after = after_backward ? last_backward : k;
         for (int32_t mr : members) {
-          g.add_dep(task_at(mr, k), id);
-          dp_member_preds_[id].push_back(task_at(mr, k));
+          g.add_dep(task_at(mr, after), id);
+          dp_member_preds_[id].push_back(task_at(mr, after));
         }
         reductions.push_back(id);
         if (hybrid) {
@@ -618,13 +638,18 @@ class Lowerer {
       for (size_t k = 0; k < entries.size(); ++k) {
         const Entry& e = entries[k];
         if (e.gather_params > 0) {
-          int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kParamAllGather,
-                                      e.gather_params * gather_wbytes, shard, members);
-          // One layer of prefetch: gather layer k once layer k-2 is done.
-          if (k >= 2) {
-            for (int32_t mr : members) g.add_dep(task_at(mr, k - 2), ag);
+          // DeepSpeed with full recompute gathers a layer twice for its
+          // backward (recompute forward, then backward).
+          const int gathers = e.kind == PipeOp::Kind::kForward ? 1 : gathers_for_backward;
+          for (int n = 0; n < gathers; ++n) {
+            int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kParamAllGather,
+                                        e.gather_params * gather_wbytes, shard, members);
+            // One layer of prefetch: gather layer k once layer k-2 is done.
+            if (k >= 2) {
+              for (int32_t mr : members) g.add_dep(task_at(mr, k - 2), ag);
+            }
+            for (int32_t mr : members) g.add_dep(ag, task_at(mr, k));
           }
-          for (int32_t mr : members) g.add_dep(ag, task_at(mr, k));
         }
         if (e.kind != PipeOp::Kind::kForward && e.grad_params > 0) {
           if (p_.zero == 3) {
@@ -636,7 +661,7 @@ class Lowerer {
             const int pieces = std::max(1, static_cast<int>(std::ceil(e.grad_params / largest_tensor_params_)));
             for (int piece = 0; piece < pieces; ++piece) {
               bucket += e.grad_params / pieces;
-              if (bucket * gbytes >= opt_.bucket_bytes) {
+              if (bucket * gbytes >= bucket_bytes) {
                 reduce(k, bucket);
                 bucket = 0;
               }
@@ -652,8 +677,9 @@ class Lowerer {
       for (int32_t mr : members) {
         for (int32_t red : reductions) g.add_dep(red, optimizer_task_[static_cast<size_t>(mr)]);
       }
-      if (p_.zero == 1 || p_.zero == 2) {
-        // Distributed optimizer: the updated shards are all-gathered.
+      if ((p_.zero == 1 || p_.zero == 2) && !prof.overlap_param_gather) {
+        // Distributed optimizer: the updated shards are all-gathered (with
+        // overlap_param_gather they run behind the next step's forward).
         const double params = stage_params_[static_cast<size_t>(rc.pp)];
         const int buckets = std::max(1, static_cast<int>(std::ceil(params * wbytes / opt_.bucket_bytes / 4)));
         for (int b = 0; b < buckets; ++b) {

@@ -104,3 +104,4 @@ body["run_fit"] = {"scales": {"gemm_efficiency": 50, "hbm_efficiency": 1, "atten
                               "intra_bandwidth": 1, "inter_bandwidth": 1},
                    "runs": [], "residual_rms": 0, "leave_one_out_rms": 0}
 write("calibration_run_scale.json", json.dumps(body, indent=2) + "\n")
+edit(PLAN, '"gpus": 8', '"framework": "jax",\n  "gpus": 8', "plan_framework.json")

@@ -119,6 +119,65 @@ PY
 MATRIX
 done
 
+# recommend --framework F lists only plans F runs: each of them (top 3, on
+# three model/cluster pairs) exports to F's target without a refusal, passes
+# the oracle, and carries the overlaps F was simulated with.
+while read -r fw target model cluster nodes; do
+  "$T" recommend --model "$model" --cluster "$cluster" --nodes "$nodes" --framework "$fw" --top 3 --json \
+    > "$work/fw.json" 2> "$work/fw.err" || { fail "recommend --framework $fw $model: $(cat "$work/fw.err")"; continue; }
+  count=$(python3 - "$work/fw.json" "$work" "$model" "$cluster" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
+        "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers",
+        "framework", "gpus"]
+for i, p in enumerate(d["plans"]):
+    plan = {k: p[k] for k in keys if k in p}
+    plan.update(model=sys.argv[3], cluster=sys.argv[4])
+    json.dump(plan, open(f"{sys.argv[2]}/fw{i}.json", "w"))
+print(len(d["plans"]))
+PY
+)
+  [ "${count:-0}" -ge 1 ] || { fail "recommend --framework $fw $model listed no plan"; continue; }
+  for ((i = 0; i < count; i++)); do
+    plan="$work/fw$i.json"
+    grep -q "\"framework\": \"$fw\"" "$plan" || fail "$fw plan $i does not record its framework"
+    "$T" export --plan "$plan" --to "$target" > "$work/fw.out" 2> "$work/fw.err" ||
+      { fail "recommend --framework $fw plan $i ($model) does not export to $target: $(cat "$work/fw.err")"; continue; }
+    if [ "$target" = megatron ]; then
+      python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/fw.out" --nodes "$nodes" > "$work/oracle" 2>&1 ||
+        fail "$fw plan $i: $(cat "$work/oracle")"
+      dpcp=$(python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); print(p["dp"]*p["cp"])' "$plan")
+      if [ "$fw" = megatron-core ] && [ "$dpcp" -gt 1 ]; then
+        grep -q -- "--overlap-grad-reduce" "$work/fw.out" || fail "$fw plan $i: no --overlap-grad-reduce"
+      fi
+      if [ "$fw" = megatron-lm ]; then
+        grep -q -- "--overlap-" "$work/fw.out" && fail "$fw plan $i: Megatron-LM 2021 has no overlap flags"
+      fi
+    fi
+    # Another framework's target refuses it with the reason.
+    other=fsdp; [ "$target" = fsdp ] && other=megatron
+    "$T" export --plan "$plan" --to "$other" > /dev/null 2> "$work/fw.err"
+    [ $? = 2 ] && grep -q "the plan was simulated for $fw" "$work/fw.err" ||
+      fail "$fw plan $i exported to $other: $(cat "$work/fw.err")"
+  done
+  echo "recommend --framework $fw ($model, $cluster, $nodes nodes): $count plans export to $target"
+done <<'FRAMEWORKS'
+megatron-core megatron llama3-8b dgx-h100 1
+megatron-core megatron gpt3-1.3b dgx-a100 2
+megatron-core megatron llama3-70b dgx-h100 4
+megatron-lm megatron gpt3-1.3b dgx-a100 2
+deepspeed deepspeed llama3-8b dgx-h100 1
+deepspeed deepspeed gpt3-1.3b dgx-a100 2
+deepspeed deepspeed llama3-70b dgx-h100 4
+torchtitan torchtitan llama3-8b dgx-h100 1
+torchtitan torchtitan llama3-70b dgx-h100 4
+torchtitan torchtitan llama3-8b dgx-h100 2
+pytorch fsdp llama3-8b dgx-h100 1
+pytorch fsdp gpt3-1.3b dgx-a100 2
+pytorch fsdp llama3-70b dgx-h100 4
+FRAMEWORKS
+
 # Every framework took some plans on one and on four nodes.
 for target in megatron deepspeed torchtitan fsdp; do
   for nodes in 1 4; do

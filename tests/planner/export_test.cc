@@ -23,6 +23,7 @@
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
+#include "simulator/framework/framework.h"
 
 namespace trainplan {
 namespace {
@@ -798,6 +799,37 @@ TEST_CASE("Export: refusals name the framework's rule", "[planner][export]") {
     CHECK(refusal(ExportTarget::kFsdp, job("llama3-8b", "dgx-h100", 8, offload)) ==
           "FSDP2's CPUOffloadPolicy moves parameters, gradients and optimizer state together; it has no "
           "optimizer-only offload (use offload params with zero 3)");
+  }
+}
+
+TEST_CASE("Export: a plan simulated for a framework exports what that framework was simulated with",
+          "[planner][export][framework]") {
+  Job j = job_from_file("plan_llama3-8b_tp2_pp2.json");  // zero 1, dp 2
+  auto with = [&](Framework f) {
+    Job k = j;
+    k.file.plan.framework = f;
+    k.layout.plan.framework = f;
+    return k;
+  };
+  SECTION("Megatron-Core (NeMo recipes): both overlaps; Megatron-LM 2021: neither") {
+    const auto core = bash_args(exported(ExportTarget::kMegatron, with(Framework::kMegatronCore)), "PARALLEL_ARGS");
+    CHECK(core.count("--overlap-grad-reduce") == 1);
+    CHECK(core.count("--overlap-param-gather") == 1);
+    const auto lm = bash_args(exported(ExportTarget::kMegatron, with(Framework::kMegatronLM)), "PARALLEL_ARGS");
+    CHECK(lm.count("--overlap-grad-reduce") == 0);
+    CHECK(lm.count("--overlap-param-gather") == 0);
+    CHECK(lm.count("--use-distributed-optimizer") == 1);
+  }
+  SECTION("DeepSpeed ZeRO-1/2: overlap_comm as DeepSpeed defaults it (false below stage 3)") {
+    Job z = job_from_file("plan_gpt3-1.3b_zero2.json");
+    z.file.plan.framework = z.layout.plan.framework = Framework::kDeepSpeed;
+    const nlohmann::json c = nlohmann::json::parse(exported(ExportTarget::kDeepSpeed, z));
+    CHECK(c.at("zero_optimization").at("overlap_comm").get<bool>() == false);
+  }
+  SECTION("another framework's target is refused") {
+    CHECK(refusal(ExportTarget::kTorchtitan, with(Framework::kMegatronCore)) ==
+          "the plan was simulated for megatron-core, whose execution (overlaps, buckets, gathers) another framework "
+          "does not reproduce; export it with --to megatron, or simulate it for this target's framework");
   }
 }
 

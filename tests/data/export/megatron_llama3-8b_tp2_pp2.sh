@@ -46,7 +46,6 @@ PARALLEL_ARGS=(
   --sequence-parallel
   --use-distributed-optimizer
   --overlap-grad-reduce
-  --overlap-param-gather
 )
 
 TRAINING_ARGS=(

@@ -1,0 +1,107 @@
+#include "simulator/framework/framework.h"
+
+#include <algorithm>
+
+namespace trainplan {
+
+namespace {
+
+// PyTorch DDP: bucket_cap_mb = 25 (torch/nn/parallel/distributed.py), fp32
+// gradients by default: 25 MiB / 4 B parameters per bucket; buckets are
+// all-reduced by autograd hooks as they fill, on NCCL's stream.
+ExecutionProfile pytorch(const Plan& p) {
+  ExecutionProfile e;
+  e.framework = p.framework;
+  e.grad_reduce = GradReduce::kOverlapped;
+  e.grad_bucket_params = 25.0 * 1024 * 1024 / grad_bytes(p.precision, p.grad_dtype);
+  return e;
+}
+
+// Megatron-LM 2021-22 (v2.x-v3.0, megatron/training.py train_step): the
+// local DistributedDataParallel keeps the gradients in one contiguous
+// buffer and train_step calls model.allreduce_gradients() after
+// forward_backward_func returns, i.e. one all-reduce after the whole
+// backward, not overlapped; the distributed optimizer did not exist yet
+// (ZeRO-1 plans gather after the step, exposed).
+ExecutionProfile megatron_lm(const Plan& p) {
+  ExecutionProfile e;
+  e.framework = p.framework;
+  e.grad_reduce = GradReduce::kAfterBackward;
+  e.grad_bucket_params = 0;
+  return e;
+}
+
+// Megatron-Core as NeMo's and Megatron-Bridge's performance recipes run it
+// (nemo/collections/llm/recipes/llama3_8b.py, llama3_70b.py:
+// DistributedDataParallelConfig(overlap_grad_reduce=True,
+// overlap_param_gather=True)); buckets of max(40M, 1M x dp) parameters
+// (megatron/core/distributed/distributed_data_parallel.py).  Megatron-Core's
+// own defaults are both False (distributed_data_parallel_config.py).
+ExecutionProfile megatron_core(const Plan& p) {
+  ExecutionProfile e;
+  e.framework = p.framework;
+  e.grad_reduce = GradReduce::kOverlapped;
+  e.grad_bucket_params = std::max(40e6, 1e6 * p.dp * p.cp);
+  e.overlap_param_gather = p.zero >= 1;
+  return e;
+}
+
+// DeepSpeed (deepspeed/runtime/zero/config.py): overlap_comm defaults to
+// stage == 3 (overlap_comm_valid), reduce_bucket_size 5e8 elements.
+// Without overlap_comm, ZeRO-1/2 reduce each bucket from the backward hooks
+// on the compute stream (blocking); ZeRO-0 and the pipeline engine
+// (Megatron-DeepSpeed, runtime/pipe/engine.py _exec_reduce_grads) reduce
+// after the backward.  ZeRO-3 releases a module's parameters after its
+// forward (partitioned_param_coordinator release_sub_module), so the
+// activation-checkpointing recompute fetches them again before the
+// backward fetches them a third time.
+ExecutionProfile deepspeed(const Plan& p) {
+  ExecutionProfile e;
+  e.framework = p.framework;
+  e.grad_bucket_params = 5e8;
+  if (p.zero == 3) {
+    e.grad_reduce = GradReduce::kOverlapped;
+    e.regather_for_recompute = true;
+  } else if (p.zero >= 1 && p.pp == 1) {
+    e.grad_reduce = GradReduce::kBlocking;
+  } else {
+    e.grad_reduce = GradReduce::kAfterBackward;
+  }
+  return e;
+}
+
+// torchtitan: FSDP2 reduce-scatters each transformer block's gradients as
+// its backward ends and prefetches the next block's all-gather
+// (torchtitan/models/llama3/infra/parallelize.py apply_fsdp: fully_shard
+// per block); activation checkpointing recomputes inside the block's
+// backward, after its unshard, so no extra gather; DDP (dp_replicate only)
+// as PyTorch's.
+ExecutionProfile torchtitan(const Plan& p) {
+  ExecutionProfile e = pytorch(p);
+  e.framework = p.framework;
+  return e;
+}
+
+}  // namespace
+
+const std::vector<std::string>& framework_names() {
+  static const std::vector<std::string> names = {"generic",   "megatron-lm", "megatron-core",
+                                                 "deepspeed", "torchtitan",  "pytorch"};
+  return names;
+}
+
+const char* to_string(Framework f) { return framework_names()[static_cast<size_t>(f)].c_str(); }
+
+ExecutionProfile execution_profile(const Plan& p) {
+  switch (p.framework) {
+    case Framework::kGeneric: return pytorch(p);
+    case Framework::kMegatronLM: return megatron_lm(p);
+    case Framework::kMegatronCore: return megatron_core(p);
+    case Framework::kDeepSpeed: return deepspeed(p);
+    case Framework::kTorchtitan: return torchtitan(p);
+    case Framework::kPytorch: return pytorch(p);
+  }
+  return pytorch(p);
+}
+
+}  // namespace trainplan

@@ -1,0 +1,130 @@
+// Tests of the framework execution profiles (simulator/framework): each
+// behaviour against its source's rule, checked on the lowered task graph or
+// against a closed-form bound on the simulated step.
+#include "simulator/framework/framework.h"
+
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "simulator/memory/memory_model.h"
+#include "simulator/network/collective_model.h"
+#include "simulator/report/step_report.h"
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/taskgraph/lowering.h"
+
+namespace trainplan {
+namespace {
+
+using Catch::Matchers::WithinRel;
+
+struct Case {
+  ModelSpec model = load_model("gpt3-1.3b");
+  ClusterSpec cluster = load_cluster("dgx-a100");
+  Plan plan;
+  int gpus = 32;
+
+  Layout layout(Framework f) const {
+    Plan p = plan;
+    p.framework = f;
+    Layout L = resolve_plan(model, cluster, gpus, p);
+    INFO((L.reasons.empty() ? std::string() : L.reasons.front()));
+    REQUIRE(L.feasible);
+    return L;
+  }
+  StepReport run(Framework f) const { return simulate_step(model, cluster, layout(f), SimulateOptions{}); }
+  int count(Framework f, TaskLabel label) const {
+    const LoweredStep s = lower_step(model, cluster, layout(f), LoweringOptions{});
+    int n = 0;
+    for (int32_t id = 0; id < s.graph.size(); ++id) n += s.graph.task(id).label == label;
+    return n;
+  }
+};
+
+TEST_CASE("Framework: names and profiles follow their sources", "[sim][framework]") {
+  CHECK(framework_names() ==
+        std::vector<std::string>{"generic", "megatron-lm", "megatron-core", "deepspeed", "torchtitan", "pytorch"});
+  Plan p;
+  p.dp = 64;
+  p.framework = Framework::kMegatronCore;
+  // megatron/core/distributed/distributed_data_parallel.py: max(40M, 1M x dp).
+  CHECK(execution_profile(p).grad_bucket_params == 64e6);
+  p.dp = 8;
+  CHECK(execution_profile(p).grad_bucket_params == 40e6);
+  // deepspeed/runtime/zero/config.py: overlap_comm defaults to stage == 3.
+  p.framework = Framework::kDeepSpeed;
+  p.zero = 3;
+  CHECK(execution_profile(p).grad_reduce == GradReduce::kOverlapped);
+  p.zero = 1;
+  CHECK(execution_profile(p).grad_reduce == GradReduce::kBlocking);
+  CHECK(execution_profile(p).grad_bucket_params == 5e8);
+  // PyTorch DDP bucket_cap_mb 25 with fp32 gradients.
+  p.framework = Framework::kPytorch;
+  CHECK(execution_profile(p).grad_bucket_params == 25.0 * 1024 * 1024 / 4);
+}
+
+TEST_CASE("Framework: Megatron-LM all-reduces the gradients after the backward", "[sim][framework]") {
+  // Megatron-LM 2021 (train_step: allreduce_gradients after
+  // forward_backward_func): nothing of the all-reduce hides behind the
+  // backward, so the step is at least the compute plus one all-reduce of all
+  // gradients (fp32, 4 B each) over the 32-rank DP group; PyTorch DDP's
+  // bucketed overlap hides most of it.
+  Case c;
+  c.plan.gbs = 32;
+  const StepReport lm = c.run(Framework::kMegatronLM);
+  const StepReport ddp = c.run(Framework::kPytorch);
+  const Layout L = c.layout(Framework::kMegatronLM);
+  // One contiguous buffer: one all-reduce.
+  CHECK(c.count(Framework::kMegatronLM, TaskLabel::kDpAllReduce) == 1);
+  const double params = estimate_memory(c.model, c.cluster, L).stages[0].params;
+  const double allreduce_s = static_cast<double>(collective_cost(Collective::kAllReduce,
+                                                                 static_cast<Bytes>(4.0 * params),
+                                                                 group_placement(32, 8, c.cluster),
+                                                                 link_params(c.cluster))
+                                                     .time.ps()) *
+                             1e-12;
+  CHECK(lm.step_time_s >= lm.breakdown.compute + 0.9 * allreduce_s);
+  CHECK(ddp.step_time_s < lm.step_time_s - 0.5 * allreduce_s);
+}
+
+TEST_CASE("Framework: Megatron-Core overlaps the distributed optimizer's all-gather", "[sim][framework]") {
+  // NeMo recipes: overlap_param_gather=True hides the updated parameters'
+  // all-gather behind the next forward; generic ends the step with it.
+  Case c;
+  c.plan.gbs = 32;
+  c.plan.zero = 1;
+  CHECK(c.count(Framework::kMegatronCore, TaskLabel::kDpAllGather) == 0);
+  CHECK(c.count(Framework::kGeneric, TaskLabel::kDpAllGather) > 0);
+  CHECK(c.run(Framework::kMegatronCore).step_time_s < c.run(Framework::kGeneric).step_time_s);
+}
+
+TEST_CASE("Framework: DeepSpeed ZeRO-3 gathers a layer three times with full recompute", "[sim][framework]") {
+  // DeepSpeed releases a module's parameters after its forward, so the
+  // checkpointed recompute fetches them again before the backward does:
+  // forward, recompute, backward = 3 gathers per layer and micro-batch;
+  // FSDP2 (torchtitan) recomputes after the backward's unshard: 2.
+  Case c;
+  c.plan.zero = 3;
+  c.plan.gbs = 64;  // 2 micro-batches per rank
+  c.plan.recompute = Recompute::kFull;
+  const int64_t layers = c.model.layers, microbatches = 2;
+  CHECK(c.count(Framework::kDeepSpeed, TaskLabel::kParamAllGather) == 3 * layers * microbatches);
+  CHECK(c.count(Framework::kTorchtitan, TaskLabel::kParamAllGather) == 2 * layers * microbatches);
+  CHECK(c.run(Framework::kDeepSpeed).step_time_s > c.run(Framework::kTorchtitan).step_time_s);
+  // Without recompute DeepSpeed gathers twice too.
+  c.plan.recompute = Recompute::kNone;
+  CHECK(c.count(Framework::kDeepSpeed, TaskLabel::kParamAllGather) == 2 * layers * microbatches);
+}
+
+TEST_CASE("Framework: DeepSpeed ZeRO-1 reduces on the compute stream", "[sim][framework]") {
+  // overlap_comm false for stage 1: the backward waits for each bucket's
+  // reduction, so the step is longer than with overlapped buckets.
+  Case c;
+  c.plan.zero = 1;
+  c.plan.gbs = 32;
+  CHECK(c.run(Framework::kDeepSpeed).step_time_s > c.run(Framework::kPytorch).step_time_s);
+}
+
+}  // namespace
+}  // namespace trainplan
