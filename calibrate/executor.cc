@@ -178,6 +178,13 @@ class RankExecutor {
       t_->pp_comm += now_s() - t0;
       return;
     }
+    if (t.label == TaskLabel::kHostToDevice) {
+      // Parameter offload: the shard copied from host memory (a copy of n
+      // bytes is the executor's stand-in for the PCIe transfer).
+      b_.copy(static_cast<int64_t>(t.wire_bytes));
+      t_->dp_comm += now_s() - t0;
+      return;
+    }
     Collective kind = Collective::kAllReduce;
     if (t.label == TaskLabel::kDpReduceScatter) kind = Collective::kReduceScatter;
     if (t.label == TaskLabel::kDpAllGather || t.label == TaskLabel::kParamAllGather) kind = Collective::kAllGather;

@@ -64,6 +64,7 @@ class Lowerer {
     build_schedule();
     build_compute();
     build_p2p();
+    build_param_offload();
     build_dp();
     block_on_dp();
     out_.graph.finalize();
@@ -532,6 +533,46 @@ class Lowerer {
     }
   }
 
+  // ---- parameter offload (ZeRO-Infinity, FSDP CPU offload) ----
+  // The number of gathers a layer needs before entry e: DeepSpeed with full
+  // recompute gathers twice for the backward (framework/framework.h).
+  int gathers_before(const Entry& e) const {
+    if (e.kind == PipeOp::Kind::kForward) return 1;
+    return execution_profile(p_).regather_for_recompute && p_.recompute == Recompute::kFull ? 2 : 1;
+  }
+
+  // With parameters offloaded, each rank's shard of a layer lives in host
+  // memory and is copied over the GPU's PCIe link before every gather of
+  // that layer (DeepSpeed ZeRO-Infinity offload_param; FSDP CPUOffload),
+  // with the gathers' one layer of prefetch; with one rank the shard is the
+  // whole layer and the copy replaces the gather.
+  void build_param_offload() {
+    if (p_.offload != Offload::kParams) return;
+    TaskGraph& g = out_.graph;
+    const double shard_bytes = weight_bytes(p_.precision) / std::max(1, L_.shard_degree);
+    const double pcie = c_.host.bandwidth_per_gpu.bytes_per_s();
+    h2d_.assign(out_.ranks.size(), {});
+    for (size_t r = 0; r < out_.ranks.size(); ++r) {
+      const int32_t link = out_.network.add_link(pcie);
+      const int32_t channel = g.add_channel();
+      const auto& entries = entries_[static_cast<size_t>(out_.ranks[r].pp)];
+      auto& mine = h2d_[r];
+      mine.assign(entries.size(), {});
+      for (size_t k = 0; k < entries.size(); ++k) {
+        const Entry& e = entries[k];
+        if (e.gather_params <= 0) continue;
+        for (int n = 0; n < gathers_before(e); ++n) {
+          const int32_t id = g.add_comm(channel, 0, e.gather_params * shard_bytes, pcie, Category::kDpComm,
+                                        TaskLabel::kHostToDevice, {static_cast<int32_t>(r)}, {FlowLink{link, 1.0f}});
+          const int32_t task = g.program[r][k];
+          if (k >= 2) g.add_dep(g.program[r][k - 2], id);
+          g.add_dep(id, task);
+          mine[k].push_back(id);
+        }
+      }
+    }
+  }
+
   // ---- data parallel ----
   std::vector<int32_t> group_members(const RankCoord& leader, bool shard_group_only) const {
     std::vector<int32_t> members;
@@ -593,8 +634,6 @@ class Lowerer {
     // gathers share the channel with them).
     const bool after_backward = prof.grad_reduce == GradReduce::kAfterBackward && p_.zero < 3;
     const bool blocking = prof.grad_reduce == GradReduce::kBlocking;
-    const int gathers_for_backward =
-        prof.regather_for_recompute && p_.recompute == Recompute::kFull ? 2 : 1;
     for (size_t r = 0; r < out_.ranks.size(); ++r) {
       const RankCoord& rc = out_.ranks[r];
       // One leader per group: the rank with the lowest dp*cp index of its
@@ -640,10 +679,17 @@ class Lowerer {
         if (e.gather_params > 0) {
           // DeepSpeed with full recompute gathers a layer twice for its
           // backward (recompute forward, then backward).
-          const int gathers = e.kind == PipeOp::Kind::kForward ? 1 : gathers_for_backward;
+          const int gathers = gathers_before(e);
           for (int n = 0; n < gathers; ++n) {
             int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kParamAllGather,
                                         e.gather_params * gather_wbytes, shard, members);
+            // An offloaded shard reaches the GPU before it is gathered.
+            for (int32_t mr : members) {
+              if (static_cast<size_t>(mr) < h2d_.size() && !h2d_[static_cast<size_t>(mr)].empty()) {
+                const auto& copies = h2d_[static_cast<size_t>(mr)][k];
+                if (static_cast<size_t>(n) < copies.size()) g.add_dep(copies[static_cast<size_t>(n)], ag);
+              }
+            }
             // One layer of prefetch: gather layer k once layer k-2 is done.
             if (k >= 2) {
               for (int32_t mr : members) g.add_dep(task_at(mr, k - 2), ag);
@@ -706,6 +752,7 @@ class Lowerer {
   double largest_tensor_params_ = 1;
   int v_ = 1;
   bool split_ = false;  // the schedule has W passes (zero bubble)
+  std::vector<std::vector<std::vector<int32_t>>> h2d_;  // [rank][entry]: parameter offload copies
   PipelineSchedule schedule_;
   std::vector<std::vector<Chunk>> chunks_;
   std::vector<std::vector<Entry>> entries_;

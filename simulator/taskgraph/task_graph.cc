@@ -34,6 +34,7 @@ const char* to_string(TaskLabel l) {
     case TaskLabel::kPsUpdate: return "ps-update";
     case TaskLabel::kIteration: return "F+B";
     case TaskLabel::kWeightGrad: return "W";
+    case TaskLabel::kHostToDevice: return "H2D";
   }
   return "?";
 }

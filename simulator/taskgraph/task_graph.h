@@ -26,7 +26,8 @@ const char* to_string(Category c);
 enum class TaskLabel : uint8_t {
   kForward, kBackward, kOptimizer, kSendForward, kSendBackward, kDpAllReduce, kDpReduceScatter,
   kDpAllGather, kParamAllGather, kPsPush, kPsPull, kPsUpdate, kIteration,
-  kWeightGrad  // the weight-gradient pass W of a zero-bubble schedule
+  kWeightGrad,  // the weight-gradient pass W of a zero-bubble schedule
+  kHostToDevice  // parameter offload: a layer's parameter shard copied from host memory
 };
 const char* to_string(TaskLabel l);
 

@@ -126,5 +126,32 @@ TEST_CASE("Framework: DeepSpeed ZeRO-1 reduces on the compute stream", "[sim][fr
   CHECK(c.run(Framework::kDeepSpeed).step_time_s > c.run(Framework::kPytorch).step_time_s);
 }
 
+TEST_CASE("Offload: parameter offload copies each layer's shard over PCIe before its gathers", "[sim][offload]") {
+  // ZeRO-Infinity offload_param: a rank's parameter shard lives in host
+  // memory; forward and backward each copy it to the GPU.  On one GPU the
+  // shard is the whole layer, so per micro-batch 2 x params x 2 B cross the
+  // 25 GB/s PCIe link; they cannot overlap each other, so the step is at
+  // least that traffic plus the optimizer step (which follows the last
+  // copy).  Optimizer offload keeps the weights on the GPU.
+  Case c;
+  c.cluster = load_cluster("rtx4090-pcie");
+  c.gpus = 1;
+  c.plan.zero = 3;
+  c.plan.gbs = 8;  // 8 micro-batches
+  c.plan.offload = Offload::kParams;
+  const Layout L = c.layout(Framework::kGeneric);
+  const LoweredStep s = lower_step(c.model, c.cluster, L, LoweringOptions{});
+  int copies = 0;
+  for (int32_t id = 0; id < s.graph.size(); ++id) copies += s.graph.task(id).label == TaskLabel::kHostToDevice;
+  CHECK(copies == 2 * c.model.layers * 8);
+  const StepReport params = simulate_step(c.model, c.cluster, L, SimulateOptions{});
+  const double layer_params = estimate_memory(c.model, c.cluster, L).stages[0].params;  // all of them, one stage
+  const double traffic_s = 8 * 2 * layer_params * 2 / c.cluster.host.bandwidth_per_gpu.bytes_per_s();
+  CHECK(params.step_time_s >= params.breakdown.optimizer + 0.95 * traffic_s);
+  c.plan.offload = Offload::kOptimizer;
+  const StepReport optimizer = c.run(Framework::kGeneric);
+  CHECK(params.step_time_s > optimizer.step_time_s);
+}
+
 }  // namespace
 }  // namespace trainplan
