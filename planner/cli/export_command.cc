@@ -22,7 +22,7 @@ namespace trainplan {
 
 namespace {
 
-constexpr const char* kTargets = "allowed: megatron, deepspeed, torchtitan, fsdp";
+constexpr const char* kTargets = "allowed: megatron, deepspeed, torchtitan, fsdp, torchtitan-py";
 
 struct ExportFlags {
   std::string plan;    // plan.json, required
@@ -66,7 +66,9 @@ void register_export_command(CLI::App* app, int* status) {
   CLI::App* cmd = app->add_subcommand(
       "export", "write a plan as a Megatron-LM script, DeepSpeed config, torchtitan TOML or FSDP2 script");
   cmd->add_option("--plan", f.plan, "plan.json (from `trainplan recommend --save`)");
-  cmd->add_option("--to", f.to, "megatron|deepspeed|torchtitan|fsdp");
+  cmd->add_option("--to", f.to,
+                  "megatron|deepspeed|torchtitan|fsdp|torchtitan-py (torchtitan: v0.2.2 TOML; torchtitan-py: the "
+                  "Python Trainer.Config of torchtitan head and 0.3)");
   cmd->add_option("-o,--output", f.output, "write to this file instead of stdout");
   cmd->callback([status] { *status = run_export(f); });
 }

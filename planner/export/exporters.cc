@@ -37,13 +37,14 @@ const char* to_string(ExportTarget t) {
     case ExportTarget::kDeepSpeed: return "deepspeed";
     case ExportTarget::kTorchtitan: return "torchtitan";
     case ExportTarget::kFsdp: return "fsdp";
+    case ExportTarget::kTorchtitanPy: return "torchtitan-py";
   }
   return "?";
 }
 
 std::optional<ExportTarget> export_target_from_string(const std::string& name) {
   for (ExportTarget t : {ExportTarget::kMegatron, ExportTarget::kDeepSpeed, ExportTarget::kTorchtitan,
-                         ExportTarget::kFsdp}) {
+                         ExportTarget::kFsdp, ExportTarget::kTorchtitanPy}) {
     if (name == to_string(t)) return t;
   }
   return std::nullopt;
@@ -649,10 +650,12 @@ std::string toml_string(const std::string& s) {
   return out + "\"";
 }
 
-ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+// The plans torchtitan (v0.2.2 and head alike) cannot run, with the rule;
+// sets *flavor_out to the llama3 flavor of the model.
+std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, const TitanFlavor** flavor_out) {
   const Plan& p = L.plan;
-  if (auto r = async_refusal("torchtitan", p)) return refuse(*r);
-  if (auto r = fp8_refusal("torchtitan", p, false)) return refuse(*r);
+  if (auto r = async_refusal("torchtitan", p)) return r;
+  if (auto r = fp8_refusal("torchtitan", p, false)) return r;
   std::vector<std::string> not_llama;
   if (m.mlp != MlpKind::kSwiglu) not_llama.push_back("a GeLU MLP");
   if (m.position_embedding == PositionEmbedding::kLearned) not_llama.push_back("learned positions");
@@ -661,10 +664,11 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
   if (!not_llama.empty()) {
     std::string what = not_llama.front();
     for (size_t i = 1; i < not_llama.size(); ++i) what += (i + 1 == not_llama.size() ? " and " : ", ") + not_llama[i];
-    return refuse("torchtitan ships Llama-family models only (SwiGLU, RoPE, RMSNorm, no biases); " + m.name +
+    return std::optional<std::string>("torchtitan ships Llama-family models only (SwiGLU, RoPE, RMSNorm, no biases); " + m.name +
                   " has " + what);
   }
-  const TitanFlavor* flavor = nullptr;
+  const TitanFlavor*& flavor = *flavor_out;
+  flavor = nullptr;
   for (const TitanFlavor& t : kTitanFlavors) {
     if (t.layers == m.layers && t.hidden == m.hidden && t.heads == m.heads && t.kv_heads == m.kv_heads &&
         t.ffn_hidden == m.ffn_hidden) {
@@ -672,47 +676,47 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
     }
   }
   if (flavor == nullptr) {
-    return refuse("torchtitan picks the architecture by [model] name and flavor, and no llama3 flavor (8B, 70B, "
+    return std::optional<std::string>("torchtitan picks the architecture by [model] name and flavor, and no llama3 flavor (8B, 70B, "
                   "405B) has " +
                   m.name + "'s shape (layers=" + str(m.layers) + ", hidden=" + str(m.hidden) +
                   ", heads=" + str(m.heads) + ", kv_heads=" + str(m.kv_heads) + ", ffn_hidden=" + str(m.ffn_hidden) +
                   "); add a flavor to torchtitan/models/llama3 first");
   }
   if (p.zero == 1) {
-    return refuse(
+    return std::optional<std::string>(
         "torchtitan has no optimizer-only sharding (ZeRO-1); its data parallelism is DDP "
         "(data_parallel_replicate_degree) or FSDP2 (data_parallel_shard_degree: ZeRO-2 with "
         "fsdp_reshard_after_forward = \"never\", ZeRO-3 otherwise)");
   }
   if (p.zero == 0 && p.cp > 1) {
-    return refuse(
+    return std::optional<std::string>(
         "torchtitan shards parameters over the context-parallel ranks with FSDP2 whenever cp > 1, so zero 0 with "
         "cp > 1 cannot be expressed (use zero 3)");
   }
   if (p.zero == 0 && p.dp > 1 && (p.tp > 1 || p.pp > 1)) {
-    return refuse(
+    return std::optional<std::string>(
         "torchtitan applies DDP (zero 0) only without other parallelism (\"DDP has not supported > 1D "
         "parallelism\"); use zero 2 or 3 to combine data parallelism with tp or pp");
   }
   if (p.zero >= 2 && L.shard_degree % p.cp != 0) {
-    return refuse("torchtitan's FSDP2 shards over dp_shard x cp ranks, so the shard group must be a multiple of cp=" +
+    return std::optional<std::string>("torchtitan's FSDP2 shards over dp_shard x cp ranks, so the shard group must be a multiple of cp=" +
                   str(p.cp) + " (shard group " + str(L.shard_degree) + ")");
   }
   if (p.precision == Precision::kFp16) {
-    return refuse(
+    return std::optional<std::string>(
         "torchtitan's training.mixed_precision_param is bfloat16 or float32; it has no fp16 (loss-scaled) training "
         "(use precision bf16)");
   }
   if (p.grad_dtype == GradDtype::kBf16) {
-    return refuse("torchtitan reduces gradients in float32 only (training.mixed_precision_reduce)");
+    return std::optional<std::string>("torchtitan reduces gradients in float32 only (training.mixed_precision_reduce)");
   }
   if (p.offload == Offload::kOptimizer) {
-    return refuse(
+    return std::optional<std::string>(
         "torchtitan's training.enable_cpu_offload (FSDP2 CPUOffloadPolicy) moves parameters, gradients and optimizer "
         "state together; it has no optimizer-only offload (use offload params with zero 3)");
   }
   if (p.attention == Attention::kNaive) {
-    return refuse(
+    return std::optional<std::string>(
         "torchtitan's llama3 attention is scaled_dot_product_attention (fused kernels); it has no unfused attention "
         "(use attention flash)");
   }
@@ -721,36 +725,51 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
     // ("the ZB1P schedule in the paper") and ScheduleZBVZeroBubble are
     // multi-stage schedules, and torchtitan's pipeline_llm requires at least 2
     // stages per rank for them; there is no single-stage one.
-    return refuse(std::string("torchtitan has no ") + to_string(p.schedule) +
+    return std::optional<std::string>(std::string("torchtitan has no ") + to_string(p.schedule) +
                   " schedule with one stage per rank: its zero-bubble schedules (InterleavedZeroBubble, "
                   "ZBVZeroBubble) run 2 or more stages per rank (\"Multi-stage schedule requires at least 2 stages "
                   "per rank\"); use schedule 1f1b or interleaved");
   }
   if (p.pp > 1 && p.schedule == Schedule::kNaive) {
-    return refuse(
+    return std::optional<std::string>(
         "torchtitan has no naive pipeline schedule (one micro-batch in flight); pipeline_parallel_schedule takes "
         "GPipe, 1F1B, Interleaved1F1B and others (use schedule 1f1b)");
   }
   const int64_t divisor = int64_t{p.tp} * p.cp * 2;
   if (p.seq % divisor != 0) {
-    return refuse("torchtitan needs seq_len=" + str(p.seq) + " divisible by tp*cp*2 = " + str(divisor) +
+    return std::optional<std::string>("torchtitan needs seq_len=" + str(p.seq) + " divisible by tp*cp*2 = " + str(divisor) +
                   " (sequence parallelism and load-balanced context parallelism)");
   }
+  return std::nullopt;
+}
 
-  // dp_shard x cp ranks hold one copy of sharded state; replicas across the rest.
-  int dp_shard = 1;
-  int dp_replicate = p.dp;
-  if (p.zero >= 2) {
-    dp_shard = L.shard_degree / p.cp;
-    dp_replicate = p.dp / dp_shard;
-  }
-  const char* schedule = "1F1B";
-  if (p.schedule == Schedule::kGpipe) schedule = "GPipe";
-  if (p.schedule == Schedule::kInterleaved) schedule = "Interleaved1F1B";
+// dp_shard x cp ranks hold one copy of sharded state; replicas across the
+// rest (ZeRO 0: replicas of one).
+std::pair<int, int> titan_dp_degrees(const Layout& L) {
+  const Plan& p = L.plan;
+  if (p.zero < 2) return {p.dp, 1};
+  const int shard = L.shard_degree / p.cp;
+  return {p.dp / shard, shard};
+}
+
+const char* titan_schedule(Schedule s) {
+  if (s == Schedule::kGpipe) return "GPipe";
+  if (s == Schedule::kInterleaved) return "Interleaved1F1B";
+  return "1F1B";
+}
+
+ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+  const Plan& p = L.plan;
+  const TitanFlavor* flavor = nullptr;
+  if (auto r = titan_refusal(m, L, &flavor)) return refuse(*r);
+
+  const auto [dp_replicate, dp_shard] = titan_dp_degrees(L);
+  const char* schedule = titan_schedule(p.schedule);
 
   std::string s = header_comment("# ", "torchtitan v0.2.2 job config (TOML)", m, c, L);
   s += "# For torchtitan 0.2.0-0.2.2 (pip install torchtitan==0.2.2): the last releases that\n"
-       "# read TOML job configs; 0.3 and later take a Python Trainer.Config (--module/--config).\n";
+       "# read TOML job configs; 0.3 and later take a Python Trainer.Config (--module/--config):\n"
+       "# trainplan export --to torchtitan-py writes that.\n";
   s += "# Run it from a torchtitan checkout";
   if (L.nodes == 1) {
     s += ":\n#   NGPU=" + str(L.gpus) + " CONFIG_FILE=<this file> ./run_train.sh\n";
@@ -868,6 +887,127 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
   } else {
     s += "mode = \"none\"\n";
   }
+  return accept(s);
+}
+
+// The Python Trainer.Config torchtitan's head (and 0.3) reads instead of
+// TOML (torchtitan/config/manager.py ConfigManager._load_config: --module
+// names a module, --config a zero-argument function in it returning
+// Trainer.Config).  Field names and types are those of head commit b5bcd76c
+// (tests/data/frameworks/torchtitan.json "head"); the same plans as the TOML
+// export are accepted, plus one rule: head's float8 converter is not
+// written (its Config fields are not part of the checked facts).
+std::string py_bool(bool b);  // "True" / "False" (with the FSDP script below)
+
+ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+  const Plan& p = L.plan;
+  const TitanFlavor* flavor = nullptr;
+  if (auto r = titan_refusal(m, L, &flavor)) return refuse(*r);
+  if (p.fp8_recipe != Fp8Recipe::kNone) {
+    return refuse(
+        "the torchtitan head export writes no float8 converter (Float8LinearConverter.Config at head is not among "
+        "the checked config facts); export FP8 plans with --to torchtitan (v0.2.2 TOML)");
+  }
+  const auto [dp_replicate, dp_shard] = titan_dp_degrees(L);
+  const std::string ind = "        ";
+  std::string s = header_comment("# ", "torchtitan head Python config (Trainer.Config)", m, c, L);
+  s += "# For torchtitan at head (commit b5bcd76c, 2026-08-21) and 0.3, which take a Python\n"
+       "# Trainer.Config instead of TOML.  Save this file as trainplan_job.py on PYTHONPATH and\n";
+  if (L.nodes == 1) {
+    s += "# run from a torchtitan checkout:\n#   MODULE=trainplan_job CONFIG=trainplan_job NGPU=" + str(L.gpus) +
+         " ./run_train.sh\n";
+  } else {
+    s += "# run on each of the " + str(L.nodes) + " nodes:\n#   torchrun --nproc_per_node " +
+         str(gpus_per_node_used(L)) + " --nnodes " + str(L.nodes) +
+         " --node_rank $NODE_RANK --rdzv_backend c10d \\\n#     --rdzv_endpoint $MASTER_ADDR:29500 -m "
+         "torchtitan.train --module trainplan_job --config trainplan_job\n";
+  }
+  s += "# Set hf_assets_path (the folder with the tokenizer) and the dataset (c4 here, as\n"
+       "# torchtitan's llama3 configs) for your data.\n\n";
+  s += "from torchtitan.components.data import ConcatThenSplitPackingConfig, GrainDataLoader\n";
+  s += "from torchtitan.components.loss import CrossEntropyLoss\n";
+  s += "from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw\n";
+  s += "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig\n";
+  if (p.recompute != Recompute::kNone) {
+    s += std::string("from torchtitan.distributed.activation_checkpoint import ") +
+         (p.recompute == Recompute::kFull ? "FullAC" : "SelectiveAC") + "\n";
+  }
+  s += "from torchtitan.hf_datasets.text_datasets import DATASETS\n";
+  s += "from torchtitan.models.common.config_utils import decoder_vocab_size\n";
+  s += "from torchtitan.models.llama3 import model_registry\n";
+  s += "from torchtitan.trainer import Trainer\n\n\n";
+  s += "def trainplan_job() -> Trainer.Config:\n";
+  s += "    model_spec = model_registry(\"" + std::string(flavor->flavor) + "\")\n";
+  s += "    return Trainer.Config(\n";
+  s += "        model_spec=model_spec,\n";
+  // The base loss is abstract: the plain cross entropy simulated (one
+  // logits GEMM, not the chunked wrapper of torchtitan's own configs).
+  s += "        loss=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(model_spec)),\n";
+  s += "        dataloader=GrainDataLoader.Config(dataset=ConcatThenSplitPackingConfig(dataset=DATASETS[\"c4\"])),\n";
+  s += "        hf_assets_path=\"./assets/hf/Llama-3.1-" + std::string(flavor->flavor) + "\",\n";
+  s += "        dump_folder=\"./outputs\",\n";
+  s += "        optimizer=default_adamw(lr=" + std::string(kLearningRate) + "),\n";
+  s += "        lr_scheduler=LRSchedulersContainer.Config(warmup_steps=" + str(kWarmupIters) + "),\n";
+  s += "        training=TrainingConfig(\n";
+  s += ind + "    # mbs " + str(p.mbs) + " x seq " + str(p.seq) + " tokens per micro-batch; gbs " + str(p.gbs) +
+       " sequences per step.\n";
+  s += ind + "    num_tokens_per_microbatch_per_dp_rank=" + str(p.mbs * p.seq) + ",\n";
+  s += ind + "    num_tokens_per_train_step=" + str(p.gbs * p.seq) + ",\n";
+  s += ind + "    max_context_length=" + str(p.seq) + ",\n";
+  s += ind + "    max_norm=1.0,\n";
+  s += ind + "    steps=" + str(kTrainIters) + ",\n";
+  s += ind + "    mixed_precision_param=" + (p.precision == Precision::kBf16 ? "\"bfloat16\"" : "\"float32\"") + ",\n";
+  s += ind + "    mixed_precision_reduce=\"float32\",\n";
+  s += ind + "    enable_cpu_offload=" + py_bool(p.offload == Offload::kParams) + ",\n";
+  // Trainer.Config._validate_cuda_graphs: pipeline parallelism needs them off.
+  s += ind + "    disable_cuda_graphs=" + py_bool(p.pp > 1) + ",\n";
+  s += ind + "),\n";
+  s += "        parallelism=ParallelismConfig(\n";
+  s += ind + "    data_parallel_replicate_degree=" + str(dp_replicate) + ",\n";
+  s += ind + "    data_parallel_shard_degree=" + str(dp_shard) + ",\n";
+  if (p.zero >= 2) {
+    s += ind + "    # ZeRO-" + str(p.zero) + ": " +
+         (p.zero == 2 ? "keep gathered parameters from forward to backward."
+                      : "free gathered parameters after forward, gather again in backward.") +
+         "\n";
+    s += ind + "    fsdp_reshard_after_forward=" + (p.zero == 2 ? "\"never\"" : "\"always\"") + ",\n";
+  }
+  s += ind + "    tensor_parallel_degree=" + str(p.tp) + ",\n";
+  s += ind + "    enable_sequence_parallel=" + py_bool(p.tp > 1 ? p.sp : true) + ",\n";
+  s += ind + "    pipeline_parallel_degree=" + str(p.pp) + ",\n";
+  if (p.pp > 1) {
+    s += ind + "    pipeline_parallel_schedule=\"" + std::string(titan_schedule(p.schedule)) + "\",\n";
+    s += ind + "    num_pp_microbatches=" + str(L.microbatches) + ",\n";
+    // The plan's split exactly (see export_torchtitan); head names the
+    // output module lm_head.
+    const std::vector<int> stages = virtual_stage_layers(L);
+    s += ind + "    # Virtual stages of " + join(stages, ", ") + " transformer layers.\n";
+    s += ind + "    module_fqns_per_model_part=[\n";
+    int next = 0;
+    for (size_t i = 0; i < stages.size(); ++i) {
+      std::string part;
+      auto add = [&part](const std::string& fqn) { part += (part.empty() ? "\"" : ", \"") + fqn + "\""; };
+      if (i == 0) add("tok_embeddings");
+      for (int l = 0; l < stages[i]; ++l) add("layers." + std::to_string(next++));
+      if (i + 1 == stages.size()) {
+        add("norm");
+        add("lm_head");
+      }
+      s += ind + "        [" + part + "],\n";
+    }
+    s += ind + "    ],\n";
+  }
+  s += ind + "    context_parallel_degree=" + str(p.cp) + ",\n";
+  s += ind + "),\n";
+  s += "        compile=CompileConfig(enable=False),\n";
+  if (p.recompute == Recompute::kFull) {
+    s += "        activation_checkpoint=FullAC.Config(),\n";
+  } else if (p.recompute == Recompute::kSelective) {
+    s += "        activation_checkpoint=SelectiveAC.Config(),\n";
+  } else {
+    s += "        activation_checkpoint=None,\n";
+  }
+  s += "    )\n";
   return accept(s);
 }
 
@@ -1335,7 +1475,8 @@ ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelS
   const bool match = fw == Framework::kGeneric ||
                      (target == ExportTarget::kMegatron && (fw == Framework::kMegatronLM || fw == Framework::kMegatronCore)) ||
                      (target == ExportTarget::kDeepSpeed && fw == Framework::kDeepSpeed) ||
-                     (target == ExportTarget::kTorchtitan && fw == Framework::kTorchtitan) ||
+                     ((target == ExportTarget::kTorchtitan || target == ExportTarget::kTorchtitanPy) &&
+                      fw == Framework::kTorchtitan) ||
                      (target == ExportTarget::kFsdp && fw == Framework::kPytorch);
   if (!match) {
     return refuse(std::string("the plan was simulated for ") + to_string(fw) +
@@ -1347,6 +1488,7 @@ ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelS
     case ExportTarget::kDeepSpeed: return export_deepspeed(model, cluster, layout);
     case ExportTarget::kTorchtitan: return export_torchtitan(model, cluster, layout);
     case ExportTarget::kFsdp: return export_fsdp(model, cluster, layout);
+    case ExportTarget::kTorchtitanPy: return export_torchtitan_py(model, cluster, layout);
   }
   return refuse("unknown export target");
 }

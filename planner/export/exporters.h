@@ -28,9 +28,12 @@
 
 namespace trainplan {
 
-enum class ExportTarget { kMegatron, kDeepSpeed, kTorchtitan, kFsdp };
+// kTorchtitan: the v0.2.2 TOML job config; kTorchtitanPy: the Python
+// Trainer.Config of torchtitan's head and 0.3.
+enum class ExportTarget { kMegatron, kDeepSpeed, kTorchtitan, kFsdp, kTorchtitanPy };
 
-// Returns the CLI name: "megatron", "deepspeed", "torchtitan" or "fsdp".
+// Returns the CLI name: "megatron", "deepspeed", "torchtitan", "fsdp" or
+// "torchtitan-py".
 const char* to_string(ExportTarget t);
 
 // Returns the target named `name` (a to_string() value), or nullopt.

@@ -28,7 +28,7 @@ declare -A accepted refused
 export_and_check() {
   local plan=$1 nodes=$2 label=$3 gpus
   gpus=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["gpus"])' "$plan")
-  for target in megatron deepspeed torchtitan fsdp; do
+  for target in megatron deepspeed torchtitan fsdp torchtitan-py; do
     local out="$work/out.$target" err="$work/err.$target"
     "$T" export --plan "$plan" --to "$target" > "$out" 2> "$err"
     local rc=$?
@@ -57,6 +57,10 @@ export_and_check() {
       torchtitan)
         python3 "$TITAN" --plan "$plan" --file "$out" --world "$gpus" > "$work/oracle" 2>&1 ||
           fail "$label torchtitan: $(cat "$work/oracle")"
+        ;;
+      torchtitan-py)
+        python3 "$TITAN" --plan "$plan" --file "$out" --world "$gpus" --format python > "$work/oracle" 2>&1 ||
+          fail "$label torchtitan-py: $(cat "$work/oracle")"
         ;;
     esac
   done
@@ -179,7 +183,7 @@ pytorch fsdp llama3-70b dgx-h100 4
 FRAMEWORKS
 
 # Every framework took some plans on one and on four nodes.
-for target in megatron deepspeed torchtitan fsdp; do
+for target in megatron deepspeed torchtitan fsdp torchtitan-py; do
   for nodes in 1 4; do
     n=${accepted[$target,$nodes]:-0}
     echo "$target, $nodes node(s): $n exported and checked, ${refused[$target,$nodes]:-0} refused with the reason"

@@ -196,11 +196,11 @@ expect_error "a plan that cannot run" \
   export --plan "$EXPORT/plan_infeasible_tp3.json" --to megatron
 
 expect_error "unknown --to" \
-  "trainplan: --to: unknown target \"nemo\"; allowed: megatron, deepspeed, torchtitan, fsdp" \
+  "trainplan: --to: unknown target \"nemo\"; allowed: megatron, deepspeed, torchtitan, fsdp, torchtitan-py" \
   export --plan "$ZERO3_PLAN" --to nemo
 
 expect_error "missing --to" \
-  "trainplan: --to: is required; allowed: megatron, deepspeed, torchtitan, fsdp" \
+  "trainplan: --to: is required; allowed: megatron, deepspeed, torchtitan, fsdp, torchtitan-py" \
   export --plan "$ZERO3_PLAN"
 
 expect_error "missing --plan" \

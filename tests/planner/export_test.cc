@@ -223,7 +223,7 @@ int total_gpus(const std::map<std::string, std::string>& distributed) {
 
 TEST_CASE("Export: target names round-trip", "[planner][export]") {
   for (ExportTarget t : {ExportTarget::kMegatron, ExportTarget::kDeepSpeed, ExportTarget::kTorchtitan,
-                         ExportTarget::kFsdp}) {
+                         ExportTarget::kFsdp, ExportTarget::kTorchtitanPy}) {
     CHECK(export_target_from_string(to_string(t)) == t);
   }
   CHECK_FALSE(export_target_from_string("Megatron").has_value());
@@ -497,6 +497,28 @@ TEST_CASE("Export: torchtitan TOML for llama3-8b ZeRO-3 over two DGX H100s", "[p
   CHECK(toml_int(v, "training.seq_len") == p.seq);
   CHECK(v.at("training.mixed_precision_param") == "\"bfloat16\"");
   CHECK(v.at("activation_checkpoint.mode") == "\"full\"");
+}
+
+TEST_CASE("Export: torchtitan head Python config for llama3-8b ZeRO-3 over two DGX H100s", "[planner][export]") {
+  // torchtitan head reads a zero-argument function returning Trainer.Config
+  // (config/manager.py ConfigManager._load_config); the token counts are
+  // TrainingConfig's (num_tokens_per_microbatch_per_dp_rank = mbs x seq,
+  // num_tokens_per_train_step = gbs x seq); tests/export/torchtitan_rules.py
+  // check_python_config checks it against head's schema in the chain test.
+  const Job j = job_from_file("plan_llama3-8b_zero3.json");
+  const std::string text = exported(ExportTarget::kTorchtitanPy, j);
+  check_golden("torchtitan_llama3-8b_zero3.py", text);
+  const Plan& p = j.layout.plan;
+  CHECK(text.find("def trainplan_job() -> Trainer.Config:") != std::string::npos);
+  CHECK(text.find("num_tokens_per_microbatch_per_dp_rank=" + std::to_string(p.mbs * p.seq) + ",") !=
+        std::string::npos);
+  CHECK(text.find("num_tokens_per_train_step=" + std::to_string(p.gbs * p.seq) + ",") != std::string::npos);
+  CHECK(text.find("fsdp_reshard_after_forward=\"always\"") != std::string::npos);
+  CHECK(text.find("model_spec = model_registry(\"8B\")") != std::string::npos);
+  // FP8 is refused with the reason (head's converter is not among the facts).
+  Job f = j;
+  f.file.plan.fp8_recipe = f.layout.plan.fp8_recipe = Fp8Recipe::kTensorwise;
+  CHECK(refusal(ExportTarget::kTorchtitanPy, f).find("writes no float8 converter") != std::string::npos);
 }
 
 TEST_CASE("Export: torchtitan pipelines and ZeRO-2", "[planner][export]") {
