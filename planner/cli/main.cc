@@ -3,11 +3,15 @@
 //
 // Exit codes: 0 answered (including "this plan does not fit"), 1 a device or
 // runtime failure (or wrong data in calibrate), 2 bad input.
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -39,9 +43,41 @@ void refuse_overflowing_integers(CLI::App* app) {
   for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) refuse_overflowing_integers(sub);
 }
 
+#ifndef TRAINPLAN_WITH_BACKENDS
+// `calibrate` and `validate` run in trainplan-backends (the executable that
+// links MPI, CUDA, cuBLAS and NCCL), found next to this one: the process
+// image is replaced with the same arguments, so mpirun's rank and
+// environment carry over.  Returns only if that fails.
+int exec_backends(int argc, char** argv) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string dir = ".";
+  if (n > 0) {
+    self[n] = '\0';
+    dir = self;
+    const size_t slash = dir.rfind('/');
+    dir = slash == std::string::npos ? "." : dir.substr(0, slash);
+  }
+  const std::string path = dir + "/" + TRAINPLAN_BACKENDS_EXECUTABLE;
+  std::vector<char*> args(argv, argv + argc);
+  args.push_back(nullptr);
+  execv(path.c_str(), args.data());
+  std::fprintf(stderr,
+               "trainplan: %s: needs %s next to trainplan (%s: %s); it holds the cpu (MPI) and cuda backends: build "
+               "the whole project\n",
+               argv[1], TRAINPLAN_BACKENDS_EXECUTABLE, path.c_str(), std::strerror(errno));
+  return 2;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifndef TRAINPLAN_WITH_BACKENDS
+  if (argc >= 2 && (std::strcmp(argv[1], "calibrate") == 0 || std::strcmp(argv[1], "validate") == 0)) {
+    return exec_backends(argc, argv);
+  }
+#endif
   CLI::App app{"trainplan: plan, simulate and validate distributed LLM training layouts"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("trainplan ") + trainplan::kVersion);
@@ -51,8 +87,14 @@ int main(int argc, char** argv) {
   trainplan::register_simulate_command(&app, &status);
   trainplan::register_recommend_command(&app, &status);
   trainplan::register_export_command(&app, &status);
+#ifdef TRAINPLAN_WITH_BACKENDS
   trainplan::register_calibrate_command(&app, &status, &argc, &argv);
   trainplan::register_validate_command(&app, &status, &argc, &argv);
+#else
+  // Listed in --help; main() hands them to trainplan-backends before parsing.
+  app.add_subcommand("calibrate", "measure collectives, GEMMs and memory bandwidth; write calibration.json");
+  app.add_subcommand("validate", "execute a plan on real devices and compare with the prediction");
+#endif
   refuse_overflowing_integers(&app);
   int rc = 0;
   try {

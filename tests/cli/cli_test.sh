@@ -193,4 +193,22 @@ for m in gpt3-175b llama3-405b megatron-1t; do
   grep -q "^$m " "$TMP/out" || fail "models text lacks $m"
 done
 
+# The planner binary loads neither MPI nor CUDA (issue 15): calibrate and
+# validate run in trainplan-backends next to it; alone, it says so.
+if command -v ldd >/dev/null; then
+  CHECKS=$((CHECKS + 1))
+  echo "check $CHECKS: trainplan links no MPI, CUDA, cuBLAS or NCCL"
+  if ldd "$BIN" | grep -E 'libmpi|libcudart|libcublas|libnccl|libopen-rte' >/dev/null; then
+    fail "trainplan links a backend library: $(ldd "$BIN" | grep -E 'libmpi|libcuda|libcublas|libnccl')"
+  fi
+fi
+mkdir -p "$TMP/alone" && cp "$BIN" "$TMP/alone/trainplan"
+CHECKS=$((CHECKS + 1))
+echo "check $CHECKS: calibrate without trainplan-backends"
+"$TMP/alone/trainplan" calibrate --backend cpu >"$TMP/out" 2>"$TMP/err"
+[ $? -eq 2 ] || fail "calibrate without trainplan-backends: exit code not 2"
+grep -q "^trainplan: calibrate: needs trainplan-backends next to trainplan" "$TMP/err" ||
+  fail "calibrate without trainplan-backends: $(cat "$TMP/err")"
+"$TMP/alone/trainplan" models >/dev/null 2>&1 || fail "trainplan alone cannot list models"
+
 echo "all $CHECKS checks passed"
