@@ -42,6 +42,9 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_option("--offload", f->offload, "none|optimizer|params (default none)");
   app->add_option("--ps-servers", f->ps_servers, "async DP: parameter servers (default one per node)");
   app->add_option("--stage-layers", f->stage_layers, "transformer layers per pipeline stage, e.g. 7,8,8,7");
+  app->add_flag("--fp8-param-gather", f->fp8_param_gather,
+                "FP8 compute weights all-gathered in FP8 by the distributed optimizer (Megatron "
+                "--fp8-param-gather; needs --precision fp8 and --zero >= 1)");
   app->add_option("--framework", f->framework,
                   "framework that runs the plan: generic|megatron-lm|megatron-core|deepspeed|torchtitan|pytorch "
                   "(default generic; how each executes: docs/frameworks.md)");
@@ -108,7 +111,7 @@ Job to_job(const PlanFlags& f) {
     for (const char* flag : {"--model", "--cluster", "--nodes", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp",
                              "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--sp", "--schedule",
                              "--precision", "--fp8-recipe", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
-                             "--stage-layers", "--framework"}) {
+                             "--stage-layers", "--framework", "--fp8-param-gather"}) {
       if (given(flag)) throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
     }
     PlanJob pj = load_plan_job(f.plan_file, f.calibration);
@@ -155,6 +158,7 @@ Job to_job(const PlanFlags& f) {
   p.ps_servers = static_cast<int>(derived("--ps-servers", f.ps_servers, kMaxDegree));
   if (given("--stage-layers")) p.stage_layers = parse_stage_layers(f.stage_layers);
   if (!f.framework.empty()) p.framework = static_cast<Framework>(pick("--framework", f.framework, framework_names()));
+  p.fp8_param_gather = f.fp8_param_gather;
   if (given("--nodes") == given("--gpus")) {
     throw_input_error("--nodes", "", "give exactly one of --nodes N or --gpus N", "");
   }
@@ -179,6 +183,7 @@ std::string describe_plan(const Plan& p) {
     << " sp=" << (p.sp ? "on" : "off") << " schedule=" << to_string(p.schedule)
     << " precision=" << precision_name(p);
   if (p.fp8_recipe != Fp8Recipe::kNone) s << " fp8_recipe=" << to_string(p.fp8_recipe);
+  if (p.fp8_param_gather) s << " fp8_param_gather=on";
   s << " grad_dtype=" << to_string(p.grad_dtype)
     << " attention=" << to_string(p.attention);
   if (p.dp_mode != DpMode::kSync) s << " dp_mode=" << to_string(p.dp_mode);

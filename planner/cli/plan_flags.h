@@ -44,6 +44,7 @@ struct PlanFlags {
   int64_t ps_servers = 0;
   std::string stage_layers;
   std::string framework;
+  bool fp8_param_gather = false;
 };
 
 // Registers --plan, --model, --cluster, --nodes, --gpus and the plan flags on

@@ -399,6 +399,8 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
       training.opt("--fp8-amax-history-len", 1024);
       training.opt("--fp8-amax-compute-algo", "max");
     }
+    // FP8 compute weights, all-gathered in FP8 by the distributed optimizer.
+    if (p.fp8_param_gather) training.flag("--fp8-param-gather");
   }
   if (p.recompute == Recompute::kFull) {
     training.opt("--recompute-granularity", "full");

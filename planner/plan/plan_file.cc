@@ -34,6 +34,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["ps_servers"] = p.ps_servers;
   j["stage_layers"] = p.stage_layers;
   if (p.framework != Framework::kGeneric) j["framework"] = to_string(p.framework);
+  if (p.fp8_param_gather) j["fp8_param_gather"] = true;
   return j;
 }
 
@@ -82,6 +83,7 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.offload = static_cast<Offload>(o.optional_choice("offload", {"none", "optimizer", "params"}).value_or(0));
   p.ps_servers = static_cast<int>(o.optional_integer("ps_servers", 0, kMaxDegree).value_or(0));
   p.framework = static_cast<Framework>(o.optional_choice("framework", framework_names()).value_or(0));
+  p.fp8_param_gather = o.optional_boolean("fp8_param_gather").value_or(false);
   o.allow("stage_layers");
   if (o.has("stage_layers")) {
     const nlohmann::json& v = o.array("stage_layers");

@@ -113,6 +113,9 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // beside the bf16 weight for the whole run (its FP8 workspaces; not
     // with torchao, which casts per use).
     b.weights += st.layers * layer.linear_params * fp8_weight_cache_bytes(cluster, p);
+    // --fp8-param-gather: the FP8 copy is the compute weight; no bf16 copy
+    // of the linear layers remains (the fp32 master stays in the optimizer).
+    if (p.fp8_param_gather) b.weights -= st.layers * layer.linear_params * weight_bytes(p.precision) / (p.zero >= 3 ? layout.shard_degree : 1);
     ModelStateBytes kept = model_state_bytes(params, p.precision, p.grad_dtype, p.zero, layout.shard_degree);
     offloaded_per_gpu_max = std::max(offloaded_per_gpu_max, kept.total() - ms.total());
 

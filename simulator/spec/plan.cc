@@ -285,6 +285,16 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
       fail("interleaved schedule needs microbatches=" + str(L.microbatches) + " to be a multiple of pp=" + str(p.pp));
   }
 
+  if (p.fp8_param_gather) {
+    // megatron/training/arguments.py: "--fp8-param-gather only supported
+    // with distributed optimizer, torch fsdp2, megatron fsdp"; FP8 through
+    // Transformer Engine.
+    if (p.fp8_recipe == Fp8Recipe::kNone) fail("fp8 param gather needs --precision fp8");
+    else if (!fp8_transformer_engine(p))
+      fail("fp8 param gather keeps Transformer Engine FP8 weights; this plan runs torchao float8 (ZeRO-3 "
+           "tensorwise/rowwise), which all-gathers in FP8 on its own");
+    if (p.zero < 1) fail("fp8 param gather needs the distributed optimizer or FSDP (zero >= 1)");
+  }
   if (zero_bubble(p.schedule)) {
     // Qi et al. 2024 run ZB-1p/ZB-2p with one model chunk per rank (the
     // authors' Megatron fork refuses --enable-zero-bubble with a virtual

@@ -82,6 +82,10 @@ struct Plan {
   // --precision fp8 and plan.json's "precision": "fp8".
   Fp8Recipe fp8_recipe = Fp8Recipe::kNone;
   bool fp8_recipe_given = false;  // false: the GPU generation's default (see resolve_plan)
+  // Megatron's --fp8-param-gather: the linear layers' compute weights are
+  // kept in FP8 only (no bf16 copy) and the distributed optimizer all-gathers
+  // them in FP8 (one byte each).  Needs FP8 and ZeRO >= 1.
+  bool fp8_param_gather = false;
   GradDtype grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
   Attention attention = Attention::kFlash;
   DpMode dp_mode = DpMode::kSync;

@@ -619,8 +619,11 @@ class Lowerer {
     // FSDP2 float8 all-gather (torchao enable_fsdp_float8_all_gather, the
     // tensorwise recipe only): a layer's linear weights travel in FP8, one
     // byte each, the rest of its parameters in bf16.
+    // Megatron --fp8-param-gather does the same for the distributed
+    // optimizer's all-gather (and Megatron FSDP's).
     double gather_wbytes = wbytes;
-    if (p_.zero == 3 && p_.fp8_recipe == Fp8Recipe::kTensorwise && layer_.params > 0) {
+    const bool fp8_gather = (p_.zero == 3 && p_.fp8_recipe == Fp8Recipe::kTensorwise) || p_.fp8_param_gather;
+    if (fp8_gather && layer_.params > 0) {
       gather_wbytes = (layer_.linear_params * 1.0 + (layer_.params - layer_.linear_params) * wbytes) / layer_.params;
     }
     const double gbytes = layer_grad_bytes_;
@@ -730,7 +733,8 @@ class Lowerer {
         const int buckets = std::max(1, static_cast<int>(std::ceil(params * wbytes / opt_.bucket_bytes / 4)));
         for (int b = 0; b < buckets; ++b) {
           int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kDpAllGather,
-                                      params * wbytes / buckets, shard, members);
+                                      params * (p_.fp8_param_gather ? gather_wbytes : wbytes) / buckets, shard,
+                                      members);
           for (int32_t mr : members) g.add_dep(optimizer_task_[static_cast<size_t>(mr)], ag);
         }
       }

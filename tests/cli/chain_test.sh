@@ -88,6 +88,8 @@ p.pop("fp8_recipe", None)
 p["precision"] = prec.split(":")[0]
 if ":" in prec:
     p["fp8_recipe"] = prec.split(":")[1]
+if prec.endswith(":param-gather"):
+    p["fp8_param_gather"] = True
 p.update(tp=int(tp), pp=int(pp), cp=int(cp), dp=int(dp), zero=int(zero), vp=int(vp), schedule=schedule,
          shard_group=int(shard), sp=int(tp) > 1, mbs=1, recompute="selective" if int(pp) > 1 else "none",
          stage_layers=[] if stages == "-" else [int(x) for x in stages.split(",")])
@@ -120,6 +122,7 @@ PY
 1 1 1 3 1 1f1b 0 - fp8:tensorwise
 1 1 1 3 1 1f1b 8 - fp8:rowwise
 2 1 2 3 1 1f1b 0 - fp8:tensorwise
+2 2 1 1 1 1f1b 0 - fp8:delayed:param-gather
 MATRIX
 done
 

@@ -848,6 +848,14 @@ TEST_CASE("Export: a plan simulated for a framework exports what that framework 
     const nlohmann::json c = nlohmann::json::parse(exported(ExportTarget::kDeepSpeed, z));
     CHECK(c.at("zero_optimization").at("overlap_comm").get<bool>() == false);
   }
+  SECTION("--fp8-param-gather is Megatron's flag, written when simulated") {
+    Job k = j;
+    k.file.plan.fp8_recipe = k.layout.plan.fp8_recipe = Fp8Recipe::kDelayed;
+    k.file.plan.fp8_param_gather = k.layout.plan.fp8_param_gather = true;
+    const auto training = bash_args(exported(ExportTarget::kMegatron, k), "TRAINING_ARGS");
+    CHECK(training.count("--fp8-param-gather") == 1);
+    CHECK(training.at("--fp8-recipe") == "delayed");
+  }
   SECTION("another framework's target is refused") {
     CHECK(refusal(ExportTarget::kTorchtitan, with(Framework::kMegatronCore)) ==
           "the plan was simulated for megatron-core, whose execution (overlaps, buckets, gathers) another framework "

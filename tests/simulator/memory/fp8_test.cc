@@ -130,6 +130,35 @@ TEST_CASE("FP8: Transformer Engine's FP8 weight copies in memory", "[sim][fp8]")
         Approx(estimate_memory(m, h100, resolve_plan(m, h100, 8, z3_bf16)).stages[0].breakdown.weights));
 }
 
+TEST_CASE("FP8: --fp8-param-gather keeps only the FP8 weights and gathers them in FP8", "[sim][fp8]") {
+  // Megatron --fp8-param-gather ("keep the compute param in fp8 ... and
+  // perform the param all-gather in fp8"): the bf16 copy of every linear
+  // weight goes (2 B per linear parameter), the FP8 data and its transpose
+  // stay; the fp32 master weights stay in the distributed optimizer.  Llama 3
+  // 8B, ZeRO-1 on one H100 node.
+  const ModelSpec m = load_model("llama3-8b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan fp8 = fp8_plan("delayed");
+  fp8.zero = 1;
+  Plan gather = fp8;
+  gather.fp8_param_gather = true;
+  const MemoryReport a = estimate_memory(m, c, resolve_plan(m, c, 8, fp8));
+  const MemoryReport b = estimate_memory(m, c, resolve_plan(m, c, 8, gather));
+  CHECK(a.stages[0].breakdown.weights - b.stages[0].breakdown.weights == Approx(32 * kLlama8bLinear * 2));
+  CHECK(a.stages[0].breakdown.optimizer == Approx(b.stages[0].breakdown.optimizer));
+  // Rules: FP8 through Transformer Engine and the distributed optimizer
+  // (megatron/training/arguments.py validate_args).
+  Plan bf16;
+  bf16.zero = 1;
+  bf16.fp8_param_gather = true;
+  CHECK_FALSE(resolve_plan(m, c, 8, bf16).feasible);
+  Plan no_zero = fp8_plan("delayed");
+  no_zero.fp8_param_gather = true;
+  const Layout L = resolve_plan(m, c, 8, no_zero);
+  REQUIRE_FALSE(L.feasible);
+  CHECK(L.reasons.front() == "fp8 param gather needs the distributed optimizer or FSDP (zero >= 1)");
+}
+
 TEST_CASE("FP8: the plan rules and default recipes", "[sim][fp8]") {
   const ModelSpec m = load_model("llama3-8b");
   SECTION("A100 has no FP8 tensor cores") {
