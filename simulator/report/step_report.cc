@@ -1,6 +1,7 @@
 #include "simulator/report/step_report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -75,12 +76,47 @@ Staleness async_staleness(const LoweredStep& step, const EngineResult& r) {
   return s;
 }
 
-std::string chrome_trace(const LoweredStep& step, const EngineResult& r) {
+// The event name of a compute task: what it runs, for which micro-batch,
+// chunk and layers ("backward mb 3 chunk 1 layers 4-7 +output").
+std::string compute_name(const Task& t, const Plan& p) {
+  std::string what;
+  switch (t.label) {
+    case TaskLabel::kForward: what = "forward"; break;
+    case TaskLabel::kBackward:
+      what = zero_bubble(p.schedule) ? "backward-input" : p.recompute == Recompute::kFull ? "recompute+backward"
+                                                                                          : "backward";
+      break;
+    case TaskLabel::kWeightGrad: what = "backward-weight"; break;
+    case TaskLabel::kOptimizer: return "optimizer step";
+    case TaskLabel::kIteration: what = "iteration"; break;
+    default: what = to_string(t.label); break;
+  }
+  std::string name = what;
+  if (t.microbatch >= 0) name += " mb " + std::to_string(t.microbatch);
+  if (p.schedule == Schedule::kInterleaved && t.chunk >= 0) name += " chunk " + std::to_string(t.chunk);
+  if (t.layer >= 0) {
+    name += " layer " + std::to_string(t.layer);
+  } else if (t.layer_count > 0) {
+    name += " (" + std::to_string(t.layer_count) + " layers)";
+  }
+  if (t.extras & 1) name += " +embedding";
+  if (t.extras & 2) name += " +output";
+  return name;
+}
+
+// Chrome/Perfetto trace: per simulated rank a compute thread (tasks named by
+// op, with the idle gaps as "bubble" slices and the TP/CP communication
+// folded into the layer ops shown on its own thread), pipeline and DP
+// threads (collectives with their sizes), flow arrows from each pipeline
+// send to the compute it feeds, and a counter of the bytes allocated.
+std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const Plan& plan) {
   const TaskGraph& g = step.graph;
   std::ostringstream out;
   out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
   bool first = true;
-  char buf[512];
+  char buf[768];
+  auto us = [](int64_t ps) { return static_cast<double>(ps) * 1e-6; };
+  enum Thread { kComputeT = 0, kPpT = 1, kDpT = 2, kTpT = 3 };
   for (size_t i = 0; i < step.ranks.size(); ++i) {
     std::snprintf(buf, sizeof buf,
                   "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":\"rank %d (pp %d dp %d cp %d "
@@ -89,31 +125,109 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r) {
                   step.ranks[i].cp, step.ranks[i].tp, step.ranks[i].node);
     out << buf;
     first = false;
-    const char* threads[] = {"compute", "pp comm", "dp comm"};
-    for (int t = 0; t < 3; ++t) {
+    const char* threads[] = {"compute", "pp comm", "dp comm", "tp/cp comm (within layer ops)"};
+    for (int t = 0; t < 4; ++t) {
       std::snprintf(buf, sizeof buf,
                     ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
                     step.ranks[i].global, t, threads[t]);
       out << buf;
     }
   }
-  for (int32_t id = 0; id < g.size(); ++id) {
-    const Task& t = g.task(id);
-    const TaskTime& tt = r.times[static_cast<size_t>(id)];
-    const double ts = static_cast<double>(tt.start_ps) * 1e-6, dur = static_cast<double>(tt.end_ps - tt.start_ps) * 1e-6;
-    auto emit = [&](int pid, int tid) {
+  // Compute, bubbles, folded TP/CP communication and the memory counter,
+  // rank by rank in program order.
+  for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
+    const int pid = step.ranks[rank].global;
+    int64_t prev_end = 0;
+    int64_t live = rank < step.static_bytes.size() ? step.static_bytes[rank] : 0;
+    std::snprintf(buf, sizeof buf, ",\n{\"ph\":\"C\",\"name\":\"memory allocated (GiB)\",\"pid\":%d,\"ts\":0,"
+                  "\"args\":{\"GiB\":%.6f}}", pid, static_cast<double>(live) / kGiB);
+    out << buf;
+    for (int32_t id : g.program[rank]) {
+      const Task& t = g.task(id);
+      const TaskTime& tt = r.times[static_cast<size_t>(id)];
+      if (tt.start_ps > prev_end) {
+        // The idle gap split as the time breakdown splits it (classify_gap):
+        // bubble first, then the part spent on the transfer waited for.
+        TimeBreakdown gap;
+        classify_gap(g, r, id, prev_end, tt.start_ps, &gap);
+        int64_t at = prev_end;
+        const std::pair<const char*, double> parts[] = {{"bubble", gap.bubble},
+                                                        {"waiting for a pipeline transfer", gap.pp_comm},
+                                                        {"waiting for a DP collective", gap.dp_comm}};
+        for (const auto& [name, seconds] : parts) {
+          const int64_t d = static_cast<int64_t>(std::llround(seconds * 1e12));
+          if (d <= 0) continue;
+          std::snprintf(buf, sizeof buf,
+                        ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"bubble\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+                        "\"dur\":%.3f}",
+                        name, pid, kComputeT, us(at), us(d));
+          out << buf;
+          at += d;
+        }
+      }
       std::snprintf(buf, sizeof buf,
                     ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-                    "\"args\":{\"microbatch\":%d,\"chunk\":%d,\"layer\":%d}}",
-                    to_string(t.label), to_string(t.category), pid, tid, ts, dur, t.microbatch, t.chunk, t.layer);
+                    "\"args\":{\"op\":\"%s\",\"microbatch\":%d,\"chunk\":%d,\"layer\":%d,\"layers\":%d}}",
+                    compute_name(t, plan).c_str(), to_string(t.category), pid, kComputeT, us(tt.start_ps),
+                    us(tt.end_ps - tt.start_ps), to_string(t.label), t.microbatch, t.chunk, t.layer, t.layer_count);
       out << buf;
-    };
-    if (t.type == TaskType::kCompute) {
-      emit(step.ranks[static_cast<size_t>(t.rank)].global, 0);
-    } else {
-      const int tid = t.category == Category::kPpComm ? 1 : 2;
-      const int32_t* m = g.members(t);
-      for (uint32_t k = 0; k < t.member_count; ++k) emit(step.ranks[static_cast<size_t>(m[k])].global, tid);
+      if (t.tp_comm_ps > 0 && t.work_ps > 0) {
+        // Its share of the task, placed at the task's end (it is
+        // interleaved with the layer's GEMMs in reality).
+        const int64_t dur = (tt.end_ps - tt.start_ps) * t.tp_comm_ps / t.work_ps;
+        std::snprintf(buf, sizeof buf,
+                      ",\n{\"ph\":\"X\",\"name\":\"tp/cp collectives of %s\",\"cat\":\"tp_comm\",\"pid\":%d,\"tid\":%d,"
+                      "\"ts\":%.3f,\"dur\":%.3f}",
+                      compute_name(t, plan).c_str(), pid, kTpT, us(tt.end_ps - dur), us(dur));
+        out << buf;
+      }
+      // Memory: allocated at the start, freed at the end (the engine's
+      // accounting, so the counter's peak is the simulated peak).
+      if (t.mem_alloc != 0) {
+        live += t.mem_alloc;
+        std::snprintf(buf, sizeof buf, ",\n{\"ph\":\"C\",\"name\":\"memory allocated (GiB)\",\"pid\":%d,\"ts\":%.3f,"
+                      "\"args\":{\"GiB\":%.6f}}", pid, us(tt.start_ps), static_cast<double>(live) / kGiB);
+        out << buf;
+      }
+      if (t.mem_free != 0) {
+        live -= t.mem_free;
+        std::snprintf(buf, sizeof buf, ",\n{\"ph\":\"C\",\"name\":\"memory allocated (GiB)\",\"pid\":%d,\"ts\":%.3f,"
+                      "\"args\":{\"GiB\":%.6f}}", pid, us(tt.end_ps), static_cast<double>(live) / kGiB);
+        out << buf;
+      }
+      prev_end = tt.end_ps;
+    }
+  }
+  // Communication, with flow arrows from each pipeline send to the compute
+  // task it feeds on the receiving rank.
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    if (t.type == TaskType::kCompute) continue;
+    const TaskTime& tt = r.times[static_cast<size_t>(id)];
+    const int tid = t.category == Category::kPpComm ? kPpT : kDpT;
+    const int32_t* m = g.members(t);
+    for (uint32_t k = 0; k < t.member_count; ++k) {
+      std::snprintf(buf, sizeof buf,
+                    ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                    "\"args\":{\"microbatch\":%d,\"chunk\":%d,\"wire_MB\":%.6f}}",
+                    to_string(t.label), to_string(t.category), step.ranks[static_cast<size_t>(m[k])].global, tid,
+                    us(tt.start_ps), us(tt.end_ps - tt.start_ps), t.microbatch, t.chunk, t.wire_bytes * 1e-6);
+      out << buf;
+    }
+    if (t.category != Category::kPpComm || t.member_count == 0) continue;
+    const int sender = static_cast<int>(m[0]);
+    const uint32_t* succ = g.successors(t);
+    for (uint32_t k = 0; k < t.succ_count; ++k) {
+      const Task& next = g.task(static_cast<int32_t>(succ[k]));
+      if (next.type != TaskType::kCompute || next.rank == sender) continue;
+      const TaskTime& nt = r.times[succ[k]];
+      std::snprintf(buf, sizeof buf,
+                    ",\n{\"ph\":\"s\",\"name\":\"p2p\",\"cat\":\"pp_comm\",\"id\":%d,\"pid\":%d,\"tid\":%d,\"ts\":%.3f}"
+                    ",\n{\"ph\":\"f\",\"bp\":\"e\",\"name\":\"p2p\",\"cat\":\"pp_comm\",\"id\":%d,\"pid\":%d,\"tid\":%d,"
+                    "\"ts\":%.3f}",
+                    id, step.ranks[static_cast<size_t>(sender)].global, kPpT, us(tt.start_ps), id,
+                    step.ranks[static_cast<size_t>(next.rank)].global, kComputeT, us(nt.start_ps));
+      out << buf;
     }
   }
   out << "\n]}\n";
@@ -253,7 +367,7 @@ StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, con
   }
   for (const StageResult& st : rep.stages) rep.peak_memory_bytes = std::max(rep.peak_memory_bytes, st.simulated_peak_bytes);
   rep.fits = rep.peak_memory_bytes <= rep.capacity_bytes && mem.fits;
-  if (options.trace) rep.trace_json = chrome_trace(step, r);
+  if (options.trace) rep.trace_json = chrome_trace(step, r, p);
   return rep;
 }
 
