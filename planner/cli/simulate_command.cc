@@ -13,6 +13,7 @@
 #include "planner/cli/output.h"
 #include "planner/cli/plan_flags.h"
 #include "simulator/core/error.h"
+#include "simulator/faults/failure_profiles.h"
 #include "simulator/faults/faults.h"
 #include "simulator/report/step_report.h"
 
@@ -42,7 +43,18 @@ nlohmann::json staleness_json(const Staleness& s) {
 }
 
 // Adds the fault fields to `out` (DESIGN: fields carry their unit).
-void faults_to_json(const FaultReport& fr, const FaultConfig& cfg, nlohmann::json& out) {
+// Interruptions expected over the run, by cause, from --failure-rates.
+std::vector<CauseCount> causes_of(const FaultReport& fr, const FaultConfig& cfg, int gpus, int nodes) {
+  if (cfg.failure_profile.empty() || !fr.has_time_to_train) return {};
+  // Failures strike while the job runs: the Monte Carlo's mean count is the
+  // running time in units of the job's MTBF (the closed form's run time
+  // otherwise).
+  const FailureReport& f = fr.failures;
+  const double running_s = f.mc.failures_mean > 0 ? f.mc.failures_mean * f.job_mtbf_s : fr.time_to_train_expected_s;
+  return expected_by_cause(failure_profile(cfg.failure_profile), gpus, nodes, running_s);
+}
+
+void faults_to_json(const FaultReport& fr, const FaultConfig& cfg, int gpus, int nodes, nlohmann::json& out) {
   out["seed"] = cfg.seed;
   if (fr.has_stragglers) {
     const StragglerReport& s = fr.stragglers;
@@ -98,6 +110,14 @@ void faults_to_json(const FaultReport& fr, const FaultConfig& cfg, nlohmann::jso
                      {"daly_s", rounded(f.daly_interval_s, 3)}};
     j["goodput_expected"] = rounded(f.goodput_expected, 4);
     j["goodput_at_young_interval"] = rounded(f.goodput_young, 4);
+    if (!cfg.failure_profile.empty()) {
+      j["failure_rates"] = cfg.failure_profile;
+      nlohmann::json by = nlohmann::json::array();
+      for (const CauseCount& k : causes_of(fr, cfg, gpus, nodes)) {
+        by.push_back({{"cause", k.name}, {"expected_interruptions", rounded(k.expected, 3)}});
+      }
+      j["interruptions_by_cause"] = by;
+    }
     if (!f.cannot_run.empty()) j["cannot_run"] = f.cannot_run;
     j["runs"] = f.mc.runs;
     j["failures_mean"] = rounded(f.mc.failures_mean, 2);
@@ -114,7 +134,7 @@ void faults_to_json(const FaultReport& fr, const FaultConfig& cfg, nlohmann::jso
   }
 }
 
-void print_faults(const FaultReport& fr, const FaultConfig& cfg, int gpus) {
+void print_faults(const FaultReport& fr, const FaultConfig& cfg, int gpus, int nodes) {
   if (fr.has_stragglers) {
     const StragglerReport& s = fr.stragglers;
     std::printf("stragglers       %s (%d sampled steps, %d ranks simulated, seed %llu)\n", cfg.stragglers.text.c_str(),
@@ -155,6 +175,15 @@ void print_faults(const FaultReport& fr, const FaultConfig& cfg, int gpus) {
                 static_cast<long long>(f.interval_steps), f.auto_interval ? "auto" : "given",
                 human_duration(f.optimal_interval_s).c_str(), human_duration(f.young_interval_s).c_str(),
                 human_duration(f.daly_interval_s).c_str());
+    const std::vector<CauseCount> causes = causes_of(fr, cfg, gpus, nodes);
+    if (!causes.empty()) {
+      double total = 0;
+      for (const CauseCount& k : causes) total += k.expected;
+      std::printf("  by cause       %.1f interruptions expected over the run (%s rates):", total,
+                  cfg.failure_profile.c_str());
+      for (size_t i = 0; i < causes.size() && i < 5; ++i) std::printf("%s %s %.1f", i ? "," : "", causes[i].name, causes[i].expected);
+      std::printf("%s\n", causes.size() > 5 ? ", ..." : "");
+    }
     std::printf("  goodput        %.1f%% (closed form %.1f%%; at Young's interval %.1f%%)\n", 100 * f.goodput,
                 100 * f.goodput_expected, 100 * f.goodput_young);
     if (!f.cannot_run.empty()) std::printf("  verdict        this plan cannot run: %s\n", f.cannot_run.c_str());
@@ -255,7 +284,7 @@ int run_simulate(const SimulateFlags& f) {
   if (faults.any()) {
     const double tokens_per_step = static_cast<double>(layout.plan.gbs) * static_cast<double>(layout.plan.seq);
     fr = evaluate_faults(job.model, job.cluster, layout, rep.step_time_s, tokens_per_step, faults);
-    faults_to_json(fr, faults, out);
+    faults_to_json(fr, faults, layout.gpus, layout.nodes, out);
   }
   if (f.json) {
     std::cout << out.dump(2) << "\n";
@@ -291,7 +320,7 @@ int run_simulate(const SimulateFlags& f) {
   }
   std::printf("peak %.2f GiB of %.2f GiB: %s\n", to_gib(rep.peak_memory_bytes), to_gib(rep.capacity_bytes),
               rep.fits ? "fits" : "DOES NOT FIT");
-  if (faults.any()) print_faults(fr, faults, layout.gpus);
+  if (faults.any()) print_faults(fr, faults, layout.gpus, layout.nodes);
   return 0;
 }
 

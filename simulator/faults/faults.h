@@ -28,6 +28,7 @@ namespace trainplan {
 struct FaultFlags {
   std::string stragglers, straggler_steps;
   std::string mtbf_gpu, mtbf_node, checkpoint_interval, storage_bandwidth, restart_time, detect_time;
+  std::string failure_rates;
   std::string train_tokens, seed, runs;
 };
 
@@ -45,7 +46,8 @@ struct FaultConfig {
   bool stragglers_given = false;
   StragglerSpec stragglers;
   int straggler_steps = 8;      // sampled steps: enough for the mean tax within a few %
-  bool failures_given = false;  // an MTBF was given
+  bool failures_given = false;  // an MTBF or --failure-rates was given
+  std::string failure_profile;  // --failure-rates NAME (failure_profiles.h), empty if none
   FailureModel failures;
   double train_tokens = 0;      // 0: not given
   uint64_t seed = 1;

@@ -75,19 +75,19 @@ expect_error "--train-tokens not a count" \
   "trainplan: --train-tokens: \"lots\" is not a number; expected a token count, e.g. 15.6T, 300B, 2e12" \
   "${SMALL[@]}" --train-tokens lots
 expect_error "--runs without an MTBF" \
-  "trainplan: --runs: has no effect without --mtbf-gpu or --mtbf-node" \
+  "trainplan: --runs: has no effect without --mtbf-gpu, --mtbf-node or --failure-rates" \
   "${SMALL[@]}" --runs 10
 expect_error "--checkpoint-interval without an MTBF" \
-  "trainplan: --checkpoint-interval: has no effect without --mtbf-gpu or --mtbf-node" \
+  "trainplan: --checkpoint-interval: has no effect without --mtbf-gpu, --mtbf-node or --failure-rates" \
   "${SMALL[@]}" --checkpoint-interval auto
 expect_error "--straggler-steps without --stragglers" \
   "trainplan: --straggler-steps: has no effect without --stragglers" \
   "${SMALL[@]}" --straggler-steps 4
 expect_error "an MTBF without storage bandwidth" \
-  "trainplan: --storage-bandwidth: is required with --mtbf-gpu or --mtbf-node (checkpoint write and load times depend on it); e.g. --storage-bandwidth 100GB/s" \
+  "trainplan: --storage-bandwidth: is required with --mtbf-gpu, --mtbf-node or --failure-rates (checkpoint write and load times depend on it); e.g. --storage-bandwidth 100GB/s" \
   "${SMALL[@]}" --mtbf-gpu 50000h
 expect_error "an MTBF without a run length" \
-  "trainplan: --train-tokens: is required with --mtbf-gpu or --mtbf-node (the run length); e.g. --train-tokens 15.6T" \
+  "trainplan: --train-tokens: is required with --mtbf-gpu, --mtbf-node or --failure-rates (the run length); e.g. --train-tokens 15.6T" \
   "${SMALL[@]}" --mtbf-gpu 50000h --storage-bandwidth 20GB/s
 expect_error "recommend validates the same options" \
   "trainplan: --mtbf-gpu: \"50000\" has no unit; expected e.g. \"2.5us\", \"30min\", \"50000h\"" \

@@ -240,16 +240,16 @@ TEST_CASE("Faults: flags are validated with one-line errors", "[sim][faults]") {
   SECTION("failure options need an MTBF") {
     f.storage_bandwidth = "20GB/s";
     CHECK_THROWS_WITH(parse_fault_flags(f),
-                      "--storage-bandwidth: has no effect without --mtbf-gpu or --mtbf-node");
+                      "--storage-bandwidth: has no effect without --mtbf-gpu, --mtbf-node or --failure-rates");
   }
   SECTION("an MTBF needs storage and a run length") {
     f.mtbf_node = "20000h";
     CHECK_THROWS_WITH(parse_fault_flags(f),
-                      "--storage-bandwidth: is required with --mtbf-gpu or --mtbf-node (checkpoint write and load "
+                      "--storage-bandwidth: is required with --mtbf-gpu, --mtbf-node or --failure-rates (checkpoint write and load "
                       "times depend on it); e.g. --storage-bandwidth 100GB/s");
     f.storage_bandwidth = "20GB/s";
     CHECK_THROWS_WITH(parse_fault_flags(f),
-                      "--train-tokens: is required with --mtbf-gpu or --mtbf-node (the run length); e.g. "
+                      "--train-tokens: is required with --mtbf-gpu, --mtbf-node or --failure-rates (the run length); e.g. "
                       "--train-tokens 15.6T");
     f.train_tokens = "15.6T";
     const FaultConfig c = parse_fault_flags(f);
