@@ -28,39 +28,41 @@ void FlowNetwork::start(int32_t id, double cap, const FlowLink* links, int n_lin
   f.cap = cap;
   f.rate = 0;
   f.links.assign(links, links + n_links);
-  std::vector<int32_t> seed_links;
+  seed_links_.clear();
   for (const FlowLink& l : f.links) {
     link_flows_[static_cast<size_t>(l.link)].push_back(id);
-    seed_links.push_back(l.link);
+    seed_links_.push_back(l.link);
   }
-  recompute_from(id, seed_links);
+  recompute_from(id);
 }
 
 void FlowNetwork::stop(int32_t id) {
   Flow& f = flows_[static_cast<size_t>(id)];
   TRAINPLAN_CHECK(f.active, "stopping a flow that is not active");
   f.active = false;
-  std::vector<int32_t> seed_links;
+  seed_links_.clear();
   for (const FlowLink& l : f.links) {
     auto& v = link_flows_[static_cast<size_t>(l.link)];
     v.erase(std::find(v.begin(), v.end(), id));
-    seed_links.push_back(l.link);
+    seed_links_.push_back(l.link);
   }
   f.links.clear();
-  recompute_from(-1, seed_links);
+  recompute_from(-1);
 }
 
-void FlowNetwork::recompute_from(int32_t seed_flow, const std::vector<int32_t>& seed_links) {
+// Scratch buffers are members, reused from call to call: a flow start or
+// stop allocates nothing once they have grown (issue 15).
+void FlowNetwork::recompute_from(int32_t seed_flow) {
   // Collect the connected component (flows <-> links) around the seed.
   ++epoch_;
   changed_.clear();
-  std::vector<int32_t> comp_links;
-  std::vector<int32_t> stack_links;
+  comp_links_.clear();
+  stack_links_.clear();
   auto visit_link = [&](int32_t l) {
     if (link_mark_[static_cast<size_t>(l)] != epoch_) {
       link_mark_[static_cast<size_t>(l)] = epoch_;
-      comp_links.push_back(l);
-      stack_links.push_back(l);
+      comp_links_.push_back(l);
+      stack_links_.push_back(l);
     }
   };
   auto visit_flow = [&](int32_t fid) {
@@ -71,62 +73,62 @@ void FlowNetwork::recompute_from(int32_t seed_flow, const std::vector<int32_t>& 
     for (const FlowLink& l : f.links) visit_link(l.link);
   };
   if (seed_flow >= 0) visit_flow(seed_flow);
-  for (int32_t l : seed_links) visit_link(l);
-  while (!stack_links.empty()) {
-    int32_t l = stack_links.back();
-    stack_links.pop_back();
+  for (int32_t l : seed_links_) visit_link(l);
+  while (!stack_links_.empty()) {
+    int32_t l = stack_links_.back();
+    stack_links_.pop_back();
     for (int32_t fid : link_flows_[static_cast<size_t>(l)]) visit_flow(fid);
   }
   // Deterministic order regardless of discovery order.
   std::sort(changed_.begin(), changed_.end());
 
   // Progressive filling: raise all unfrozen rates together; freeze flows at
-  // their cap or on the first link that saturates.
-  std::vector<double> remaining(comp_links.size());
-  std::vector<double> load_weight(comp_links.size());
-  std::vector<int32_t> local(comp_links.size());
-  // Map link id -> index in comp_links through a sorted copy.
-  std::vector<int32_t> sorted_links = comp_links;
-  std::sort(sorted_links.begin(), sorted_links.end());
-  auto index_of = [&](int32_t l) {
-    return static_cast<size_t>(std::lower_bound(sorted_links.begin(), sorted_links.end(), l) - sorted_links.begin());
-  };
-  for (size_t i = 0; i < sorted_links.size(); ++i) remaining[i] = capacity_[static_cast<size_t>(sorted_links[i])];
-  std::vector<int32_t> unfrozen = changed_;
-  for (int32_t fid : unfrozen) flows_[static_cast<size_t>(fid)].rate = 0;
+  // their cap or on the first link that saturates.  Links are indexed by
+  // their rank among the component's link ids (link_local_).
+  std::sort(comp_links_.begin(), comp_links_.end());
+  const size_t n = comp_links_.size();
+  if (link_local_.size() < capacity_.size()) link_local_.resize(capacity_.size());
+  remaining_.resize(n);
+  load_weight_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    link_local_[static_cast<size_t>(comp_links_[i])] = static_cast<int32_t>(i);
+    remaining_[i] = capacity_[static_cast<size_t>(comp_links_[i])];
+  }
+  auto index_of = [&](int32_t l) { return static_cast<size_t>(link_local_[static_cast<size_t>(l)]); };
+  unfrozen_.assign(changed_.begin(), changed_.end());
+  for (int32_t fid : unfrozen_) flows_[static_cast<size_t>(fid)].rate = 0;
   double level = 0;  // common rate of the unfrozen flows
-  while (!unfrozen.empty()) {
-    std::fill(load_weight.begin(), load_weight.end(), 0.0);
+  while (!unfrozen_.empty()) {
+    std::fill(load_weight_.begin(), load_weight_.end(), 0.0);
     double step = std::numeric_limits<double>::infinity();
-    for (int32_t fid : unfrozen) {
+    for (int32_t fid : unfrozen_) {
       const Flow& f = flows_[static_cast<size_t>(fid)];
       step = std::min(step, f.cap - level);
-      for (const FlowLink& l : f.links) load_weight[index_of(l.link)] += l.weight;
+      for (const FlowLink& l : f.links) load_weight_[index_of(l.link)] += l.weight;
     }
-    for (size_t i = 0; i < sorted_links.size(); ++i) {
-      if (load_weight[i] > 0) step = std::min(step, remaining[i] / load_weight[i]);
+    for (size_t i = 0; i < n; ++i) {
+      if (load_weight_[i] > 0) step = std::min(step, remaining_[i] / load_weight_[i]);
     }
     step = std::max(step, 0.0);
     level += step;
-    for (size_t i = 0; i < sorted_links.size(); ++i) remaining[i] -= step * load_weight[i];
-    std::vector<int32_t> next;
-    for (int32_t fid : unfrozen) {
+    for (size_t i = 0; i < n; ++i) remaining_[i] -= step * load_weight_[i];
+    next_.clear();
+    for (int32_t fid : unfrozen_) {
       Flow& f = flows_[static_cast<size_t>(fid)];
       bool frozen = f.cap - level <= f.cap * 1e-12;
       for (const FlowLink& l : f.links) {
         size_t i = index_of(l.link);
-        if (remaining[i] <= capacity_[static_cast<size_t>(l.link)] * 1e-12) frozen = true;
+        if (remaining_[i] <= capacity_[static_cast<size_t>(l.link)] * 1e-12) frozen = true;
       }
       if (frozen) {
         f.rate = level;
       } else {
-        next.push_back(fid);
+        next_.push_back(fid);
       }
     }
-    TRAINPLAN_CHECK(next.size() < unfrozen.size(), "progressive filling made no progress");
-    unfrozen.swap(next);
+    TRAINPLAN_CHECK(next_.size() < unfrozen_.size(), "progressive filling made no progress");
+    unfrozen_.swap(next_);
   }
-  (void)local;
 }
 
 }  // namespace trainplan

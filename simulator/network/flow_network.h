@@ -47,7 +47,9 @@ class FlowNetwork {
     bool active = false;
     uint32_t mark = 0;
   };
-  void recompute_from(int32_t seed_flow, const std::vector<int32_t>& seed_links);
+  // Recomputes the rates of the component around seed_flow (-1: none) and
+  // seed_links_.
+  void recompute_from(int32_t seed_flow);
 
   std::vector<double> capacity_;
   std::vector<std::vector<int32_t>> link_flows_;  // active flows per link
@@ -55,6 +57,9 @@ class FlowNetwork {
   std::vector<Flow> flows_;
   std::vector<int32_t> changed_;
   uint32_t epoch_ = 0;
+  // Scratch of recompute_from, kept to avoid allocating per flow event.
+  std::vector<int32_t> seed_links_, comp_links_, stack_links_, link_local_, unfrozen_, next_;
+  std::vector<double> remaining_, load_weight_;
 };
 
 }  // namespace trainplan
