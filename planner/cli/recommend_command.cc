@@ -1,8 +1,9 @@
 // `trainplan recommend`: search every layout, simulate the best, rank them
 // and explain why the others lose.  With the fault options (stragglers,
 // failures, --train-tokens) plans are ranked by expected time to train.
-#include <algorithm>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cmath>
 #include <cstdio>
@@ -14,18 +15,37 @@
 #include "planner/cli/commands.h"
 #include "planner/cli/output.h"
 #include "planner/cli/plan_flags.h"
+#include "planner/export/exporters.h"
 #include "planner/plan/plan_file.h"
 #include "planner/search/search.h"
 #include "simulator/core/error.h"
 #include "simulator/faults/faults.h"
+#include "simulator/framework/framework.h"
 #include "simulator/spec/calibration.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
-#include "simulator/framework/framework.h"
 
 namespace trainplan {
 
 namespace {
+
+// The frameworks that can run a plan simulated without --framework: those
+// whose exporter accepts it (framework_refusal), in framework_names() order
+// (issue 9: without --framework, recommend labels each plan with the
+// frameworks that run it).
+std::vector<std::string> frameworks_running(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+  std::vector<std::string> out;
+  if (L.plan.framework != Framework::kGeneric) return {to_string(L.plan.framework)};
+  for (size_t i = 1; i < framework_names().size(); ++i) {
+    // megatron-lm is the 2021-22 profile of the same exporter (current
+    // Megatron): megatron-core stands for both.
+    if (static_cast<Framework>(i) == Framework::kMegatronLM) continue;
+    Layout k = L;
+    k.plan.framework = static_cast<Framework>(i);
+    if (!framework_refusal(m, c, k)) out.push_back(framework_names()[i]);
+  }
+  return out;
+}
 
 struct RecommendFlags {
   std::string model = "llama3-8b";
@@ -212,6 +232,7 @@ int run_recommend(const RecommendFlags& f) {
     nlohmann::json ties = nlohmann::json::array();
     for (const Layout& t : p.ties) ties.push_back(plan_to_json(t.plan));
     j["ties"] = ties;
+    j["frameworks"] = frameworks_running(model, cluster, p.layout);
     if (p.has_faults) {
       const FaultReport& fr = p.faults;
       if (fr.has_stragglers) j["straggler_tax"] = rounded(fr.stragglers.tax, 4);
@@ -325,6 +346,12 @@ int run_recommend(const RecommendFlags& f) {
       if (ttt) std::printf(" %9s", days(p.faults.time_to_train_expected_s).c_str());
       std::printf("\n");
       std::printf("       %s: %s\n", p.family.c_str(), p.limit.c_str());
+      if (o.framework == Framework::kGeneric) {
+        const std::vector<std::string> fws = frameworks_running(model, cluster, p.layout);
+        std::string list;
+        for (const std::string& n : fws) list += (list.empty() ? "" : ", ") + n;
+        std::printf("       runs on: %s\n", list.empty() ? "none of the export targets (see trainplan export)" : list.c_str());
+      }
       if (!p.ties.empty()) {
         std::printf("       same step time exactly (this one is simpler): ");
         const size_t shown = std::min<size_t>(p.ties.size(), 3);

@@ -185,6 +185,31 @@ pytorch fsdp gpt3-1.3b dgx-a100 2
 pytorch fsdp llama3-70b dgx-h100 4
 FRAMEWORKS
 
+# Without --framework, recommend labels each plan with the frameworks that
+# run it: each label exports, each missing one refuses.
+"$T" recommend --model llama3-8b --cluster dgx-h100 --nodes 2 --top 5 --json > "$work/gen.json" 2> "$work/gen.err" ||
+  fail "recommend --json: $(cat "$work/gen.err")"
+python3 - "$work/gen.json" "$work" <<'PY' > "$work/gen.list" || fail "recommend --json lacks frameworks"
+import json, sys
+d = json.load(open(sys.argv[1]))
+keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
+        "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers", "gpus"]
+target = {"megatron-core": "megatron", "deepspeed": "deepspeed", "torchtitan": "torchtitan", "pytorch": "fsdp"}
+for i, p in enumerate(d["plans"]):
+    plan = {k: p[k] for k in keys if k in p}
+    plan.update(model=d["model"], cluster=d["cluster"])
+    json.dump(plan, open(f"{sys.argv[2]}/gen{i}.json", "w"))
+    for fw, t in target.items():
+        print(f"{i} {t} {'yes' if fw in p['frameworks'] else 'no'}")
+PY
+while read -r i target runs; do
+  "$T" export --plan "$work/gen$i.json" --to "$target" > /dev/null 2> "$work/gen.err"
+  rc=$?
+  if [ "$runs" = yes ] && [ "$rc" != 0 ]; then fail "plan $i is labelled $target but does not export: $(cat "$work/gen.err")"; fi
+  if [ "$runs" = no ] && [ "$rc" != 2 ]; then fail "plan $i is not labelled $target but exports (rc $rc)"; fi
+done < "$work/gen.list"
+echo "recommend labels: $(grep -c yes "$work/gen.list") framework labels checked by exporting, $(grep -c no "$work/gen.list") refusals"
+
 # Every framework took some plans on one and on four nodes.
 for target in megatron deepspeed torchtitan fsdp torchtitan-py; do
   for nodes in 1 4; do
