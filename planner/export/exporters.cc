@@ -1456,6 +1456,21 @@ std::optional<ExportTarget> export_target_of(Framework f) {
 std::optional<std::string> framework_refusal(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout) {
   const std::optional<ExportTarget> target = export_target_of(layout.plan.framework);
   if (!target) return std::nullopt;
+  const Plan& p = layout.plan;
+  if (p.framework == Framework::kMegatronLM) {
+    // Megatron-LM as of the 2021-22 papers had none of what came with
+    // Megatron-Core: context parallelism (Megatron-Core 0.5, 2024),
+    // Transformer Engine FP8 (2023), Megatron FSDP (ZeRO-2/3, 2025).
+    if (p.cp > 1) return std::string("Megatron-LM before Megatron-Core has no context parallelism; use --framework megatron-core");
+    if (p.fp8_recipe != Fp8Recipe::kNone) {
+      return std::string("Megatron-LM before Megatron-Core has no FP8 training (Transformer Engine); use --framework "
+                         "megatron-core");
+    }
+    if (p.zero >= 2) {
+      return std::string("Megatron-LM before Megatron-Core has no gradient or parameter sharding (Megatron FSDP); use "
+                         "--framework megatron-core");
+    }
+  }
   PlanFile f;
   f.model = model.name;
   f.cluster = cluster.name;

@@ -856,6 +856,14 @@ TEST_CASE("Export: a plan simulated for a framework exports what that framework 
     CHECK(training.count("--fp8-param-gather") == 1);
     CHECK(training.at("--fp8-recipe") == "delayed");
   }
+  SECTION("Megatron-LM of the 2021-22 papers: no context parallelism, FP8 or Megatron FSDP") {
+    Job k = with(Framework::kMegatronLM);
+    CHECK_FALSE(framework_refusal(k.model, k.cluster, k.layout).has_value());
+    k.layout.plan.zero = 2;
+    CHECK(*framework_refusal(k.model, k.cluster, k.layout) ==
+          "Megatron-LM before Megatron-Core has no gradient or parameter sharding (Megatron FSDP); use --framework "
+          "megatron-core");
+  }
   SECTION("another framework's target is refused") {
     CHECK(refusal(ExportTarget::kTorchtitan, with(Framework::kMegatronCore)) ==
           "the plan was simulated for megatron-core, whose execution (overlaps, buckets, gathers) another framework "
