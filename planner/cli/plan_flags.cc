@@ -50,8 +50,6 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
                   "(default generic; how each executes: docs/frameworks.md)");
 }
 
-namespace {
-
 size_t pick(const std::string& flag, const std::string& value, const std::vector<std::string>& allowed) {
   std::string list;
   for (size_t i = 0; i < allowed.size(); ++i) {
@@ -60,6 +58,8 @@ size_t pick(const std::string& flag, const std::string& value, const std::vector
   }
   throw_input_error(flag, "", "unknown value \"" + value + "\"", "allowed: " + list);
 }
+
+namespace {
 
 int64_t in_range(const std::string& flag, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi) {

@@ -51,6 +51,10 @@ struct PlanFlags {
 // `app`.
 void add_plan_flags(CLI::App* app, PlanFlags* flags);
 
+// The index of `value` in `allowed`; throws InputError("<flag>: unknown
+// value \"...\"; allowed: a, b, c") if it is not there.
+size_t pick(const std::string& flag, const std::string& value, const std::vector<std::string>& allowed);
+
 // Registers --precision and --fp8-recipe (every command that takes a plan
 // or searches for one).
 void add_precision_flags(CLI::App* app, std::string* precision, std::string* fp8_recipe);

@@ -149,16 +149,7 @@ int run_recommend(const RecommendFlags& f) {
     o.fp8_recipe = precision.fp8_recipe;
     o.fp8_recipe_given = precision.fp8_recipe_given;
   }
-  if (!f.framework.empty()) {
-    const auto& names = framework_names();
-    const auto it = std::find(names.begin(), names.end(), f.framework);
-    if (it == names.end()) {
-      std::string allowed;
-      for (const std::string& n : names) allowed += (allowed.empty() ? "" : ", ") + n;
-      throw_input_error("--framework", "", "unknown value \"" + f.framework + "\"", "allowed: " + allowed);
-    }
-    o.framework = static_cast<Framework>(it - names.begin());
-  }
+  if (!f.framework.empty()) o.framework = static_cast<Framework>(pick("--framework", f.framework, framework_names()));
   std::stringstream ss(f.strategies);
   std::string s;
   while (std::getline(ss, s, ',')) {

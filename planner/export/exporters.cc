@@ -1489,13 +1489,9 @@ ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelS
                   "export_plan needs one layer count per pipeline stage");
   // A plan simulated for one framework exports to that framework only.
   const Framework fw = layout.plan.framework;
-  const bool match = fw == Framework::kGeneric ||
-                     (target == ExportTarget::kMegatron && (fw == Framework::kMegatronLM || fw == Framework::kMegatronCore)) ||
-                     (target == ExportTarget::kDeepSpeed && fw == Framework::kDeepSpeed) ||
-                     ((target == ExportTarget::kTorchtitan || target == ExportTarget::kTorchtitanPy) &&
-                      fw == Framework::kTorchtitan) ||
-                     (target == ExportTarget::kFsdp && fw == Framework::kPytorch);
-  if (!match) {
+  // torchtitan's two formats run the same framework.
+  const ExportTarget runs = target == ExportTarget::kTorchtitanPy ? ExportTarget::kTorchtitan : target;
+  if (fw != Framework::kGeneric && export_target_of(fw) != runs) {
     return refuse(std::string("the plan was simulated for ") + to_string(fw) +
                   ", whose execution (overlaps, buckets, gathers) another framework does not reproduce; export it with "
                   "--to " + to_string(*export_target_of(fw)) + ", or simulate it for this target's framework");

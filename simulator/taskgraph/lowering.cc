@@ -50,7 +50,8 @@ struct Entry {
 class Lowerer {
  public:
   Lowerer(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, const LoweringOptions& opt)
-      : m_(model), c_(cluster), L_(layout), p_(layout.plan), opt_(opt), lp_(link_params(cluster)) {}
+      : m_(model), c_(cluster), L_(layout), p_(layout.plan), opt_(opt), lp_(link_params(cluster)),
+        prof_(execution_profile(layout.plan)) {}
 
   LoweredStep run() {
     prepare_costs();
@@ -538,7 +539,7 @@ class Lowerer {
   // recompute gathers twice for the backward (framework/framework.h).
   int gathers_before(const Entry& e) const {
     if (e.kind == PipeOp::Kind::kForward) return 1;
-    return execution_profile(p_).regather_for_recompute && p_.recompute == Recompute::kFull ? 2 : 1;
+    return prof_.regather_for_recompute && p_.recompute == Recompute::kFull ? 2 : 1;
   }
 
   // With parameters offloaded, each rank's shard of a layer lives in host
@@ -629,7 +630,7 @@ class Lowerer {
     const double gbytes = layer_grad_bytes_;
     // How the framework reduces (framework/framework.h); the generic model
     // keeps the caller's bucket size.
-    const ExecutionProfile prof = execution_profile(p_);
+    const ExecutionProfile& prof = prof_;
     const double bucket_bytes = p_.framework == Framework::kGeneric ? opt_.bucket_bytes
                                 : prof.grad_bucket_params > 0   ? prof.grad_bucket_params * gbytes
                                                                 : 1e30;
@@ -747,6 +748,7 @@ class Lowerer {
   const Plan& p_;
   const LoweringOptions& opt_;
   LinkParams lp_;
+  ExecutionProfile prof_;  // how the plan's framework executes (framework/framework.h)
   LayerShape shape_;
   LayerCost layer_, emb_, outc_;
   StepCosts sc_;

@@ -292,7 +292,7 @@ struct ZbKnobs {
 
 struct ZbResult {
   PipelineSchedule schedule;
-  double makespan = 0;  // the longest rank span, first F start to last W end
+  double makespan = 0;  // of the executed schedule (build_zero_bubble_schedule)
 };
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -320,7 +320,7 @@ ZbResult round_based_zero_bubble(int p, int m, double limit, const StageOpTimes&
     limit *= std::max(t.activation[0], t.activation[P > 1 ? 1 : 0]);
   }
   std::vector<size_t> f(P, 0), b(P, 0), w(P, 0);
-  std::vector<double> end(P, 0.0), mem(P, 0.0), idle(P, 0.0), first_start(P, 0.0);
+  std::vector<double> end(P, 0.0), mem(P, 0.0), idle(P, 0.0);
   std::vector<std::vector<double>> fin_f(P, std::vector<double>(M, 0.0)), fin_b = fin_f, fin_w = fin_f;
   ZbResult res;
   res.schedule.assign(P, {});
@@ -338,7 +338,6 @@ ZbResult round_based_zero_bubble(int p, int m, double limit, const StageOpTimes&
     if (k == PipeOp::Kind::kBackward) start = std::max(start, j + 1 < P ? fin_b[j + 1][n] + comm : fin_f[j][n]);
     if (k == PipeOp::Kind::kWeight) start = std::max(start, fin_b[j][n]);
     if (f[j] > 0) idle[j] += start - end[j];
-    if (f[j] == 0 && k == PipeOp::Kind::kForward) first_start[j] = start;
     end[j] = start + cost(j, k);
     (k == PipeOp::Kind::kForward ? fin_f : k == PipeOp::Kind::kBackward ? fin_b : fin_w)[j][n] = end[j];
     mem[j] += k == PipeOp::Kind::kForward ? mem_f[j] : k == PipeOp::Kind::kBackward ? mem_b[j] : mem_w[j];
@@ -431,7 +430,6 @@ ZbResult round_based_zero_bubble(int p, int m, double limit, const StageOpTimes&
   for (size_t j = 0; j < P; ++j) {
     TRAINPLAN_CHECK(f[j] == M && b[j] == M, "zero-bubble scheduler: rank " + std::to_string(j) + " left passes");
     while (w[j] < M) put(j, PipeOp::Kind::kWeight);
-    res.makespan = std::max(res.makespan, end[j] - first_start[j]);
   }
   return res;
 }

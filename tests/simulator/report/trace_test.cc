@@ -3,7 +3,6 @@
 // pipeline send to the compute it feeds, TP/CP communication on its own
 // thread, and a memory counter whose peak is the simulated peak.
 #include <map>
-#include <set>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -18,7 +17,6 @@
 namespace trainplan {
 namespace {
 
-using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;
 
 TEST_CASE("Trace: names, bubbles, p2p flows, TP thread and memory counter", "[sim][trace]") {
