@@ -36,6 +36,7 @@ Collective tp_collective(TpComm c, bool backward) {
     case TpComm::kAllReduce: return Collective::kAllReduce;
     case TpComm::kAllGather: return backward ? Collective::kReduceScatter : Collective::kAllGather;
     case TpComm::kReduceScatter: return backward ? Collective::kAllGather : Collective::kReduceScatter;
+    case TpComm::kAllToAll: return Collective::kAllToAll;
     case TpComm::kNone: break;
   }
   return Collective::kAllReduce;

@@ -45,6 +45,11 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_flag("--fp8-param-gather", f->fp8_param_gather,
                 "FP8 compute weights all-gathered in FP8 by the distributed optimizer (Megatron "
                 "--fp8-param-gather; needs --precision fp8 and --zero >= 1)");
+  app->add_option("--ep", f->ep, "expert-parallel degree, MoE models (default 1; ep*etp must divide tp*cp*dp)");
+  app->add_option("--etp", f->etp, "expert tensor-parallel degree, MoE models (default tp, as Megatron)");
+  app->add_option("--moe-imbalance", f->moe_imbalance,
+                  "MoE: the busiest expert-parallel rank's token load over the mean, as measured (>= 1; default: "
+                  "the expected maximum under uniform routing, docs/moe.md)");
   app->add_option("--framework", f->framework,
                   "framework that runs the plan: generic|megatron-lm|megatron-core|deepspeed|torchtitan|pytorch "
                   "(default generic; how each executes: docs/frameworks.md)");
@@ -111,7 +116,7 @@ Job to_job(const PlanFlags& f) {
     for (const char* flag : {"--model", "--cluster", "--nodes", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp",
                              "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--sp", "--schedule",
                              "--precision", "--fp8-recipe", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
-                             "--stage-layers", "--framework", "--fp8-param-gather"}) {
+                             "--stage-layers", "--framework", "--fp8-param-gather", "--ep", "--etp", "--moe-imbalance"}) {
       if (given(flag)) throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
     }
     PlanJob pj = load_plan_job(f.plan_file, f.calibration);
@@ -159,6 +164,15 @@ Job to_job(const PlanFlags& f) {
   if (given("--stage-layers")) p.stage_layers = parse_stage_layers(f.stage_layers);
   if (!f.framework.empty()) p.framework = static_cast<Framework>(pick("--framework", f.framework, framework_names()));
   p.fp8_param_gather = f.fp8_param_gather;
+  p.ep = static_cast<int>(in_range("--ep", f.ep, 1, kMaxDegree));
+  p.etp = static_cast<int>(derived("--etp", f.etp, kMaxDegree));
+  if (given("--moe-imbalance")) {
+    if (!(f.moe_imbalance >= 1 && f.moe_imbalance <= 1024)) {
+      throw_input_error("--moe-imbalance", "", "out of range: " + std::to_string(f.moe_imbalance),
+                        "allowed: 1 to 1024 (the busiest rank's load over the mean)");
+    }
+    p.moe_imbalance = f.moe_imbalance;
+  }
   if (given("--nodes") == given("--gpus")) {
     throw_input_error("--nodes", "", "give exactly one of --nodes N or --gpus N", "");
   }
@@ -188,6 +202,8 @@ std::string describe_plan(const Plan& p) {
     << " attention=" << to_string(p.attention);
   if (p.dp_mode != DpMode::kSync) s << " dp_mode=" << to_string(p.dp_mode);
   if (p.framework != Framework::kGeneric) s << " framework=" << to_string(p.framework);
+  if (p.ep > 1 || p.etp > 1) s << " ep=" << p.ep << " etp=" << p.etp;
+  if (p.moe_imbalance > 0) s << " moe_imbalance=" << p.moe_imbalance;
   if (p.offload != Offload::kNone) s << " offload=" << to_string(p.offload);
   return s.str();
 }

@@ -45,6 +45,8 @@ struct PlanFlags {
   std::string stage_layers;
   std::string framework;
   bool fp8_param_gather = false;
+  int64_t ep = 1, etp = 0;
+  double moe_imbalance = 0;
 };
 
 // Registers --plan, --model, --cluster, --nodes, --gpus and the plan flags on

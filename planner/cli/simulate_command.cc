@@ -262,7 +262,8 @@ int run_simulate(const SimulateFlags& f) {
   const TimeBreakdown& b = rep.breakdown;
   out["time_breakdown_s"] = {{"compute", rounded(b.compute, 6)}, {"tp_comm", rounded(b.tp_comm, 6)},
                              {"pp_comm", rounded(b.pp_comm, 6)}, {"dp_comm", rounded(b.dp_comm, 6)},
-                             {"bubble", rounded(b.bubble, 6)},   {"optimizer", rounded(b.optimizer, 6)}};
+                             {"bubble", rounded(b.bubble, 6)},   {"optimizer", rounded(b.optimizer, 6)},
+                             {"ep_comm", rounded(b.ep_comm, 6)}};
   nlohmann::json stages = nlohmann::json::array();
   for (const StageResult& st : rep.stages) {
     stages.push_back({{"stage", st.stage},
@@ -274,6 +275,15 @@ int run_simulate(const SimulateFlags& f) {
                      {"backward", rounded(rep.layer.backward_ps * 1e-9, 4)},
                      {"tp_comm_forward", rounded(rep.layer.tp_comm_forward_ps * 1e-9, 4)},
                      {"tp_comm_backward", rounded(rep.layer.tp_comm_backward_ps * 1e-9, 4)}};
+  if (job.model.has_moe) {
+    out["moe"] = {{"ep", layout.plan.ep}, {"etp", layout.plan.etp}, {"expert_dp", layout.expert_dp},
+                  {"busiest_rank_load", rounded(rep.moe_load, 4)},
+                  {"moe_layer_ms", {{"forward", rounded(rep.moe_layer.forward_ps * 1e-9, 4)},
+                                    {"backward", rounded(rep.moe_layer.backward_ps * 1e-9, 4)},
+                                    {"ep_comm_forward", rounded(rep.moe_layer.ep_comm_forward_ps * 1e-9, 4)},
+                                    {"ep_comm_backward", rounded(rep.moe_layer.ep_comm_backward_ps * 1e-9, 4)}}}};
+    out["flops_convention"] = "megatron-core (causal attention, top-k experts)";
+  }
   if (rep.async) {
     out["staleness"] = staleness_json(rep.staleness);
   }
@@ -314,6 +324,13 @@ int run_simulate(const SimulateFlags& f) {
   line("dp_comm", b.dp_comm);
   line("bubble", b.bubble);
   line("optimizer", b.optimizer);
+  if (job.model.has_moe) {
+    line("ep_comm", b.ep_comm);
+    std::printf("MoE: ep=%d etp=%d expert_dp=%d; busiest expert-parallel rank %.3fx the mean token load; all-to-all "
+                "%.3f + %.3f ms per MoE layer (fwd + bwd)\n",
+                layout.plan.ep, layout.plan.etp, layout.expert_dp, rep.moe_load,
+                rep.moe_layer.ep_comm_forward_ps * 1e-9, rep.moe_layer.ep_comm_backward_ps * 1e-9);
+  }
   std::printf("memory per GPU (GiB = 2^30 B): simulated peak vs closed form\n");
   for (const StageResult& s : rep.stages) {
     std::printf("  stage %3d  %8.2f  %8.2f\n", s.stage, to_gib(s.simulated_peak_bytes), to_gib(s.closed_form_peak_bytes));

@@ -74,6 +74,12 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
                       "fp16, fp32 or tf32 (precision fp8)",
                       "validate the same layout with precision bf16");
   }
+  if (model.has_moe) {
+    throw_input_error("--plan", "",
+                      "validate cannot execute Mixture-of-Experts layers yet: the executors run dense layers only "
+                      "(model " + model.name + " has a \"moe\" block)",
+                      "validate a dense model's layout, or compare with a measured run via calibrate --from-runs");
+  }
   if (layout.plan.dp_mode == DpMode::kAsync) {
     throw_input_error("--plan", "",
                       "validate executes synchronous plans only: the executors have no parameter servers to push "

@@ -35,6 +35,11 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["stage_layers"] = p.stage_layers;
   if (p.framework != Framework::kGeneric) j["framework"] = to_string(p.framework);
   if (p.fp8_param_gather) j["fp8_param_gather"] = true;
+  if (p.ep > 1 || p.etp > 1) {
+    j["ep"] = p.ep;
+    j["etp"] = p.etp;
+  }
+  if (p.moe_imbalance > 0) j["moe_imbalance"] = p.moe_imbalance;
   return j;
 }
 
@@ -84,6 +89,9 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.ps_servers = static_cast<int>(o.optional_integer("ps_servers", 0, kMaxDegree).value_or(0));
   p.framework = static_cast<Framework>(o.optional_choice("framework", framework_names()).value_or(0));
   p.fp8_param_gather = o.optional_boolean("fp8_param_gather").value_or(false);
+  p.ep = static_cast<int>(o.optional_integer("ep", 1, kMaxDegree).value_or(1));
+  p.etp = static_cast<int>(o.optional_integer("etp", 1, kMaxDegree).value_or(0));
+  p.moe_imbalance = o.optional_number_in("moe_imbalance", 1, 1024).value_or(0);
   o.allow("stage_layers");
   if (o.has("stage_layers")) {
     const nlohmann::json& v = o.array("stage_layers");

@@ -197,6 +197,7 @@ std::string limit_of(const StepReport& r) {
   const TimeBreakdown& b = r.breakdown;
   const std::pair<double, const char*> parts[] = {{b.bubble, "pipeline bubble"},
                                                   {b.tp_comm, "TP communication"},
+                                                  {b.ep_comm, "MoE token all-to-all"},
                                                   {b.pp_comm, "PP communication"},
                                                   {b.dp_comm, "exposed DP communication"},
                                                   {b.optimizer, "optimizer step"}};
@@ -211,6 +212,7 @@ std::string limit_of(const StepReport& r) {
     s = std::string("limited by ") + worst->second + " (" + fmt("%.1f%%", 100 * worst->first / r.step_time_s) +
         " of the step)";
   }
+  if (r.moe_load > 1.02) s += "; busiest expert rank carries " + fmt("%.2fx", r.moe_load) + " the mean token load";
   const double free_gib = to_gib(r.capacity_bytes - r.peak_memory_bytes);
   s += "; " + fmt("%.1f GiB free per GPU", free_gib);
   if (free_gib < 0.1 * to_gib(r.capacity_bytes)) s += " (tight: fragmentation may OOM)";
@@ -222,6 +224,7 @@ std::string why_slower(const StepReport& loser, const StepReport& winner) {
   const TimeBreakdown& w = winner.breakdown;
   const std::pair<double, const char*> parts[] = {{a.compute - w.compute, "more compute time (recompute or smaller GEMMs)"},
                                                   {a.tp_comm - w.tp_comm, "TP communication"},
+                                                  {a.ep_comm - w.ep_comm, "MoE token all-to-all"},
                                                   {a.pp_comm - w.pp_comm, "PP communication"},
                                                   {a.dp_comm - w.dp_comm, "DP communication exposed"},
                                                   {a.bubble - w.bubble, "pipeline bubble"},
@@ -232,8 +235,13 @@ std::string why_slower(const StepReport& loser, const StepReport& winner) {
   }
   const double slower = loser.step_time_s / winner.step_time_s - 1;
   if (slower < 0.005) return "ties with the best (within 0.5%)";
-  return fmt("%.0f%% slower", 100 * slower) + ", mostly " + worst->second +
-         fmt(" (+%.3g s per step)", worst->first);
+  std::string why = fmt("%.0f%% slower", 100 * slower) + ", mostly " + worst->second +
+                    fmt(" (+%.3g s per step)", worst->first);
+  if (loser.moe_load > winner.moe_load + 0.02) {
+    why += fmt("; expert imbalance: busiest expert rank %.2fx the mean load", loser.moe_load) +
+           fmt(" vs %.2fx", winner.moe_load);
+  }
+  return why;
 }
 
 // Between two equivalent plans, the one a user would rather run: fewer

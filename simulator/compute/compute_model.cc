@@ -51,12 +51,12 @@ ComputeParams ComputeParams::fp8() const {
 
 namespace {
 
-double analytic_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k) {
+double analytic_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k, int64_t groups = 1) {
   const int64_t tm = (m + kTile - 1) / kTile;
   const int64_t tn = (n + kTile - 1) / kTile;
   const double tile = static_cast<double>(m) * static_cast<double>(n) /
                       (static_cast<double>(tm * kTile) * static_cast<double>(tn * kTile));
-  const int64_t tiles = tm * tn;
+  const int64_t tiles = tm * tn * groups;  // a grouped GEMM schedules every group's tiles in one grid
   const int64_t waves = (tiles + p.sm_count - 1) / p.sm_count;
   const double wave = static_cast<double>(tiles) / static_cast<double>(waves * p.sm_count);
   const double depth = static_cast<double>(k) / (static_cast<double>(k) + kDepthHalf);
@@ -83,9 +83,9 @@ double traffic_rate(const ComputeParams& p, double bytes) {
 
 }  // namespace
 
-double gemm_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k) {
+double gemm_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k, int64_t groups) {
   if (m <= 0 || n <= 0 || k <= 0) return p.gemm_efficiency;
-  if (p.gemm_table.empty()) return analytic_efficiency(p, m, n, k);
+  if (p.gemm_table.empty()) return analytic_efficiency(p, m, n, k, groups);
   const GemmPoint* nearest = nullptr;
   double best = 0;
   for (const GemmPoint& g : p.gemm_table) {
@@ -98,21 +98,25 @@ double gemm_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k) 
     }
   }
   if (best == 0) return nearest->efficiency;
-  return std::min(1.0, nearest->efficiency * analytic_efficiency(p, m, n, k) /
+  return std::min(1.0, nearest->efficiency * analytic_efficiency(p, m, n, k, groups) /
                            analytic_efficiency(p, nearest->m, nearest->n, nearest->k));
 }
 
-Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k) {
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const double compute_s = flops / (p.peak.flop_per_s() * gemm_efficiency(p, m, n, k));
-  const double bytes = static_cast<double>(p.element_bytes) *
+Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k, int64_t groups) {
+  const double g = static_cast<double>(groups);
+  const double flops = 2.0 * g * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const double compute_s = flops / (p.peak.flop_per_s() * gemm_efficiency(p, m, n, k, groups));
+  // Each group reads its own weight (k x n) and its rows.
+  const double bytes = static_cast<double>(p.element_bytes) * g *
                        (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);
   const double memory_s = bytes / traffic_rate(p, bytes);
-  return Duration::seconds(std::max(compute_s, memory_s)) + p.kernel_overhead;
+  // Transformer Engine's GroupedLinear launches one GEMM per group (on
+  // several streams), so each group pays the launch overhead.
+  return Duration::seconds(std::max(compute_s, memory_s)) + p.kernel_overhead * groups;
 }
 
-Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k, bool fp8) {
-  return fp8 ? gemm_time(p.fp8(), m, n, k) : gemm_time(p, m, n, k);
+Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k, bool fp8, int64_t groups) {
+  return fp8 ? gemm_time(p.fp8(), m, n, k, groups) : gemm_time(p, m, n, k, groups);
 }
 
 Duration memory_time(const ComputeParams& p, double bytes) {
@@ -122,7 +126,7 @@ Duration memory_time(const ComputeParams& p, double bytes) {
 
 Duration op_forward_time(const ComputeParams& p, const OpCost& op) {
   switch (op.kind) {
-    case OpKind::kGemm: return gemm_time(p, op.m, op.n, op.k, op.fp8);
+    case OpKind::kGemm: return gemm_time(p, op.m, op.n, op.k, op.fp8, op.groups);
     case OpKind::kAttention:
       if (op.bytes > 0 && op.flops == 0) return memory_time(p, op.bytes);
       // A calibrated device runs attention as measured GEMMs (the executor
@@ -139,7 +143,7 @@ Duration op_forward_time(const ComputeParams& p, const OpCost& op) {
 
 Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention attention) {
   switch (op.kind) {
-    case OpKind::kGemm: return gemm_time(p, op.m, op.k, op.n, op.fp8) + op_weight_grad_time(p, op);
+    case OpKind::kGemm: return gemm_time(p, op.m, op.k, op.n, op.fp8, op.groups) + op_weight_grad_time(p, op);
     case OpKind::kAttention: {
       const double factor = attention == Attention::kFlash ? 2.5 : 2.0;
       if (!p.gemm_table.empty() && op.m > 0) {
@@ -158,7 +162,7 @@ Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention at
 
 Duration op_weight_grad_time(const ComputeParams& p, const OpCost& op) {
   if (op.kind != OpKind::kGemm) return Duration();
-  return gemm_time(p, op.n, op.k, op.m, op.fp8);
+  return gemm_time(p, op.n, op.k, op.m, op.fp8, op.groups);
 }
 
 }  // namespace trainplan

@@ -52,11 +52,12 @@ struct ComputeParams {
 // REQUIRES: cluster.gpu.peak has the dtype of `precision`.
 ComputeParams compute_params(const ClusterSpec& cluster, Precision precision);
 
-// Efficiency (fraction of peak) of an m x n x k GEMM.
-double gemm_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k);
-Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k);
+// Efficiency (fraction of peak) of an m x n x k GEMM, or of a grouped GEMM
+// of `groups` such problems (one grid: the wave count is over all tiles).
+double gemm_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k, int64_t groups = 1);
+Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k, int64_t groups = 1);
 // gemm_time of an FP8 GEMM when `fp8`, else of the training dtype.
-Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k, bool fp8);
+Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k, bool fp8, int64_t groups = 1);
 Duration memory_time(const ComputeParams& p, double bytes);
 
 // Forward and backward time of one op.  Backward of a GEMM = data-gradient

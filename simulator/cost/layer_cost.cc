@@ -1,6 +1,7 @@
 #include "simulator/cost/layer_cost.h"
 
 #include "simulator/core/error.h"
+#include "simulator/cost/moe_routing.h"
 
 namespace trainplan {
 
@@ -16,21 +17,67 @@ LayerShape layer_shape(const Plan& p) {
   s.recompute = p.recompute;
   s.fp8_recipe = p.fp8_recipe;
   s.fp8_saved_inputs = fp8_transformer_engine(p);
+  s.ep = p.ep;
+  s.etp = p.etp;
+  s.moe_load = p.moe_imbalance;
   return s;
 }
 
-double layer_params(const ModelSpec& m) {
+double attention_params(const ModelSpec& m) {
   const double h = static_cast<double>(m.hidden);
+  if (m.attention == AttentionKind::kMla) {
+    // DeepSeek-V2 Sec. 2.1 (config.json names): W^DQ h x q_lora and its
+    // RMSNorm, W^UQ q_lora x heads*(nope+rope) (or h x heads*(nope+rope)
+    // without a query latent); W^DKV h x (kv_lora + rope) (the shared rotary
+    // key), its norm, W^UKV kv_lora x heads*(nope + v); W^O heads*v x h.
+    const MlaSpec& a = m.mla;
+    const double nh = static_cast<double>(m.heads);
+    const double qk = static_cast<double>(a.qk_nope_head_dim + a.qk_rope_head_dim);
+    double q = a.q_lora_rank > 0 ? h * a.q_lora_rank + a.q_lora_rank + static_cast<double>(a.q_lora_rank) * nh * qk
+                                 : h * nh * qk;
+    double kv = h * static_cast<double>(a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank +
+                static_cast<double>(a.kv_lora_rank) * nh * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim);
+    double o = nh * static_cast<double>(a.v_head_dim) * h;
+    return q + kv + o;
+  }
+  const double qd = static_cast<double>(m.heads * m.head_dim());
   const double kvd = static_cast<double>(m.kv_heads * m.head_dim());
-  const double f = static_cast<double>(m.ffn_hidden);
   // Q, K, V and output projections; GQA shrinks K and V to kv_heads*head_dim.
-  double attn = h * (h + 2 * kvd) + h * h;
+  double attn = h * (qd + 2 * kvd) + qd * h;
+  if (m.bias) attn += (qd + 2 * kvd) + h;
+  return attn;
+}
+
+double mlp_params(const ModelSpec& m, int64_t ffn) {
+  const double h = static_cast<double>(m.hidden);
+  const double f = static_cast<double>(ffn);
   // GELU MLP: h->f->h; SwiGLU: gate and up h->f, down f->h (Shazeer 2020).
   double mlp = (m.mlp == MlpKind::kGelu ? 2.0 : 3.0) * h * f;
-  double bias = 0;
-  if (m.bias) bias = (h + 2 * kvd) + h + (m.mlp == MlpKind::kGelu ? f : 2 * f) + h;
-  double norms = 2 * (m.bias ? 2 * h : h);  // LayerNorm (weight + bias) or RMSNorm
-  return attn + mlp + bias + norms;
+  if (m.bias) mlp += (m.mlp == MlpKind::kGelu ? f : 2 * f) + h;
+  return mlp;
+}
+
+namespace {
+
+// The MoE block: router (h x experts), every routed expert, the shared experts.
+double moe_block_params(const ModelSpec& m, int64_t routed) {
+  const MoeSpec& e = m.moe;
+  return static_cast<double>(m.hidden) * e.experts + static_cast<double>(routed) * mlp_params(m, e.expert_ffn_hidden) +
+         static_cast<double>(e.shared_experts) * mlp_params(m, e.shared_ffn_hidden);
+}
+
+double norm_params(const ModelSpec& m) { return 2.0 * (m.bias ? 2 * m.hidden : m.hidden); }  // two per layer
+
+}  // namespace
+
+double layer_params(const ModelSpec& m, bool moe) {
+  const double ffn = moe ? moe_block_params(m, m.moe.experts) : mlp_params(m, m.ffn_hidden);
+  return attention_params(m) + ffn + norm_params(m);
+}
+
+double layer_active_params(const ModelSpec& m, bool moe) {
+  const double ffn = moe ? moe_block_params(m, m.moe.top_k) : mlp_params(m, m.ffn_hidden);
+  return attention_params(m) + ffn + norm_params(m);
 }
 
 double embedding_params(const ModelSpec& m) {
@@ -45,7 +92,15 @@ double output_params(const ModelSpec& m) {
 }
 
 double total_params(const ModelSpec& m) {
-  return static_cast<double>(m.layers) * layer_params(m) + embedding_params(m) + output_params(m);
+  double p = embedding_params(m) + output_params(m);
+  for (int64_t i = 0; i < m.layers; ++i) p += layer_params(m, m.is_moe_layer(i));
+  return p;
+}
+
+double active_params(const ModelSpec& m) {
+  double p = embedding_params(m) + output_params(m);
+  for (int64_t i = 0; i < m.layers; ++i) p += layer_active_params(m, m.is_moe_layer(i));
+  return p;
 }
 
 namespace {
@@ -90,7 +145,8 @@ void add_totals(LayerCost* c, double grad_e) {
     c->fwd_bytes += op.bytes;
     c->saved_bytes += op.saved_bytes;
     if (op.kind == OpKind::kGemm) {
-      c->weight_grad_saved_bytes += op.saved_bytes + static_cast<double>(op.m) * static_cast<double>(op.n) * grad_e;
+      c->weight_grad_saved_bytes +=
+          op.saved_bytes + static_cast<double>(op.m) * static_cast<double>(op.n) * static_cast<double>(op.groups) * grad_e;
     }
   }
 }
@@ -109,15 +165,26 @@ double fp8_cast_bytes_per_element(Fp8Recipe recipe) {
   return 0;
 }
 
-LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s) {
+LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool moe) {
   TRAINPLAN_CHECK(s.tp >= 1 && m.heads % s.tp == 0 && m.kv_heads % s.tp == 0, "tp must divide heads and kv_heads");
   TRAINPLAN_CHECK(s.cp >= 1 && s.seq % s.cp == 0, "cp must divide seq");
+  TRAINPLAN_CHECK(!moe || (m.has_moe && s.ep >= 1 && s.etp >= 1 && m.moe.experts % s.ep == 0 &&
+                           m.moe.expert_ffn_hidden % s.etp == 0),
+                  "an MoE layer needs ep | experts and etp | expert_ffn_hidden");
   const double t = s.tp;
   const double e = activation_bytes(s.precision);   // bytes per activation element
   const double sp_div = s.sp ? t : 1.0;             // replicated tensors are split by SP
   const double h = static_cast<double>(m.hidden);
   const double a = static_cast<double>(m.heads);
-  const double kvd = static_cast<double>(m.kv_heads * m.head_dim());
+  const bool mla = m.attention == AttentionKind::kMla;
+  // Per-head widths: query/key and value (MHA: head_dim both).
+  const double dqk = mla ? static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
+                         : static_cast<double>(m.head_dim());
+  const double dv = mla ? static_cast<double>(m.mla.v_head_dim) : static_cast<double>(m.head_dim());
+  const double qd = a * dqk;                        // query width (= h for GPT shapes)
+  const double vd = a * dv;                         // attention output width
+  const double kvd = mla ? qd : static_cast<double>(m.kv_heads) * dqk;  // key width
+  const double kvvd = mla ? vd : static_cast<double>(m.kv_heads) * dv;  // value width
   const double f = static_cast<double>(m.ffn_hidden);
   const double seq = static_cast<double>(s.seq);
   const double tokens = static_cast<double>(s.mbs) * seq / s.cp;  // b * s / cp on this rank
@@ -127,16 +194,44 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s) {
   const double tp_buffer = tokens * h * e;          // full [s, b, h] activation
 
   LayerCost c;
-  c.params = 0;
+  c.moe = moe;
   {
     // Matrices and column-parallel biases are split by TP; row-parallel
     // output biases and norms are replicated (Megatron ColumnParallelLinear /
-    // RowParallelLinear).
-    double matrices = h * (h + 2 * kvd) + h * h + (m.mlp == MlpKind::kGelu ? 2.0 : 3.0) * h * f;
-    double col_bias = m.bias ? (h + 2 * kvd) + (m.mlp == MlpKind::kGelu ? f : 2 * f) : 0.0;
-    double replicated = layer_params(m) - matrices - col_bias;
-    c.params = (matrices + col_bias) / t + replicated;
-    c.linear_params = matrices / t;
+    // RowParallelLinear).  MLA's down projections and latent norms are
+    // replicated too (Megatron MLASelfAttention: duplicated linears).
+    // Routed experts are split by ep (whole experts) and etp (each expert's
+    // width) instead; the router is replicated.
+    const bool gelu_mlp = m.mlp == MlpKind::kGelu;
+    double attn_split = 0, attn_col_bias = 0;
+    if (mla) {
+      const MlaSpec& x = m.mla;
+      attn_split = (x.q_lora_rank > 0 ? x.q_lora_rank : h) * qd +
+                   static_cast<double>(x.kv_lora_rank) * a * static_cast<double>(x.qk_nope_head_dim + x.v_head_dim) +
+                   vd * h;
+    } else {
+      attn_split = h * (qd + 2 * kvd) + qd * h;
+      attn_col_bias = m.bias ? qd + 2 * kvd : 0.0;
+    }
+    double mlp_split = 0, mlp_col_bias = 0;
+    double expert_params = 0;
+    if (!moe) {
+      mlp_split = (gelu_mlp ? 2.0 : 3.0) * h * f;
+      mlp_col_bias = m.bias ? (gelu_mlp ? f : 2 * f) : 0.0;
+    } else {
+      const double fs = static_cast<double>(m.moe.shared_experts * m.moe.shared_ffn_hidden);
+      mlp_split = (gelu_mlp ? 2.0 : 3.0) * h * fs;
+      mlp_col_bias = m.bias && fs > 0 ? (gelu_mlp ? fs : 2 * fs) : 0.0;
+      expert_params = static_cast<double>(m.moe.experts) * mlp_params(m, m.moe.expert_ffn_hidden);
+    }
+    const double split = attn_split + mlp_split + attn_col_bias + mlp_col_bias;
+    const double replicated = layer_params(m, moe) - split - expert_params;
+    c.expert_params = expert_params / (static_cast<double>(s.ep) * s.etp);
+    c.params = split / t + replicated + c.expert_params;
+    c.linear_params = (attn_split + mlp_split) / t +
+                      (moe ? static_cast<double>(m.moe.experts) * (gelu_mlp ? 2.0 : 3.0) * h *
+                                 static_cast<double>(m.moe.expert_ffn_hidden) / (static_cast<double>(s.ep) * s.etp)
+                           : 0.0);
   }
 
   // Korthikanti Sec. 4.1: LayerNorm saves its input, 2sbh.
@@ -146,12 +241,12 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s) {
   c.ops.push_back(ln1);
   // QKV projection saves its input, 2sbh (2sbh/t with SP: the sharded input is
   // kept and re-gathered in backward).
-  // FP8 (Transformer Engine, torchao float8): the four linear layers run in
-  // FP8 (the LM head and core attention stay bf16, as Megatron's non-TE
-  // output layer and TE's default DotProductAttention); Transformer Engine
-  // saves their input in FP8, 1 byte per element, torchao the bf16 input.
-  // A cast kernel quantizes each GEMM's input (and, in backward, its output
-  // gradient).
+  // FP8 (Transformer Engine, torchao float8): the linear layers run in
+  // FP8 (the LM head, the router and core attention stay bf16, as
+  // Megatron's non-TE output layer and TE's default DotProductAttention);
+  // Transformer Engine saves their input in FP8, 1 byte per element, torchao
+  // the bf16 input.  A cast kernel quantizes each GEMM's input (and, in
+  // backward, its output gradient).
   const bool fp8 = s.fp8_recipe != Fp8Recipe::kNone;
   const double saved_e = s.fp8_saved_inputs ? 1.0 : e;  // bytes per saved element of a linear layer's input
   auto linear = [&](const std::string& name, double m_, double n_, double k_, double saved_elements) {
@@ -160,22 +255,41 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s) {
     op.fp8 = fp8;
     return op;
   };
-  c.ops.push_back(linear("qkv", tokens, (h + 2 * kvd) / t, h, tokens * h / sp_div));
+  if (!mla) {
+    c.ops.push_back(linear("qkv", tokens, (qd + 2 * kvd) / t, h, tokens * h / sp_div));
+  } else {
+    // Down projections run on every TP rank (replicated weights), on the
+    // gathered sequence; the up projections are split by heads.
+    const MlaSpec& x = m.mla;
+    const double ql = static_cast<double>(x.q_lora_rank), kl = static_cast<double>(x.kv_lora_rank);
+    if (x.q_lora_rank > 0) {
+      c.ops.push_back(linear("q_down", tokens, ql, h, tokens * h / sp_div));
+      c.ops.push_back(elementwise("q_norm", 2 * tokens * ql * e, tokens * ql * e));
+      c.ops.push_back(linear("q_up", tokens, qd / t, ql, tokens * ql));
+    } else {
+      c.ops.push_back(linear("q_proj", tokens, qd / t, h, tokens * h / sp_div));
+    }
+    c.ops.push_back(linear("kv_down", tokens, kl + static_cast<double>(x.qk_rope_head_dim), h, 0));
+    c.ops.push_back(elementwise("kv_norm", 2 * tokens * kl * e, tokens * kl * e));
+    c.ops.push_back(linear("kv_up", tokens, a * static_cast<double>(x.qk_nope_head_dim + x.v_head_dim) / t, kl,
+                           tokens * kl));
+  }
   {
-    // Core attention per rank: QK^T and attention-over-V, 2*b*s_q*s_kv*h/t each
-    // (Korthikanti App. A counts the full s x s product, as Megatron does).
+    // Core attention per rank: QK^T (d_qk per head) and attention-over-V (d_v
+    // per head), 2*b*s_q*s_kv*width/t each (Korthikanti App. A counts the full
+    // s x s product, as Megatron does).
     OpCost op;
     op.name = "attention";
     op.kind = OpKind::kAttention;
     // Shape of each of its two products per rank, as GEMMs: QK^T is
-    // (tokens x seq_kv x h/t) over the heads, attention-over-V the same.
+    // (tokens x seq_kv x qd/t) over the heads, attention-over-V the same.
     op.m = static_cast<int64_t>(tokens);
     op.n = static_cast<int64_t>(seq);
-    op.k = static_cast<int64_t>(h / t);
-    op.flops = 4.0 * tokens * seq * h / t;
+    op.k = static_cast<int64_t>(qd / t);
+    op.flops = 2.0 * tokens * seq * (qd + vd) / t;
     // Q, K and V are saved (Korthikanti: Q and K 4sbh, V 2sbh; GQA: K, V are
     // kv_heads*head_dim wide).
-    double qkv_saved = tokens * (h + 2 * kvd) * e / t;
+    double qkv_saved = tokens * (qd + kvd + kvvd) * e / t;
     double scores = a / t * tokens * seq;  // elements of the score matrix on this rank
     if (s.attention == Attention::kNaive) {
       // Softmax output 2as^2b; with dropout also its 1-byte mask as^2b and the
@@ -189,44 +303,123 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s) {
       // FlashAttention keeps only the fp32 log-sum-exp per query row and head
       // (Dao et al. 2022); the s x s matrix is never stored.
       op.saved_bytes = qkv_saved + 4.0 * a / t * tokens;
-      op.bytes = tokens * (2 * h + 2 * kvd) * e / t;
+      op.bytes = tokens * (qd + kvd + kvvd + vd) * e / t;
     }
     c.ops.push_back(op);
     c.recompute_flops = 0;
   }
   // Output projection saves its input 2sbh/t; then all-reduce (or
   // reduce-scatter with SP) over tp.
-  OpCost proj = linear("out_proj", tokens, h, h / t, tokens * h / t);
+  OpCost proj = linear("out_proj", tokens, h, vd / t, tokens * vd / t);
   proj.tp_comm_after = reduce;
   proj.tp_comm_bytes = reduce == TpComm::kNone ? 0 : tp_buffer;
   c.ops.push_back(proj);
   // Dropout + residual add: 1-byte mask sbh.
   c.ops.push_back(elementwise("dropout_residual1", 3 * tp_buffer / sp_div, mask * tokens * h / sp_div));
-  OpCost ln2 = elementwise("ln2", 2 * tp_buffer / sp_div, tp_buffer / sp_div);
-  ln2.tp_comm_after = gather;
-  ln2.tp_comm_bytes = s.sp ? tp_buffer : 0;
-  c.ops.push_back(ln2);
   const bool gelu = m.mlp == MlpKind::kGelu;
-  c.ops.push_back(linear("fc1", tokens, (gelu ? f : 2 * f) / t, h, tokens * h / sp_div));
-  // GeLU saves its input 2sbf/t (8sbh/t for f = 4h).  SwiGLU saves gate and up,
-  // 4sbf/t.
-  if (gelu) {
-    c.ops.push_back(elementwise("gelu", 2 * tokens * f * e / t, tokens * f * e / t));
+  // A TP-split MLP of width `width` on the gathered sequence: FC1, the
+  // activation, FC2 and its reduce over tp.
+  auto tp_mlp = [&](const std::string& prefix, double width) {
+    c.ops.push_back(linear(prefix + "fc1", tokens, (gelu ? width : 2 * width) / t, h, tokens * h / sp_div));
+    // GeLU saves its input 2sbf/t (8sbh/t for f = 4h).  SwiGLU saves gate
+    // and up, 4sbf/t.
+    if (gelu) {
+      c.ops.push_back(elementwise(prefix + "gelu", 2 * tokens * width * e / t, tokens * width * e / t));
+    } else {
+      c.ops.push_back(elementwise(prefix + "swiglu", 3 * tokens * width * e / t, 2 * tokens * width * e / t));
+    }
+    // FC2 saves its input 2sbf/t.
+    OpCost fc2 = linear(prefix + "fc2", tokens, h, width / t, tokens * width / t);
+    fc2.tp_comm_after = reduce;
+    fc2.tp_comm_bytes = reduce == TpComm::kNone ? 0 : tp_buffer;
+    c.ops.push_back(fc2);
+  };
+  OpCost ln2 = elementwise("ln2", 2 * tp_buffer / sp_div, tp_buffer / sp_div);
+  const bool shared = moe && m.moe.shared_experts > 0;
+  // The dense MLP and the shared experts run on the sequence gathered over
+  // tp; the routed experts take each rank's own tokens (Megatron requires
+  // sequence parallelism for MoE with tp > 1).
+  ln2.tp_comm_after = !moe || shared ? gather : TpComm::kNone;
+  ln2.tp_comm_bytes = s.sp && (!moe || shared) ? tp_buffer : 0;
+  c.ops.push_back(ln2);
+  if (!moe) {
+    tp_mlp("", f);
   } else {
-    c.ops.push_back(elementwise("swiglu", 3 * tokens * f * e / t, 2 * tokens * f * e / t));
+    // Routed experts (Megatron-Core MoELayer with the all-to-all token
+    // dispatcher, docs/moe.md): route this rank's tokens, permute their
+    // top_k copies into expert order, all-to-all them over the ep group
+    // (all-gather over etp), run the local experts as one grouped GEMM,
+    // reverse the path and sum the copies weighted by the router's scores.
+    const MoeSpec& x = m.moe;
+    const double tr = tokens / sp_div;            // this rank's tokens
+    const double assign = tr * static_cast<double>(x.top_k);  // token copies it dispatches
+    const double load = s.moe_load > 0 ? s.moe_load
+                                       : expected_max_rank_load(tr * s.ep * s.etp, x.top_k, x.experts, s.ep,
+                                                                x.capacity_factor);
+    c.moe_load = load;
+    // Rows the busiest rank's local experts process: every copy routed to
+    // them from the ep x etp block, at the busiest rank's load.
+    const double rows = assign * s.etp * load;
+    const double local = static_cast<double>(x.experts / s.ep);
+    const double fe = static_cast<double>(x.expert_ffn_hidden / s.etp);
+    // Router: an fp32-accumulated h x experts GEMM (kept out of FP8), then
+    // softmax/sigmoid and top-k over fp32 scores; the scores are saved.
+    c.ops.push_back(gemm("router", tr, static_cast<double>(x.experts), h, 0));
+    c.ops.push_back(elementwise("router_topk", 3 * 4 * tr * x.experts, 4 * tr * x.experts));
+    OpCost permute = elementwise("permute", (tr + assign) * h * e, 0);
+    permute.tp_comm_after = s.ep > 1 ? TpComm::kAllToAll : TpComm::kNone;
+    permute.comm_group = CommGroup::kEp;
+    permute.tp_comm_bytes = s.ep > 1 ? assign * load * h * e : 0;  // each rank's send buffer, at the peak load
+    c.ops.push_back(permute);
+    if (s.etp > 1) {
+      OpCost g = elementwise("etp_gather", 0, 0);
+      g.tp_comm_after = TpComm::kAllGather;
+      g.comm_group = CommGroup::kEtp;
+      g.tp_comm_bytes = rows * h * e;
+      c.ops.push_back(g);
+    }
+    auto grouped = [&](const std::string& name, double n_, double k_, double saved_elements) {
+      if (fp8) c.ops.push_back(fp8_cast(name, rows * k_, rows * n_, s.fp8_recipe));
+      OpCost op = gemm(name, rows / local, n_, k_, saved_elements * saved_e);
+      op.groups = static_cast<int64_t>(local);
+      op.flops *= local;
+      op.fp8 = fp8;
+      return op;
+    };
+    c.ops.push_back(grouped("expert_fc1", gelu ? fe : 2 * fe, h, rows * h));
+    if (gelu) {
+      c.ops.push_back(elementwise("expert_gelu", 2 * rows * fe * e, rows * fe * e + 4 * rows));
+    } else {
+      c.ops.push_back(elementwise("expert_swiglu", 3 * rows * fe * e, 2 * rows * fe * e + 4 * rows));
+    }
+    OpCost fc2 = grouped("expert_fc2", h, fe, rows * fe);
+    if (s.etp > 1) {
+      fc2.tp_comm_after = TpComm::kReduceScatter;
+      fc2.comm_group = CommGroup::kEtp;
+      fc2.tp_comm_bytes = rows * h * e;
+    }
+    c.ops.push_back(fc2);
+    if (s.ep > 1) {
+      OpCost combine = elementwise("combine", 0, 0);
+      combine.tp_comm_after = TpComm::kAllToAll;
+      combine.comm_group = CommGroup::kEp;
+      combine.tp_comm_bytes = assign * load * h * e;
+      c.ops.push_back(combine);
+    }
+    // Unpermute sums the top_k copies back per token.  Megatron-Core applies
+    // the router scores inside the expert activation (weighted SwiGLU, its
+    // scores saved with the activation input), so unpermute saves nothing
+    // but its index map.
+    c.ops.push_back(elementwise("unpermute", (assign + tr) * h * e, 0));
+    if (shared) tp_mlp("shared_", static_cast<double>(m.moe.shared_experts * m.moe.shared_ffn_hidden));
   }
-  // FC2 saves its input 2sbf/t.
-  OpCost fc2 = linear("fc2", tokens, h, f / t, tokens * f / t);
-  fc2.tp_comm_after = reduce;
-  fc2.tp_comm_bytes = reduce == TpComm::kNone ? 0 : tp_buffer;
-  c.ops.push_back(fc2);
   c.ops.push_back(elementwise("dropout_residual2", 3 * tp_buffer / sp_div, mask * tokens * h / sp_div));
   add_totals(&c, e);
 
   if (s.cp > 1) {
     // Context parallel: every rank needs the K and V of the whole sequence
-    // (ring exchange; all-gather buffer of 2*b*s*kv*d elements per tp rank).
-    c.cp_comm_bytes = 2.0 * static_cast<double>(s.mbs) * seq * kvd * e / t;
+    // (ring exchange; all-gather buffer of b*s*(k + v width) elements per tp rank).
+    c.cp_comm_bytes = static_cast<double>(s.mbs) * seq * (kvd + kvvd) * e / t;
   }
   switch (s.recompute) {
     case Recompute::kNone: break;

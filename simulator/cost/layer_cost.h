@@ -36,12 +36,22 @@ struct LayerShape {
   Recompute recompute = Recompute::kNone;
   Fp8Recipe fp8_recipe = Fp8Recipe::kNone;  // FP8 linear GEMMs (resolved recipe)
   bool fp8_saved_inputs = false;  // linear inputs saved in FP8 (Transformer Engine; torchao keeps bf16)
+  // MoE layers: expert parallel and expert tensor parallel degrees, and the
+  // load of the busiest expert-parallel rank over the mean (>= 1; 0: the
+  // expected maximum under uniform routing, moe_routing.h).
+  int ep = 1;
+  int etp = 1;
+  double moe_load = 0;
 };
 
 LayerShape layer_shape(const Plan& resolved_plan);
 
 enum class OpKind { kGemm, kAttention, kElementwise };
-enum class TpComm { kNone, kAllReduce, kAllGather, kReduceScatter };
+enum class TpComm { kNone, kAllReduce, kAllGather, kReduceScatter, kAllToAll };
+// The communicator of a collective folded into a layer: the tensor-parallel
+// group, the expert-parallel group (token dispatch and combine) or the
+// expert tensor-parallel group.
+enum class CommGroup { kTp, kEp, kEtp };
 
 // One forward op of a layer on one rank.  The backward of a GEMM or attention
 // op costs 2x its forward FLOPs; of an elementwise op `bwd_bytes` (2x its
@@ -50,6 +60,7 @@ struct OpCost {
   std::string name;
   OpKind kind = OpKind::kElementwise;
   int64_t m = 0, n = 0, k = 0;   // GEMM shape (kGemm; kAttention: each of its two products)
+  int64_t groups = 1;            // kGemm: a grouped GEMM of `groups` m x n x k problems (local experts)
   double flops = 0;              // forward FLOPs
   double bytes = 0;              // forward HBM traffic of memory-bound ops
   double bwd_bytes = 0;          // backward HBM traffic of memory-bound ops
@@ -57,7 +68,8 @@ struct OpCost {
   double saved_bytes = 0;        // activation bytes saved for backward
   double selective_dropped_bytes = 0;  // part of saved_bytes that selective
                                        // recompute does not keep (s^2 terms)
-  TpComm tp_comm_after = TpComm::kNone;  // collective over tp after this op
+  TpComm tp_comm_after = TpComm::kNone;  // collective after this op
+  CommGroup comm_group = CommGroup::kTp;  // over which group
   double tp_comm_bytes = 0;      // buffer size of that collective (nccl-tests "size")
 };
 
@@ -74,6 +86,9 @@ struct LayerCost {
   // its input-gradient pass B to its weight-gradient pass W: each linear
   // layer's saved input and its output gradient (32sbh for a GPT layer).
   double weight_grad_saved_bytes = 0;
+  double expert_params = 0;      // part of params held as routed experts (sharded by ep*etp, not tp)
+  bool moe = false;              // an MoE layer
+  double moe_load = 1;           // the busiest EP rank's load over the mean (moe)
 };
 
 // Bytes of HBM traffic per element to quantize one bf16 tensor to FP8 for
@@ -84,17 +99,31 @@ struct LayerCost {
 // more for its amax: 6 B; mxfp8 adds one E8M0 scale byte per 32 elements.
 double fp8_cast_bytes_per_element(Fp8Recipe recipe);
 
-// Parameters of one whole (unsharded) transformer layer.
-double layer_params(const ModelSpec& m);
+// Parameters of one whole (unsharded) transformer layer: a dense layer
+// (ffn_hidden MLP), or with `moe` an MoE layer (router, every routed expert
+// and the shared experts).
+double layer_params(const ModelSpec& m, bool moe = false);
+// Parameters a token passes through in one layer: the MoE layer's router,
+// top_k routed experts and the shared experts (the dense layer's all).
+double layer_active_params(const ModelSpec& m, bool moe);
+// Parameters of the attention block (projections, their biases and the
+// MLA latent norms) and of one MLP of width `ffn` with its biases.
+double attention_params(const ModelSpec& m);
+double mlp_params(const ModelSpec& m, int64_t ffn);
 // Parameters of the input embedding (+ learned positions) and of the output
 // layer (0 if tied), unsharded.
 double embedding_params(const ModelSpec& m);
 double output_params(const ModelSpec& m);
 double total_params(const ModelSpec& m);
+// What one token passes through (MoE: top_k of the routed experts), with
+// the embedding and output layers.
+double active_params(const ModelSpec& m);
 
-// The layer's ops and totals on one rank.  REQUIRES: tp divides heads,
-// kv_heads and ffn_hidden; cp divides seq.
-LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s);
+// The layer's ops and totals on one rank; `moe` selects the MoE block for
+// the feed-forward part (REQUIRES m.has_moe then).  REQUIRES: tp divides
+// heads, kv_heads and ffn_hidden; cp divides seq; with moe, ep divides
+// experts and etp the expert width.
+LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool moe = false);
 
 // Activation bytes one layer saves for backward per micro-batch on one rank,
 // for s.recompute: none keeps every op's saved tensors, selective drops

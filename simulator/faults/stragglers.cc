@@ -284,7 +284,7 @@ class StragglerSimulator {
       if (t.type != TaskType::kCompute || t.work_ps <= 0) continue;
       const double f = scale.empty() ? 1.0 : static_cast<double>(scale[static_cast<size_t>(id)]);
       const double work = static_cast<double>(t.work_ps) * f;
-      const double compute = work - static_cast<double>(t.tp_comm_ps);
+      const double compute = work - static_cast<double>(t.tp_comm_ps + t.ep_comm_ps);
       const TaskTime& tt = r.times[static_cast<size_t>(id)];
       busy += static_cast<double>(tt.end_ps - tt.start_ps) * std::max(0.0, compute) / work;
     }
@@ -398,7 +398,7 @@ class StragglerSimulator {
           const Task& t = g.task(id);
           if (t.work_ps <= 0) continue;
           // Stretch the compute part only: work' = (work - tp) f + tp.
-          const double work = static_cast<double>(t.work_ps), tp = static_cast<double>(t.tp_comm_ps);
+          const double work = static_cast<double>(t.work_ps), tp = static_cast<double>(t.tp_comm_ps + t.ep_comm_ps);
           scale[static_cast<size_t>(id)] = static_cast<float>(((work - tp) * f + tp) / work);
         }
       }

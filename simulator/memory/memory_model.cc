@@ -73,58 +73,90 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
   const Plan& p = layout.plan;
   LayerShape shape = layer_shape(p);
   LayerCost layer = transformer_layer_cost(model, shape);
+  LayerCost moe_layer = model.has_moe ? transformer_layer_cost(model, shape, true) : layer;
   LayerCost emb = embedding_cost(model, shape);
   LayerCost out = output_cost(model, shape);
   LayerShape no_recompute = shape;
   no_recompute.recompute = Recompute::kNone;
-  const double layer_full_saved = saved_activation_bytes(layer, model, no_recompute);
   const double tied_copy = static_cast<double>(model.vocab) * static_cast<double>(model.hidden) / p.tp;
+  // What a stage's layers hold, summed over its dense and MoE layers.
+  struct StageSums {
+    double params = 0, expert_params = 0, saved = 0, weight_kept = 0, linear = 0, full_saved = 0, largest = 0;
+  };
+  std::vector<StageSums> sums(static_cast<size_t>(p.pp));
+  const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(layout);
+  for (int i = 0; i < p.pp; ++i) {
+    StageSums& ss = sums[static_cast<size_t>(i)];
+    for (const ChunkLayers& ch : chunks[static_cast<size_t>(i)]) {
+      for (int at = ch.first; at < ch.first + ch.count; ++at) {
+        const LayerCost& c = at < model.layers && model.is_moe_layer(at) ? moe_layer : layer;
+        ss.params += c.params;
+        ss.expert_params += c.expert_params;
+        ss.saved += c.saved_bytes;
+        ss.weight_kept += c.weight_grad_saved_bytes;
+        ss.linear += c.linear_params;
+        ss.full_saved = std::max(ss.full_saved, saved_activation_bytes(c, model, no_recompute));
+        ss.largest = std::max(ss.largest, c.params - c.expert_params);
+      }
+    }
+  }
 
   MemoryReport r;
   r.capacity_bytes = static_cast<double>(cluster.gpu.memory);
   double offloaded_per_gpu_max = 0;
   // Activation bytes one micro-batch holds on stage i from F to B (M_B).
   auto stage_activation = [&](int i) {
-    double a = layout.stage_layers[static_cast<size_t>(i)] * layer.saved_bytes;
+    double a = sums[static_cast<size_t>(i)].saved;
     if (i == 0) a += emb.saved_bytes;
     if (i == p.pp - 1) a += out.saved_bytes;
     return a;
   };
   for (int i = 0; i < p.pp; ++i) {
+    const StageSums& ss = sums[static_cast<size_t>(i)];
     StageMemory st;
     st.stage = i;
     st.layers = layout.stage_layers[i];
-    double params = st.layers * layer.params;
+    double params = ss.params;
     if (i == 0) params += emb.params;
     if (i == p.pp - 1) params += out.params - (model.tied_embeddings && p.pp == 1 ? tied_copy : 0.0);
     st.params = params;
-    ModelStateBytes ms = model_state_bytes(params, p.precision, p.grad_dtype, p.zero, layout.shard_degree, p.offload);
+    st.expert_params = ss.expert_params;
+    // Dense parameters shard over the shard degree; routed experts' states
+    // over the expert data-parallel group (Megatron's distributed optimizer
+    // keeps one optimizer per parallel-state group).
+    ModelStateBytes ms = model_state_bytes(params - ss.expert_params, p.precision, p.grad_dtype, p.zero,
+                                           layout.shard_degree, p.offload);
+    ModelStateBytes me = model_state_bytes(ss.expert_params, p.precision, p.grad_dtype, p.zero,
+                                           std::max(1, layout.expert_dp), p.offload);
     MemoryBreakdown& b = st.breakdown;
-    b.weights = ms.weights;
-    b.gradients = ms.gradients;
-    b.optimizer = ms.optimizer;
+    b.weights = ms.weights + me.weights;
+    b.gradients = ms.gradients + me.gradients;
+    b.optimizer = ms.optimizer + me.optimizer;
     if (p.zero == 3) {
       // ZeRO-3 / FSDP gathers one layer's full (TP-sharded) weights and
       // prefetches the next: two layers unsharded in 16-bit.
-      double largest = std::max(layer.params, i == p.pp - 1 ? out.params : 0.0);
+      double largest = std::max(ss.largest, i == p.pp - 1 ? out.params : 0.0);
       b.weights += 2 * largest * weight_bytes(p.precision);
     }
     // Transformer Engine keeps each linear layer's weight quantized to FP8
     // beside the bf16 weight for the whole run (its FP8 workspaces; not
     // with torchao, which casts per use).
-    b.weights += st.layers * layer.linear_params * fp8_weight_cache_bytes(cluster, p);
+    b.weights += ss.linear * fp8_weight_cache_bytes(cluster, p);
     // --fp8-param-gather: the FP8 copy is the compute weight; no bf16 copy
     // of the linear layers remains (the fp32 master stays in the optimizer).
-    if (p.fp8_param_gather) b.weights -= st.layers * layer.linear_params * weight_bytes(p.precision) / (p.zero >= 3 ? layout.shard_degree : 1);
-    ModelStateBytes kept = model_state_bytes(params, p.precision, p.grad_dtype, p.zero, layout.shard_degree);
-    offloaded_per_gpu_max = std::max(offloaded_per_gpu_max, kept.total() - ms.total());
+    if (p.fp8_param_gather) b.weights -= ss.linear * weight_bytes(p.precision) / (p.zero >= 3 ? layout.shard_degree : 1);
+    ModelStateBytes kept = model_state_bytes(params - ss.expert_params, p.precision, p.grad_dtype, p.zero,
+                                             layout.shard_degree);
+    ModelStateBytes kept_e = model_state_bytes(ss.expert_params, p.precision, p.grad_dtype, p.zero,
+                                               std::max(1, layout.expert_dp));
+    offloaded_per_gpu_max = std::max(offloaded_per_gpu_max, kept.total() + kept_e.total() - ms.total() - me.total());
 
     // Activations.
     int64_t chunks = inflight_chunks(p.schedule, p.pp, layout.microbatches, p.vp, i);
     st.inflight_microbatches = chunks;
     double layer_equiv = p.schedule == Schedule::kInterleaved ? static_cast<double>(chunks) * st.layers / p.vp
                                                               : static_cast<double>(chunks) * st.layers;
-    double act = layer_equiv * layer.saved_bytes;
+    double act = st.layers > 0 ? layer_equiv * ss.saved / st.layers : 0.0;
     if (i == 0) {
       int64_t mb = p.schedule == Schedule::kInterleaved ? (chunks + p.vp - 1) / p.vp : chunks;
       act += static_cast<double>(mb) * emb.saved_bytes;
@@ -142,17 +174,17 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
       act = std::min(cap, static_cast<double>(layout.microbatches) * stage_activation(i));
       // A B pass whose W keeps more than the micro-batch held (M_W > M_B)
       // grows the rank's memory by the difference before its W frees it.
-      double held = st.layers * layer.weight_grad_saved_bytes - st.layers * layer.saved_bytes;
+      double held = ss.weight_kept - ss.saved;
       if (i == 0) held += emb.weight_grad_saved_bytes - emb.saved_bytes;
       if (i == p.pp - 1) held += out.weight_grad_saved_bytes - out.saved_bytes;
       act += std::max(0.0, held);
     }
     // Full recompute rematerialises one layer's activations during its
     // backward.
-    if (p.recompute == Recompute::kFull) act += layer_full_saved;
+    if (p.recompute == Recompute::kFull) act += ss.full_saved;
     b.activations = act;
 
-    int communicators = (p.tp > 1) + (p.pp > 1) + (p.dp > 1) + (p.cp > 1);
+    int communicators = (p.tp > 1) + (p.pp > 1) + (p.dp > 1) + (p.cp > 1) + (p.ep > 1) + (p.etp > 1 && p.etp != p.tp);
     double other = kCudaContextBytes + kCublasWorkspaceBytes + communicators * kNcclBytesPerCommunicator;
     if (p.zero >= 2 || p.dp_mode == DpMode::kAsync) other += kBucketBytes;
     other += kFragmentation * (b.weights + b.gradients + b.optimizer + b.activations + other);

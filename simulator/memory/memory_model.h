@@ -47,6 +47,7 @@ struct StageMemory {
   int stage = 0;
   int layers = 0;
   double params = 0;             // parameters on one GPU of this stage (unsharded by ZeRO)
+  double expert_params = 0;      // part of params that are routed experts (ZeRO shards them over expert_dp)
   int64_t inflight_microbatches = 0;  // layers' worth = inflight * layers (chunks for interleaved)
   MemoryBreakdown breakdown;     // bytes per GPU
 };

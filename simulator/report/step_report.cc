@@ -125,7 +125,7 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
                   step.ranks[i].cp, step.ranks[i].tp, step.ranks[i].node);
     out << buf;
     first = false;
-    const char* threads[] = {"compute", "pp comm", "dp comm", "tp/cp comm (within layer ops)"};
+    const char* threads[] = {"compute", "pp comm", "dp comm", "tp/cp/ep comm (within layer ops)"};
     for (int t = 0; t < 4; ++t) {
       std::snprintf(buf, sizeof buf,
                     ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
@@ -171,12 +171,12 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
                     compute_name(t, plan).c_str(), to_string(t.category), pid, kComputeT, us(tt.start_ps),
                     us(tt.end_ps - tt.start_ps), to_string(t.label), t.microbatch, t.chunk, t.layer, t.layer_count);
       out << buf;
-      if (t.tp_comm_ps > 0 && t.work_ps > 0) {
+      if (t.tp_comm_ps + t.ep_comm_ps > 0 && t.work_ps > 0) {
         // Its share of the task, placed at the task's end (it is
         // interleaved with the layer's GEMMs in reality).
-        const int64_t dur = (tt.end_ps - tt.start_ps) * t.tp_comm_ps / t.work_ps;
+        const int64_t dur = (tt.end_ps - tt.start_ps) * (t.tp_comm_ps + t.ep_comm_ps) / t.work_ps;
         std::snprintf(buf, sizeof buf,
-                      ",\n{\"ph\":\"X\",\"name\":\"tp/cp collectives of %s\",\"cat\":\"tp_comm\",\"pid\":%d,\"tid\":%d,"
+                      ",\n{\"ph\":\"X\",\"name\":\"tp/cp/ep collectives of %s\",\"cat\":\"tp_comm\",\"pid\":%d,\"tid\":%d,"
                       "\"ts\":%.3f,\"dur\":%.3f}",
                       compute_name(t, plan).c_str(), pid, kTpT, us(tt.end_ps - dur), us(dur));
         out << buf;
@@ -259,6 +259,8 @@ StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, con
   rep.tasks = step.graph.size();
   rep.simulated_ranks = static_cast<int>(step.ranks.size());
   rep.layer = step.layer;
+  rep.moe_layer = step.moe_layer;
+  rep.moe_load = step.moe_load;
   const Plan& p = layout.plan;
   const TaskGraph& g = step.graph;
   std::vector<int64_t> last_dp_end(step.ranks.size(), 0);
@@ -326,8 +328,10 @@ StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, con
         b.optimizer += busy;
       } else {
         const double tp = t.work_ps > 0 ? busy * static_cast<double>(t.tp_comm_ps) / static_cast<double>(t.work_ps) : 0;
+        const double ep = t.work_ps > 0 ? busy * static_cast<double>(t.ep_comm_ps) / static_cast<double>(t.work_ps) : 0;
         b.tp_comm += tp;
-        b.compute += busy - tp;
+        b.ep_comm += ep;
+        b.compute += busy - tp - ep;
       }
       prev_end = tt.end_ps;
     }
@@ -341,6 +345,7 @@ StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, con
     }
     sum.compute += b.compute;
     sum.tp_comm += b.tp_comm;
+    sum.ep_comm += b.ep_comm;
     sum.pp_comm += b.pp_comm;
     sum.dp_comm += b.dp_comm;
     sum.bubble += b.bubble;
@@ -349,9 +354,10 @@ StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, con
   // Async runs several iterations: scale the run's split to one step.
   const double n = static_cast<double>(step.ranks.size()) * (static_cast<double>(period) * 1e-12 / rep.step_time_s);
   rep.breakdown = TimeBreakdown{sum.compute / n, sum.tp_comm / n, sum.pp_comm / n, sum.dp_comm / n, sum.bubble / n,
-                                sum.optimizer / n};
+                                sum.optimizer / n, sum.ep_comm / n};
   rep.bubble_fraction = rep.breakdown.bubble / rep.step_time_s;
-  rep.exposed_comm_fraction = (rep.breakdown.tp_comm + rep.breakdown.pp_comm + rep.breakdown.dp_comm) / rep.step_time_s;
+  rep.exposed_comm_fraction =
+      (rep.breakdown.tp_comm + rep.breakdown.pp_comm + rep.breakdown.dp_comm + rep.breakdown.ep_comm) / rep.step_time_s;
 
   // Memory: simulated peak per stage against the closed form.
   MemoryReport mem = estimate_memory(model, cluster, layout);

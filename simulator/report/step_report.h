@@ -34,7 +34,8 @@ struct SimulateOptions {
 
 struct TimeBreakdown {  // seconds, averaged over ranks
   double compute = 0, tp_comm = 0, pp_comm = 0, dp_comm = 0, bubble = 0, optimizer = 0;
-  double total() const { return compute + tp_comm + pp_comm + dp_comm + bubble + optimizer; }
+  double ep_comm = 0;  // MoE token all-to-all (dispatch, combine) and expert-TP collectives
+  double total() const { return compute + tp_comm + pp_comm + dp_comm + bubble + optimizer + ep_comm; }
 };
 
 struct StageResult {
@@ -64,6 +65,8 @@ struct StepReport {
   TimeBreakdown breakdown;
   std::vector<StageResult> stages;
   LayerTimes layer;
+  LayerTimes moe_layer;   // MoE models: an MoE layer's times
+  double moe_load = 1;    // MoE: the busiest expert-parallel rank's token load over the mean
   int simulated_ranks = 0;
   int64_t tasks = 0;
   uint64_t events = 0;

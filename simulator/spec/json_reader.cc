@@ -245,6 +245,12 @@ JsonObject::JsonObject(const nlohmann::json& value, std::string where, std::stri
 
 bool JsonObject::has(const std::string& key) const { return value_->contains(key); }
 
+bool JsonObject::is_null(const std::string& key) {
+  if (!has(key) || !value_->at(key).is_null()) return false;
+  read_.insert(key);
+  return true;
+}
+
 std::string JsonObject::pointer(const std::string& key) const { return pointer_ + "/" + pointer_token(key); }
 
 const nlohmann::json& JsonObject::at(const std::string& key) {

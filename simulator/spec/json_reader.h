@@ -48,6 +48,8 @@ class JsonObject {
   JsonObject(const nlohmann::json& value, std::string where, std::string pointer);
 
   bool has(const std::string& key) const;
+  // True when the key is present with the value null (marks it read).
+  bool is_null(const std::string& key);
   // Required/optional readers; each throws InputError naming where/pointer/key
   // on a missing key (required only), a wrong type or a value out of range.
   // Integers must be written as integers (no fraction or exponent) and lie

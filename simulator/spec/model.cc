@@ -29,17 +29,73 @@ ModelSpec parse_model(const std::string& json_text, const std::string& where) {
   auto pe = o.optional_choice("position_embedding", {"learned", "rope", "alibi"});
   m.position_embedding = pe ? static_cast<PositionEmbedding>(*pe)
                             : (m.mlp == MlpKind::kGelu ? PositionEmbedding::kLearned : PositionEmbedding::kRope);
+  m.head_dim_given = o.optional_integer("head_dim", 1, kMaxHidden).value_or(0);
+  auto attention = o.optional_choice("attention", {"mha", "gqa", "mla"});
+  m.attention = attention && *attention == 2 ? AttentionKind::kMla : AttentionKind::kMha;
+  const std::vector<std::string> mla_keys = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                             "v_head_dim"};
+  if (m.attention == AttentionKind::kMla) {
+    m.mla.q_lora_rank = o.optional_integer("q_lora_rank", 0, kMaxHidden).value_or(0);
+    m.mla.kv_lora_rank = o.integer("kv_lora_rank", 1, kMaxHidden);
+    m.mla.qk_nope_head_dim = o.integer("qk_nope_head_dim", 1, kMaxHidden);
+    m.mla.qk_rope_head_dim = o.integer("qk_rope_head_dim", 1, kMaxHidden);
+    m.mla.v_head_dim = o.integer("v_head_dim", 1, kMaxHidden);
+    if (m.head_dim_given > 0) {
+      throw_input_error(where, "/head_dim", "is not used with \"attention\": \"mla\"",
+                        "MLA heads are qk_nope_head_dim + qk_rope_head_dim wide (keys) and v_head_dim (values)");
+    }
+  } else {
+    for (const std::string& k : mla_keys) {
+      if (o.has(k)) {
+        throw_input_error(where, "/" + k, "is a multi-head latent attention dimension",
+                          "set \"attention\": \"mla\" to use it, or remove it");
+      }
+    }
+  }
+  if (auto moe = o.optional_object("moe")) {
+    m.has_moe = true;
+    MoeSpec& e = m.moe;
+    e.experts = moe->integer("experts", 1, kMaxExperts);
+    e.top_k = moe->integer("top_k", 1, kMaxExperts);
+    e.expert_ffn_hidden = moe->integer("expert_ffn_hidden", 1, 4 * kMaxHidden);
+    e.shared_experts = moe->optional_integer("shared_experts", 0, kMaxExperts).value_or(0);
+    e.shared_ffn_hidden = moe->optional_integer("shared_ffn_hidden", 1, 4 * kMaxHidden).value_or(e.expert_ffn_hidden);
+    e.dense_layers = moe->optional_integer("dense_layers", 0, m.layers - 1).value_or(0);
+    e.layer_freq = moe->optional_integer("layer_freq", 1, m.layers).value_or(1);
+    if (!moe->is_null("capacity_factor")) {
+      e.capacity_factor = moe->optional_number_in("capacity_factor", 1.0 / 1024, 1024).value_or(0);
+    }
+    auto router = moe->optional_choice("router", {"softmax", "sigmoid"});
+    e.router = router && *router == 1 ? RouterScore::kSigmoid : RouterScore::kSoftmax;
+    auto balance = moe->optional_choice("load_balancing", {"aux_loss", "aux_free"});
+    e.load_balancing = balance && *balance == 1 ? LoadBalancing::kAuxFree : LoadBalancing::kAuxLoss;
+    moe->finish();
+    if (e.top_k > e.experts) {
+      throw_input_error(where, "/moe/top_k", "top_k=" + std::to_string(e.top_k) + " exceeds experts=" +
+                        std::to_string(e.experts), "a token is routed to at most every expert");
+    }
+  }
   m.source = o.optional_string("source").value_or("");
   o.finish();
-  if (m.hidden % m.heads != 0) {
+  if (m.attention == AttentionKind::kMla && m.kv_heads != m.heads) {
+    throw_input_error(where, "/kv_heads", "kv_heads=" + std::to_string(m.kv_heads) + " with multi-head latent attention",
+                      "MLA gives every head its own key and value (kv_heads = heads, or leave it out)");
+  }
+  if (m.head_dim_given == 0 && m.attention == AttentionKind::kMha && m.hidden % m.heads != 0) {
     throw_input_error(where, "/heads", "heads=" + std::to_string(m.heads) + " does not divide hidden=" +
-                      std::to_string(m.hidden), "hidden must be a multiple of heads");
+                      std::to_string(m.hidden), "hidden must be a multiple of heads, or give head_dim");
   }
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0) {
     throw_input_error(where, "/kv_heads", "kv_heads=" + std::to_string(m.kv_heads) + " does not divide heads=" +
                       std::to_string(m.heads), "kv_heads must divide heads");
   }
   return m;
+}
+
+int64_t ModelSpec::moe_layer_count() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < layers; ++i) n += is_moe_layer(i) ? 1 : 0;
+  return n;
 }
 
 ModelSpec load_model(const std::string& name_or_path, const std::string& where, const std::string& pointer) {

@@ -1,7 +1,8 @@
 // The shape of a transformer model, as read from models/*.json.
 //
 // Invariants after load_model(): every count is > 0, heads % kv_heads == 0,
-// hidden % heads == 0.  Defaults: kv_heads = heads, ffn_hidden = 4*hidden,
+// hidden % heads == 0 unless head_dim is given.  Defaults: kv_heads = heads,
+// head_dim = hidden/heads, ffn_hidden = 4*hidden,
 // bias = (mlp == gelu), position_embedding = learned for gelu models and rope
 // for swiglu models (GPT/BLOOM-style vs Llama-style), norm follows bias
 // (layernorm with bias, rmsnorm without).
@@ -25,6 +26,47 @@ constexpr int64_t kMaxSeqLen = 1 << 24;
 
 enum class MlpKind { kGelu, kSwiglu };
 enum class PositionEmbedding { kLearned, kRope, kAlibi };
+// Multi-head (incl. grouped-query) attention, or DeepSeek's multi-head latent
+// attention (DeepSeek-V2, arXiv:2405.04434, Sec. 2.1): queries and keys/values
+// go through low-rank latent projections; each head's query and key are a
+// non-positional part plus a shared rotary part.
+enum class AttentionKind { kMha, kMla };
+enum class RouterScore { kSoftmax, kSigmoid };
+enum class LoadBalancing { kAuxLoss, kAuxFree };
+
+// The largest expert count and top-k a model file may give (docs/input-limits.md;
+// the largest published MoE models route over 256 experts, top-8).
+constexpr int64_t kMaxExperts = 1 << 14;
+
+// Multi-head latent attention dimensions (DeepSeek-V3 config.json names).
+// q_lora_rank 0: queries are projected directly (DeepSeek-V2-Lite).
+struct MlaSpec {
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+};
+
+// A Mixture-of-Experts feed-forward block (Shazeer et al. 2017; GShard;
+// Switch; Mixtral; DeepSeekMoE).  Each MoE layer routes every token to
+// top_k of `experts` SwiGLU/GeLU experts of width expert_ffn_hidden, plus
+// `shared_experts` experts every token passes through.  The first
+// `dense_layers` layers keep the dense MLP (ffn_hidden); after them every
+// layer_freq-th layer is an MoE layer, counting from the first one after
+// them (Megatron's --moe-layer-freq N marks layer i when i % N == 0).
+struct MoeSpec {
+  int64_t experts = 0;
+  int64_t top_k = 0;
+  int64_t expert_ffn_hidden = 0;
+  int64_t shared_experts = 0;
+  int64_t shared_ffn_hidden = 0;  // per shared expert (default expert_ffn_hidden)
+  int64_t dense_layers = 0;
+  int64_t layer_freq = 1;
+  double capacity_factor = 0;     // 0: dropless
+  RouterScore router = RouterScore::kSoftmax;
+  LoadBalancing load_balancing = LoadBalancing::kAuxLoss;
+};
 
 struct ModelSpec {
   std::string name;
@@ -40,9 +82,24 @@ struct ModelSpec {
   bool dropout = true;  // whether dropout masks are saved for backward
   bool bias = true;     // linear layers and norms carry biases
   PositionEmbedding position_embedding = PositionEmbedding::kLearned;
+  int64_t head_dim_given = 0;  // 0: hidden / heads
+  AttentionKind attention = AttentionKind::kMha;
+  MlaSpec mla;                 // attention == kMla
+  bool has_moe = false;
+  MoeSpec moe;                 // has_moe
   std::string source;   // where the figures come from
 
-  int64_t head_dim() const { return hidden / heads; }
+  int64_t head_dim() const { return head_dim_given > 0 ? head_dim_given : hidden / heads; }
+  // Width of the attention output (the out projection's input): heads *
+  // head_dim, or heads * v_head_dim with MLA.
+  int64_t attention_width() const {
+    return heads * (attention == AttentionKind::kMla ? mla.v_head_dim : head_dim());
+  }
+  // Whether transformer layer `layer` (0-based) has an MoE block.
+  bool is_moe_layer(int64_t layer) const {
+    return has_moe && layer >= moe.dense_layers && (layer - moe.dense_layers) % moe.layer_freq == 0;
+  }
+  int64_t moe_layer_count() const;
 };
 
 // Parses and validates a model JSON document.  `where` names the file in

@@ -167,6 +167,25 @@ std::vector<int> balance_stage_layers(int64_t layers, int pp) {
   return even;
 }
 
+std::vector<std::vector<ChunkLayers>> chunk_layers(const Layout& layout) {
+  const Plan& p = layout.plan;
+  const int v = p.schedule == Schedule::kInterleaved ? std::max(1, p.vp) : 1;
+  std::vector<std::vector<ChunkLayers>> out(static_cast<size_t>(p.pp), std::vector<ChunkLayers>(static_cast<size_t>(v)));
+  for (int s = 0; s < p.pp; ++s) {
+    const int n = layout.stage_layers[static_cast<size_t>(s)];
+    for (int c = 0; c < v; ++c) out[static_cast<size_t>(s)][static_cast<size_t>(c)].count = n / v + (c >= v - n % v ? 1 : 0);
+  }
+  int at = 0;
+  for (int c = 0; c < v; ++c) {
+    for (int s = 0; s < p.pp; ++s) {
+      ChunkLayers& ch = out[static_cast<size_t>(s)][static_cast<size_t>(c)];
+      ch.first = at;
+      at += ch.count;
+    }
+  }
+  return out;
+}
+
 namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
@@ -191,6 +210,48 @@ void check_gpu_count(const ClusterSpec& cluster, int64_t gpus, const std::string
                       "use whole nodes, or fewer GPUs than one node");
   }
 }
+
+namespace {
+
+// Expert parallelism (Megatron-Core parallel folding, megatron/core/
+// parallel_state.py): per pipeline stage the tp*cp*dp ranks are re-mapped
+// as etp x ep x edp for the MoE blocks, so ep*etp must divide tp*cp*dp;
+// experts split whole over ep, each expert's width over etp.
+template <typename Fail>
+void resolve_experts(const ModelSpec& model, Layout* L, Fail fail) {
+  Plan& p = L->plan;
+  if (p.etp == 0) p.etp = model.has_moe ? p.tp : 1;
+  if (!model.has_moe) {
+    if (p.ep != 1) fail("ep=" + str(p.ep) + " needs a Mixture-of-Experts model; " + model.name + " has no \"moe\" block");
+    if (p.etp != 1) fail("etp=" + str(p.etp) + " needs a Mixture-of-Experts model; " + model.name + " has no \"moe\" block");
+    p.ep = 1;
+    p.etp = 1;
+    if (p.moe_imbalance != 0) fail("moe imbalance needs a Mixture-of-Experts model");
+    return;
+  }
+  const MoeSpec& e = model.moe;
+  if (p.ep < 1 || e.experts % p.ep != 0) fail("ep=" + str(p.ep) + " does not divide experts=" + str(e.experts));
+  if (p.etp < 1 || e.expert_ffn_hidden % p.etp != 0)
+    fail("etp=" + str(p.etp) + " does not divide expert_ffn_hidden=" + str(e.expert_ffn_hidden));
+  const int64_t block = int64_t{p.ep} * std::max(1, p.etp);
+  const int64_t world = int64_t{p.tp} * p.cp * p.dp;
+  if (block < 1 || world % block != 0) {
+    fail("ep*etp = " + str(block) + " does not divide tp*cp*dp = " + str(world) +
+         " (the experts re-map the ranks of a pipeline stage)");
+    L->expert_dp = 1;
+  } else {
+    L->expert_dp = static_cast<int>(world / block);
+  }
+  // Megatron validate_args: "When using MoE and tensor parallelism, sequence
+  // parallelism must be used" -- an MoE plan with tp > 1 runs SP.
+  if (p.tp > 1) p.sp = true;
+  if (p.zero == 3) fail("ZeRO-3 / FSDP of expert weights is not modelled (use zero 0, 1 or 2 with MoE)");
+  if (p.shard_group != 0) fail("a shard group with MoE is not modelled");
+  if (p.dp_mode == DpMode::kAsync) fail("async data parallel with MoE is not modelled");
+  if (p.moe_imbalance != 0 && p.moe_imbalance < 1) fail("moe imbalance is the busiest rank's load over the mean, >= 1");
+}
+
+}  // namespace
 
 Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus, const Plan& plan) {
   TRAINPLAN_CHECK(gpus >= 1 && (gpus <= cluster.gpus_per_node || gpus % cluster.gpus_per_node == 0),
@@ -226,11 +287,16 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     fail("tp*pp*dp*cp = " + str(mp * p.dp) + " but the cluster has " + str(L.gpus) + " GPUs");
   }
   if (p.gbs == 0) p.gbs = p.mbs * p.dp;
+  resolve_experts(model, &L, fail);
 
   if (model.heads % p.tp != 0) fail("tp=" + str(p.tp) + " does not divide heads=" + str(model.heads));
   else if (model.kv_heads % p.tp != 0)
     fail("tp=" + str(p.tp) + " does not divide kv_heads=" + str(model.kv_heads));
   if (model.ffn_hidden % p.tp != 0) fail("tp=" + str(p.tp) + " does not divide ffn_hidden=" + str(model.ffn_hidden));
+  if (model.has_moe && (model.moe.shared_experts * model.moe.shared_ffn_hidden) % p.tp != 0)
+    fail("tp=" + str(p.tp) + " does not divide the shared experts' width " +
+         str(model.moe.shared_experts * model.moe.shared_ffn_hidden));
+
   if (model.vocab % p.tp != 0) fail("tp=" + str(p.tp) + " does not divide vocab=" + str(model.vocab));
   if (p.sp && p.seq % p.tp != 0) fail("sequence parallel needs tp=" + str(p.tp) + " to divide seq=" + str(p.seq));
   if (p.cp > 1 && p.seq % (2 * p.cp) != 0)

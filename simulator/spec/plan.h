@@ -93,6 +93,15 @@ struct Plan {
   int ps_servers = 0;         // async DP: parameter servers (0 = one per node)
   std::vector<int> stage_layers;  // explicit transformer layers per stage
   Framework framework = Framework::kGeneric;
+  // Mixture-of-Experts (models with a "moe" block): expert parallel and
+  // expert tensor parallel degrees (Megatron-Core's parallel folding: the
+  // experts' ep x etp x edp grid re-maps the tp x cp x dp ranks of a
+  // pipeline stage); etp 0 derives tp, Megatron's default.
+  int ep = 1;
+  int etp = 0;
+  // The busiest expert-parallel rank's token load over the mean, as
+  // measured (>= 1); 0 derives it from uniform routing (cost/moe_routing.h).
+  double moe_imbalance = 0;
 };
 
 // A plan placed on a cluster of `nodes` nodes, with every derived value.
@@ -102,6 +111,7 @@ struct Layout {
   int gpus = 0;
   int64_t microbatches = 0;   // per pipeline per step: gbs / (mbs*dp)
   int shard_degree = 1;       // ranks one copy of sharded state is spread over
+  int expert_dp = 1;          // MoE: expert data parallel, tp*cp*dp / (ep*etp); ZeRO shards expert states over it
   std::vector<int> stage_layers;  // transformer layers per pipeline stage
   bool feasible = true;
   std::vector<std::string> reasons;  // why not, when !feasible
@@ -137,6 +147,18 @@ int gpus_of_nodes(const ClusterSpec& cluster, int64_t nodes);
 // 126 layers over 16 stages give 7, 8 x 14, 7), the remainder going to the
 // middle stages first.  Returns an empty vector if some stage would get none.
 std::vector<int> balance_stage_layers(int64_t layers, int pp);
+
+// The layers of one model chunk of a pipeline stage: global indices
+// [first, first + count).
+struct ChunkLayers {
+  int first = 0;
+  int count = 0;
+};
+// [stage][chunk] for a resolved layout: one chunk per stage, or vp with the
+// interleaved schedule; a stage's chunks differ by at most one layer (the
+// later ones take the extra) and the layers go to virtual stages in order
+// (virtual stage chunk*pp + stage), as Megatron assigns them.
+std::vector<std::vector<ChunkLayers>> chunk_layers(const Layout& layout);
 
 // "fp8" for a plan with FP8 GEMMs, else to_string(plan.precision).
 std::string precision_name(const Plan& plan);

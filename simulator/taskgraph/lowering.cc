@@ -29,7 +29,8 @@ constexpr double kCpuAdamParamsPerSPerNode = 1e9;
 constexpr int kAsyncIterations = 16;
 
 struct Chunk {
-  int first_layer = 0;
+  int first_layer = 0;   // within the stage
+  int global_first = 0;  // global index of its first layer
   int layers = 0;
   bool embedding = false;
   bool output = false;
@@ -44,6 +45,7 @@ struct Entry {
   int layer = -1;           // -1: whole chunk
   bool last_backward = false;  // last backward of its chunk (gradients final)
   double grad_params = 0;   // parameters whose gradients this task finalises
+  double grad_expert_params = 0;  // of them, routed experts (reduced over the expert data-parallel group)
   double gather_params = 0; // ZeRO-3: parameters to gather before it
 };
 
@@ -80,15 +82,25 @@ class Lowerer {
     emb_ = sc_.embedding;
     outc_ = sc_.output;
     out_.layer = sc_.layer_times;
+    if (sc_.has_moe) {
+      out_.moe_layer = sc_.moe_layer_times;
+      out_.moe_load = sc_.moe_layer.moe_load;
+    }
     out_.comm_slowdown = sc_.comm_slowdown;
     layer_grad_bytes_ = grad_bytes(p_.precision, p_.grad_dtype);
     {
       // The largest parameter tensor of a layer on this TP rank: the fused
-      // QKV weight or an MLP weight (SwiGLU: fused gate+up).
+      // QKV weight or an MLP weight (SwiGLU: fused gate+up); of an MoE
+      // layer's experts, one expert's fused FC1 (one tensor per expert).
       const double h = static_cast<double>(m_.hidden);
+      const double qd = static_cast<double>(m_.heads * m_.head_dim());
       const double kvd = static_cast<double>(m_.kv_heads * m_.head_dim());
       const double f = static_cast<double>(m_.ffn_hidden);
-      largest_tensor_params_ = std::max(h * (h + 2 * kvd), h * f * (m_.mlp == MlpKind::kSwiglu ? 2 : 1)) / p_.tp;
+      const double glu = m_.mlp == MlpKind::kSwiglu ? 2 : 1;
+      largest_tensor_params_ = std::max(h * (qd + 2 * kvd), h * f * glu) / p_.tp;
+      if (m_.has_moe) {
+        largest_expert_tensor_params_ = h * static_cast<double>(m_.moe.expert_ffn_hidden) * glu / p_.etp;
+      }
     }
     emb_f_ = sc_.embedding_forward_ps;
     emb_b_ = sc_.embedding_backward_ps;
@@ -129,7 +141,11 @@ class Lowerer {
       out_.static_bytes.push_back(static_cast<int64_t>(b.weights + b.gradients + b.optimizer + b.other));
     }
     stage_params_.clear();
-    for (const StageMemory& st : mem.stages) stage_params_.push_back(st.params);
+    stage_expert_params_.clear();
+    for (const StageMemory& st : mem.stages) {
+      stage_params_.push_back(st.params);
+      stage_expert_params_.push_back(st.expert_params);
+    }
   }
 
   int sim_index(int pp, int dp, int cp, int tp) const {
@@ -154,21 +170,15 @@ class Lowerer {
     const int v = p_.schedule == Schedule::kInterleaved ? p_.vp : 1;
     v_ = v;
     split_ = zero_bubble(p_.schedule);
-    Feasibility f = check_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v);
-    TRAINPLAN_CHECK(f.ok, "infeasible pipeline schedule reached lowering: " + f.reason);
-    if (split_) {
-      schedule_ = build_zero_bubble_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), stage_op_times());
-    } else {
-      schedule_ = build_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v);
-    }
     chunks_.assign(static_cast<size_t>(p_.pp), {});
+    const std::vector<std::vector<ChunkLayers>> layers_of = chunk_layers(L_);
     for (int s = 0; s < p_.pp; ++s) {
-      const int n = L_.stage_layers[static_cast<size_t>(s)];
       int first = 0;
       for (int c = 0; c < v; ++c) {
         Chunk ch;
         // Chunks differ by at most one layer; the later chunks take the extra.
-        ch.layers = n / v + (c >= v - n % v ? 1 : 0);
+        ch.layers = layers_of[static_cast<size_t>(s)][static_cast<size_t>(c)].count;
+        ch.global_first = layers_of[static_cast<size_t>(s)][static_cast<size_t>(c)].first;
         ch.first_layer = first;
         first += ch.layers;
         ch.embedding = s == 0 && c == 0;
@@ -176,9 +186,15 @@ class Lowerer {
         chunks_[static_cast<size_t>(s)].push_back(ch);
       }
     }
+    Feasibility f = check_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v);
+    TRAINPLAN_CHECK(f.ok, "infeasible pipeline schedule reached lowering: " + f.reason);
+    if (split_) {
+      schedule_ = build_zero_bubble_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), stage_op_times());
+    } else {
+      schedule_ = build_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v);
+    }
     // Program entries per stage (identical for every rank of a stage).
     entries_.assign(static_cast<size_t>(p_.pp), {});
-    const double layer_params = layer_.params;
     for (int s = 0; s < p_.pp; ++s) {
       const auto& ops = schedule_[static_cast<size_t>(s)];
       // The pass that finalises a chunk's gradients: W where the backward is
@@ -202,7 +218,13 @@ class Lowerer {
           e.mb = op.microbatch;
           e.chunk = op.chunk;
           e.last_backward = last;
-          if (last) e.grad_params = ch.layers * layer_params + extra_params(ch);
+          if (last) {
+            for (int i = 0; i < ch.layers; ++i) {
+              e.grad_params += sc_.cost_of(ch.global_first + i).params;
+              e.grad_expert_params += sc_.cost_of(ch.global_first + i).expert_params;
+            }
+            e.grad_params += extra_params(ch);
+          }
           entries_[static_cast<size_t>(s)].push_back(e);
           continue;
         }
@@ -215,10 +237,13 @@ class Lowerer {
           e.chunk = op.chunk;
           e.layer = layer;
           e.last_backward = last;
-          double params = layer_params;
+          double params = sc_.cost_of(ch.global_first + layer).params;
           if (ch.embedding && layer == 0) params += emb_.params;
           if (ch.output && layer == ch.layers - 1) params += outc_.params;
-          if (finalizes(op.kind)) e.grad_params = params;
+          if (finalizes(op.kind)) {
+            e.grad_params = params;
+            e.grad_expert_params = sc_.cost_of(ch.global_first + layer).expert_params;
+          }
           if (p_.zero == 3) e.gather_params = params;
           entries_[static_cast<size_t>(s)].push_back(e);
         }
@@ -230,10 +255,18 @@ class Lowerer {
   // zero-bubble scheduler orders the passes by (one chunk per rank).
   StageOpTimes stage_op_times() {
     StageOpTimes t;
-    const LayerTimes& lt = out_.layer;
     for (int s = 0; s < p_.pp; ++s) {
-      const int64_t n = L_.stage_layers[static_cast<size_t>(s)];
-      int64_t f = n * lt.forward_ps, b = n * (lt.backward_ps - lt.weight_grad_ps), w = n * lt.weight_grad_ps;
+      const Chunk& ch = chunks_[static_cast<size_t>(s)][0];  // zero bubble: one chunk per rank
+      int64_t f = 0, b = 0, w = 0;
+      double held = 0, kept = 0;
+      for (int i = ch.global_first; i < ch.global_first + ch.layers; ++i) {
+        const LayerTimes& lt = sc_.times_of(i);
+        f += lt.forward_ps;
+        b += lt.backward_ps - lt.weight_grad_ps;
+        w += lt.weight_grad_ps;
+        held += sc_.cost_of(i).saved_bytes;
+        kept += sc_.cost_of(i).weight_grad_saved_bytes;
+      }
       if (s == 0) {
         f += emb_f_;
         b += emb_b_ - sc_.embedding_weight_grad_ps;
@@ -245,8 +278,6 @@ class Lowerer {
         w += sc_.output_weight_grad_ps;
       }
       // What a micro-batch holds from F to B and from B to W on this stage.
-      double held = static_cast<double>(n) * layer_.saved_bytes;
-      double kept = static_cast<double>(n) * layer_.weight_grad_saved_bytes;
       if (s == 0) {
         held += emb_.saved_bytes;
         kept += emb_.weight_grad_saved_bytes;
@@ -274,13 +305,10 @@ class Lowerer {
 
   void build_compute() {
     TaskGraph& g = out_.graph;
-    const double saved_layer = layer_.saved_bytes;
     LayerShape no_rc = shape_;
     no_rc.recompute = Recompute::kNone;
-    const double full_layer = saved_activation_bytes(layer_, m_, no_rc);
     const bool full = p_.recompute == Recompute::kFull;
     op_index_.assign(out_.ranks.size(), {});
-    const LayerTimes& lt = out_.layer;
     for (size_t r = 0; r < out_.ranks.size(); ++r) {
       const int s = out_.ranks[r].pp;
       const auto& entries = entries_[static_cast<size_t>(s)];
@@ -295,15 +323,25 @@ class Lowerer {
         const int count = e.layer < 0 ? ch.layers : 1;
         const bool with_emb = ch.embedding && first == 0;
         const bool with_out = ch.output && first + count == ch.layers;
+        // The entry's layers, dense or MoE, summed.
+        int64_t layer_wgrad = 0, work = 0, tp = 0, ep = 0;
+        double alloc = 0, kept = 0, full_layer = 0;
+        for (int i = ch.global_first + first; i < ch.global_first + first + count; ++i) {
+          const LayerTimes& lt = sc_.times_of(i);
+          const LayerCost& lc = sc_.cost_of(i);
+          layer_wgrad += lt.weight_grad_ps;
+          work += is_b ? lt.backward_ps : lt.forward_ps;
+          tp += is_b ? lt.tp_comm_backward_ps : lt.tp_comm_forward_ps;
+          ep += is_b ? lt.ep_comm_backward_ps : lt.ep_comm_forward_ps;
+          alloc += lc.saved_bytes;
+          kept += lc.weight_grad_saved_bytes;  // M_W, zero bubble
+          if (full) full_layer = std::max(full_layer, saved_activation_bytes(lc, m_, no_rc));
+        }
         // Where W passes exist (zero bubble), B is the backward without the
         // weight-gradient GEMMs and W is those GEMMs alone (no TP comm).
-        const int64_t wgrad = split_ ? count * lt.weight_grad_ps + (with_emb ? sc_.embedding_weight_grad_ps : 0) +
+        const int64_t wgrad = split_ ? layer_wgrad + (with_emb ? sc_.embedding_weight_grad_ps : 0) +
                                            (with_out ? sc_.output_weight_grad_ps : 0)
                                      : 0;
-        int64_t work = count * (is_b ? lt.backward_ps : lt.forward_ps);
-        int64_t tp = count * (is_b ? lt.tp_comm_backward_ps : lt.tp_comm_forward_ps);
-        double alloc = count * saved_layer;
-        double kept = count * layer_.weight_grad_saved_bytes;  // M_W, zero bubble
         if (with_emb) {
           work += is_b ? emb_b_ : emb_f_;
           tp += is_b ? emb_tp_b_ : emb_tp_f_;
@@ -320,11 +358,13 @@ class Lowerer {
         if (is_w) {
           work = wgrad;
           tp = 0;
+          ep = 0;
         }
         const TaskLabel label = is_w ? TaskLabel::kWeightGrad : is_b ? TaskLabel::kBackward : TaskLabel::kForward;
         int32_t id = g.add_compute(static_cast<int32_t>(r), std::max<int64_t>(0, work), Category::kCompute, label);
         Task& t = g.task(id);
         t.tp_comm_ps = tp;
+        t.ep_comm_ps = ep;
         t.microbatch = e.mb;
         t.chunk = static_cast<int16_t>(e.chunk);
         t.layer = static_cast<int16_t>(e.layer);
@@ -351,7 +391,7 @@ class Lowerer {
       }
       // The optimizer step ends the program.
       const double params = stage_params_[static_cast<size_t>(s)];
-      const int64_t opt_ps = optimizer_ps(c_, L_, params);
+      const int64_t opt_ps = optimizer_ps(c_, L_, params, stage_expert_params_[static_cast<size_t>(s)]);
       int32_t opt = g.add_compute(static_cast<int32_t>(r), opt_ps, Category::kOptimizer, TaskLabel::kOptimizer);
       optimizer_task_.push_back(opt);
     }
@@ -593,9 +633,10 @@ class Lowerer {
     return group_placement(size, per_node, c_);
   }
 
+  // `stride`: global ranks between consecutive members (0: tp, a DP group).
   int32_t add_group_comm(int32_t channel, Collective kind, TaskLabel label, double bytes, int size,
-                         const std::vector<int32_t>& members, int stride_in_dp = 1) {
-    GroupPlacement gp = dp_placement(size, p_.tp * stride_in_dp);
+                         const std::vector<int32_t>& members, int stride = 0) {
+    GroupPlacement gp = dp_placement(size, stride > 0 ? stride : p_.tp);
     CollectiveCost cost = collective_cost(kind, static_cast<Bytes>(std::max(1.0, bytes)), gp, lp_);
     std::vector<FlowLink> links;
     for (int32_t mr : members) {
@@ -611,11 +652,38 @@ class Lowerer {
   }
 
   void build_dp() {
-    const int world_dp = p_.dp * p_.cp;
-    if (world_dp <= 1 || p_.dp_mode != DpMode::kSync) return;
+    if (p_.dp_mode != DpMode::kSync) return;
+    build_dp_groups(false);
+    // MoE: the routed experts' gradients are reduced over the expert
+    // data-parallel group (tp*cp*dp / (ep*etp) ranks, ep*etp apart).
+    if (m_.has_moe && L_.expert_dp > 1) build_dp_groups(true);
+  }
+
+  // Members (simulated ranks) of the expert data-parallel group of `leader`:
+  // the ranks of its stage whose index within the stage is congruent modulo
+  // ep*etp (Megatron's expert rank order tp-ep-dp-pp).
+  std::vector<int32_t> expert_group_members(const RankCoord& leader) const {
+    if (opt_.representative) return {static_cast<int32_t>(sim_index(leader.pp, 0, 0, 0))};
+    const int block = p_.ep * p_.etp;
+    const int local = leader.tp + p_.tp * (leader.cp + p_.cp * leader.dp);
+    std::vector<int32_t> members;
+    for (int k = 0; k < L_.expert_dp; ++k) {
+      const int g = local % block + k * block;
+      members.push_back(sim_index(leader.pp, g / (p_.tp * p_.cp), (g / p_.tp) % p_.cp, g % p_.tp));
+    }
+    return members;
+  }
+
+  // The gradient reductions (and ZeRO gathers) of the dense parameters over
+  // the DP group, or with `experts` of the routed experts over the expert
+  // data-parallel group.
+  void build_dp_groups(bool experts) {
+    const int world_dp = experts ? L_.expert_dp : p_.dp * p_.cp;
+    if (world_dp <= 1) return;
     TaskGraph& g = out_.graph;
-    const bool hybrid = L_.shard_degree < world_dp && p_.zero >= 1;
-    const int shard = p_.zero >= 1 ? L_.shard_degree : world_dp;
+    const bool hybrid = !experts && L_.shard_degree < world_dp && p_.zero >= 1;
+    const int shard = experts ? world_dp : p_.zero >= 1 ? L_.shard_degree : world_dp;
+    const int stride = experts ? p_.ep * p_.etp : p_.tp;
     const double wbytes = weight_bytes(p_.precision);
     // FSDP2 float8 all-gather (torchao enable_fsdp_float8_all_gather, the
     // tensorwise recipe only): a layer's linear weights travel in FP8, one
@@ -643,9 +711,13 @@ class Lowerer {
       // One leader per group: the rank with the lowest dp*cp index of its
       // (shard) group.
       const int idx = rc.dp * p_.cp + rc.cp;
-      if (idx % shard != 0) continue;
-      if (!opt_.representative && !hybrid && idx != 0) continue;
-      const std::vector<int32_t> members = group_members(rc, hybrid);
+      if (experts) {
+        if (!opt_.representative && rc.tp + p_.tp * idx >= p_.ep * p_.etp) continue;
+      } else {
+        if (idx % shard != 0) continue;
+        if (!opt_.representative && !hybrid && idx != 0) continue;
+      }
+      const std::vector<int32_t> members = experts ? expert_group_members(rc) : group_members(rc, hybrid);
       const int32_t channel = g.add_channel();
       const auto& entries = entries_[static_cast<size_t>(rc.pp)];
       std::vector<int32_t> reductions;
@@ -660,7 +732,7 @@ class Lowerer {
         const double bytes = params * gbytes;
         Collective kind = p_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
         int32_t id = add_group_comm(channel, kind, p_.zero == 0 ? TaskLabel::kDpAllReduce : TaskLabel::kDpReduceScatter,
-                                    bytes, shard, members);
+                                    bytes, shard, members, stride);
         if (blocking) blocking_comm_.push_back(id);
         const size_t after = after_backward ? last_backward : k;
         for (int32_t mr : members) {
@@ -672,7 +744,7 @@ class Lowerer {
           // Hybrid shard: the shard's gradients are then all-reduced across
           // the replicas (HSDP / ZeRO++ hpZ).
           int32_t ar = add_group_comm(channel, Collective::kAllReduce, TaskLabel::kDpAllReduce, bytes / shard,
-                                      world_dp / shard, members, shard);
+                                      world_dp / shard, members, p_.tp * shard);
           g.add_dep(id, ar);
           reductions.push_back(ar);
         }
@@ -680,7 +752,9 @@ class Lowerer {
       std::vector<int32_t> gathered;  // ZeRO-3 gathers, by program index
       for (size_t k = 0; k < entries.size(); ++k) {
         const Entry& e = entries[k];
-        if (e.gather_params > 0) {
+        // The parameters this group reduces: the routed experts, or the rest.
+        const double grad_params = experts ? e.grad_expert_params : e.grad_params - e.grad_expert_params;
+        if (!experts && e.gather_params > 0) {
           // DeepSpeed with full recompute gathers a layer twice for its
           // backward (recompute forward, then backward).
           const int gathers = gathers_before(e);
@@ -701,16 +775,17 @@ class Lowerer {
             for (int32_t mr : members) g.add_dep(ag, task_at(mr, k));
           }
         }
-        if (e.kind != PipeOp::Kind::kForward && e.grad_params > 0) {
+        if (e.kind != PipeOp::Kind::kForward && grad_params > 0) {
           if (p_.zero == 3) {
-            reduce(k, e.grad_params);  // every micro-batch, per layer
+            reduce(k, grad_params);  // every micro-batch, per layer
           } else if (e.last_backward) {
             // PyTorch DDP fills buckets tensor by tensor and closes one once it
             // reaches the cap, so a bucket is at most cap + one tensor: walk
             // the layer's gradients in tensor-sized pieces.
-            const int pieces = std::max(1, static_cast<int>(std::ceil(e.grad_params / largest_tensor_params_)));
+            const double tensor = experts ? largest_expert_tensor_params_ : largest_tensor_params_;
+            const int pieces = std::max(1, static_cast<int>(std::ceil(grad_params / tensor)));
             for (int piece = 0; piece < pieces; ++piece) {
-              bucket += e.grad_params / pieces;
+              bucket += grad_params / pieces;
               if (bucket * gbytes >= bucket_bytes) {
                 reduce(k, bucket);
                 bucket = 0;
@@ -730,12 +805,14 @@ class Lowerer {
       if ((p_.zero == 1 || p_.zero == 2) && !prof.overlap_param_gather) {
         // Distributed optimizer: the updated shards are all-gathered (with
         // overlap_param_gather they run behind the next step's forward).
-        const double params = stage_params_[static_cast<size_t>(rc.pp)];
+        const double all = stage_params_[static_cast<size_t>(rc.pp)];
+        const double expert = stage_expert_params_[static_cast<size_t>(rc.pp)];
+        const double params = experts ? expert : all - expert;
         const int buckets = std::max(1, static_cast<int>(std::ceil(params * wbytes / opt_.bucket_bytes / 4)));
         for (int b = 0; b < buckets; ++b) {
           int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kDpAllGather,
                                       params * (p_.fp8_param_gather ? gather_wbytes : wbytes) / buckets, shard,
-                                      members);
+                                      members, stride);
           for (int32_t mr : members) g.add_dep(optimizer_task_[static_cast<size_t>(mr)], ag);
         }
       }
@@ -771,6 +848,8 @@ class Lowerer {
   std::map<int32_t, std::vector<int32_t>> dp_member_preds_;  // collective -> its members' producing tasks  // DP collectives that block their members' next compute
   std::vector<int32_t> intra_link_, nic_link_;
   std::vector<double> stage_params_;
+  std::vector<double> stage_expert_params_;  // of stage_params_, routed experts
+  double largest_expert_tensor_params_ = 1;
   int32_t first_p2p_channel_ = 0;
   LoweredStep out_;
 };

@@ -69,6 +69,8 @@ struct LoweredStep {
   std::vector<int64_t> static_bytes;   // per simulated rank
   double comm_slowdown = 0;
   LayerTimes layer;
+  LayerTimes moe_layer;   // MoE models: an MoE layer's times
+  double moe_load = 1;    // MoE: the busiest expert-parallel rank's load over the mean
   std::vector<AsyncIteration> async;  // async DP only
   int async_iterations = 0;           // per worker
 };

@@ -19,15 +19,30 @@ constexpr double kCpuAdamParamsPerSPerNode = 1e9;
 
 struct OpTimes {
   int64_t fwd = 0, bwd = 0, tp_f = 0, tp_b = 0, attn_f = 0, attn_b = 0, wgrad = 0;
+  int64_t ep_f = 0, ep_b = 0;  // expert-parallel all-to-all and expert-TP collectives
 };
 
 OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpec& c, const LinkParams& lp,
                  const Plan& p) {
   OpTimes t;
-  const int tp_rpn = std::min(p.tp, c.gpus_per_node);
-  auto coll = [&](Collective kind, double bytes) {
-    if (p.tp <= 1 || bytes <= 0) return int64_t{0};
-    return collective_cost(kind, static_cast<Bytes>(bytes), group_placement(p.tp, tp_rpn, c), lp).time.ps();
+  // Groups in rank order (Megatron): tp consecutive; etp consecutive and
+  // the ep group etp apart (expert rank order tp-ep-dp-pp).
+  auto placement = [&](CommGroup g) {
+    const int gpn = c.gpus_per_node;
+    switch (g) {
+      case CommGroup::kTp: return std::make_pair(p.tp, group_placement(p.tp, std::min(p.tp, gpn), c));
+      case CommGroup::kEtp: return std::make_pair(p.etp, group_placement(p.etp, std::min(p.etp, gpn), c));
+      case CommGroup::kEp: {
+        const int per_node = std::max(1, std::min(p.ep, gpn / std::min(std::max(1, p.etp), gpn)));
+        return std::make_pair(p.ep, group_placement(p.ep, per_node, c));
+      }
+    }
+    return std::make_pair(1, GroupPlacement{});
+  };
+  auto coll = [&](Collective kind, double bytes, CommGroup g) {
+    const auto [size, gp] = placement(g);
+    if (size <= 1 || bytes <= 0) return int64_t{0};
+    return collective_cost(kind, static_cast<Bytes>(bytes), gp, lp).time.ps();
   };
   for (const OpCost& op : lc.ops) {
     const int64_t f = op_forward_time(cpm, op).ps();
@@ -42,15 +57,65 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
     if (op.tp_comm_after != TpComm::kNone) {
       const Collective fk = op.tp_comm_after == TpComm::kAllReduce   ? Collective::kAllReduce
                             : op.tp_comm_after == TpComm::kAllGather ? Collective::kAllGather
+                            : op.tp_comm_after == TpComm::kAllToAll  ? Collective::kAllToAll
                                                                      : Collective::kReduceScatter;
-      // Backward: all-reduce stays all-reduce; all-gather <-> reduce-scatter.
+      // Backward: all-reduce and all-to-all stay; all-gather <-> reduce-scatter.
       const Collective bk = fk == Collective::kAllGather       ? Collective::kReduceScatter
                             : fk == Collective::kReduceScatter ? Collective::kAllGather
                                                                : fk;
-      t.tp_f += coll(fk, op.tp_comm_bytes);
-      t.tp_b += coll(bk, op.tp_comm_bytes);
+      const int64_t cf = coll(fk, op.tp_comm_bytes, op.comm_group);
+      const int64_t cb = coll(bk, op.tp_comm_bytes, op.comm_group);
+      if (op.comm_group == CommGroup::kTp) {
+        t.tp_f += cf;
+        t.tp_b += cb;
+      } else {
+        t.ep_f += cf;
+        t.ep_b += cb;
+      }
     }
   }
+  return t;
+}
+
+}  // namespace
+
+namespace {
+
+// One layer's per-micro-batch times on a rank: its ops, the TP and expert
+// collectives folded into them, the CP exchange beyond what attention
+// hides, and recomputation.
+LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const ClusterSpec& c, const LinkParams& lp,
+                       const Plan& p, bool cp_overlap) {
+  const OpTimes lt = op_times(layer, cpm, c, lp, p);
+  int64_t cp_f = 0, cp_b = 0;
+  if (p.cp > 1) {
+    // Ring attention overlaps the K/V exchange with the attention blocks
+    // (Megatron context parallel): only the excess is exposed.
+    const int cp_rpn = std::max(1, std::min(p.cp, c.gpus_per_node / std::min(p.tp, c.gpus_per_node)));
+    const GroupPlacement g = group_placement(p.cp, cp_rpn, c);
+    const auto bytes = static_cast<Bytes>(layer.cp_comm_bytes);
+    const int64_t hide_f = cp_overlap ? lt.attn_f : 0;
+    const int64_t hide_b = cp_overlap ? lt.attn_b : 0;
+    cp_f = std::max<int64_t>(0, collective_cost(Collective::kAllGather, bytes, g, lp).time.ps() - hide_f);
+    cp_b = std::max<int64_t>(0, collective_cost(Collective::kReduceScatter, bytes, g, lp).time.ps() - hide_b);
+  }
+  int64_t recompute = 0, recompute_tp = 0, recompute_ep = 0;
+  if (p.recompute == Recompute::kFull) {
+    recompute = lt.fwd + lt.tp_f + lt.ep_f;
+    recompute_tp = lt.tp_f;
+    recompute_ep = lt.ep_f;
+  } else if (p.recompute == Recompute::kSelective) {
+    recompute = lt.attn_f;
+  }
+  LayerTimes t;
+  t.forward_ps = lt.fwd + lt.tp_f + cp_f + lt.ep_f;
+  t.backward_ps = lt.bwd + lt.tp_b + cp_b + lt.ep_b + recompute;
+  t.tp_comm_forward_ps = lt.tp_f + cp_f;
+  t.tp_comm_backward_ps = lt.tp_b + cp_b + recompute_tp;
+  t.ep_comm_forward_ps = lt.ep_f;
+  t.ep_comm_backward_ps = lt.ep_b + recompute_ep;
+  t.recompute_ps = recompute;
+  t.weight_grad_ps = lt.wgrad;
   return t;
 }
 
@@ -64,33 +129,14 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   s.output = output_cost(m, s.shape);
   const ComputeParams cpm = compute_params(c, p.precision);
   const LinkParams lp = link_params(c);
-  const OpTimes lt = op_times(s.layer, cpm, c, lp, p);
-  int64_t cp_f = 0, cp_b = 0;
-  if (p.cp > 1) {
-    // Ring attention overlaps the K/V exchange with the attention blocks
-    // (Megatron context parallel): only the excess is exposed.
-    const int cp_rpn = std::max(1, std::min(p.cp, c.gpus_per_node / std::min(p.tp, c.gpus_per_node)));
-    const GroupPlacement g = group_placement(p.cp, cp_rpn, c);
-    const auto bytes = static_cast<Bytes>(s.layer.cp_comm_bytes);
-    const int64_t hide_f = cp_overlap ? lt.attn_f : 0;
-    const int64_t hide_b = cp_overlap ? lt.attn_b : 0;
-    cp_f = std::max<int64_t>(0, collective_cost(Collective::kAllGather, bytes, g, lp).time.ps() - hide_f);
-    cp_b = std::max<int64_t>(0, collective_cost(Collective::kReduceScatter, bytes, g, lp).time.ps() - hide_b);
+  s.layer_times = layer_times(s.layer, cpm, c, lp, p, cp_overlap);
+  s.has_moe = m.has_moe;
+  if (m.has_moe) {
+    s.moe_layer = transformer_layer_cost(m, s.shape, true);
+    s.moe_layer_times = layer_times(s.moe_layer, cpm, c, lp, p, cp_overlap);
   }
-  int64_t recompute = 0, recompute_tp = 0;
-  if (p.recompute == Recompute::kFull) {
-    recompute = lt.fwd + lt.tp_f;
-    recompute_tp = lt.tp_f;
-  } else if (p.recompute == Recompute::kSelective) {
-    recompute = lt.attn_f;
-  }
-  LayerTimes& t = s.layer_times;
-  t.forward_ps = lt.fwd + lt.tp_f + cp_f;
-  t.backward_ps = lt.bwd + lt.tp_b + cp_b + recompute;
-  t.tp_comm_forward_ps = lt.tp_f + cp_f;
-  t.tp_comm_backward_ps = lt.tp_b + cp_b + recompute_tp;
-  t.recompute_ps = recompute;
-  t.weight_grad_ps = lt.wgrad;
+  s.moe_of_layer.resize(static_cast<size_t>(m.layers));
+  for (int64_t i = 0; i < m.layers; ++i) s.moe_of_layer[static_cast<size_t>(i)] = m.is_moe_layer(i);
   const OpTimes e = op_times(s.embedding, cpm, c, lp, p);
   s.embedding_forward_ps = e.fwd + e.tp_f;
   s.embedding_backward_ps = e.bwd + e.tp_b;
@@ -108,10 +154,33 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   return s;
 }
 
-int64_t optimizer_ps(const ClusterSpec& c, const Layout& layout, double stage_params) {
+int64_t StepCosts::layers_work_ps(int64_t first, int64_t count) const {
+  int64_t t = 0;
+  for (int64_t i = first; i < first + count; ++i) t += times_of(i).forward_ps + times_of(i).backward_ps;
+  return t;
+}
+
+int64_t StepCosts::layers_forward_ps(int64_t first, int64_t count) const {
+  int64_t t = 0;
+  for (int64_t i = first; i < first + count; ++i) t += times_of(i).forward_ps;
+  return t;
+}
+
+std::vector<int64_t> stage_first_layers(const std::vector<int>& stage_layers) {
+  std::vector<int64_t> first;
+  int64_t at = 0;
+  for (int n : stage_layers) {
+    first.push_back(at);
+    at += n;
+  }
+  return first;
+}
+
+int64_t optimizer_ps(const ClusterSpec& c, const Layout& layout, double stage_params, double stage_expert_params) {
   const Plan& p = layout.plan;
   const double shard = p.zero >= 1 ? layout.shard_degree : 1;
-  const double local = stage_params / shard;
+  const double expert_shard = p.zero >= 1 ? std::max(1, layout.expert_dp) : 1;
+  const double local = (stage_params - stage_expert_params) / shard + stage_expert_params / expert_shard;
   if (p.offload == Offload::kNone) {
     // Adam reads fp32 master, m, v and the gradient and writes master, m, v
     // and the 16-bit weight (4*4 + 3*4 + 2 = 30 bytes per parameter); the
@@ -129,24 +198,36 @@ int64_t optimizer_ps(const ClusterSpec& c, const Layout& layout, double stage_pa
 }
 
 int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const Layout& layout, const StepCosts& s,
-                              const std::vector<double>& stage_params) {
+                              const std::vector<double>& stage_params, const std::vector<double>& stage_expert_params) {
   const Plan& p = layout.plan;
   const int64_t mb = layout.microbatches;
   const int v = p.schedule == Schedule::kInterleaved ? p.vp : 1;
+  auto opt = [&](int st) {
+    const size_t i = static_cast<size_t>(st);
+    return optimizer_ps(c, layout, stage_params[i], i < stage_expert_params.size() ? stage_expert_params[i] : 0.0);
+  };
+  // The cheapest layer kind present (dense or MoE) bounds any chunk's layers.
+  int64_t min_fwd = INT64_MAX, min_work = INT64_MAX;
+  for (int64_t i = 0; i < m.layers; ++i) {
+    const LayerTimes& t = s.times_of(i);
+    min_fwd = std::min(min_fwd, t.forward_ps);
+    min_work = std::min(min_work, t.forward_ps + t.backward_ps);
+  }
+  const std::vector<int64_t> first = stage_first_layers(layout.stage_layers);
   int64_t best = 0;
   // Stage st cannot start before micro-batch 0 has gone forward through the
   // first chunk of every earlier stage.
   int64_t start_delay = 0;
   for (int st = 0; st < p.pp; ++st) {
     const int64_t layers = layout.stage_layers[static_cast<size_t>(st)];
-    int64_t work = layers * (s.layer_times.forward_ps + s.layer_times.backward_ps);
+    int64_t work = s.layers_work_ps(first[static_cast<size_t>(st)], layers);
     if (st == 0) work += s.embedding_forward_ps + s.embedding_backward_ps;
     if (st == p.pp - 1) work += s.output_forward_ps + s.output_backward_ps;
     // Naive model parallel: one stage busy at a time, so the step is at least
     // the sum over stages.
-    int64_t total = start_delay + mb * work + optimizer_ps(c, layout, stage_params[static_cast<size_t>(st)]);
+    int64_t total = start_delay + mb * work + opt(st);
     best = std::max(best, total);
-    start_delay += (layers / v) * s.layer_times.forward_ps + (st == 0 ? s.embedding_forward_ps : 0);
+    start_delay += (layers / v) * min_fwd + (st == 0 ? s.embedding_forward_ps : 0);
   }
   if (p.pp > 1 && p.schedule != Schedule::kNaive && !zero_bubble(p.schedule)) {
     // (Zero-bubble schedules fill the cool-down with W passes, so only the
@@ -157,20 +238,19 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
     // pipeline_schedule_test).  The makespan only grows with op durations
     // (fixed order, non-negative communication), so this bounds the step.
     const int64_t min_layers = *std::min_element(layout.stage_layers.begin(), layout.stage_layers.end());
-    const int64_t chunk = (min_layers / v) * (s.layer_times.forward_ps + s.layer_times.backward_ps);
+    const int64_t chunk = (min_layers / v) * min_work;
     int64_t min_opt = INT64_MAX;
-    for (int st = 0; st < p.pp; ++st) min_opt = std::min(min_opt, optimizer_ps(c, layout, stage_params[static_cast<size_t>(st)]));
+    for (int st = 0; st < p.pp; ++st) min_opt = std::min(min_opt, opt(st));
     best = std::max(best, (mb * v + p.pp - 1) * chunk + min_opt);
   }
   if (p.schedule == Schedule::kNaive && p.pp > 1) {
     int64_t sum = 0;
     for (int st = 0; st < p.pp; ++st) {
       const int64_t layers = layout.stage_layers[static_cast<size_t>(st)];
-      sum += mb * layers * (s.layer_times.forward_ps + s.layer_times.backward_ps);
+      sum += mb * s.layers_work_ps(first[static_cast<size_t>(st)], layers);
     }
     best = std::max(best, sum);
   }
-  (void)m;
   return best;
 }
 

@@ -23,12 +23,29 @@ struct LayerTimes {
   int64_t tp_comm_backward_ps = 0;
   int64_t recompute_ps = 0;
   int64_t weight_grad_ps = 0;  // the weight-gradient GEMMs: part of backward_ps (W of zero bubble)
+  // MoE layers: the expert-parallel all-to-alls (dispatch, combine) and
+  // expert-TP collectives, part of forward_ps / backward_ps.
+  int64_t ep_comm_forward_ps = 0;
+  int64_t ep_comm_backward_ps = 0;
 };
 
 struct StepCosts {
   LayerShape shape;
   LayerCost layer, embedding, output;
   LayerTimes layer_times;
+  // MoE models: the cost and times of an MoE layer, and which layers are
+  // MoE layers (by global index); `layer` / `layer_times` are the dense ones.
+  bool has_moe = false;
+  LayerCost moe_layer;
+  LayerTimes moe_layer_times;
+  std::vector<bool> moe_of_layer;
+  const LayerCost& cost_of(int64_t index) const { return moe_of_layer[static_cast<size_t>(index)] ? moe_layer : layer; }
+  const LayerTimes& times_of(int64_t index) const {
+    return moe_of_layer[static_cast<size_t>(index)] ? moe_layer_times : layer_times;
+  }
+  // Sum of forward + backward of layers [first, first + count).
+  int64_t layers_work_ps(int64_t first, int64_t count) const;
+  int64_t layers_forward_ps(int64_t first, int64_t count) const;
   int64_t embedding_forward_ps = 0, embedding_backward_ps = 0;  // including TP comm
   int64_t embedding_tp_forward_ps = 0, embedding_tp_backward_ps = 0;
   int64_t output_forward_ps = 0, output_backward_ps = 0;
@@ -46,10 +63,15 @@ struct StepCosts {
 // REQUIRES: those are valid.
 StepCosts step_costs(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan, bool cp_overlap = true);
 
+// The first global layer of each pipeline stage (balanced or explicit split).
+std::vector<int64_t> stage_first_layers(const std::vector<int>& stage_layers);
+
 // Time of the optimizer step on a rank holding `stage_params` parameters
 // (sharded by ZeRO over layout.shard_degree), on the GPU or, with offload, on
 // the host.
-int64_t optimizer_ps(const ClusterSpec& cluster, const Layout& layout, double stage_params);
+// `stage_expert_params` of them routed experts, sharded over layout.expert_dp.
+int64_t optimizer_ps(const ClusterSpec& cluster, const Layout& layout, double stage_params,
+                     double stage_expert_params = 0);
 
 // A lower bound on the simulated step time: over pipeline stages, the time
 // micro-batch 0 needs to reach the stage (the first chunk's forward on every
@@ -58,7 +80,8 @@ int64_t optimizer_ps(const ClusterSpec& cluster, const Layout& layout, double st
 // makespan with every chunk at the smallest chunk's time, (m*v + p - 1)
 // chunk-steps.  Never above simulate_step's step time (tested).
 int64_t step_time_lower_bound(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
-                              const StepCosts& costs, const std::vector<double>& stage_params);
+                              const StepCosts& costs, const std::vector<double>& stage_params,
+                              const std::vector<double>& stage_expert_params = {});
 
 }  // namespace trainplan
 

@@ -34,6 +34,7 @@ const char* to_string(TaskLabel l);
 struct Task {
   int64_t work_ps = 0;       // compute: time alone on the GPU; comm: latency
   int64_t tp_comm_ps = 0;    // compute: part of work_ps that is exposed TP/CP communication
+  int64_t ep_comm_ps = 0;    // compute: part of work_ps that is MoE token all-to-all / expert-TP communication
   double wire_bytes = 0;     // comm: bytes through each member's bottleneck (busbw units)
   double max_rate = 0;       // comm: bus bandwidth of the group alone, bytes/s
   int64_t mem_alloc = 0;     // compute: bytes allocated at start

@@ -102,8 +102,9 @@ TEST_CASE("ModelSpec: bad model JSON is rejected with the exact message", "[sim]
   }
   SECTION("unknown key lists the allowed keys") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"layers\": 2,", "\"layers\": 2, \"colour\": \"red\","), "m.json"),
-                        "m.json: /colour: unknown key; allowed: bias, dropout, ffn_hidden, heads, hidden, kv_heads, "
-                        "layers, mlp, name, position_embedding, seq_len, source, tied_embeddings, vocab");
+                        "m.json: /colour: unknown key; allowed: attention, bias, dropout, ffn_hidden, head_dim, heads, "
+                        "hidden, kv_heads, layers, mlp, moe, name, position_embedding, seq_len, source, "
+                        "tied_embeddings, vocab");
   }
   SECTION("wrong type: a string where an integer is due") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"layers\": 2", "\"layers\": \"2\""), "m.json"),
@@ -177,7 +178,7 @@ TEST_CASE("ModelSpec: bad model JSON is rejected with the exact message", "[sim]
   }
   SECTION("heads must divide hidden") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"heads\": 4", "\"heads\": 6"), "m.json"),
-                        "m.json: /heads: heads=6 does not divide hidden=64; hidden must be a multiple of heads");
+                        "m.json: /heads: heads=6 does not divide hidden=64; hidden must be a multiple of heads, or give head_dim");
   }
   SECTION("kv_heads must divide heads") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"heads\": 4", "\"heads\": 4, \"kv_heads\": 3"), "m.json"),
