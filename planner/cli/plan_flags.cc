@@ -31,6 +31,9 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_option("--gbs", f->gbs, "global batch size in sequences (default mbs*dp)");
   app->add_option("--seq", f->seq, "sequence length in tokens (default: the model's)");
   app->add_option("--recompute", f->recompute, "activation recomputation none|selective|full (default none)");
+  app->add_option("--recompute-modules", f->recompute_modules,
+                  "with --recompute selective: what to re-run, comma-separated core_attn|layernorm|mlp|moe|moe_act|"
+                  "shared_experts|mla_up_proj (default core_attn; Megatron-Core --recompute-modules)");
   app->add_flag("--sp", f->sp, "sequence parallel (with tp > 1)");
   app->add_option("--schedule", f->schedule,
                   "pipeline schedule gpipe|1f1b|interleaved|naive|zb-1p|zb-2p (default 1f1b, interleaved when vp > 1; "
@@ -74,6 +77,18 @@ int64_t in_range(const std::string& flag, int64_t v, int64_t lo, int64_t hi) {
   return v;
 }
 
+uint16_t parse_recompute_modules(const std::string& text) {
+  uint16_t bits = 0;
+  std::stringstream ss(text);
+  std::string item;
+  const std::vector<std::string>& names = recompute_module_names();
+  while (std::getline(ss, item, ',')) {
+    bits |= static_cast<uint16_t>(1u << pick("--recompute-modules", item, names));
+  }
+  if (bits == 0) throw_input_error("--recompute-modules", "", "empty list", "e.g. layernorm,moe_act");
+  return bits;
+}
+
 std::vector<int> parse_stage_layers(const std::string& text) {
   std::vector<int> out;
   std::stringstream ss(text);
@@ -114,7 +129,7 @@ Job to_job(const PlanFlags& f) {
   auto given = [&f](const char* flag) { return f.app != nullptr && f.app->count(flag) > 0; };
   if (!f.plan_file.empty()) {
     for (const char* flag : {"--model", "--cluster", "--nodes", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp",
-                             "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--sp", "--schedule",
+                             "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--recompute-modules", "--sp", "--schedule",
                              "--precision", "--fp8-recipe", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
                              "--stage-layers", "--framework", "--fp8-param-gather", "--ep", "--etp", "--moe-imbalance"}) {
       if (given(flag)) throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
@@ -148,6 +163,12 @@ Job to_job(const PlanFlags& f) {
   p.gbs = derived("--gbs", f.gbs, kMaxGlobalBatch);
   p.seq = derived("--seq", f.seq, kMaxSeqLen);
   p.recompute = static_cast<Recompute>(pick("--recompute", f.recompute, {"none", "selective", "full"}));
+  if (given("--recompute-modules")) {
+    p.recompute_modules = parse_recompute_modules(f.recompute_modules);
+    if (p.recompute != Recompute::kSelective) {
+      throw_input_error("--recompute-modules", "", "needs --recompute selective", "add --recompute selective");
+    }
+  }
   p.sp = f.sp;
   if (!f.schedule.empty()) {
     p.schedule = static_cast<Schedule>(pick("--schedule", f.schedule, schedule_names()));
@@ -193,7 +214,11 @@ std::string describe_plan(const Plan& p) {
   std::ostringstream s;
   s << "tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " cp=" << p.cp << " vp=" << p.vp << " zero=" << p.zero;
   if (p.shard_group) s << " shard_group=" << p.shard_group;
-  s << " mbs=" << p.mbs << " gbs=" << p.gbs << " seq=" << p.seq << " recompute=" << to_string(p.recompute)
+  s << " mbs=" << p.mbs << " gbs=" << p.gbs << " seq=" << p.seq << " recompute=" << to_string(p.recompute);
+  if (p.recompute == Recompute::kSelective && p.recompute_modules != 0 && p.recompute_modules != kRcCoreAttn) {
+    s << "(" << recompute_modules_name(p.recompute_modules) << ")";
+  }
+  s
     << " sp=" << (p.sp ? "on" : "off") << " schedule=" << to_string(p.schedule)
     << " precision=" << precision_name(p);
   if (p.fp8_recipe != Fp8Recipe::kNone) s << " fp8_recipe=" << to_string(p.fp8_recipe);

@@ -33,6 +33,7 @@ struct PlanFlags {
   int64_t zero = 0, shard_group = 0;
   int64_t mbs = 1, gbs = 0, seq = 0;
   std::string recompute = "none";
+  std::string recompute_modules;  // comma-separated RecomputeModule names
   bool sp = false;
   std::string schedule;
   std::string precision = "bf16";

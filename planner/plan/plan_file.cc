@@ -23,6 +23,14 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["gbs"] = p.gbs;
   j["seq"] = p.seq;
   j["recompute"] = to_string(p.recompute);
+  if (p.recompute == Recompute::kSelective && p.recompute_modules != 0 && p.recompute_modules != kRcCoreAttn) {
+    nlohmann::json mods = nlohmann::json::array();
+    const std::vector<std::string>& names = recompute_module_names();
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (p.recompute_modules & (1u << i)) mods.push_back(names[i]);
+    }
+    j["recompute_modules"] = mods;
+  }
   j["sp"] = p.sp;
   j["schedule"] = to_string(p.schedule);
   j["precision"] = precision_name(p);
@@ -72,6 +80,27 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.gbs = o.integer("gbs", 1, kMaxGlobalBatch);
   p.seq = o.integer("seq", 1, kMaxSeqLen);
   p.recompute = static_cast<Recompute>(o.choice("recompute", {"none", "selective", "full"}));
+  o.allow("recompute_modules");
+  if (o.has("recompute_modules")) {
+    const nlohmann::json& v = o.array("recompute_modules");
+    const std::vector<std::string>& names = recompute_module_names();
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string ptr = "/recompute_modules/" + std::to_string(i);
+      if (!v[i].is_string()) throw_input_error(where, ptr, "must be a string", "a recompute module name");
+      const std::string name = v[i].get<std::string>();
+      size_t k = 0;
+      while (k < names.size() && names[k] != name) ++k;
+      if (k == names.size()) {
+        std::string list;
+        for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+        throw_input_error(where, ptr, "unknown recompute module \"" + name + "\"", "allowed: " + list);
+      }
+      p.recompute_modules |= static_cast<uint16_t>(1u << k);
+    }
+    if (p.recompute != Recompute::kSelective) {
+      throw_input_error(where, "/recompute_modules", "needs \"recompute\": \"selective\"", "");
+    }
+  }
   p.sp = o.boolean("sp");
   p.schedule = static_cast<Schedule>(o.choice("schedule", schedule_names()));
   p.schedule_given = true;

@@ -134,7 +134,7 @@ Duration op_forward_time(const ComputeParams& p, const OpCost& op) {
       if (!p.gemm_table.empty() && op.m > 0) {
         return gemm_time(p, op.m, op.n, op.k) + gemm_time(p, op.m, op.k, op.n) + memory_time(p, op.bytes);
       }
-      return Duration::seconds(op.flops / (p.peak.flop_per_s() * p.attention_efficiency)) +
+      return Duration::seconds(op.flops * op.computed_share / (p.peak.flop_per_s() * p.attention_efficiency)) +
              memory_time(p, op.bytes);
     case OpKind::kElementwise: return memory_time(p, op.bytes);
   }
@@ -151,7 +151,7 @@ Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention at
         return pair * 2 + (attention == Attention::kFlash ? gemm_time(p, op.m, op.n, op.k) : Duration()) +
                memory_time(p, 2 * op.bytes);
       }
-      return Duration::seconds(factor * op.flops /
+      return Duration::seconds(factor * op.flops * op.computed_share /
                                (p.peak.flop_per_s() * p.attention_efficiency)) +
              memory_time(p, 2 * op.bytes);
     }

@@ -15,6 +15,7 @@ LayerShape layer_shape(const Plan& p) {
   s.precision = p.precision;
   s.attention = p.attention;
   s.recompute = p.recompute;
+  s.recompute_modules = p.recompute_modules != 0 ? p.recompute_modules : static_cast<uint16_t>(kRcCoreAttn);
   s.fp8_recipe = p.fp8_recipe;
   s.fp8_saved_inputs = fp8_transformer_engine(p);
   s.ep = p.ep;
@@ -236,6 +237,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
 
   // Korthikanti Sec. 4.1: LayerNorm saves its input, 2sbh.
   OpCost ln1 = elementwise("ln1", 2 * tp_buffer / sp_div, tp_buffer / sp_div);
+  ln1.rerun_by = kRcLayernorm;
   ln1.tp_comm_after = gather;
   ln1.tp_comm_bytes = s.sp ? tp_buffer : 0;
   c.ops.push_back(ln1);
@@ -255,24 +257,46 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     op.fp8 = fp8;
     return op;
   };
+  // Recompute tags (RecomputeModule): `rerun` modules re-run the op, `drop`
+  // ones stop keeping `dropped` of its saved bytes.
+  auto tag = [](OpCost op, uint16_t rerun, uint16_t drop, double dropped) {
+    op.rerun_by = rerun;
+    op.drop_by = drop;
+    op.dropped_bytes = dropped;
+    return op;
+  };
+  // A GEMM whose saved input is a norm's output: not kept when the norms
+  // are recomputed.
+  auto after_norm = [&](OpCost op, uint16_t rerun) { return tag(op, rerun, kRcLayernorm, op.saved_bytes); };
   if (!mla) {
-    c.ops.push_back(linear("qkv", tokens, (qd + 2 * kvd) / t, h, tokens * h / sp_div));
+    c.ops.push_back(after_norm(linear("qkv", tokens, (qd + 2 * kvd) / t, h, tokens * h / sp_div), 0));
   } else {
     // Down projections run on every TP rank (replicated weights), on the
     // gathered sequence; the up projections are split by heads.
     const MlaSpec& x = m.mla;
     const double ql = static_cast<double>(x.q_lora_rank), kl = static_cast<double>(x.kv_lora_rank);
+    // The up projections' outputs (Q; K with its rotary part, V) are what
+    // attention keeps for its backward; recomputing the up projections
+    // (mla_up_proj) keeps only the latents.
+    const double q_out = tokens * qd * e / t;
+    const double kv_out = tokens * a * static_cast<double>(x.qk_nope_head_dim + x.qk_rope_head_dim + x.v_head_dim) * e / t;
+    auto up = [&](OpCost op, double out) {
+      op.saved_bytes += out;
+      return tag(op, kRcMlaUpProj, kRcMlaUpProj, out);
+    };
     if (x.q_lora_rank > 0) {
-      c.ops.push_back(linear("q_down", tokens, ql, h, tokens * h / sp_div));
+      c.ops.push_back(after_norm(linear("q_down", tokens, ql, h, tokens * h / sp_div), 0));
       c.ops.push_back(elementwise("q_norm", 2 * tokens * ql * e, tokens * ql * e));
-      c.ops.push_back(linear("q_up", tokens, qd / t, ql, tokens * ql));
+      c.ops.push_back(up(linear("q_up", tokens, qd / t, ql, tokens * ql), q_out));
     } else {
-      c.ops.push_back(linear("q_proj", tokens, qd / t, h, tokens * h / sp_div));
+      c.ops.push_back(up(after_norm(linear("q_proj", tokens, qd / t, h, tokens * h / sp_div), 0), q_out));
+      c.ops.back().drop_by = kRcMlaUpProj;  // (its input, the norm output, stays with layernorm recompute)
     }
     c.ops.push_back(linear("kv_down", tokens, kl + static_cast<double>(x.qk_rope_head_dim), h, 0));
     c.ops.push_back(elementwise("kv_norm", 2 * tokens * kl * e, tokens * kl * e));
-    c.ops.push_back(linear("kv_up", tokens, a * static_cast<double>(x.qk_nope_head_dim + x.v_head_dim) / t, kl,
-                           tokens * kl));
+    c.ops.push_back(up(linear("kv_up", tokens, a * static_cast<double>(x.qk_nope_head_dim + x.v_head_dim) / t, kl,
+                              tokens * kl),
+                       kv_out));
   }
   {
     // Core attention per rank: QK^T (d_qk per head) and attention-over-V (d_v
@@ -289,14 +313,15 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     op.flops = 2.0 * tokens * seq * (qd + vd) / t;
     // Q, K and V are saved (Korthikanti: Q and K 4sbh, V 2sbh; GQA: K, V are
     // kv_heads*head_dim wide).
-    double qkv_saved = tokens * (qd + kvd + kvvd) * e / t;
+    double qkv_saved = mla ? 0.0 : tokens * (qd + kvd + kvvd) * e / t;  // MLA: kept by the up projections
     double scores = a / t * tokens * seq;  // elements of the score matrix on this rank
     if (s.attention == Attention::kNaive) {
       // Softmax output 2as^2b; with dropout also its 1-byte mask as^2b and the
       // dropout output 2as^2b: 5as^2b (Korthikanti Sec. 4.1).
       double s2 = scores * e + mask * scores * (1 + e);
       op.saved_bytes = qkv_saved + s2;
-      op.selective_dropped_bytes = s2;
+      op.drop_by = kRcCoreAttn;
+      op.dropped_bytes = s2;
       // Scores written, read by softmax, probabilities written, read by AV.
       op.bytes = 4 * scores * e + mask * scores * (1 + 2 * e);
     } else {
@@ -305,6 +330,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
       op.saved_bytes = qkv_saved + 4.0 * a / t * tokens;
       op.bytes = tokens * (qd + kvd + kvvd + vd) * e / t;
     }
+    op.rerun_by = kRcCoreAttn;
     c.ops.push_back(op);
     c.recompute_flops = 0;
   }
@@ -319,22 +345,29 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
   const bool gelu = m.mlp == MlpKind::kGelu;
   // A TP-split MLP of width `width` on the gathered sequence: FC1, the
   // activation, FC2 and its reduce over tp.
-  auto tp_mlp = [&](const std::string& prefix, double width) {
-    c.ops.push_back(linear(prefix + "fc1", tokens, (gelu ? width : 2 * width) / t, h, tokens * h / sp_div));
+  // `module`: the recompute module of this MLP (mlp, or shared_experts,
+  // which moe covers too).
+  auto tp_mlp = [&](const std::string& prefix, double width, uint16_t module) {
+    c.ops.push_back(after_norm(linear(prefix + "fc1", tokens, (gelu ? width : 2 * width) / t, h, tokens * h / sp_div),
+                               module));
     // GeLU saves its input 2sbf/t (8sbh/t for f = 4h).  SwiGLU saves gate
     // and up, 4sbf/t.
     if (gelu) {
-      c.ops.push_back(elementwise(prefix + "gelu", 2 * tokens * width * e / t, tokens * width * e / t));
+      c.ops.push_back(tag(elementwise(prefix + "gelu", 2 * tokens * width * e / t, tokens * width * e / t), module,
+                          module, tokens * width * e / t));
     } else {
-      c.ops.push_back(elementwise(prefix + "swiglu", 3 * tokens * width * e / t, 2 * tokens * width * e / t));
+      c.ops.push_back(tag(elementwise(prefix + "swiglu", 3 * tokens * width * e / t, 2 * tokens * width * e / t),
+                          module, module, 2 * tokens * width * e / t));
     }
     // FC2 saves its input 2sbf/t.
     OpCost fc2 = linear(prefix + "fc2", tokens, h, width / t, tokens * width / t);
+    fc2 = tag(fc2, module, module, fc2.saved_bytes);
     fc2.tp_comm_after = reduce;
     fc2.tp_comm_bytes = reduce == TpComm::kNone ? 0 : tp_buffer;
     c.ops.push_back(fc2);
   };
   OpCost ln2 = elementwise("ln2", 2 * tp_buffer / sp_div, tp_buffer / sp_div);
+  ln2.rerun_by = kRcLayernorm;
   const bool shared = moe && m.moe.shared_experts > 0;
   // The dense MLP and the shared experts run on the sequence gathered over
   // tp; the routed experts take each rank's own tokens (Megatron requires
@@ -343,7 +376,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
   ln2.tp_comm_bytes = s.sp && (!moe || shared) ? tp_buffer : 0;
   c.ops.push_back(ln2);
   if (!moe) {
-    tp_mlp("", f);
+    tp_mlp("", f, kRcMlp);
   } else {
     // Routed experts (Megatron-Core MoELayer with the all-to-all token
     // dispatcher, docs/moe.md): route this rank's tokens, permute their
@@ -364,15 +397,20 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     const double fe = static_cast<double>(x.expert_ffn_hidden / s.etp);
     // Router: an fp32-accumulated h x experts GEMM (kept out of FP8), then
     // softmax/sigmoid and top-k over fp32 scores; the scores are saved.
-    c.ops.push_back(gemm("router", tr, static_cast<double>(x.experts), h, 0));
-    c.ops.push_back(elementwise("router_topk", 3 * 4 * tr * x.experts, 4 * tr * x.experts));
+    // The router keeps its input (the norm output) for its weight gradient;
+    // recomputing the MoE block keeps that input as the checkpoint.
+    c.ops.push_back(after_norm(gemm("router", tr, static_cast<double>(x.experts), h, tr * h * e), kRcMoe));
+    c.ops.push_back(tag(elementwise("router_topk", 3 * 4 * tr * x.experts, 4 * tr * x.experts), kRcMoe, kRcMoe,
+                        4 * tr * x.experts));
     OpCost permute = elementwise("permute", (tr + assign) * h * e, 0);
+    permute.rerun_by = kRcMoe;
     permute.tp_comm_after = s.ep > 1 ? TpComm::kAllToAll : TpComm::kNone;
     permute.comm_group = CommGroup::kEp;
     permute.tp_comm_bytes = s.ep > 1 ? assign * load * h * e : 0;  // each rank's send buffer, at the peak load
     c.ops.push_back(permute);
     if (s.etp > 1) {
       OpCost g = elementwise("etp_gather", 0, 0);
+      g.rerun_by = kRcMoe;
       g.tp_comm_after = TpComm::kAllGather;
       g.comm_group = CommGroup::kEtp;
       g.tp_comm_bytes = rows * h * e;
@@ -386,13 +424,22 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
       op.fp8 = fp8;
       return op;
     };
-    c.ops.push_back(grouped("expert_fc1", gelu ? fe : 2 * fe, h, rows * h));
+    {
+      OpCost fc1 = grouped("expert_fc1", gelu ? fe : 2 * fe, h, rows * h);
+      c.ops.push_back(tag(fc1, kRcMoe, kRcMoe, fc1.saved_bytes));
+    }
+    // moe_act re-runs the activation from its kept input, so FC2's input
+    // (the activation's output) is not kept.
+    const uint16_t act = kRcMoe | kRcMoeAct;
     if (gelu) {
-      c.ops.push_back(elementwise("expert_gelu", 2 * rows * fe * e, rows * fe * e + 4 * rows));
+      c.ops.push_back(tag(elementwise("expert_gelu", 2 * rows * fe * e, rows * fe * e + 4 * rows), act, kRcMoe,
+                          rows * fe * e + 4 * rows));
     } else {
-      c.ops.push_back(elementwise("expert_swiglu", 3 * rows * fe * e, 2 * rows * fe * e + 4 * rows));
+      c.ops.push_back(tag(elementwise("expert_swiglu", 3 * rows * fe * e, 2 * rows * fe * e + 4 * rows), act,
+                          kRcMoe, 2 * rows * fe * e + 4 * rows));
     }
     OpCost fc2 = grouped("expert_fc2", h, fe, rows * fe);
+    fc2 = tag(fc2, kRcMoe, act, fc2.saved_bytes);
     if (s.etp > 1) {
       fc2.tp_comm_after = TpComm::kReduceScatter;
       fc2.comm_group = CommGroup::kEtp;
@@ -401,6 +448,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     c.ops.push_back(fc2);
     if (s.ep > 1) {
       OpCost combine = elementwise("combine", 0, 0);
+      combine.rerun_by = kRcMoe;
       combine.tp_comm_after = TpComm::kAllToAll;
       combine.comm_group = CommGroup::kEp;
       combine.tp_comm_bytes = assign * load * h * e;
@@ -410,10 +458,17 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     // the router scores inside the expert activation (weighted SwiGLU, its
     // scores saved with the activation input), so unpermute saves nothing
     // but its index map.
-    c.ops.push_back(elementwise("unpermute", (assign + tr) * h * e, 0));
-    if (shared) tp_mlp("shared_", static_cast<double>(m.moe.shared_experts * m.moe.shared_ffn_hidden));
+    c.ops.push_back(tag(elementwise("unpermute", (assign + tr) * h * e, 0), kRcMoe, 0, 0));
+    if (shared) {
+      tp_mlp("shared_", static_cast<double>(m.moe.shared_experts * m.moe.shared_ffn_hidden),
+             static_cast<uint16_t>(kRcSharedExperts | kRcMoe));
+    }
   }
   c.ops.push_back(elementwise("dropout_residual2", 3 * tp_buffer / sp_div, mask * tokens * h / sp_div));
+  // An FP8 cast is re-run with the GEMM it feeds (the next op).
+  for (size_t i = 0; i + 1 < c.ops.size(); ++i) {
+    if (c.ops[i].name.rfind("fp8_cast_", 0) == 0) c.ops[i].rerun_by = c.ops[i + 1].rerun_by;
+  }
   add_totals(&c, e);
 
   if (s.cp > 1) {
@@ -425,7 +480,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     case Recompute::kNone: break;
     case Recompute::kSelective:
       for (const OpCost& op : c.ops) {
-        if (op.kind == OpKind::kAttention) c.recompute_flops += op.flops;
+        if (op.rerun_by & s.recompute_modules) c.recompute_flops += op.flops;
       }
       break;
     case Recompute::kFull: c.recompute_flops = c.fwd_flops; break;
@@ -445,7 +500,7 @@ double saved_activation_bytes(const LayerCost& c, const ModelSpec& m, const Laye
     }
     case Recompute::kSelective: {
       double total = 0;
-      for (const OpCost& op : c.ops) total += op.saved_bytes - op.selective_dropped_bytes;
+      for (const OpCost& op : c.ops) total += op.saved_bytes - ((op.drop_by & s.recompute_modules) ? op.dropped_bytes : 0.0);
       return total;
     }
     case Recompute::kNone: break;

@@ -34,6 +34,7 @@ struct LayerShape {
   Precision precision = Precision::kBf16;
   Attention attention = Attention::kFlash;
   Recompute recompute = Recompute::kNone;
+  uint16_t recompute_modules = kRcCoreAttn;  // selective: what is re-run (RecomputeModule bits)
   Fp8Recipe fp8_recipe = Fp8Recipe::kNone;  // FP8 linear GEMMs (resolved recipe)
   bool fp8_saved_inputs = false;  // linear inputs saved in FP8 (Transformer Engine; torchao keeps bf16)
   // MoE layers: expert parallel and expert tensor parallel degrees, and the
@@ -65,9 +66,21 @@ struct OpCost {
   double bytes = 0;              // forward HBM traffic of memory-bound ops
   double bwd_bytes = 0;          // backward HBM traffic of memory-bound ops
   bool fp8 = false;              // kGemm: runs in FP8 (at the FP8 peak)
+  // kAttention: the share of the s x s product the time is charged for.
+  // 1: attention_efficiency is applied to the full product, as the cluster
+  // files' figures are fitted (docs/moe.md, "attention convention": a
+  // causal kernel computes about half of it, and charging half makes the
+  // dense H100 rows 15-35 points more optimistic, so the factor stays 1
+  // until the optimism it would expose elsewhere is found).
+  double computed_share = 1;
   double saved_bytes = 0;        // activation bytes saved for backward
-  double selective_dropped_bytes = 0;  // part of saved_bytes that selective
-                                       // recompute does not keep (s^2 terms)
+  // Selective recompute (RecomputeModule bits): recomputing a module in
+  // `rerun_by` re-runs this op's forward in backward; one in `drop_by`
+  // stops keeping `dropped_bytes` of saved_bytes (core_attn: the s^2 terms;
+  // layernorm: a norm output this op keeps as its input).
+  uint16_t rerun_by = 0;
+  uint16_t drop_by = 0;
+  double dropped_bytes = 0;
   TpComm tp_comm_after = TpComm::kNone;  // collective after this op
   CommGroup comm_group = CommGroup::kTp;  // over which group
   double tp_comm_bytes = 0;      // buffer size of that collective (nccl-tests "size")
@@ -127,7 +140,8 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
 
 // Activation bytes one layer saves for backward per micro-batch on one rank,
 // for s.recompute: none keeps every op's saved tensors, selective drops
-// selective_dropped_bytes, full keeps only the layer input.
+// the dropped_bytes of ops whose drop_by meets s.recompute_modules, full
+// keeps only the layer input.
 double saved_activation_bytes(const LayerCost& c, const ModelSpec& m, const LayerShape& s);
 
 // Input embedding on the first stage and output layer + loss on the last, per

@@ -84,10 +84,10 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     double params = 0, expert_params = 0, saved = 0, weight_kept = 0, linear = 0, full_saved = 0, largest = 0;
   };
   std::vector<StageSums> sums(static_cast<size_t>(p.pp));
-  const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(layout);
+  const std::vector<std::vector<ChunkLayers>> stage_chunks = chunk_layers(layout);
   for (int i = 0; i < p.pp; ++i) {
     StageSums& ss = sums[static_cast<size_t>(i)];
-    for (const ChunkLayers& ch : chunks[static_cast<size_t>(i)]) {
+    for (const ChunkLayers& ch : stage_chunks[static_cast<size_t>(i)]) {
       for (int at = ch.first; at < ch.first + ch.count; ++at) {
         const LayerCost& c = at < model.layers && model.is_moe_layer(at) ? moe_layer : layer;
         ss.params += c.params;

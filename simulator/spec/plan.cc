@@ -28,6 +28,21 @@ const char* to_string(Schedule s) {
   }
   return "?";
 }
+const std::vector<std::string>& recompute_module_names() {
+  static const std::vector<std::string> names = {"core_attn", "layernorm", "mlp",        "moe",
+                                                 "moe_act",   "shared_experts", "mla_up_proj"};
+  return names;
+}
+
+std::string recompute_modules_name(uint16_t modules) {
+  std::string s;
+  const std::vector<std::string>& names = recompute_module_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (modules & (1u << i)) s += (s.empty() ? "" : ",") + names[i];
+  }
+  return s;
+}
+
 const std::vector<std::string>& schedule_names() {
   static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "naive", "zb-1p", "zb-2p"};
   return names;
@@ -274,6 +289,14 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (p.seq == 0) p.seq = model.seq_len;
   if (!p.schedule_given) p.schedule = p.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
   if (p.fp8_recipe != Fp8Recipe::kNone && !p.fp8_recipe_given) p.fp8_recipe = default_fp8_recipe(cluster, p.zero);
+  if (p.recompute == Recompute::kSelective && p.recompute_modules == 0) p.recompute_modules = kRcCoreAttn;
+  if (p.recompute != Recompute::kSelective && p.recompute_modules != 0) {
+    fail("recompute modules (" + recompute_modules_name(p.recompute_modules) + ") need recompute=selective");
+  }
+  if ((p.recompute_modules & (kRcMoe | kRcMoeAct | kRcSharedExperts)) && !model.has_moe)
+    fail("recompute modules moe, moe_act and shared_experts need a Mixture-of-Experts model");
+  if ((p.recompute_modules & kRcMlaUpProj) && model.attention != AttentionKind::kMla)
+    fail("recompute module mla_up_proj needs multi-head latent attention");
 
   const int64_t mp = int64_t{p.tp} * p.pp * p.cp;
   if (p.dp == 0) {

@@ -17,6 +17,27 @@
 namespace trainplan {
 
 enum class Recompute { kNone, kSelective, kFull };
+// What selective recompute re-runs in backward (Megatron-Core's
+// --recompute-modules; bits of Plan::recompute_modules).  core_attn: the
+// attention core (Korthikanti's selective recompute, Megatron's default);
+// layernorm: the two norms (their outputs are not kept); mlp: a dense
+// layer's MLP; moe: the whole MoE block, its token all-to-alls included;
+// moe_act: the experts' activation; shared_experts; mla_up_proj: MLA's up
+// projections (Q, K, V are not kept).
+enum RecomputeModule : uint16_t {
+  kRcCoreAttn = 1,
+  kRcLayernorm = 2,
+  kRcMlp = 4,
+  kRcMoe = 8,
+  kRcMoeAct = 16,
+  kRcSharedExperts = 32,
+  kRcMlaUpProj = 64,
+};
+// The module names, in bit order (core_attn, layernorm, mlp, moe, moe_act,
+// shared_experts, mla_up_proj).
+const std::vector<std::string>& recompute_module_names();
+// "core_attn,layernorm": the names of the set bits, comma-separated.
+std::string recompute_modules_name(uint16_t modules);
 // Pipeline schedules (simulator/taskgraph/pipeline_schedule.h).  kZb1p and
 // kZb2p are Zero Bubble's automatic schedules (Qi et al., ICLR 2024): the
 // backward split into input-gradient (B) and weight-gradient (W) passes, W
@@ -74,6 +95,7 @@ struct Plan {
   int64_t gbs = 0;
   int64_t seq = 0;
   Recompute recompute = Recompute::kNone;
+  uint16_t recompute_modules = 0;  // selective: RecomputeModule bits; 0 = core_attn (Megatron's default)
   bool sp = false;            // sequence parallel (with tp > 1)
   Schedule schedule = Schedule::k1F1B;
   bool schedule_given = false;  // false: interleaved when vp > 1, else 1F1B

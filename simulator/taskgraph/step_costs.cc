@@ -20,6 +20,9 @@ constexpr double kCpuAdamParamsPerSPerNode = 1e9;
 struct OpTimes {
   int64_t fwd = 0, bwd = 0, tp_f = 0, tp_b = 0, attn_f = 0, attn_b = 0, wgrad = 0;
   int64_t ep_f = 0, ep_b = 0;  // expert-parallel all-to-all and expert-TP collectives
+  // Selective recompute: the forward time of the re-run ops, and the TP and
+  // expert collectives they re-run.
+  int64_t rc = 0, rc_tp = 0, rc_ep = 0;
 };
 
 OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpec& c, const LinkParams& lp,
@@ -44,9 +47,14 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
     if (size <= 1 || bytes <= 0) return int64_t{0};
     return collective_cost(kind, static_cast<Bytes>(bytes), gp, lp).time.ps();
   };
+  const uint16_t modules = p.recompute == Recompute::kSelective
+                              ? (p.recompute_modules != 0 ? p.recompute_modules : static_cast<uint16_t>(kRcCoreAttn))
+                              : 0;
   for (const OpCost& op : lc.ops) {
     const int64_t f = op_forward_time(cpm, op).ps();
     const int64_t b = op_backward_time(cpm, op, p.attention).ps();
+    const bool rerun = (op.rerun_by & modules) != 0;
+    if (rerun) t.rc += f;
     t.fwd += f;
     t.bwd += b;
     t.wgrad += op_weight_grad_time(cpm, op).ps();
@@ -68,9 +76,11 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
       if (op.comm_group == CommGroup::kTp) {
         t.tp_f += cf;
         t.tp_b += cb;
+        if (rerun) t.rc_tp += cf;
       } else {
         t.ep_f += cf;
         t.ep_b += cb;
+        if (rerun) t.rc_ep += cf;
       }
     }
   }
@@ -105,7 +115,9 @@ LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const C
     recompute_tp = lt.tp_f;
     recompute_ep = lt.ep_f;
   } else if (p.recompute == Recompute::kSelective) {
-    recompute = lt.attn_f;
+    recompute = lt.rc + lt.rc_tp + lt.rc_ep;
+    recompute_tp = lt.rc_tp;
+    recompute_ep = lt.rc_ep;
   }
   LayerTimes t;
   t.forward_ps = lt.fwd + lt.tp_f + cp_f + lt.ep_f;
