@@ -179,6 +179,12 @@ class BashArgs {
   void flag(const std::string& f) { lines_.push_back(f); }
   void opt(const std::string& f, const std::string& v) { lines_.push_back(f + " " + v); }
   void opt(const std::string& f, int64_t v) { opt(f, str(v)); }
+  // A flag with several values (argparse nargs='+').
+  void opt_list(const std::string& f, const std::vector<std::string>& values) {
+    std::string line = f;
+    for (const std::string& v : values) line += " " + v;
+    lines_.push_back(line);
+  }
   std::string array(const std::string& name) const {
     std::string out = name + "=(\n";
     for (const std::string& l : lines_) out += "  " + l + "\n";
@@ -296,6 +302,16 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
         "Megatron-LM (Transformer Engine) has no rowwise FP8 recipe; its --fp8-recipe takes tensorwise, delayed, "
         "mxfp8 or blockwise (1x128 blocks are the nearest; re-plan with --fp8-recipe blockwise)");
   }
+  if (m.has_moe && m.bias && p.etp > 1) {
+    // transformer_config.py: add_bias_linear with MoE needs
+    // expert_tensor_parallel_size 1.
+    return refuse("Megatron-Core's MoE experts with biases (--add-bias-linear) need --expert-tensor-parallel-size 1, "
+                  "not etp=" + str(p.etp));
+  }
+  if (m.has_moe && m.moe.load_balancing == LoadBalancing::kAuxFree && m.moe.router != RouterScore::kSigmoid) {
+    return refuse("Megatron-Core's aux-loss-free expert bias (--moe-router-enable-expert-bias) needs "
+                  "--moe-router-score-function sigmoid; the model's router is softmax");
+  }
   const bool megatron_fsdp = p.zero >= 2;
   if (megatron_fsdp && p.pp > 1) {
     return refuse(
@@ -332,6 +348,56 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
     model.flag("--group-query-attention");
     model.opt("--num-query-groups", m.kv_heads);
   }
+  if (m.head_dim_given > 0) model.opt("--kv-channels", m.head_dim_given);
+  if (m.attention == AttentionKind::kMla) {
+    // megatron/training/arguments.py _add_mla_args.
+    model.flag("--multi-latent-attention");
+    if (m.mla.q_lora_rank > 0) model.opt("--q-lora-rank", m.mla.q_lora_rank);
+    model.opt("--kv-lora-rank", m.mla.kv_lora_rank);
+    model.opt("--qk-head-dim", m.mla.qk_nope_head_dim);
+    model.opt("--qk-pos-emb-head-dim", m.mla.qk_rope_head_dim);
+    model.opt("--v-head-dim", m.mla.v_head_dim);
+  }
+  if (m.has_moe) {
+    // Megatron-Core MoE (megatron/core/transformer/moe/README.md): routed
+    // experts of --moe-ffn-hidden-size, grouped GEMM, the all-to-all token
+    // dispatcher when tokens cross GPUs.
+    const MoeSpec& e = m.moe;
+    model.opt("--num-experts", e.experts);
+    model.opt("--moe-router-topk", e.top_k);
+    model.opt("--moe-ffn-hidden-size", e.expert_ffn_hidden);
+    if (e.shared_experts > 0) model.opt("--moe-shared-expert-intermediate-size", e.shared_experts * e.shared_ffn_hidden);
+    if (e.dense_layers > 0 || e.layer_freq > 1) {
+      // arguments.py moe_freq_type evaluates a Python list expression of
+      // num_layers 0/1 entries; quoted for bash.
+      std::string pattern;
+      if (e.layer_freq == 1) {
+        pattern = "([0]*" + str(e.dense_layers) + "+[1]*" + str(m.layers - e.dense_layers) + ")";
+      } else {
+        pattern = "[";
+        for (int64_t i = 0; i < m.layers; ++i) pattern += std::string(i ? "," : "") + (m.is_moe_layer(i) ? "1" : "0");
+        pattern += "]";
+      }
+      model.opt("--moe-layer-freq", "'" + pattern + "'");
+    }
+    model.opt("--moe-router-score-function", e.router == RouterScore::kSigmoid ? "sigmoid" : "softmax");
+    if (e.load_balancing == LoadBalancing::kAuxFree) {
+      // DeepSeek-V3: the expert bias plus a small sequence-wise balance loss.
+      model.flag("--moe-router-enable-expert-bias");
+      model.opt("--moe-router-load-balancing-type", "seq_aux_loss");
+      model.opt("--moe-aux-loss-coeff", "1e-4");
+    } else {
+      model.opt("--moe-router-load-balancing-type", "aux_loss");
+      model.opt("--moe-aux-loss-coeff", "1e-2");
+    }
+    if (e.capacity_factor > 0) {
+      char cf[32];
+      std::snprintf(cf, sizeof cf, "%g", e.capacity_factor);
+      model.opt("--moe-expert-capacity-factor", cf);
+    }
+    model.flag("--moe-grouped-gemm");
+    model.opt("--moe-token-dispatcher-type", p.ep * p.etp > 1 ? "alltoall" : "allgather");
+  }
   model.opt("--seq-length", p.seq);
   model.opt("--max-position-embeddings", std::max(p.seq, m.seq_len));
   const bool rope = m.position_embedding == PositionEmbedding::kRope;
@@ -349,6 +415,10 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
   parallel.opt("--pipeline-model-parallel-size", p.pp);
   parallel.opt("--context-parallel-size", p.cp);
   if (p.sp && p.tp > 1) parallel.flag("--sequence-parallel");
+  if (m.has_moe) {
+    parallel.opt("--expert-model-parallel-size", p.ep);
+    parallel.opt("--expert-tensor-parallel-size", p.etp);
+  }
   if (!even) {
     parallel.opt("--decoder-first-pipeline-num-layers", L.stage_layers.front());
     parallel.opt("--decoder-last-pipeline-num-layers", L.stage_layers.back());
@@ -408,6 +478,14 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
     training.opt("--recompute-num-layers", 1);
   } else if (p.recompute == Recompute::kSelective) {
     training.opt("--recompute-granularity", "selective");
+    if (p.recompute_modules != 0 && p.recompute_modules != kRcCoreAttn) {
+      std::vector<std::string> mods;
+      const std::vector<std::string>& names = recompute_module_names();
+      for (size_t i = 0; i < names.size(); ++i) {
+        if (p.recompute_modules & (1u << i)) mods.push_back(names[i]);
+      }
+      training.opt_list("--recompute-modules", mods);
+    }
   }
   add_optimizer_schedule(&training);
 
@@ -499,6 +577,17 @@ nlohmann::ordered_json deepspeed_config(const Layout& L, bool client_optimizer) 
 ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
   const Plan& p = L.plan;
   if (auto r = async_refusal("DeepSpeed", p)) return refuse(*r);
+  if (m.attention == AttentionKind::kMla || m.head_dim_given > 0) {
+    return refuse("Megatron-DeepSpeed's GPT model has no multi-head latent attention and this export writes no "
+                  "--kv-channels; heads must be hidden/heads wide (use --to megatron)");
+  }
+  if (m.has_moe) {
+    // deepspeed/moe/layer.py: MoE(hidden_size, expert, num_experts, ep_size, k, ...) is built in model code;
+    // AutoEP (ds_config "expert_parallel") replaces the MoE blocks of preset Hugging Face models only.
+    return refuse("DeepSpeed sets expert parallelism in the model code (deepspeed.moe.layer.MoE(ep_size=...)), or "
+                  "through AutoEP for preset Hugging Face MoE models; a ds_config alone cannot describe this model's "
+                  "experts (use --to megatron)");
+  }
   if (p.fp8_recipe != Fp8Recipe::kNone) {
     return refuse(
         "DeepSpeed's config has no FP8 training (FP8 comes only from Transformer Engine layers in the model code), "
@@ -656,6 +745,13 @@ std::string toml_string(const std::string& s) {
 // sets *flavor_out to the llama3 flavor of the model.
 std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, const TitanFlavor** flavor_out) {
   const Plan& p = L.plan;
+  if (m.has_moe) {
+    // torchtitan trains MoE models through their own model code (deepseek_v3, qwen3, gpt_oss) with
+    // --parallelism.expert_parallel_degree; this export writes its llama3 jobs.
+    return std::string("torchtitan runs MoE models through its deepseek_v3 / qwen3 / gpt_oss model code and flavors "
+                       "(--parallelism.expert_parallel_degree N); this export writes llama3 jobs only (use --to "
+                       "megatron)");
+  }
   if (auto r = async_refusal("torchtitan", p)) return r;
   if (auto r = fp8_refusal("torchtitan", p, false)) return r;
   std::vector<std::string> not_llama;
@@ -1321,6 +1417,10 @@ std::string py_bool(bool b) { return b ? "True" : "False"; }
 ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
   const Plan& p = L.plan;
   if (auto r = async_refusal("PyTorch DDP/FSDP2", p)) return refuse(*r);
+  if (m.has_moe || m.attention == AttentionKind::kMla || m.head_dim_given > 0) {
+    return refuse("the PyTorch script's model is a dense GPT/Llama block with head_dim = hidden/heads; it has no "
+                  "experts, latent attention or separate head_dim (use --to megatron)");
+  }
   if (p.pp > 1) {
     return refuse(
         "PyTorch FSDP2 and DDP have no pipeline schedule; export pipeline-parallel plans with --to torchtitan "
@@ -1468,6 +1568,10 @@ std::optional<std::string> framework_refusal(const ModelSpec& model, const Clust
     }
     if (p.zero >= 2) {
       return std::string("Megatron-LM before Megatron-Core has no gradient or parameter sharding (Megatron FSDP); use "
+                         "--framework megatron-core");
+    }
+    if (model.has_moe || model.attention == AttentionKind::kMla) {
+      return std::string("Megatron-LM before Megatron-Core has no Mixture-of-Experts layers or latent attention; use "
                          "--framework megatron-core");
     }
   }

@@ -100,6 +100,20 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
             vps.push_back(v);
           }
         }
+        // MoE: expert parallel degrees (powers of two dividing the experts
+        // and tp*cp*dp, Megatron-Core's folding), expert TP 1 or tp.
+        std::vector<std::pair<int, int>> experts = {{1, 1}};
+        if (m.has_moe) {
+          experts.clear();
+          for (int ep = 1; ep <= m.moe.experts && ep <= tp * cp * dp; ep *= 2) {
+            if (m.moe.experts % ep != 0) continue;
+            for (int etp : {1, tp}) {
+              if ((tp * cp * dp) % (ep * etp) != 0 || m.moe.expert_ffn_hidden % etp != 0) continue;
+              if (etp == tp && tp == 1 && !experts.empty() && experts.back() == std::make_pair(ep, 1)) continue;
+              experts.push_back({ep, etp});
+            }
+          }
+        }
         for (int vp : vps) {
           std::vector<Schedule> schedules;
           if (vp > 1) {
@@ -117,7 +131,7 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
             for (int mbs : {1, 2, 4, 8, 16}) {
               if (o.gbs % (int64_t{mbs} * dp) != 0) continue;
               std::vector<std::pair<int, int>> zeros = {{0, 0}, {1, 0}};  // (stage, shard group)
-              if (pp == 1) {
+              if (pp == 1 && !m.has_moe) {  // (ZeRO-3 of expert weights is not modelled)
                 zeros.push_back({2, 0});
                 zeros.push_back({3, 0});
                 const int in_node = c.gpus_per_node / std::min(c.gpus_per_node, tp * cp);
@@ -136,10 +150,20 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                 if (o.async_dp && zero == 0 && pp == 1 && cp == 1 && dp >= 2) modes.push_back(DpMode::kAsync);
                 for (Offload off : offloads) {
                   for (DpMode mode : modes) {
-                    for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+                    // MoE recipes also recompute the norms and the MoE block
+                    // (Megatron-Core model zoo: --recompute-modules layernorm moe).
+                    std::vector<std::pair<Recompute, uint16_t>> recomputes = {
+                        {Recompute::kNone, 0}, {Recompute::kSelective, 0}, {Recompute::kFull, 0}};
+                    if (m.has_moe) recomputes.push_back({Recompute::kSelective, kRcLayernorm | kRcMoe});
+                    for (auto [rc, modules] : recomputes) {
                       for (bool sp : {false, true}) {
                         if (sp && tp == 1) continue;
+                        if (m.has_moe && tp > 1 && !sp) continue;  // MoE with tp > 1 runs SP (resolve_plan)
+                        for (auto [ep, etp] : experts) {
                         Plan p;
+                        p.ep = ep;
+                        p.etp = etp;
+                        p.recompute_modules = modules;
                         p.tp = tp;
                         p.pp = pp;
                         p.dp = dp;
@@ -162,6 +186,7 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         p.dp_mode = mode;
                         plans.push_back(p);
                         world_of_plan->push_back(gpus);
+                        }
                       }
                     }
                   }
@@ -353,14 +378,19 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     }
     res.feasible += 1;
     const Plan& p = L.plan;
-    auto key = std::make_tuple(p.tp * 1000 + p.cp, static_cast<int>(p.recompute), p.sp, p.mbs, p.seq,
+    auto key = std::make_tuple(p.tp * 1000 + p.cp, static_cast<int>(p.recompute) * 1000 + p.recompute_modules, p.sp,
+                               p.mbs, p.seq,
                                static_cast<int>(p.attention) * 100 + static_cast<int>(p.precision) * 10 +
-                                   static_cast<int>(p.fp8_recipe));
+                                   static_cast<int>(p.fp8_recipe) + 1000 * (p.ep * 1024 + p.etp));
     auto cit = cost_cache.find(key);
     if (cit == cost_cache.end()) cit = cost_cache.emplace(key, step_costs(m, c, p)).first;
-    std::vector<double> stage_params;
-    for (const StageMemory& st : mem.stages) stage_params.push_back(st.params);
-    const double lb = static_cast<double>(step_time_lower_bound(m, c, L, cit->second, stage_params)) * 1e-12;
+    std::vector<double> stage_params, stage_expert_params;
+    for (const StageMemory& st : mem.stages) {
+      stage_params.push_back(st.params);
+      stage_expert_params.push_back(st.expert_params);
+    }
+    const double lb =
+        static_cast<double>(step_time_lower_bound(m, c, L, cit->second, stage_params, stage_expert_params)) * 1e-12;
     double score_bound = lb;
     if (fc.train_tokens > 0) {
       // Expected time to train >= steps * step / best goodput (faults.h).

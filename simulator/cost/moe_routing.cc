@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "simulator/core/error.h"
 
@@ -10,6 +11,10 @@ namespace trainplan {
 double expected_max_standard_normal(int64_t n) {
   TRAINPLAN_CHECK(n >= 1, "expected_max_standard_normal needs n >= 1");
   if (n == 1) return 0;
+  // The planner asks for the same few n (powers of two) for every plan.
+  thread_local std::map<int64_t, double> cache;
+  auto hit = cache.find(n);
+  if (hit != cache.end()) return hit->second;
   // E[max] = integral of x n phi(x) Phi(x)^(n-1) dx; the integrand is
   // negligible outside [-10, 10 + sqrt(2 ln n)] (Simpson's rule, 4000 steps).
   const double lo = -10, hi = 10 + std::sqrt(2 * std::log(static_cast<double>(n)));
@@ -23,7 +28,9 @@ double expected_max_standard_normal(int64_t n) {
   };
   double sum = f(lo) + f(hi);
   for (int i = 1; i < steps; ++i) sum += f(lo + i * dx) * (i % 2 == 1 ? 4 : 2);
-  return sum * dx / 3;
+  const double v = sum * dx / 3;
+  cache.emplace(n, v);
+  return v;
 }
 
 double expected_max_rank_load(double tokens, int64_t top_k, int64_t experts, int64_t ep, double capacity_factor) {

@@ -137,7 +137,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
         "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers",
-        "framework", "gpus"]
+        "framework", "gpus", "ep", "etp", "recompute_modules"]
 for i, p in enumerate(d["plans"]):
     plan = {k: p[k] for k in keys if k in p}
     plan.update(model=sys.argv[3], cluster=sys.argv[4])
@@ -183,6 +183,9 @@ torchtitan torchtitan llama3-8b dgx-h100 2
 pytorch fsdp llama3-8b dgx-h100 1
 pytorch fsdp gpt3-1.3b dgx-a100 2
 pytorch fsdp llama3-70b dgx-h100 4
+megatron-core megatron mixtral-8x7b dgx-h100 1
+megatron-core megatron qwen3-30b-a3b dgx-h100 2
+megatron-core megatron deepseek-v3 dgx-h100 32
 FRAMEWORKS
 
 # Without --framework, recommend labels each plan with the frameworks that

@@ -68,7 +68,10 @@ def load_plan(path: str) -> dict:
         "cluster": p.get("cluster", ""),
         "stage_layers": list(p.get("stage_layers") or []),
         "shard_group": int(p.get("shard_group", 0) or 0),
+        "ep": int(p.get("ep", 1)),
+        "recompute_modules": list(p.get("recompute_modules") or []),
     }
+    out["etp"] = int(p.get("etp", out["tp"]))
     tp, pp, cp = out["tp"], out["pp"], out["cp"]
     gpus = p.get("gpus")
     dp = p.get("dp")
@@ -774,6 +777,81 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
         P.add(f"megatron: precision {prec}, the plan has {plan['precision']}")
     if plan["offload"] == "optimizer" and not ns.get("optimizer_cpu_offload"):
         P.add("megatron: the plan offloads the optimizer but --optimizer-cpu-offload is missing")
+    megatron_moe_rules(ns, given, plan, world, tp, pp, cp, layers, P)
+
+
+def megatron_moe_rules(ns: dict, given: dict, plan: dict, world: int, tp: int, pp: int, cp: int, layers, P) -> None:
+    """Mixture-of-Experts and latent-attention rules (Megatron-LM d98e8a64dd: arguments.py validate_args,
+    megatron/core/transformer/transformer_config.py __post_init__, parallel_state.initialize_model_parallel,
+    moe/moe_layer.py)."""
+    def ln(dest):
+        return given.get(dest, (None,))[0]
+
+    experts = ns.get("num_experts")
+    ep = ns.get("expert_model_parallel_size") or 1
+    etp = ns.get("expert_tensor_parallel_size")
+    etp = tp if etp is None else etp  # arguments.py: defaults to --tensor-model-parallel-size
+    if experts is None:
+        if ep > 1:
+            P.add("megatron: --expert-model-parallel-size > 1 needs --num-experts (validate_args)",
+                  ln("expert_model_parallel_size"))
+        for dest in ("moe_router_topk", "moe_grouped_gemm", "moe_ffn_hidden_size"):
+            if dest in given:
+                P.add(f"megatron: --{dest.replace('_', '-')} without --num-experts has no effect", ln(dest))
+    else:
+        if experts % ep:
+            P.add(f"megatron: --num-experts {experts} not divisible by --expert-model-parallel-size {ep} "
+                  "(validate_args)", ln("num_experts"))
+        # parallel_state.initialize_model_parallel: the expert grid etp x ep x edp x pp covers the world.
+        if world % (etp * ep * pp):
+            P.add(f"megatron: world size {world} not divisible by etp*ep*pp = {etp * ep * pp} "
+                  "(parallel_state.initialize_model_parallel)")
+        topk = ns.get("moe_router_topk") or 2
+        if topk > experts:
+            P.add(f"megatron: --moe-router-topk {topk} exceeds --num-experts {experts}", ln("moe_router_topk"))
+        # moe_layer.py MoELayer.forward: "During training, performance may degrade if MoE and tensor
+        # parallelism are enabled without also enabling sequence parallelism" -> ValueError.
+        if tp > 1 and not ns.get("sequence_parallel"):
+            P.add("megatron: MoE with tensor parallelism needs --sequence-parallel (moe_layer.py raises in training)")
+        if ns.get("moe_router_enable_expert_bias") and ns.get("moe_router_score_function") not in ("sigmoid",
+                                                                                                   "sqrtsoftplus"):
+            P.add("megatron: --moe-router-enable-expert-bias needs score function sigmoid or sqrtsoftplus "
+                  "(transformer_config.py)", ln("moe_router_enable_expert_bias"))
+        if ns.get("add_bias_linear", True) and not ns.get("disable_bias_linear") and etp != 1:
+            P.add("megatron: MoE experts with biases need --expert-tensor-parallel-size 1 (transformer_config.py)")
+        disp = ns.get("moe_token_dispatcher_type") or "allgather"
+        if disp == "flex" and etp * ep <= 1:
+            P.add("megatron: the flex dispatcher needs etp*ep > 1 (token_dispatcher.py)")
+        freq = ns.get("moe_layer_freq")
+        if isinstance(freq, str):
+            text = freq.strip("'\"")
+            try:
+                pattern = eval(text, {"__builtins__": {}}) if text.startswith(("[", "(")) else None  # noqa: S307
+            except Exception:  # noqa: BLE001
+                pattern = "bad"
+            if pattern == "bad" or (pattern is not None and (not isinstance(pattern, list) or
+                                                             any(x not in (0, 1) for x in pattern))):
+                P.add(f"megatron: --moe-layer-freq {freq} is not an int or a list of 0/1 (arguments.py moe_freq_type)",
+                      ln("moe_layer_freq"))
+            elif pattern is not None and layers is not None and len(pattern) != layers:
+                P.add(f"megatron: --moe-layer-freq lists {len(pattern)} layers, --num-layers is {layers} "
+                      "(transformer_config.py)", ln("moe_layer_freq"))
+        cf = ns.get("moe_expert_capacity_factor")
+        if cf is not None and ns.get("moe_router_load_balancing_type") not in (
+                "aux_loss", "seq_aux_loss", "global_aux_loss", "none", ["aux_loss"], ["seq_aux_loss"],
+                ["global_aux_loss"], ["none"]):
+            P.add("megatron: --moe-expert-capacity-factor needs aux-loss or no load balancing (transformer_config.py)")
+    if ns.get("multi_latent_attention") and ns.get("group_query_attention"):
+        P.add("megatron: --multi-latent-attention with --group-query-attention (training.py asserts not both)")
+    # Plan consistency.
+    if plan.get("ep", 1) != ep:
+        P.add(f"megatron: --expert-model-parallel-size {ep}, the plan has ep={plan.get('ep', 1)}")
+    if experts is not None and plan.get("etp", tp) != etp:
+        P.add(f"megatron: expert tensor parallel {etp}, the plan has etp={plan.get('etp')}")
+    if plan.get("recompute_modules"):
+        mods = ns.get("recompute_modules")
+        if sorted(mods or []) != sorted(plan["recompute_modules"]):
+            P.add(f"megatron: --recompute-modules {mods}, the plan has {plan['recompute_modules']}")
 
 
 # ---------------------------------------------------------------------------
