@@ -321,6 +321,7 @@ int run_recommend(const RecommendFlags& f) {
     std::printf("%4s %6s %3s %3s %5s %3s %3s %4s %4s %5s %-9s %-3s %-11s %-5s %11s %12s %6s %9s", "rank", "gpus", "tp",
                 "pp", "dp", "cp", "vp", "zero", "shrd", "mbs", "recompute", "sp", "schedule", "offl", "step(s)",
                 "tokens/s", "MFU", "mem(GiB)");
+    if (model.has_moe) std::printf(" %4s %4s", "ep", "etp");
     if (tax) std::printf(" %7s", "tax");
     if (o.faults.failures_given) std::printf(" %8s %8s", "fail/h", "goodput");
     if (ttt) std::printf(" %9s", "TTT(d)");
@@ -332,11 +333,15 @@ int run_recommend(const RecommendFlags& f) {
                   p.layout.gpus, q.tp, q.pp, q.dp, q.cp, q.vp, q.zero, q.shard_group, static_cast<long long>(q.mbs),
                   to_string(q.recompute), q.sp ? "on" : "off", to_string(q.schedule), offload_column(q.offload),
                   p.report.step_time_s, p.report.tokens_per_s, 100 * p.report.mfu, to_gib(p.report.peak_memory_bytes));
+      if (model.has_moe) std::printf(" %4d %4d", q.ep, q.etp);
       if (tax) std::printf(" %6.1f%%", 100 * p.faults.stragglers.tax);
       if (o.faults.failures_given) std::printf(" %8.3f %7.1f%%", p.faults.failures.rate_per_hour, 100 * p.faults.goodput);
       if (ttt) std::printf(" %9s", days(p.faults.time_to_train_expected_s).c_str());
       std::printf("\n");
       std::printf("       %s: %s\n", p.family.c_str(), p.limit.c_str());
+      if (q.recompute == Recompute::kSelective && q.recompute_modules != 0 && q.recompute_modules != kRcCoreAttn) {
+        std::printf("       recompute modules: %s\n", recompute_modules_name(q.recompute_modules).c_str());
+      }
       if (o.framework == Framework::kGeneric) {
         const std::vector<std::string> fws = frameworks_running(model, cluster, p.layout);
         std::string list;

@@ -105,3 +105,16 @@ body["run_fit"] = {"scales": {"gemm_efficiency": 50, "hbm_efficiency": 1, "atten
                    "runs": [], "residual_rms": 0, "leave_one_out_rms": 0}
 write("calibration_run_scale.json", json.dumps(body, indent=2) + "\n")
 edit(PLAN, '"gpus": 8', '"framework": "jax",\n  "gpus": 8', "plan_framework.json")
+# Mixture-of-Experts and latent attention (models/mixtral-8x7b.json, models/deepseek-v3.json).
+MOE = "models/mixtral-8x7b.json"
+MLA = "models/deepseek-v3.json"
+edit(MOE, '"top_k": 2', '"top_k": 9', "moe_topk_above_experts.json")
+edit(MOE, '"top_k": 2', '"top_k": 2, "exprts": 8', "moe_unknown_key.json")
+edit(MOE, '"experts": 8', '"experts": 0', "moe_experts_0.json")
+edit(MOE, '"router": "softmax"', '"router": "topk"', "moe_router_bad.json")
+edit(MOE, '"top_k": 2', '"top_k": 2, "capacity_factor": -1', "moe_capacity_negative.json")
+edit(MOE, '"top_k": 2', '"top_k": 2, "dense_layers": 32', "moe_dense_all.json")
+edit(MOE, '"kv_heads": 8,', '"kv_heads": 8, "kv_lora_rank": 512,', "mla_key_without_mla.json")
+edit(MLA, '"kv_heads": 128', '"kv_heads": 8', "mla_kv_heads.json")
+edit(MLA, '"kv_lora_rank": 512,', '', "mla_missing_rank.json")
+edit(MODEL, '"layers": 4,', '"layers": 4, "moe": 5,', "moe_not_object.json")

@@ -1,0 +1,272 @@
+// Tests of Mixture-of-Experts and latent-attention models against
+// independent oracles: published parameter counts, the FLOPs per token the
+// published Megatron-Bridge tables imply (TFLOP/s over tokens/s), the
+// closed form of the token all-to-all, a Monte Carlo of top-k routing, and a
+// hand derivation of the memory of an expert-parallel plan.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "simulator/cost/layer_cost.h"
+#include "simulator/cost/moe_routing.h"
+#include "simulator/cost/step_flops.h"
+#include "simulator/memory/memory_model.h"
+#include "simulator/network/collective_model.h"
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
+
+namespace trainplan {
+namespace {
+
+using Catch::Matchers::WithinRel;
+
+TEST_CASE("MoE models: total and active parameters match the published counts within 1%") {
+  // Published totals / activated (each source's own convention):
+  // Mixtral 8x7B 46.7B / 12.9B and 8x22B 141B / 39B (mistral.ai, both
+  // embeddings counted); Qwen3-30B-A3B 30.5B / 3.3B and Qwen3-235B-A22B
+  // 235B / 22B (model cards); DeepSeek-V3 671B / 36.6B activated
+  // "including the 0.9B output head" (README_WEIGHTS; the input embedding
+  // lookup not counted); gpt-oss-120b 116.83B / 5.13B "unembedding counted,
+  // embedding not" (model card Table 1).
+  // Within 1%, or within half a unit of the last printed digit (plus 0.1%)
+  // where that is wider: Qwen3-30B-A3B's card prints "3.3B"; the count here
+  // is 3.353B (attention 18.87M + 8 experts 37.75M + router 0.26M per layer,
+  // x 48, + 2 x 311M embeddings), so the card rounds down.
+  struct Case {
+    const char* model;
+    double total, active, active_unit;
+    bool active_without_input_embedding;
+  };
+  for (const Case& c : {Case{"mixtral-8x7b", 46.7e9, 12.9e9, 0.1e9, false}, Case{"mixtral-8x22b", 141e9, 39e9, 1e9, false},
+                        Case{"qwen3-30b-a3b", 30.5e9, 3.3e9, 0.1e9, false},
+                        Case{"qwen3-235b-a22b", 235e9, 22e9, 1e9, false},
+                        Case{"deepseek-v3", 671e9, 36.6e9, 0.1e9, true},
+                        Case{"gpt-oss-120b", 116.83e9, 5.13e9, 0.01e9, true}}) {
+    INFO(c.model);
+    const ModelSpec m = load_model(c.model);
+    REQUIRE(m.has_moe);
+    CHECK_THAT(total_params(m), WithinRel(c.total, 0.01));
+    const double active = active_params(m) - (c.active_without_input_embedding ? embedding_params(m) : 0.0);
+    CHECK(std::fabs(active - c.active) <= std::max(0.01 * c.active, c.active_unit / 2 + 1e-3 * c.active));
+  }
+}
+
+TEST_CASE("DeepSeek-V3: multi-head latent attention has the published projection sizes") {
+  // DeepSeek-V2 Sec. 2.1 with V3's dimensions: W^DQ 7168x1536 + norm 1536,
+  // W^UQ 1536 x 128*(128+64), W^DKV 7168 x (512+64) + norm 512, W^UKV
+  // 512 x 128*(128+128), W^O 128*128 x 7168 = 187,107,328 (per layer).
+  const ModelSpec m = load_model("deepseek-v3");
+  const double expected = 7168.0 * 1536 + 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512 + 512.0 * 128 * 256 +
+                          128.0 * 128 * 7168;
+  CHECK(attention_params(m) == expected);
+  CHECK(m.moe_layer_count() == 58);  // first_k_dense_replace = 3
+  CHECK_FALSE(m.is_moe_layer(2));
+  CHECK(m.is_moe_layer(3));
+}
+
+TEST_CASE("MoE model FLOPs per token equal what the published tables imply") {
+  // Megatron-Bridge performance tables print TFLOP/s per GPU and tokens/s per
+  // GPU for the same run; their ratio is the FLOPs per token Megatron-Core
+  // counts (published_moe_dev.json): Qwen3-30B-A3B 241e12 / 10494 and
+  // DeepSeek-V3 (without MTP) 782e12 / 3139, at seq 4096.
+  struct Case {
+    const char* model;
+    double tflops, tokens_per_s;
+  };
+  for (const Case& c : {Case{"qwen3-30b-a3b", 241, 10494}, Case{"deepseek-v3", 782, 3139}}) {
+    INFO(c.model);
+    const ModelSpec m = load_model(c.model);
+    Plan p;
+    p.gbs = 1;
+    p.seq = 4096;
+    const double per_token = step_flops(m, p).model_flops / 4096.0;
+    CHECK_THAT(per_token, WithinRel(c.tflops * 1e12 / c.tokens_per_s, 0.01));
+  }
+}
+
+TEST_CASE("Expected maximum normal order statistic") {
+  // Closed forms: E[max of 2] = 1/sqrt(pi), E[max of 3] = 3/(2 sqrt(pi));
+  // tabulated E[max of 5] = 1.16296, of 10 = 1.53875 (Harter 1961).
+  CHECK(expected_max_standard_normal(1) == 0);
+  CHECK_THAT(expected_max_standard_normal(2), WithinRel(1 / std::sqrt(M_PI), 1e-6));
+  CHECK_THAT(expected_max_standard_normal(3), WithinRel(1.5 / std::sqrt(M_PI), 1e-6));
+  CHECK_THAT(expected_max_standard_normal(5), WithinRel(1.16296, 1e-4));
+  CHECK_THAT(expected_max_standard_normal(10), WithinRel(1.53875, 1e-4));
+}
+
+// Monte Carlo: tokens each pick top_k distinct experts uniformly; the mean
+// over trials of the busiest rank's load over the mean load.
+double monte_carlo_max_load(int tokens, int top_k, int experts, int ep, int trials) {
+  std::mt19937_64 rng(12345);
+  std::vector<int> ids(static_cast<size_t>(experts));
+  double sum = 0;
+  for (int t = 0; t < trials; ++t) {
+    std::vector<int> load(static_cast<size_t>(ep), 0);
+    for (int i = 0; i < tokens; ++i) {
+      for (int e = 0; e < experts; ++e) ids[static_cast<size_t>(e)] = e;
+      for (int j = 0; j < top_k; ++j) {  // partial Fisher-Yates: k distinct experts
+        std::uniform_int_distribution<int> pick(j, experts - 1);
+        std::swap(ids[static_cast<size_t>(j)], ids[static_cast<size_t>(pick(rng))]);
+        load[static_cast<size_t>(ids[static_cast<size_t>(j)] / (experts / ep))] += 1;
+      }
+    }
+    const double mean = static_cast<double>(tokens) * top_k / ep;
+    sum += *std::max_element(load.begin(), load.end()) / mean;
+  }
+  return sum / trials;
+}
+
+TEST_CASE("The busiest expert-parallel rank's expected load agrees with a Monte Carlo of top-k routing") {
+  struct Case {
+    int tokens, top_k, experts, ep;
+  };
+  for (const Case& c : {Case{256, 2, 8, 8}, Case{1024, 8, 64, 8}, Case{512, 4, 128, 16}, Case{2048, 2, 8, 4}}) {
+    INFO(c.tokens << " tokens, top-" << c.top_k << " of " << c.experts << " over ep " << c.ep);
+    const double mc = monte_carlo_max_load(c.tokens, c.top_k, c.experts, c.ep, 400);
+    const double model = expected_max_rank_load(c.tokens, c.top_k, c.experts, c.ep);
+    // The excess over a perfect balance is what the formula predicts; within
+    // 10% of the Monte Carlo's (its standard error is about 1-2%).
+    CHECK_THAT(model - 1, WithinRel(mc - 1, 0.10));
+  }
+  // A capacity factor caps it; one rank or every expert chosen: balanced.
+  CHECK(expected_max_rank_load(256, 2, 8, 8, 1.05) == Approx(1.05));
+  CHECK(expected_max_rank_load(256, 2, 8, 1) == 1);
+  CHECK(expected_max_rank_load(256, 8, 8, 8) == 1);
+}
+
+LayerShape moe_shape(int ep, int64_t mbs) {
+  LayerShape s;
+  s.mbs = mbs;
+  s.seq = 4096;
+  s.attention = Attention::kFlash;
+  s.ep = ep;
+  s.etp = 1;
+  s.moe_load = 1;  // perfectly balanced routing
+  return s;
+}
+
+TEST_CASE("Token all-to-all bytes per GPU follow tokens * top_k * hidden * bytes * (ep-1)/ep per direction") {
+  // Qwen3-30B-A3B, mbs 2 x seq 4096 = 8192 tokens, top-8, hidden 2048, bf16,
+  // ep 8: each of dispatch and combine moves 8192*8*2048*2*7/8 bytes off
+  // every GPU (and its backward the same in reverse).
+  const ModelSpec m = load_model("qwen3-30b-a3b");
+  const LayerCost c = transformer_layer_cost(m, moe_shape(8, 2), true);
+  const ClusterSpec cl = load_cluster("dgx-h100");
+  const LinkParams lp = link_params(cl);
+  int a2a = 0;
+  for (const OpCost& op : c.ops) {
+    if (op.tp_comm_after != TpComm::kAllToAll) continue;
+    a2a += 1;
+    CHECK(op.comm_group == CommGroup::kEp);
+    const CollectiveCost cost =
+        collective_cost(Collective::kAllToAll, static_cast<Bytes>(op.tp_comm_bytes), group_placement(8, 8, cl), lp);
+    CHECK_THAT(cost.wire_bytes_per_rank, WithinRel(8192.0 * 8 * 2048 * 2 * 7 / 8, 1e-9));
+  }
+  CHECK(a2a == 2);  // dispatch and combine
+  // ep 1: no all-to-all.
+  for (const OpCost& op : transformer_layer_cost(m, moe_shape(1, 2), true).ops) CHECK(op.tp_comm_bytes == 0);
+}
+
+TEST_CASE("Memory per GPU of an expert-parallel plan equals the hand derivation") {
+  // Mixtral 8x7B on one DGX H100 node: tp 1, pp 1, dp 8, ep 8 (one expert
+  // per GPU), ZeRO-1, mbs 1, seq 4096, bf16 with fp32 gradients, balanced
+  // routing.  Per GPU:
+  //   dense parameters: per layer attention 4096*(4096+2*1024) + 4096*4096 =
+  //     41,943,040, router 4096*8 = 32,768, two RMSNorms 8,192; x 32 layers;
+  //     embedding and output 32000*4096 each, final norm 4096.
+  //   expert parameters: one expert per layer, 3*4096*14336 = 176,160,768, x 32.
+  //   weights 2 B, gradients 4 B per parameter; Adam 12 B per parameter,
+  //   sharded over dp = 8 for the dense ones and over the expert data-parallel
+  //   group tp*cp*dp/(ep*etp) = 1 for the experts.
+  const double dense = 32.0 * (41943040 + 32768 + 8192) + 2.0 * 32000 * 4096 + 4096;
+  const double experts = 32.0 * 176160768;
+  const ModelSpec m = load_model("mixtral-8x7b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan p;
+  p.ep = 8;
+  p.etp = 1;
+  p.zero = 1;
+  p.moe_imbalance = 1;
+  const Layout L = resolve_plan(m, c, 8, p);
+  REQUIRE(L.feasible);
+  CHECK(L.expert_dp == 1);
+  const MemoryReport r = estimate_memory(m, c, L);
+  const MemoryBreakdown& b = r.stages[0].breakdown;
+  CHECK_THAT(b.weights, WithinRel(2 * (dense + experts), 1e-9));
+  CHECK_THAT(b.gradients, WithinRel(4 * (dense + experts), 1e-9));
+  CHECK_THAT(b.optimizer, WithinRel(12 * dense / 8 + 12 * experts, 1e-9));
+  // Activations, one micro-batch of s = 4096 tokens in flight (pp 1), b = 1,
+  // h = 4096, bf16, flash attention, no dropout, every token on 2 experts
+  // (8192 rows on this GPU's expert):
+  //   attention block: ln1 input, QKV input, out-proj input, ln2 input 2sh
+  //   each; Q, K, V 2s(4096 + 1024 + 1024); log-sum-exp 4 * 32 heads * s;
+  //   router input 2sh and its fp32 scores 4 * 8 * s;
+  //   experts: FC1 input 2 * 8192 * h; SwiGLU gate and up 2 * 2 * 8192 *
+  //   14336 plus the fp32 routing weight per row 4 * 8192; FC2 input 2 *
+  //   8192 * 14336.
+  const double s = 4096, h = 4096;
+  const double layer = 4 * 2 * s * h + 2 * s * (4096 + 1024 + 1024) + 4 * 32 * s + 2 * s * h + 4 * 8 * s +
+                       2 * 8192 * h + 2 * 2 * 8192 * 14336.0 + 4 * 8192 + 2 * 8192 * 14336.0;
+  //   output layer: final norm input and logits input 2sh each, fp32 logits 4sv.
+  const double output = 2 * 2 * s * h + 4 * s * 32000;
+  CHECK_THAT(b.activations, WithinRel(32 * layer + output, 1e-9));
+}
+
+TEST_CASE("Expert-parallel plan rules follow Megatron-Core's parallel folding") {
+  const ModelSpec moe = load_model("mixtral-8x7b");
+  const ModelSpec dense = load_model("llama3-8b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  auto reasons = [&](const ModelSpec& m, int gpus, Plan p) {
+    const Layout L = resolve_plan(m, c, gpus, p);
+    std::string all;
+    for (const std::string& r : L.reasons) all += r + "\n";
+    return all;
+  };
+  Plan p;
+  p.ep = 3;
+  CHECK_THAT(reasons(moe, 8, p), Catch::Contains("ep=3 does not divide experts=8"));
+  p.ep = 8;
+  p.tp = 2;
+  p.etp = 2;  // ep*etp = 16 > tp*cp*dp = 8
+  CHECK_THAT(reasons(moe, 8, p), Catch::Contains("ep*etp = 16 does not divide tp*cp*dp = 8"));
+  p = Plan();
+  p.ep = 2;
+  CHECK_THAT(reasons(dense, 8, p), Catch::Contains("needs a Mixture-of-Experts model"));
+  p = Plan();
+  p.zero = 3;
+  CHECK_THAT(reasons(moe, 8, p), Catch::Contains("ZeRO-3"));
+  // etp defaults to tp (arguments.py), and tp > 1 runs sequence parallel
+  // (moe_layer.py raises otherwise); edp = tp*cp*dp / (ep*etp).
+  p = Plan();
+  p.tp = 2;
+  p.ep = 4;
+  const Layout L = resolve_plan(moe, c, 8, p);
+  REQUIRE(L.feasible);
+  CHECK(L.plan.etp == 2);
+  CHECK(L.plan.sp);
+  CHECK(L.expert_dp == 1);
+}
+
+TEST_CASE("Selective recompute of the MoE block keeps only its input") {
+  // With --recompute-modules moe the experts' FC1 input, SwiGLU input and FC2
+  // input and the router scores are not kept; the router's input (the
+  // block's checkpoint) is.  Recomputing it re-runs the all-to-alls too.
+  const ModelSpec m = load_model("qwen3-30b-a3b");
+  LayerShape s = moe_shape(8, 1);
+  const LayerCost none = transformer_layer_cost(m, s, true);
+  s.recompute = Recompute::kSelective;
+  s.recompute_modules = kRcMoe;
+  const LayerCost moe = transformer_layer_cost(m, s, true);
+  // 4096 tokens x top-8 = 32768 rows, h = 2048, expert width 768, 128 experts.
+  const double rows = 32768, h = 2048, f = 768;
+  const double dropped = 2 * rows * h + (2 * 2 * rows * f + 4 * rows) + 2 * rows * f + 4 * 4096 * 128;
+  CHECK_THAT(none.saved_bytes - moe.saved_bytes, WithinRel(dropped, 1e-9));
+  CHECK(moe.recompute_flops > 0);
+}
+
+}  // namespace
+}  // namespace trainplan
