@@ -337,7 +337,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   res.evaluated = static_cast<int64_t>(plans.size());
 
   // Step costs depend on a few plan fields only: cache them.
-  std::map<std::tuple<int, int, bool, int64_t, int64_t, int>, StepCosts> cost_cache;
+  std::map<std::tuple<int, int, bool, int64_t, int64_t, int64_t>, StepCosts> cost_cache;
   std::vector<Candidate> candidates;
   std::map<std::string, double> family_min_peak;
   std::map<std::string, Plan> family_min_peak_plan;  // the plan of that peak, for its label
@@ -360,7 +360,16 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       }
     }
     res.valid += 1;
-    MemoryReport mem = estimate_memory(m, c, L);
+    const Plan& p = L.plan;
+    auto key = std::make_tuple(p.tp * 1000 + p.cp, static_cast<int>(p.recompute) * 1000 + p.recompute_modules, p.sp,
+                               p.mbs, p.seq,
+                               int64_t{p.attention == Attention::kFlash} * 100 + static_cast<int64_t>(p.precision) * 10 +
+                                   static_cast<int64_t>(p.fp8_recipe) + 1000 * (int64_t{p.ep} * (1 << 24) + p.etp) +
+                                   (int64_t{1} << 60) * fp8_transformer_engine(p));
+    auto cit = cost_cache.find(key);
+    if (cit == cost_cache.end()) cit = cost_cache.emplace(key, step_costs(m, c, p)).first;
+    const StepCosts& sc = cit->second;
+    MemoryReport mem = estimate_memory(m, c, L, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output);
     const std::string family = plan_family(L.plan);
     auto it = family_min_peak.find(family);
     if (it == family_min_peak.end() || mem.peak_bytes < it->second) {
@@ -377,13 +386,6 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       continue;
     }
     res.feasible += 1;
-    const Plan& p = L.plan;
-    auto key = std::make_tuple(p.tp * 1000 + p.cp, static_cast<int>(p.recompute) * 1000 + p.recompute_modules, p.sp,
-                               p.mbs, p.seq,
-                               static_cast<int>(p.attention) * 100 + static_cast<int>(p.precision) * 10 +
-                                   static_cast<int>(p.fp8_recipe) + 1000 * (p.ep * 1024 + p.etp));
-    auto cit = cost_cache.find(key);
-    if (cit == cost_cache.end()) cit = cost_cache.emplace(key, step_costs(m, c, p)).first;
     std::vector<double> stage_params, stage_expert_params;
     for (const StageMemory& st : mem.stages) {
       stage_params.push_back(st.params);

@@ -70,12 +70,18 @@ int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp,
 }
 
 MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout) {
+  const LayerShape shape = layer_shape(layout.plan);
+  const LayerCost layer = transformer_layer_cost(model, shape);
+  const LayerCost moe_layer = model.has_moe ? transformer_layer_cost(model, shape, true) : layer;
+  return estimate_memory(model, cluster, layout, layer, moe_layer, embedding_cost(model, shape),
+                         output_cost(model, shape));
+}
+
+MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                             const LayerCost& layer, const LayerCost& moe_layer, const LayerCost& emb,
+                             const LayerCost& out) {
   const Plan& p = layout.plan;
-  LayerShape shape = layer_shape(p);
-  LayerCost layer = transformer_layer_cost(model, shape);
-  LayerCost moe_layer = model.has_moe ? transformer_layer_cost(model, shape, true) : layer;
-  LayerCost emb = embedding_cost(model, shape);
-  LayerCost out = output_cost(model, shape);
+  const LayerShape shape = layer_shape(p);
   LayerShape no_recompute = shape;
   no_recompute.recompute = Recompute::kNone;
   const double tied_copy = static_cast<double>(model.vocab) * static_cast<double>(model.hidden) / p.tp;
@@ -85,17 +91,20 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
   };
   std::vector<StageSums> sums(static_cast<size_t>(p.pp));
   const std::vector<std::vector<ChunkLayers>> stage_chunks = chunk_layers(layout);
+  const double full_saved_dense = saved_activation_bytes(layer, model, no_recompute);
+  const double full_saved_moe = model.has_moe ? saved_activation_bytes(moe_layer, model, no_recompute) : 0.0;
   for (int i = 0; i < p.pp; ++i) {
     StageSums& ss = sums[static_cast<size_t>(i)];
     for (const ChunkLayers& ch : stage_chunks[static_cast<size_t>(i)]) {
       for (int at = ch.first; at < ch.first + ch.count; ++at) {
-        const LayerCost& c = at < model.layers && model.is_moe_layer(at) ? moe_layer : layer;
+        const bool is_moe = at < model.layers && model.is_moe_layer(at);
+        const LayerCost& c = is_moe ? moe_layer : layer;
         ss.params += c.params;
         ss.expert_params += c.expert_params;
         ss.saved += c.saved_bytes;
         ss.weight_kept += c.weight_grad_saved_bytes;
         ss.linear += c.linear_params;
-        ss.full_saved = std::max(ss.full_saved, saved_activation_bytes(c, model, no_recompute));
+        ss.full_saved = std::max(ss.full_saved, is_moe ? full_saved_moe : full_saved_dense);
         ss.largest = std::max(ss.largest, c.params - c.expert_params);
       }
     }

@@ -17,6 +17,7 @@
 
 #include <vector>
 
+#include "simulator/cost/layer_cost.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
@@ -67,6 +68,12 @@ int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp,
 
 // REQUIRES: layout resolved by resolve_plan (its reasons are not re-checked).
 MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
+// The same from the layer costs of layer_shape(layout.plan) computed by the
+// caller (the planner reuses them across plans of one shape): the dense
+// layer, the MoE layer (== layer for a dense model), embedding and output.
+MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                             const LayerCost& layer, const LayerCost& moe_layer, const LayerCost& embedding,
+                             const LayerCost& output);
 
 }  // namespace trainplan
 
