@@ -498,9 +498,9 @@ def main():
         doc.append("| %s | %d | %.1f%% | %+.1f%% | %s (%+.1f%%) | %d | %d | %s |" % (
             group, len(g), 100 * sum(abs(e) for e in errs) / len(g), 100 * sum(errs) / len(g), worst[0],
             100 * worst[1], sum(abs(e) <= 0.05 for e in errs), sum(abs(e) <= 0.10 for e in errs), rho))
+    doc += ["", "Not expressible (skipped): " + (", ".join(skipped) or "none")]
     doc += loso
     doc += moe
-    doc += ["", "Not expressible (skipped): " + ", ".join(skipped), ""]
     with open(a.out + ".tmp", "w") as f:
         f.write("\n".join(doc))
     os.replace(a.out + ".tmp", a.out)
