@@ -14,6 +14,7 @@ void register_catalog_commands(CLI::App* app, int* status);  // models, clusters
 void register_memory_command(CLI::App* app, int* status);
 void register_simulate_command(CLI::App* app, int* status);
 void register_recommend_command(CLI::App* app, int* status);
+void register_report_command(CLI::App* app, int* status);
 void register_export_command(CLI::App* app, int* status);
 // calibrate and validate start a backend (MPI_Init takes argc/argv).
 void register_calibrate_command(CLI::App* app, int* status, int* argc, char*** argv);

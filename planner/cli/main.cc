@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
   trainplan::register_memory_command(&app, &status);
   trainplan::register_simulate_command(&app, &status);
   trainplan::register_recommend_command(&app, &status);
+  trainplan::register_report_command(&app, &status);
   trainplan::register_export_command(&app, &status);
 #ifdef TRAINPLAN_WITH_BACKENDS
   trainplan::register_calibrate_command(&app, &status, &argc, &argv);

@@ -17,6 +17,7 @@
 #include "planner/cli/plan_flags.h"
 #include "planner/export/exporters.h"
 #include "planner/plan/plan_file.h"
+#include "planner/report/html_report.h"
 #include "planner/search/search.h"
 #include "simulator/core/error.h"
 #include "simulator/faults/faults.h"
@@ -62,9 +63,71 @@ struct RecommendFlags {
   std::string save;
   std::string calibration;
   bool json = false;
+  std::string html;        // --html FILE (recommend) / --out FILE (report)
+  bool report_only = false;  // `trainplan report`: the page only, one line on stdout
   FaultFlags faults;
   CLI::App* app = nullptr;
 };
+
+std::string fmt_pct(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * fraction);
+  return buf;
+}
+
+// The report page of a search (planner/report/html_report.h): the ranking,
+// the best plan's step with its timeline, the scaling of each family from
+// one node (doubling) to the requested size, and the faults when given.
+std::string recommend_report(const ModelSpec& model, const ClusterSpec& cluster, int gpus, const SearchOptions& o,
+                             const SearchResult& r) {
+  nlohmann::json data;
+  data["title"] = "trainplan: " + model.name + " on " + cluster.name + ", " + std::to_string(gpus) + " GPUs";
+  data["subtitle"] = "gbs " + std::to_string(o.gbs) + " sequences of " +
+                     std::to_string(o.seq > 0 ? o.seq : model.seq_len) + " tokens; " + std::to_string(r.evaluated) +
+                     " plans evaluated, " + std::to_string(r.feasible) + " fit, " + std::to_string(r.simulated) +
+                     " simulated (trainplan " + kVersion + ")";
+  data["ranking"] = ranking_section(r);
+  if (o.faults.any()) {
+    data["ranking"]["ranked_by"] = o.faults.train_tokens > 0 ? "expected time to train" : "step time with stragglers";
+  }
+  const RankedPlan& best = r.plans.front();
+  SimulateOptions so;
+  so.trace = true;
+  data["step"] = step_section(model, cluster, best.layout, simulate_step(model, cluster, best.layout, so));
+  // Scaling: the same search at 1, 2, 4, ... nodes below the requested size.
+  std::vector<std::pair<int, SearchResult>> sizes;
+  if (gpus > cluster.gpus_per_node) {
+    SearchOptions small = o;
+    small.top_k = 1;
+    small.progress = nullptr;
+    small.faults = FaultConfig();
+    for (int g = cluster.gpus_per_node; g < gpus; g *= 2) sizes.emplace_back(g, search_plans(model, cluster, g, small));
+  }
+  sizes.emplace_back(gpus, r);
+  data["scaling"] = scaling_section(sizes);
+  if (o.faults.any() && best.has_faults) {
+    nlohmann::json faults;
+    const FaultReport& fr = best.faults;
+    std::string summary;
+    if (fr.has_stragglers) summary += "straggler tax " + fmt_pct(fr.stragglers.tax) + "; ";
+    if (fr.has_failures) {
+      nlohmann::json sweep = nlohmann::json::array();
+      for (const IntervalPoint& pt : fr.failures.sweep) sweep.push_back({{"interval_s", pt.interval_s}, {"goodput", pt.goodput}});
+      faults["sweep"] = sweep;
+      summary += "goodput " + fmt_pct(fr.goodput) + " at a checkpoint every " +
+                 std::to_string(static_cast<long long>(std::llround(fr.failures.interval_s))) + " s; ";
+    }
+    nlohmann::json worlds = nlohmann::json::array();
+    for (const WorldBest& w : r.worlds) {
+      worlds.push_back({{"gpus", w.gpus}, {"goodput", w.best.faults.goodput},
+                        {"straggler_tax", w.best.faults.has_stragglers ? w.best.faults.stragglers.tax : 0.0}});
+    }
+    faults["worlds"] = worlds;
+    faults["summary"] = summary;
+    data["faults"] = faults;
+  }
+  return html_report(data);
+}
 
 // The fields that tell plans of one search apart (gbs, seq, dtypes are fixed).
 std::string short_plan(const Plan& q) {
@@ -121,6 +184,7 @@ std::string days(double s) {
 
 int run_recommend(const RecommendFlags& f) {
   if (!f.save.empty()) check_output_path(f.save, "--save");
+  if (!f.html.empty()) check_output_path(f.html, f.report_only ? "--out" : "--html");
   FaultFlags fault_flags = f.faults;
   for (const FaultFlagInfo& info : fault_flag_table(&fault_flags)) {
     if (f.app != nullptr && f.app->count(info.name) > 0 && info.value->empty()) {
@@ -284,6 +348,16 @@ int run_recommend(const RecommendFlags& f) {
     pf.plan = r.plans.front().layout.plan;
     write_file_atomically(f.save, plan_file_json(pf), "--save");
   }
+  if (!f.html.empty()) {
+    const char* flag = f.report_only ? "--out" : "--html";
+    if (r.plans.empty()) throw_input_error(flag, "", "no plan fits, no report to write", "see the advice above");
+    write_file_atomically(f.html, recommend_report(model, cluster, gpus, o, r), flag);
+    if (f.report_only) {
+      std::printf("wrote %s: %s on %s, %d GPUs, best plan %s\n", f.html.c_str(), model.name.c_str(),
+                  cluster.name.c_str(), gpus, describe_plan(r.plans.front().layout.plan).c_str());
+      return 0;
+    }
+  }
   if (f.json) {
     std::cout << out.dump(2) << "\n";
     return 0;
@@ -404,6 +478,32 @@ void register_recommend_command(CLI::App* app, int* status) {
                   "calibration.json from `trainplan calibrate` (replaces the cluster's GEMM, memory and collective "
                   "figures)");
   cmd->add_flag("--json", f.json, "JSON output");
+  cmd->add_option("--html", f.html, "also write the report page (as `trainplan report`) to this HTML file");
+  for (const FaultFlagInfo& info : fault_flag_table(&f.faults)) cmd->add_option(info.name, *info.value, info.help)->type_name(info.type_name);
+  f.app = cmd;
+  cmd->callback([status] { *status = run_recommend(f); });
+}
+
+void register_report_command(CLI::App* app, int* status) {
+  static RecommendFlags f;
+  f.report_only = true;
+  CLI::App* cmd = app->add_subcommand(
+      "report", "write one self-contained HTML page: ranking, why the others lose, memory, the step's timeline, "
+                "scaling and faults");
+  cmd->add_option("--out", f.html, "the HTML file to write (required)")->required();
+  cmd->add_option("--model", f.model, "model name or path (default llama3-8b)");
+  cmd->add_option("--cluster", f.cluster, "cluster name or path (default dgx-h100)");
+  cmd->add_option("--nodes", f.nodes, "number of nodes (default 1)");
+  cmd->add_option("--gpus", f.gpus, "number of GPUs");
+  cmd->add_option("--gbs", f.gbs, "global batch in sequences (default: about 4M tokens)");
+  cmd->add_option("--seq", f.seq, "sequence length (default: the model's)");
+  cmd->add_option("--top", f.top, "how many plans to rank (default 5)");
+  add_precision_flags(cmd, &f.precision, &f.fp8_recipe);
+  cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
+  cmd->add_option("--framework", f.framework,
+                  "search only plans this framework runs: generic|megatron-lm|megatron-core|deepspeed|torchtitan|"
+                  "pytorch (default generic)");
+  cmd->add_option("--calibration", f.calibration, "calibration.json from `trainplan calibrate`");
   for (const FaultFlagInfo& info : fault_flag_table(&f.faults)) cmd->add_option(info.name, *info.value, info.help)->type_name(info.type_name);
   f.app = cmd;
   cmd->callback([status] { *status = run_recommend(f); });

@@ -12,6 +12,7 @@
 #include "planner/cli/commands.h"
 #include "planner/cli/output.h"
 #include "planner/cli/plan_flags.h"
+#include "planner/report/html_report.h"
 #include "simulator/core/error.h"
 #include "simulator/faults/failure_profiles.h"
 #include "simulator/faults/faults.h"
@@ -26,6 +27,7 @@ struct SimulateFlags {
   bool json = false;
   bool full = false;
   std::string trace;
+  std::string html;
   FaultFlags faults;
   CLI::App* app = nullptr;
 };
@@ -208,6 +210,7 @@ void print_faults(const FaultReport& fr, const FaultConfig& cfg, int gpus, int n
 
 int run_simulate(const SimulateFlags& f) {
   if (!f.trace.empty()) check_output_path(f.trace, "--trace");
+  if (!f.html.empty()) check_output_path(f.html, "--html");
   FaultFlags fault_flags = f.faults;
   for (const FaultFlagInfo& info : fault_flag_table(&fault_flags)) {
     if (f.app != nullptr && f.app->count(info.name) > 0 && info.value->empty()) {
@@ -243,9 +246,18 @@ int run_simulate(const SimulateFlags& f) {
   }
   SimulateOptions so;
   so.representative = !f.full;
-  so.trace = !f.trace.empty();
+  so.trace = !f.trace.empty() || !f.html.empty();
   StepReport rep = simulate_step(job.model, job.cluster, layout, so);
   if (!f.trace.empty()) write_file_atomically(f.trace, rep.trace_json, "--trace");
+  if (!f.html.empty()) {
+    // The plan's page (planner/report/html_report.h): its step, memory and timeline.
+    nlohmann::json data;
+    data["title"] = "trainplan: " + job.model.name + " on " + job.cluster.name + ", " + std::to_string(layout.gpus) +
+                    " GPUs";
+    data["subtitle"] = describe_plan(layout.plan) + " (trainplan " + kVersion + ")";
+    data["step"] = step_section(job.model, job.cluster, layout, rep);
+    write_file_atomically(f.html, html_report(data), "--html");
+  }
 
   out["step_time_s"] = rounded(rep.step_time_s, 6);
   out["tokens_per_s"] = rounded(rep.tokens_per_s, 1);
@@ -350,6 +362,7 @@ void register_simulate_command(CLI::App* app, int* status) {
   cmd->add_flag("--json", flags.json, "JSON output");
   cmd->add_flag("--full", flags.full, "simulate every rank instead of one representative rank per stage");
   cmd->add_option("--trace", flags.trace, "write a Chrome trace (open in Perfetto) to this file");
+  cmd->add_option("--html", flags.html, "write the plan's report page (step, memory, timeline) to this HTML file");
   for (const FaultFlagInfo& info : fault_flag_table(&flags.faults)) cmd->add_option(info.name, *info.value, info.help)->type_name(info.type_name);
   flags.app = cmd;
   cmd->callback([status] { *status = run_simulate(flags); });

@@ -517,6 +517,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   for (const auto& [family, peak] : family_min_peak) {
     if (family == winner) continue;
     FamilyVerdict v;
+    v.key = family;
     v.family = plan_label(family_min_peak_plan.at(family));
     if (family_first.count(family)) {
       auto fb = family_best.find(family);
@@ -524,7 +525,11 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       StepReport rep = simulated ? fb->second.report : simulate(*family_first[family]);
       v.family = plan_label(simulated ? fb->second.cand->layout.plan : family_first[family]->layout.plan);
       v.verdict = why_slower(rep, res.plans.front().report);
+      v.fits = true;
+      v.peak_gib = to_gib(rep.peak_memory_bytes);
+      v.report = std::move(rep);
     } else {
+      v.peak_gib = to_gib(peak);
       v.verdict = fmt("does not fit: needs %.1f GiB per GPU", to_gib(peak)) +
                   fmt(", has %.1f", to_gib(static_cast<double>(c.gpu.memory)));
     }

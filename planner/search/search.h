@@ -79,8 +79,13 @@ struct RankedPlan {
 };
 
 struct FamilyVerdict {
+  std::string key;           // plan_family() of its plans (the same at every cluster size)
   std::string family;
   std::string verdict;       // e.g. "needs 142.0 GiB per GPU, has 80.0"
+  // The family's best plan, when one fits (its simulated step).
+  bool fits = false;
+  double peak_gib = 0;       // its peak memory per GPU (the nearest miss when it does not fit)
+  StepReport report;         // fits only
 };
 
 // The best plan of one world size (under failures, where fewer GPUs fail

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "simulator/memory/memory_model.h"
 #include "simulator/report/step_report.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
@@ -80,6 +81,47 @@ TEST_CASE("Trace: names, bubbles, p2p flows, TP thread and memory counter", "[si
   for (const StageResult& st : rep.stages) {
     const int pid = global_rank(L.plan, st.stage, 0, 0, 0);
     CHECK_THAT(peak_gib[pid], WithinRel(st.simulated_peak_bytes / kGiB, 1e-5));
+  }
+}
+
+TEST_CASE("Trace: llama3-70b TP8 PP4 VP5 on 64 H100 -- TP time and memory peak as the report says",
+          "[sim][trace]") {
+  // The trace's TP/CP thread (tid 3) carries each layer task's TP share;
+  // averaged over the simulated ranks it is the step report's tp_comm.  The
+  // memory counter's peak per rank is the memory model's closed form.
+  const ModelSpec m = load_model("llama3-70b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan p;
+  p.tp = 8;
+  p.pp = 4;
+  p.vp = 5;
+  p.sp = true;
+  p.zero = 1;
+  p.gbs = 32;
+  const Layout L = resolve_plan(m, c, 64, p);
+  REQUIRE(L.feasible);
+  SimulateOptions o;
+  o.trace = true;
+  const StepReport rep = simulate_step(m, c, L, o);
+  const nlohmann::json trace = nlohmann::json::parse(rep.trace_json);
+  std::map<int, double> tp_us, peak_gib;
+  for (const auto& e : trace.at("traceEvents")) {
+    const std::string ph = e.at("ph").get<std::string>();
+    if (ph == "X" && e.at("tid").get<int>() == 3) tp_us[e.at("pid").get<int>()] += e.at("dur").get<double>();
+    if (ph == "C") {
+      double& pk = peak_gib[e.at("pid").get<int>()];
+      pk = std::max(pk, e.at("args").at("GiB").get<double>());
+    }
+  }
+  REQUIRE(tp_us.size() == 4);
+  double mean_s = 0;
+  for (const auto& [pid, us] : tp_us) mean_s += us * 1e-6 / 4;
+  REQUIRE(rep.breakdown.tp_comm > 0);
+  CHECK_THAT(mean_s, WithinRel(rep.breakdown.tp_comm, 0.01));
+  const MemoryReport mem = estimate_memory(m, c, L);
+  for (const StageMemory& st : mem.stages) {
+    const int pid = global_rank(L.plan, st.stage, 0, 0, 0);
+    CHECK_THAT(peak_gib[pid], WithinRel(st.breakdown.total() / kGiB, 0.01));
   }
 }
 
