@@ -174,7 +174,10 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
       if (t.tp_comm_ps + t.ep_comm_ps > 0 && t.work_ps > 0) {
         // Its share of the task, placed at the task's end (it is
         // interleaved with the layer's GEMMs in reality).
-        const int64_t dur = (tt.end_ps - tt.start_ps) * (t.tp_comm_ps + t.ep_comm_ps) / t.work_ps;
+        // (In double: the product of two picosecond counts overflows int64.)
+        const int64_t dur = static_cast<int64_t>(static_cast<double>(tt.end_ps - tt.start_ps) *
+                                                 static_cast<double>(t.tp_comm_ps + t.ep_comm_ps) /
+                                                 static_cast<double>(t.work_ps));
         std::snprintf(buf, sizeof buf,
                       ",\n{\"ph\":\"X\",\"name\":\"tp/cp/ep collectives of %s\",\"cat\":\"tp_comm\",\"pid\":%d,\"tid\":%d,"
                       "\"ts\":%.3f,\"dur\":%.3f}",
