@@ -81,6 +81,36 @@ def cluster_for(row):
     return None
 
 
+def derived_cluster(row, name, tmp):
+    """ACCURACY.md cluster rule: the built-in cluster with only the figures the row states changed -- here the
+    power limit ("500W power limit" -> gpu.power_limit_w) and the memory size ("96GB" on an 80GB part: the
+    built-in's nvidia-smi capacity scaled by the ratio of the marketed sizes)."""
+    gpu = row["hardware"]["gpu"]
+    limit = re.search(r"(\d+)\s*W power limit", gpu)
+    size = re.search(r"(\d+)\s*GB", gpu)
+    if not limit and not size:
+        return name
+    doc = json.load(open(os.path.join(ROOT, "topologies", name + ".json")))
+    changed = []
+    if limit:
+        doc["gpu"]["power_limit_w"] = int(limit.group(1))
+        changed.append("power_limit_w %s" % limit.group(1))
+    if size:
+        mib = int(doc["gpu"]["memory"].replace("MiB", ""))
+        marketed = round(mib * 1024 * 1024 / 2 ** 30 / 8) * 8  # 81559 MiB -> the 80 GB part
+        if int(size.group(1)) != marketed:
+            doc["gpu"]["memory"] = "%dMiB" % round(mib * int(size.group(1)) / marketed)
+            changed.append("memory %sGB" % size.group(1))
+    if not changed:
+        return name
+    doc["name"] = name + "-" + row["id"]
+    doc["source"] += " Derived by tools/accuracy.py for " + row["id"] + ": " + ", ".join(changed) + " (" + gpu + ")."
+    path = os.path.join(tmp, doc["name"] + ".json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+    return path
+
+
 def framework_for(row):
     """ACCURACY.md F1: Megatron-Core / NeMo / Megatron-Bridge -> megatron-core; Megatron-LM papers of 2021-22 ->
     megatron-lm; DeepSpeed ZeRO-3 and Megatron-DeepSpeed runs -> deepspeed; torchtitan -> torchtitan; FSDP runs
@@ -437,6 +467,8 @@ def main():
                 skipped.append(row["id"])
                 continue
             flags, mbs, metric, measured, key = mapped
+            base_cluster = cluster
+            cluster = derived_cluster(row, cluster, tmp)
             pred, res = predict(a.trainplan, row, model_file(row, tmp), cluster, flags, mbs, key)
             if pred is None:
                 skipped.append(row["id"] + " (" + "; ".join(res.get("reasons", [])) + ")")
@@ -458,10 +490,12 @@ def main():
                 with open(plan_path, "w") as pf:
                     json.dump(plan_doc, pf)
                 fit_rows.append({"id": row["id"], "group": group, "plan": plan_path, "step": meas_step,
-                                 "gpu": "H100" if cluster == "dgx-h100" else "A100", "err": err,
+                                 "gpu": "H100" if base_cluster == "dgx-h100" else "A100", "err": err,
                                  "time_metric": time_metric})
             lines.append("| %s | %s | %s | %.4g | %.4g | %+.1f%% | %s |" % (
-                row["id"], cluster, metric, measured, pred, 100 * err,
+                row["id"], base_cluster + ("" if cluster == base_cluster else " (derived: " +
+                                           ", ".join(re.findall(r"\d+\s*W power limit|\d+\s*GB", row["hardware"]["gpu"])) + ")"),
+                metric, measured, pred, 100 * err,
                 "mbs=%d %s" % (res["plan"]["mbs"], " ".join(flags))))
         loso = leave_one_source_out(a.trainplan, fit_rows, tmp)
         moe = moe_section(a.trainplan, a.moe_reference, tmp)

@@ -19,7 +19,9 @@ ComputeParams compute_params(const ClusterSpec& cluster, Precision precision) {
   // allow_tf32 for convolutions / Megatron default), else in FP32.
   if (precision == Precision::kFp32 && cluster.gpu.peak.count(Dtype::kTf32)) d = Dtype::kTf32;
   TRAINPLAN_CHECK(cluster.gpu.peak.count(d) > 0, "GPU has no peak for the dtype");
-  p.peak = cluster.gpu.peak.at(d);
+  // A power limit below the TDP lowers the sustained clock (GpuSpec).
+  const double clock = cluster.gpu.sustained_clock_fraction();
+  p.peak = cluster.gpu.peak.at(d) * clock;
   p.gemm_efficiency = cluster.gpu.gemm_efficiency;
   p.hbm = cluster.gpu.hbm_bandwidth;
   p.hbm_efficiency = cluster.gpu.hbm_efficiency;
@@ -30,7 +32,7 @@ ComputeParams compute_params(const ClusterSpec& cluster, Precision precision) {
   p.gemm_table = cluster.gpu.gemm_table;
   p.copy_table = cluster.gpu.copy_table;
   if (cluster.gpu.peak.count(Dtype::kFp8)) {
-    p.fp8_peak = cluster.gpu.peak.at(Dtype::kFp8);
+    p.fp8_peak = cluster.gpu.peak.at(Dtype::kFp8) * clock;
     // Without an FP8 MAMF figure the GPU reaches the same share of its FP8
     // peak as of its bf16 one; a calibration scales both alike.
     const double spec_eff = cluster.gpu.fp8_gemm_efficiency > 0 ? cluster.gpu.fp8_gemm_efficiency : cluster.gpu.gemm_efficiency;

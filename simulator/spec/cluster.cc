@@ -1,5 +1,7 @@
 #include "simulator/spec/cluster.h"
 
+#include <cmath>
+
 #include "simulator/core/error.h"
 #include "simulator/spec/data_dir.h"
 #include "simulator/spec/json_reader.h"
@@ -77,10 +79,25 @@ GpuSpec parse_gpu(detail::JsonObject o) {
   g.hbm_efficiency = o.optional_number_in("hbm_efficiency", 0.01, 1.0).value_or(0.85);
   g.sm_count = static_cast<int>(o.optional_integer("sm_count", 1, 1 << 16).value_or(108));
   g.attention_efficiency = o.optional_number_in("attention_efficiency", 0.01, 1.0).value_or(0.55);
+  g.tdp_w = o.optional_number_in("tdp_w", 1, 1e5).value_or(0);
+  g.power_limit_w = o.optional_number_in("power_limit_w", 1, 1e5).value_or(0);
+  if (g.power_limit_w > 0 && g.tdp_w == 0) {
+    throw_input_error(o.where(), o.pointer("power_limit_w"), "needs the GPU's rated power",
+                      "give tdp_w too (e.g. 700 for H100 SXM)");
+  }
   g.source = o.optional_string("source").value_or("");
   o.finish();
   return g;
 }
+
+}  // namespace
+
+double GpuSpec::sustained_clock_fraction() const {
+  if (tdp_w <= 0 || power_limit_w <= 0 || power_limit_w >= tdp_w) return 1.0;
+  return std::cbrt(power_limit_w / tdp_w);
+}
+
+namespace {
 
 IntraNodeSpec parse_intra(detail::JsonObject o) {
   IntraNodeSpec s;

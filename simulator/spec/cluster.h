@@ -56,6 +56,16 @@ struct GpuSpec {
   double hbm_efficiency = 0.85;    // achievable copy bandwidth / spec, (0, 1]
   int sm_count = 108;              // streaming multiprocessors (GEMM wave quantization)
   double attention_efficiency = 0.55;  // fused attention FLOPs / dense peak, fwd+bwd, (0, 1]
+  // Board power: the rated TDP and the enforced limit (nvidia-smi -pl; 0 =
+  // the TDP).  Below the TDP the sustained SM clock, and with it every
+  // compute peak, is taken as (limit / TDP)^(1/3) of nominal: dynamic power
+  // ~ C V^2 f with V ~ f over the DVFS range, all board power treated as
+  // dynamic (so the clock is an upper bound: the slowdown a lower one).  HBM
+  // bandwidth is not scaled (its clock is separate).  0 TDP: no power model.
+  double tdp_w = 0;
+  double power_limit_w = 0;
+  // The factor above, 1 without a limit below the TDP.
+  double sustained_clock_fraction() const;
   // From a calibration file only (not in topologies/): measured GEMM
   // efficiencies by shape and the measured per-kernel overhead (< 0: model
   // default).

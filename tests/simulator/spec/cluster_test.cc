@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "simulator/compute/compute_model.h"
 #include "simulator/core/error.h"
 
 namespace trainplan {
@@ -113,6 +114,28 @@ TEST_CASE("ClusterSpec: the optional fields take their documented defaults", "[s
   }
 }
 
+TEST_CASE("ClusterSpec: a power limit below the TDP lowers every compute peak by the cube root", "[sim][spec]") {
+  // Dynamic power ~ C V^2 f with V ~ f: at 500 of 700 W the sustained clock
+  // is (500/700)^(1/3) = 0.8939 of nominal (Meta's Grand Teton H100s run at
+  // 500 W, torchtitan's benchmark notes).  HBM bandwidth is not scaled.
+  ClusterSpec c = load_cluster("dgx-h100");
+  CHECK(c.gpu.tdp_w == 700);
+  CHECK(c.gpu.sustained_clock_fraction() == 1.0);
+  const ComputeParams nominal = compute_params(c, Precision::kBf16);
+  c.gpu.power_limit_w = 500;
+  CHECK_THAT(c.gpu.sustained_clock_fraction(), Catch::Matchers::WithinRel(0.893904, 1e-5));
+  const ComputeParams capped = compute_params(c, Precision::kBf16);
+  CHECK_THAT(capped.peak.flop_per_s(), Catch::Matchers::WithinRel(nominal.peak.flop_per_s() * 0.893904, 1e-5));
+  CHECK_THAT(capped.fp8_peak.flop_per_s(), Catch::Matchers::WithinRel(nominal.fp8_peak.flop_per_s() * 0.893904, 1e-5));
+  CHECK(capped.hbm.bytes_per_s() == nominal.hbm.bytes_per_s());
+  // A limit at or above the TDP changes nothing.
+  c.gpu.power_limit_w = 800;
+  CHECK(c.gpu.sustained_clock_fraction() == 1.0);
+  // A limit needs the rated power.
+  REQUIRE_THROWS_WITH(parse_cluster(edited("\"name\": \"X\",", "\"name\": \"X\", \"power_limit_w\": 500,"), "c.json"),
+                      "c.json: /gpu/power_limit_w: needs the GPU's rated power; give tdp_w too (e.g. 700 for H100 SXM)");
+}
+
 TEST_CASE("ClusterSpec: bad cluster JSON is rejected with the exact message", "[sim][spec]") {
   SECTION("malformed JSON names line and column") {
     // Line 3 is `  "gpus_per_node": 8,` after the comma ending line 2 was
@@ -132,7 +155,7 @@ TEST_CASE("ClusterSpec: bad cluster JSON is rejected with the exact message", "[
   SECTION("unknown key inside gpu lists the gpu keys") {
     REQUIRE_THROWS_WITH(parse_cluster(edited("\"name\": \"X\",", "\"name\": \"X\", \"colour\": 1,"), "c.json"),
                         "c.json: /gpu/colour: unknown key; allowed: attention_efficiency, fp8_gemm_efficiency, gemm_efficiency, hbm_bandwidth, "
-                        "hbm_efficiency, memory, name, peak, sm_count, source");
+                        "hbm_efficiency, memory, name, peak, power_limit_w, sm_count, source, tdp_w");
   }
   SECTION("unknown dtype under peak lists the dtypes") {
     REQUIRE_THROWS_WITH(parse_cluster(edited("\"fp32\": \"19.5TFLOP/s\"", "\"fp32\": \"19.5TFLOP/s\", \"int8\": \"1TFLOP/s\""),
