@@ -217,6 +217,22 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
                     us(tt.start_ps), us(tt.end_ps - tt.start_ps), t.microbatch, t.chunk, t.wire_bytes * 1e-6);
       out << buf;
     }
+    // A collective's members, linked by flow arrows from its first member
+    // (ids after the p2p ones: g.size() * k + id is unique for k >= 1).
+    if (t.category != Category::kPpComm && t.member_count > 1) {
+      for (uint32_t k = 1; k < t.member_count; ++k) {
+        const int64_t flow = static_cast<int64_t>(g.size()) * k + id;
+        std::snprintf(buf, sizeof buf,
+                      ",\n{\"ph\":\"s\",\"name\":\"%s members\",\"cat\":\"%s\",\"id\":%lld,\"pid\":%d,\"tid\":%d,"
+                      "\"ts\":%.3f},\n{\"ph\":\"f\",\"bp\":\"e\",\"name\":\"%s members\",\"cat\":\"%s\",\"id\":%lld,"
+                      "\"pid\":%d,\"tid\":%d,\"ts\":%.3f}",
+                      to_string(t.label), to_string(t.category), static_cast<long long>(flow),
+                      step.ranks[static_cast<size_t>(m[0])].global, tid, us(tt.start_ps), to_string(t.label),
+                      to_string(t.category), static_cast<long long>(flow), step.ranks[static_cast<size_t>(m[k])].global,
+                      tid, us(tt.start_ps));
+        out << buf;
+      }
+    }
     if (t.category != Category::kPpComm || t.member_count == 0) continue;
     const int sender = static_cast<int>(m[0]);
     const uint32_t* succ = g.successors(t);

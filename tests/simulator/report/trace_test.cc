@@ -84,6 +84,43 @@ TEST_CASE("Trace: names, bubbles, p2p flows, TP thread and memory counter", "[si
   }
 }
 
+TEST_CASE("Trace: every rank simulated -- a collective's members are linked by flow arrows", "[sim][trace]") {
+  // DP 8 (ZeRO-1) on one DGX A100, every rank simulated: each gradient
+  // reduce-scatter and parameter all-gather links its first member to the
+  // other seven, one arrow each.
+  const ModelSpec m = load_model("gpt3-1.3b");
+  const ClusterSpec c = load_cluster("dgx-a100");
+  Plan p;
+  p.zero = 1;
+  p.gbs = 16;
+  const Layout L = resolve_plan(m, c, 8, p);
+  REQUIRE(L.feasible);
+  SimulateOptions o;
+  o.trace = true;
+  o.representative = false;
+  const StepReport rep = simulate_step(m, c, L, o);
+  const nlohmann::json trace = nlohmann::json::parse(rep.trace_json);
+  std::map<int64_t, int> start_pid, end_pid;
+  for (const auto& e : trace.at("traceEvents")) {
+    const std::string ph = e.at("ph").get<std::string>();
+    if (ph != "s" && ph != "f") continue;
+    const std::string name = e.at("name").get<std::string>();
+    if (name.size() < 8 || name.compare(name.size() - 8, 8, " members") != 0) continue;
+    (ph == "s" ? start_pid : end_pid)[e.at("id").get<int64_t>()] = e.at("pid").get<int>();
+  }
+  REQUIRE_FALSE(start_pid.empty());
+  CHECK(start_pid.size() == end_pid.size());
+  std::map<int, int> reached;
+  for (const auto& [id, from] : start_pid) {
+    REQUIRE(end_pid.count(id) == 1);
+    CHECK(end_pid[id] != from);
+    reached[end_pid[id]] += 1;
+  }
+  CHECK(reached.size() == 7);  // every member but the first
+  // Each member is reached once per collective.
+  for (const auto& [pid, n] : reached) CHECK(n == static_cast<int>(start_pid.size() / 7));
+}
+
 TEST_CASE("Trace: llama3-70b TP8 PP4 VP5 on 64 H100 -- TP time and memory peak as the report says",
           "[sim][trace]") {
   // The trace's TP/CP thread (tid 3) carries each layer task's TP share;
