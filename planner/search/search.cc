@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -443,21 +444,62 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     return std::numeric_limits<double>::infinity();
   };
   int64_t considered = 0;
-  for (Candidate& cand : candidates) {
-    if (cand.score_bound_s > kth_score()) break;
-    if (o.progress && (considered % 16 == 0)) {
-      o.progress("simulating", considered, static_cast<int64_t>(candidates.size()));
+  // Candidates are simulated in batches, one per hardware thread, then
+  // taken in bound order exactly as one at a time would take them: a batch
+  // member whose bound exceeds the K-th score once its predecessors are in is
+  // dropped with the rest of the batch, so the top K, the order and the count
+  // of plans taken do not depend on the thread count (only the wall time).
+  const size_t workers = std::max<size_t>(1, std::min<size_t>(8, std::thread::hardware_concurrency()));
+  bool stop = false;
+  for (size_t next = 0; next < candidates.size() && !stop;) {
+    const double kth_now = kth_score();
+    std::vector<size_t> batch;
+    while (next < candidates.size() && batch.size() < workers && candidates[next].score_bound_s <= kth_now) {
+      batch.push_back(next++);
     }
-    considered += 1;
-    Scored sc = score(cand);
-    auto fb = family_best.find(cand.family);
-    if (fb == family_best.end() || sc.score_s < fb->second.score_s) family_best[cand.family] = sc;
-    best.push_back(std::move(sc));
-    std::sort(best.begin(), best.end(), [](const Scored& a, const Scored& b) {
-      return a.score_s != b.score_s ? a.score_s < b.score_s : a.cand->index < b.cand->index;
-    });
-    const double kth = kth_score();
-    while (!best.empty() && best.back().score_s > kth) best.pop_back();
+    if (batch.empty()) break;
+    if (o.progress) o.progress("simulating", considered, static_cast<int64_t>(candidates.size()));
+    std::vector<Scored> results(batch.size());
+    auto run_one = [&](size_t k) {
+      Candidate& cand = candidates[batch[k]];
+      Scored sc;
+      sc.cand = &cand;
+      sc.report = simulate_step(m, c, cand.layout, so);
+      sc.score_s = sc.report.step_time_s;
+      if (fc.any()) {
+        const double tokens = static_cast<double>(cand.layout.plan.gbs) * static_cast<double>(cand.layout.plan.seq);
+        sc.faults = evaluate_faults(m, c, cand.layout, sc.report.step_time_s, tokens, fc, false);
+        sc.score_s = fc.train_tokens > 0 ? sc.faults.time_to_train_expected_s : sc.faults.step_s;
+      }
+      results[k] = std::move(sc);
+    };
+    if (batch.size() == 1) {
+      run_one(0);
+    } else {
+      std::vector<std::thread> pool;
+      for (size_t k = 1; k < batch.size(); ++k) pool.emplace_back(run_one, k);
+      run_one(0);
+      for (std::thread& t : pool) t.join();
+    }
+    for (size_t k = 0; k < batch.size(); ++k) {
+      Candidate& cand = candidates[batch[k]];
+      if (cand.score_bound_s > kth_score()) {
+        stop = true;
+        break;
+      }
+      considered += 1;
+      res.simulated += 1;
+      Scored sc = std::move(results[k]);
+      if (fc.failures_given) scored.emplace(cand.index, sc);
+      auto fb = family_best.find(cand.family);
+      if (fb == family_best.end() || sc.score_s < fb->second.score_s) family_best[cand.family] = sc;
+      best.push_back(std::move(sc));
+      std::sort(best.begin(), best.end(), [](const Scored& a, const Scored& b) {
+        return a.score_s != b.score_s ? a.score_s < b.score_s : a.cand->index < b.cand->index;
+      });
+      const double kth = kth_score();
+      while (!best.empty() && best.back().score_s > kth) best.pop_back();
+    }
   }
   auto ranked = [&](const Scored& sc) {
     RankedPlan rp;

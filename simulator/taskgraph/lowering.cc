@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <cmath>
 
 #include "simulator/core/error.h"
@@ -27,6 +29,70 @@ constexpr double kCpuAdamParamsPerSPerNode = 1e9;
 // Async DP: iterations simulated per worker (enough for the staleness
 // distribution to settle after the start-up transient).
 constexpr int kAsyncIterations = 16;
+
+// The kind of path between two GPUs (network/topology.h).
+struct Route {
+  bool same_node = true;
+  bool crosses_leaf = false;
+};
+
+// A cluster's topology and the route classes found in it, shared by every
+// lowering of the same cluster shape and GPU count: the planner lowers
+// hundreds of plans on one cluster, and building the Boost graph of 2,048
+// nodes for each was most of their time.  A route depends only on the two
+// GPUs' positions in their nodes and the nodes' relation (same node, same
+// leaf, across the spine), so it is cached under that key.  Thread-safe:
+// the planner lowers plans on several threads.
+class RouteClasses {
+ public:
+  RouteClasses(const ClusterSpec& c, int gpus) : topology_(c, gpus), gpn_(c.gpus_per_node) {}
+
+  static std::shared_ptr<RouteClasses> of(const ClusterSpec& c, int gpus) {
+    // Everything Topology reads from the cluster, and the GPU count.
+    char key[256];
+    const InterNodeSpec none;
+    const InterNodeSpec& in = c.inter_node ? *c.inter_node : none;
+    std::snprintf(key, sizeof key, "%d/%d/%d/%.17g/%d/%d/%.17g/%.17g/%d/%d", gpus, c.gpus_per_node,
+                  static_cast<int>(c.intra_node.fabric), c.intra_node.bandwidth.bytes_per_s(),
+                  c.inter_node ? 1 : 0, in.nics_per_node, in.nic_bandwidth.bytes_per_s(), in.oversubscription,
+                  in.nodes_per_leaf, in.rail_optimized ? 1 : 0);
+    static std::mutex mu;
+    static std::map<std::string, std::shared_ptr<RouteClasses>> registry;
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = registry.find(key);
+    if (it != registry.end()) return it->second;
+    // Keep the few most recent shapes (a search uses one per world size).
+    if (registry.size() >= 8) registry.clear();
+    auto made = std::make_shared<RouteClasses>(c, gpus);
+    registry.emplace(key, made);
+    return made;
+  }
+
+  Route route(int src, int dst) {
+    const int sn = topology_.node_of(src), dn = topology_.node_of(dst);
+    const int relation = sn == dn ? 0 : topology_.leaf_of_node(sn) == topology_.leaf_of_node(dn) ? 1 : 2;
+    const int key = ((src % gpn_) * gpn_ + dst % gpn_) * 3 + relation;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = cache_.find(key);
+      if (it != cache_.end()) return it->second;
+    }
+    Route r;
+    for (VertexKind k : topology_.route(src, dst)) {
+      if (k == VertexKind::kNic) r.same_node = false;
+      if (k == VertexKind::kSpine) r.crosses_leaf = true;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_.emplace(key, r);
+    return r;
+  }
+
+ private:
+  const Topology topology_;
+  const int gpn_;
+  std::mutex mu_;
+  std::map<int, Route> cache_;
+};
 
 struct Chunk {
   int first_layer = 0;   // within the stage
@@ -458,29 +524,11 @@ class Lowerer {
   }
 
   // ---- routes ----
-  struct Route {
-    bool same_node = true;
-    bool crosses_leaf = false;
-  };
-
-  // The path between two GPUs in the cluster's graph (BFS), cached by the
-  // GPUs' positions in their nodes and the nodes' relation: every pair of the
-  // same class takes the same kind of path.
+  // The path between two GPUs in the cluster's graph (BFS), by class
+  // (RouteClasses).
   Route route_between(int src, int dst) {
-    if (!topology_) topology_ = std::make_unique<Topology>(c_, L_.gpus);
-    const int gpn = c_.gpus_per_node;
-    const int sn = topology_->node_of(src), dn = topology_->node_of(dst);
-    const int relation = sn == dn ? 0 : topology_->leaf_of_node(sn) == topology_->leaf_of_node(dn) ? 1 : 2;
-    const int key = ((src % gpn) * gpn + dst % gpn) * 3 + relation;
-    auto it = route_cache_.find(key);
-    if (it != route_cache_.end()) return it->second;
-    Route r;
-    for (VertexKind k : topology_->route(src, dst)) {
-      if (k == VertexKind::kNic) r.same_node = false;
-      if (k == VertexKind::kSpine) r.crosses_leaf = true;
-    }
-    route_cache_.emplace(key, r);
-    return r;
+    if (!routes_) routes_ = RouteClasses::of(c_, L_.gpus);
+    return routes_->route(src, dst);
   }
 
   // ---- pipeline point-to-point ----
@@ -842,8 +890,7 @@ class Lowerer {
   std::vector<std::vector<int32_t>> op_index_;
   std::vector<int32_t> optimizer_task_;
   std::vector<int32_t> next_in_program_;
-  std::unique_ptr<Topology> topology_;
-  std::map<int, Route> route_cache_;
+  std::shared_ptr<RouteClasses> routes_;
   std::vector<int32_t> blocking_comm_;
   std::map<int32_t, std::vector<int32_t>> dp_member_preds_;  // collective -> its members' producing tasks  // DP collectives that block their members' next compute
   std::vector<int32_t> intra_link_, nic_link_;
