@@ -402,6 +402,25 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     c.ops.push_back(after_norm(gemm("router", tr, static_cast<double>(x.experts), h, tr * h * e), kRcMoe));
     c.ops.push_back(tag(elementwise("router_topk", 3 * 4 * tr * x.experts, 4 * tr * x.experts), kRcMoe, kRcMoe,
                         4 * tr * x.experts));
+    if (s.ep > 1) {
+      // The dispatcher's preprocessing (token_dispatcher.py, all-to-all
+      // dispatcher): every rank's token count per expert is gathered over
+      // the ep group (4-byte counts for every expert; latency-bound), and the
+      // routing scores travel beside the tokens (an all-to-all of top_k fp32
+      // scores per token, reversed in backward).
+      OpCost counts = elementwise("token_counts", 0, 0);
+      counts.rerun_by = kRcMoe;
+      counts.tp_comm_after = TpComm::kAllGather;
+      counts.comm_group = CommGroup::kEp;
+      counts.tp_comm_bytes = 4.0 * static_cast<double>(x.experts) * s.ep;
+      c.ops.push_back(counts);
+      OpCost scores = elementwise("score_dispatch", 0, 0);
+      scores.rerun_by = kRcMoe;
+      scores.tp_comm_after = TpComm::kAllToAll;
+      scores.comm_group = CommGroup::kEp;
+      scores.tp_comm_bytes = 4.0 * assign * load;
+      c.ops.push_back(scores);
+    }
     OpCost permute = elementwise("permute", (tr + assign) * h * e, 0);
     permute.rerun_by = kRcMoe;
     permute.tp_comm_after = s.ep > 1 ? TpComm::kAllToAll : TpComm::kNone;

@@ -159,7 +159,8 @@ TEST_CASE("Token all-to-all bytes per GPU follow tokens * top_k * hidden * bytes
   const LinkParams lp = link_params(cl);
   int a2a = 0;
   for (const OpCost& op : c.ops) {
-    if (op.tp_comm_after != TpComm::kAllToAll) continue;
+    // The token all-to-alls (the routing scores travel in their own small one).
+    if (op.tp_comm_after != TpComm::kAllToAll || (op.name != "permute" && op.name != "combine")) continue;
     a2a += 1;
     CHECK(op.comm_group == CommGroup::kEp);
     const CollectiveCost cost =
@@ -167,6 +168,12 @@ TEST_CASE("Token all-to-all bytes per GPU follow tokens * top_k * hidden * bytes
     CHECK_THAT(cost.wire_bytes_per_rank, WithinRel(8192.0 * 8 * 2048 * 2 * 7 / 8, 1e-9));
   }
   CHECK(a2a == 2);  // dispatch and combine
+  // The scores: top_k fp32 per token, 8192*8*4 bytes; the counts: 4 bytes
+  // per expert from each of the 8 ranks.
+  for (const OpCost& op : c.ops) {
+    if (op.name == "score_dispatch") CHECK(op.tp_comm_bytes == 8192.0 * 8 * 4);
+    if (op.name == "token_counts") CHECK(op.tp_comm_bytes == 4.0 * 128 * 8);
+  }
   // ep 1: no all-to-all.
   for (const OpCost& op : transformer_layer_cost(m, moe_shape(1, 2), true).ops) CHECK(op.tp_comm_bytes == 0);
 }
