@@ -131,6 +131,13 @@ class Lowerer {
       return std::move(out_);
     }
     build_schedule();
+    {
+      // About three tasks (compute, its send, its share of DP work) and four
+      // dependencies per program entry of each simulated rank.
+      size_t entries = 0;
+      for (const RankCoord& r : out_.ranks) entries += entries_[static_cast<size_t>(r.pp)].size();
+      out_.graph.reserve(3 * entries + out_.ranks.size(), 4 * entries);
+    }
     build_compute();
     build_p2p();
     build_param_offload();

@@ -68,6 +68,12 @@ class TaskGraph {
   void add_dep(int32_t before, int32_t after);
   // Builds the CSR successor lists.  REQUIRES: called once, after all adds.
   void finalize();
+  // Capacity for about `tasks` tasks and `edges` dependencies (no effect on
+  // the graph; saves the re-allocations of large graphs).
+  void reserve(size_t tasks, size_t edges) {
+    tasks_.reserve(tasks);
+    edges_.reserve(edges);
+  }
 
   Task& task(int32_t id) { return tasks_[static_cast<size_t>(id)]; }
   const Task& task(int32_t id) const { return tasks_[static_cast<size_t>(id)]; }
