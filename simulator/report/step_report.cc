@@ -180,9 +180,14 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
                                                  static_cast<double>(t.work_ps));
         std::snprintf(buf, sizeof buf,
                       ",\n{\"ph\":\"X\",\"name\":\"tp/cp/ep collectives of %s\",\"cat\":\"tp_comm\",\"pid\":%d,\"tid\":%d,"
-                      "\"ts\":%.3f,\"dur\":%.3f}",
-                      compute_name(t, plan).c_str(), pid, kTpT, us(tt.end_ps - dur), us(dur));
+                      "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"tp_cp_ms\":%.4f,\"ep_ms\":%.4f",
+                      compute_name(t, plan).c_str(), pid, kTpT, us(tt.end_ps - dur), us(dur), t.tp_comm_ps * 1e-9,
+                      t.ep_comm_ps * 1e-9);
         out << buf;
+        // Each layer's collectives: group, kind, size and NCCL algorithm.
+        out << ",\"dense_layer\":\"" << step.layer.collectives << "\"";
+        if (!step.moe_layer.collectives.empty()) out << ",\"moe_layer\":\"" << step.moe_layer.collectives << "\"";
+        out << "}}";
       }
       // Memory: allocated at the start, freed at the end (the engine's
       // accounting, so the counter's peak is the simulated peak).

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
 
 #include "simulator/compute/compute_model.h"
 #include "simulator/network/collective_model.h"
@@ -23,6 +26,7 @@ struct OpTimes {
   // Selective recompute: the forward time of the re-run ops, and the TP and
   // expert collectives they re-run.
   int64_t rc = 0, rc_tp = 0, rc_ep = 0;
+  std::string collectives;  // the forward collectives, described (LayerTimes::collectives)
 };
 
 OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpec& c, const LinkParams& lp,
@@ -42,10 +46,20 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
     }
     return std::make_pair(1, GroupPlacement{});
   };
-  auto coll = [&](Collective kind, double bytes, CommGroup g) {
+  // Forward collectives by (group, kind, size, algorithm): how many per layer.
+  std::map<std::string, int> seen;
+  std::vector<std::string> order;
+  auto coll = [&](Collective kind, double bytes, CommGroup g, bool forward) {
     const auto [size, gp] = placement(g);
     if (size <= 1 || bytes <= 0) return int64_t{0};
-    return collective_cost(kind, static_cast<Bytes>(bytes), gp, lp).time.ps();
+    const CollectiveCost cost = collective_cost(kind, static_cast<Bytes>(bytes), gp, lp);
+    if (forward) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%s %s %.3g MiB over %d (%s/%s)", g == CommGroup::kTp ? "tp" : g == CommGroup::kEp ? "ep" : "etp",
+                    to_string(kind), bytes / (1024.0 * 1024.0), size, to_string(cost.algo), to_string(cost.proto));
+      if (seen[buf]++ == 0) order.push_back(buf);
+    }
+    return cost.time.ps();
   };
   const uint16_t modules = p.recompute == Recompute::kSelective
                               ? (p.recompute_modules != 0 ? p.recompute_modules : static_cast<uint16_t>(kRcCoreAttn))
@@ -71,8 +85,8 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
       const Collective bk = fk == Collective::kAllGather       ? Collective::kReduceScatter
                             : fk == Collective::kReduceScatter ? Collective::kAllGather
                                                                : fk;
-      const int64_t cf = coll(fk, op.tp_comm_bytes, op.comm_group);
-      const int64_t cb = coll(bk, op.tp_comm_bytes, op.comm_group);
+      const int64_t cf = coll(fk, op.tp_comm_bytes, op.comm_group, true);
+      const int64_t cb = coll(bk, op.tp_comm_bytes, op.comm_group, false);
       if (op.comm_group == CommGroup::kTp) {
         t.tp_f += cf;
         t.tp_b += cb;
@@ -83,6 +97,9 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
         if (rerun) t.rc_ep += cf;
       }
     }
+  }
+  for (const std::string& d : order) {
+    t.collectives += (t.collectives.empty() ? "" : "; ") + std::to_string(seen[d]) + "x " + d;
   }
   return t;
 }
@@ -128,6 +145,7 @@ LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const C
   t.ep_comm_backward_ps = lt.ep_b + recompute_ep;
   t.recompute_ps = recompute;
   t.weight_grad_ps = lt.wgrad;
+  t.collectives = lt.collectives;
   return t;
 }
 

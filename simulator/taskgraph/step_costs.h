@@ -6,6 +6,7 @@
 #define TRAINPLAN_SIM_TASKGRAPH_STEP_COSTS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "simulator/cost/layer_cost.h"
@@ -27,6 +28,10 @@ struct LayerTimes {
   // expert-TP collectives, part of forward_ps / backward_ps.
   int64_t ep_comm_forward_ps = 0;
   int64_t ep_comm_backward_ps = 0;
+  // The forward pass's TP/CP/expert collectives of one layer: count, group,
+  // kind, size and NCCL algorithm/protocol, e.g. "2x tp all_reduce 64 MiB
+  // over 8 (NVLS/Simple)" (the backward runs the same or their transposes).
+  std::string collectives;
 };
 
 struct StepCosts {

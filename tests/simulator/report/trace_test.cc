@@ -51,7 +51,14 @@ TEST_CASE("Trace: names, bubbles, p2p flows, TP thread and memory counter", "[si
       if (name == "waiting for a pipeline transfer") ++transfer_waits;
       busy_plus_bubble[e.at("pid").get<int>()] += e.at("dur").get<double>();
     }
-    if (ph == "X" && e.at("tid").get<int>() == 3) ++tp_slices;
+    if (ph == "X" && e.at("tid").get<int>() == 3) {
+      ++tp_slices;
+      // Each TP slice names its layer's collectives: Megatron TP without SP
+      // all-reduces the [s, b, h] activation twice per layer forward:
+      // 2048 tokens x 2048 hidden x 2 bytes = 8 MiB, over the 2 TP ranks.
+      const std::string desc = e.at("args").at("dense_layer").get<std::string>();
+      CHECK(desc.find("2x tp all_reduce 8 MiB over 2 (") == 0);
+    }
     if (ph == "C") {
       double& pk = peak_gib[e.at("pid").get<int>()];
       pk = std::max(pk, e.at("args").at("GiB").get<double>());
