@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <thread>
 #include <cmath>
 #include <cstdio>
@@ -460,7 +461,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     if (batch.empty()) break;
     if (o.progress) o.progress("simulating", considered, static_cast<int64_t>(candidates.size()));
     std::vector<Scored> results(batch.size());
-    auto run_one = [&](size_t k) {
+    std::vector<std::exception_ptr> errors(batch.size());
+    auto simulate_one = [&](size_t k) {
       Candidate& cand = candidates[batch[k]];
       Scored sc;
       sc.cand = &cand;
@@ -473,6 +475,13 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       }
       results[k] = std::move(sc);
     };
+    auto run_one = [&](size_t k) {
+      try {
+        simulate_one(k);
+      } catch (...) {
+        errors[k] = std::current_exception();  // rethrown on the calling thread below
+      }
+    };
     if (batch.size() == 1) {
       run_one(0);
     } else {
@@ -480,6 +489,9 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       for (size_t k = 1; k < batch.size(); ++k) pool.emplace_back(run_one, k);
       run_one(0);
       for (std::thread& t : pool) t.join();
+    }
+    for (const std::exception_ptr& e : errors) {
+      if (e) std::rethrow_exception(e);
     }
     for (size_t k = 0; k < batch.size(); ++k) {
       Candidate& cand = candidates[batch[k]];
