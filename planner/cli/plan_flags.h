@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "planner/plan/plan_file.h"  // describe_plan
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
@@ -79,8 +80,6 @@ struct Job {
 // Throws InputError (also when --plan is combined with other plan flags).
 Job to_job(const PlanFlags& flags);
 
-// One line describing the plan, e.g. "tp=8 pp=4 dp=2 cp=1 vp=1 zero=1 ...".
-std::string describe_plan(const Plan& plan);
 
 }  // namespace trainplan
 

@@ -1,5 +1,7 @@
 #include "planner/plan/plan_file.h"
 
+#include <sstream>
+
 #include "simulator/framework/framework.h"
 
 #include <nlohmann/json.hpp>
@@ -149,6 +151,29 @@ PlanJob load_plan_job(const std::string& path, const std::string& calibration_pa
   }
   check_gpu_count(job.cluster, job.file.gpus, path, "/gpus");
   return job;
+}
+
+std::string describe_plan(const Plan& p) {
+  std::ostringstream s;
+  s << "tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " cp=" << p.cp << " vp=" << p.vp << " zero=" << p.zero;
+  if (p.shard_group) s << " shard_group=" << p.shard_group;
+  s << " mbs=" << p.mbs << " gbs=" << p.gbs << " seq=" << p.seq << " recompute=" << to_string(p.recompute);
+  if (p.recompute == Recompute::kSelective && p.recompute_modules != 0 && p.recompute_modules != kRcCoreAttn) {
+    s << "(" << recompute_modules_name(p.recompute_modules) << ")";
+  }
+  s
+    << " sp=" << (p.sp ? "on" : "off") << " schedule=" << to_string(p.schedule)
+    << " precision=" << precision_name(p);
+  if (p.fp8_recipe != Fp8Recipe::kNone) s << " fp8_recipe=" << to_string(p.fp8_recipe);
+  if (p.fp8_param_gather) s << " fp8_param_gather=on";
+  s << " grad_dtype=" << to_string(p.grad_dtype)
+    << " attention=" << to_string(p.attention);
+  if (p.dp_mode != DpMode::kSync) s << " dp_mode=" << to_string(p.dp_mode);
+  if (p.framework != Framework::kGeneric) s << " framework=" << to_string(p.framework);
+  if (p.ep > 1 || p.etp > 1) s << " ep=" << p.ep << " etp=" << p.etp;
+  if (p.moe_imbalance > 0) s << " moe_imbalance=" << p.moe_imbalance;
+  if (p.offload != Offload::kNone) s << " offload=" << to_string(p.offload);
+  return s.str();
 }
 
 }  // namespace trainplan

@@ -46,6 +46,9 @@ struct PlanJob {
 // way every command reads --plan.
 PlanJob load_plan_job(const std::string& path, const std::string& calibration_path);
 
+// One line describing the plan, e.g. "tp=8 pp=4 dp=2 cp=1 vp=1 zero=1 ...".
+std::string describe_plan(const Plan& plan);
+
 }  // namespace trainplan
 
 #endif  // TRAINPLAN_PLANNER_PLAN_PLAN_FILE_H_

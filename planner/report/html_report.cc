@@ -6,7 +6,7 @@
 #include <map>
 #include <sstream>
 
-#include "planner/cli/plan_flags.h"
+#include "planner/plan/plan_file.h"
 #include "simulator/core/error.h"
 #include "simulator/core/units.h"
 #include "simulator/memory/memory_model.h"

@@ -338,8 +338,14 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   }
   res.evaluated = static_cast<int64_t>(plans.size());
 
-  // Step costs depend on a few plan fields only: cache them.
-  std::map<std::tuple<int, int, bool, int64_t, int64_t, int64_t>, StepCosts> cost_cache;
+  // Step costs depend on the plan's layer shape only (step_costs.h): cached by it.
+  using ShapeKey = std::tuple<int, int, bool, int64_t, int64_t, int, int, int, uint16_t, int, bool, int, int, double>;
+  auto shape_key = [](const LayerShape& x) {
+    return ShapeKey{x.tp, x.cp, x.sp, x.mbs, x.seq, static_cast<int>(x.precision), static_cast<int>(x.attention),
+                    static_cast<int>(x.recompute), x.recompute_modules, static_cast<int>(x.fp8_recipe),
+                    x.fp8_saved_inputs, x.ep, x.etp, x.moe_load};
+  };
+  std::map<ShapeKey, StepCosts> cost_cache;
   std::vector<Candidate> candidates;
   std::map<std::string, double> family_min_peak;
   std::map<std::string, Plan> family_min_peak_plan;  // the plan of that peak, for its label
@@ -363,11 +369,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     }
     res.valid += 1;
     const Plan& p = L.plan;
-    auto key = std::make_tuple(p.tp * 1000 + p.cp, static_cast<int>(p.recompute) * 1000 + p.recompute_modules, p.sp,
-                               p.mbs, p.seq,
-                               int64_t{p.attention == Attention::kFlash} * 100 + static_cast<int64_t>(p.precision) * 10 +
-                                   static_cast<int64_t>(p.fp8_recipe) + 1000 * (int64_t{p.ep} * (1 << 24) + p.etp) +
-                                   (int64_t{1} << 60) * fp8_transformer_engine(p));
+    const ShapeKey key = shape_key(layer_shape(p));
     auto cit = cost_cache.find(key);
     if (cit == cost_cache.end()) cit = cost_cache.emplace(key, step_costs(m, c, p)).first;
     const StepCosts& sc = cit->second;
