@@ -49,9 +49,10 @@ class Communicator {
   virtual void barrier() = 0;
   // Maximum of `value` over the communicator's ranks.
   virtual double max(double value) = 0;
-  // Element-wise minimum of `values` over the communicator's ranks, in
-  // place.  REQUIRES: every rank passes a vector of the same size.
-  virtual void min_each(std::vector<double>* values) = 0;
+  // Element-wise minimum (or sum) of `values` over the communicator's
+  // ranks, in place.  REQUIRES: every rank passes a vector of the same size.
+  enum class Reduce { kMin, kSum };
+  virtual void reduce_each(std::vector<double>* values, Reduce op) = 0;
 };
 
 class Backend {

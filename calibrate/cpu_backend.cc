@@ -174,13 +174,13 @@ class CpuCommunicator : public Communicator {
     return value;
 #endif
   }
-  void min_each(std::vector<double>* values) override {
+  void reduce_each(std::vector<double>* values, Reduce op) override {
 #ifdef TRAINPLAN_HAVE_MPI
     if (values->empty()) return;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values->data(), static_cast<int>(values->size()), MPI_DOUBLE, MPI_MIN,
-                            comm_));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values->data(), static_cast<int>(values->size()), MPI_DOUBLE,
+                            op == Reduce::kSum ? MPI_SUM : MPI_MIN, comm_));
 #else
-    (void)values;
+    (void)values, (void)op;
 #endif
   }
 

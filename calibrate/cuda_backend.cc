@@ -322,13 +322,14 @@ class CudaCommunicator : public Communicator {
     return out;
   }
 
-  void min_each(std::vector<double>* values) override {
+  void reduce_each(std::vector<double>* values, Reduce op) override {
     if (values->empty()) return;
     registry_->issue_all_sends(nullptr);
     const size_t bytes = values->size() * sizeof(double);
     vector_.ensure(bytes, stream_, pools_, 0);
     CUDA_CHECK(cudaMemcpyAsync(vector_.get(), values->data(), bytes, cudaMemcpyHostToDevice, stream_));
-    NCCL_CHECK(ncclAllReduce(vector_.get(), vector_.get(), values->size(), ncclDouble, ncclMin, comm_, stream_));
+    NCCL_CHECK(ncclAllReduce(vector_.get(), vector_.get(), values->size(), ncclDouble,
+                            op == Reduce::kSum ? ncclSum : ncclMin, comm_, stream_));
     CUDA_CHECK(cudaMemcpyAsync(values->data(), vector_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
     wait(stream_);
   }

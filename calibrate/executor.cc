@@ -25,6 +25,14 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// The 75th minus the 25th percentile (nearest rank) of `v`.
+double interquartile_range(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return v[(3 * n) / 4 < n ? (3 * n) / 4 : n - 1] - v[n / 4];
+}
+
 std::string dtype_of(Precision p, const Backend& b) {
   if (p == Precision::kFp32) return b.supports("tf32") ? "tf32" : "fp32";
   const std::string d = p == Precision::kBf16 ? "bf16" : "fp16";
@@ -61,6 +69,8 @@ class RankExecutor {
     tp_ = b.split(rc.pp * 1000003 + rc.dp * p_.cp + rc.cp, rc.tp);
     dp_ = b.split(rc.pp * 1000003 + rc.tp, rc.dp * p_.cp + rc.cp);
     cp_ = b.split((rc.pp * p_.dp + rc.dp) * p_.tp + rc.tp, rc.cp);
+    // A replica's tensor and pipeline ranks (the gradient-norm all-reduce).
+    mp_ = b.split(rc.dp * p_.cp + rc.cp, rc.pp * p_.tp + rc.tp);
     // Predecessors of every task (the graph stores successors).
     const TaskGraph& g = step_.graph;
     preds_.assign(static_cast<size_t>(g.size()), {});
@@ -84,6 +94,7 @@ class RankExecutor {
     tp_times_.clear();
     cp_times_.clear();
     dp_times_.clear();
+    mp_times_.clear();
     live_bytes_ = static_bytes_;
     peak_ = live_bytes_;
     for (int32_t id : g.program[static_cast<size_t>(me_)]) {
@@ -118,12 +129,13 @@ class RankExecutor {
   void settle_collectives(TimeBreakdown* t) {
     auto settle = [](Communicator& comm, const std::vector<double>& times, double* category) {
       std::vector<double> mins = times;
-      comm.min_each(&mins);
+      comm.reduce_each(&mins, Communicator::Reduce::kMin);
       for (size_t i = 0; i < times.size(); ++i) *category -= times[i] - mins[i];
     };
     settle(*tp_, tp_times_, &t->tp_comm);
     settle(*cp_, cp_times_, &t->tp_comm);
     settle(*dp_, dp_times_, &t->dp_comm);
+    settle(*mp_, mp_times_, &t->dp_comm);
   }
 
  private:
@@ -177,6 +189,14 @@ class RankExecutor {
         b_.world().recv(sender, bytes, tag);
       }
       t_->pp_comm += now_s() - t0;
+      return;
+    }
+    if (t.label == TaskLabel::kGradNormSync) {
+      // The global gradient norm: one fp32 value summed over the replica.
+      mp_->run(Collective::kAllReduce, 4);
+      const double took = now_s() - t0;
+      t_->dp_comm += took;
+      mp_times_.push_back(took);
       return;
     }
     if (t.label == TaskLabel::kHostToDevice) {
@@ -347,8 +367,8 @@ class RankExecutor {
   LoweredStep step_;
   StepCosts costs_;
   int me_ = 0;
-  std::unique_ptr<Communicator> tp_, dp_, cp_;
-  std::vector<double> tp_times_, cp_times_, dp_times_;  // this step's collectives, in call order
+  std::unique_ptr<Communicator> tp_, dp_, cp_, mp_;
+  std::vector<double> tp_times_, cp_times_, dp_times_, mp_times_;  // this step's collectives, in call order
   std::vector<std::vector<int32_t>> preds_;
   std::vector<uint8_t> done_;
   TimeBreakdown* t_ = nullptr;
@@ -380,7 +400,7 @@ MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const Cluste
   }
   RankExecutor ex(backend, model, cluster, layout);
   MeasuredStep m;
-  std::vector<double> compute, tp, pp, dp, opt;
+  std::vector<double> compute, tp, pp, dp, opt, wait;
   for (int s = 0; s < options.warmup + options.steps; ++s) {
     world.barrier();
     const double t0 = now_s();
@@ -391,11 +411,19 @@ MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const Cluste
     if (options.progress) options.progress(s + 1, options.warmup + options.steps, step);
     if (s < options.warmup) continue;
     m.step_times_s.push_back(step);
-    compute.push_back(world.max(t.compute));
-    tp.push_back(world.max(t.tp_comm));
-    pp.push_back(world.max(t.pp_comm));
-    dp.push_back(world.max(t.dp_comm));
-    opt.push_back(world.max(t.optimizer));
+    // Each category is the mean over ranks, as the simulator's breakdown
+    // is (step_report.cc averages its ranks); the maximum would take each
+    // category from a different rank (a pipeline's compute from the heavier
+    // stage, its wait from the lighter one).
+    std::vector<double> sums{t.compute, t.tp_comm, t.pp_comm, t.dp_comm, t.optimizer};
+    world.reduce_each(&sums, Communicator::Reduce::kSum);
+    const double n = world.size();
+    compute.push_back(sums[0] / n);
+    tp.push_back(sums[1] / n);
+    pp.push_back(sums[2] / n);
+    dp.push_back(sums[3] / n);
+    opt.push_back(sums[4] / n);
+    wait.push_back(std::max(0.0, step - (sums[0] + sums[1] + sums[3] + sums[4]) / n));
     m.peak_bytes = world.max(peak);
   }
   if (backend.name() == "cpu") {
@@ -411,6 +439,12 @@ MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const Cluste
   m.breakdown.pp_comm = median(pp);
   m.breakdown.dp_comm = median(dp);
   m.breakdown.optimizer = median(opt);
+  m.spread.compute = interquartile_range(compute);
+  m.spread.tp_comm = interquartile_range(tp);
+  m.spread.pp_comm = interquartile_range(pp);
+  m.spread.dp_comm = interquartile_range(dp);
+  m.spread.optimizer = interquartile_range(opt);
+  m.spread.bubble = interquartile_range(wait);
   m.breakdown.bubble = std::max(0.0, m.step_time_s - m.breakdown.compute - m.breakdown.tp_comm - m.breakdown.pp_comm -
                                          m.breakdown.dp_comm - m.breakdown.optimizer);
   return m;

@@ -35,7 +35,10 @@ struct ExecutorOptions {
 struct MeasuredStep {
   double step_time_s = 0;           // median over steps of the slowest rank
   std::vector<double> step_times_s;
-  TimeBreakdown breakdown;          // per step, slowest rank per category (median over steps)
+  TimeBreakdown breakdown;          // per step, mean over ranks per category (median over steps)
+  // Per category, the interquartile range of the per-step values; bubble:
+  // of the whole wait (pp_comm + bubble, the step less the other categories).
+  TimeBreakdown spread;
   double peak_bytes = 0;            // tracked (not allocated): model states + saved activations, slowest rank
   double process_peak_bytes = 0;    // cpu backend: the largest rank's peak resident set (0 elsewhere)
 };

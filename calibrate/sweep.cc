@@ -72,12 +72,16 @@ double time_collective(Backend& backend, Communicator& comm, Collective c, int64
 }
 
 // Per-call time of a copy from cold caches (evicted before each call): the
-// median of `reps` calls.
+// median of `reps` calls, each started together on every rank (barrier), as
+// a step's optimizer runs on all ranks at once after its gradient
+// synchronisation; ranks that share one memory system (the cpu backend)
+// then contend for it as they do in the step.
 template <typename Op>
 double cold_median_time(Backend& backend, Op op, int reps) {
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     backend.evict_caches();
+    backend.world().barrier();
     const double t0 = now_s();
     op();
     t.push_back(now_s() - t0);

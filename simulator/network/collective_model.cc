@@ -494,6 +494,30 @@ std::optional<CollectiveCost> calibrated_cost(Collective c, Bytes size, const Gr
     cost.bus_bandwidth = k.bus_bandwidth;
     cost.wire_bytes_per_rank = bus_bandwidth_factor(c, g.ranks) * static_cast<double>(size);
     cost.time = cost.latency + cost.wire_bytes_per_rank / cost.bus_bandwidth;
+    const double factor = k.ranks > 0 ? bus_bandwidth_factor(c, k.ranks) : 0;
+    if (k.size_time.size() >= 2 && factor > 0 && cost.wire_bytes_per_rank > 0) {
+      // Inside the measured range the curve itself (log-log between the
+      // neighbouring sizes), compared at equal bytes per rank on the wire so
+      // that it carries to other group sizes as the fit does: a fit's
+      // residual is structure (a protocol switch, the cache) a line misses.
+      const double x = cost.wire_bytes_per_rank / factor;  // the size of a k.ranks group with these wire bytes
+      const auto& pts = k.size_time;
+      if (x >= pts.front().first && x <= pts.back().first) {
+        size_t i = 1;
+        while (i + 1 < pts.size() && pts[i].first < x) ++i;
+        const auto& [x0, t0] = pts[i - 1];
+        const auto& [x1, t1] = pts[i];
+        const double w = x1 > x0 ? std::log(x / x0) / std::log(x1 / x0) : 0;
+        const double t = std::exp(std::log(t0) + w * (std::log(t1) - std::log(t0)));
+        // Keep time == latency + wire / bus_bandwidth: the fit's latency
+        // (at most the time) and the rate that completes the curve's time.
+        cost.latency = std::min(k.latency, Duration::seconds(t));
+        const Duration rest = Duration::seconds(t) - cost.latency;
+        cost.bus_bandwidth = rest.ps() > 0 ? Bandwidth::bytes_per_s(cost.wire_bytes_per_rank / rest.s())
+                                           : Bandwidth::bytes_per_s(cost.wire_bytes_per_rank * 1e12);
+        cost.time = cost.latency + cost.wire_bytes_per_rank / cost.bus_bandwidth;
+      }
+    }
     cost.bottleneck = inter ? LinkTier::kInterNode : LinkTier::kIntraNode;
     return cost;
   }

@@ -28,12 +28,19 @@ void classify_gap(const TaskGraph& g, const EngineResult& r, int32_t task, int64
   const int32_t pred = task >= 0 ? r.last_pred[static_cast<size_t>(task)] : -1;
   double comm = 0;
   Category cat = Category::kCompute;
+  bool sync = false;
   if (pred >= 0 && g.task(pred).type == TaskType::kComm) {
     const TaskTime& t = r.times[static_cast<size_t>(pred)];
     comm = overlap(from, to, t.start_ps, t.end_ps);
     cat = g.task(pred).category;
+    sync = g.task(pred).label == TaskLabel::kGradNormSync;
   }
-  if (cat == Category::kPpComm) {
+  if (sync) {
+    // Waiting at the gradient-norm all-reduce: the all-reduce itself is
+    // communication, the wait for the other stages to finish is bubble.
+    b->dp_comm += comm * 1e-12;
+    b->bubble += (gap - comm) * 1e-12;
+  } else if (cat == Category::kPpComm) {
     // Waiting for a pipeline transfer: the transfer itself is PP
     // communication, the wait for the other stage to produce it is bubble.
     b->pp_comm += comm * 1e-12;

@@ -348,6 +348,18 @@ void apply_calibration(const Calibration& c, const std::string& flag, ClusterSpe
     k.inter_node = f.inter_node;
     k.latency = Duration::seconds(f.latency_s);
     k.bus_bandwidth = Bandwidth::bytes_per_s(f.bus_bytes_per_s);
+    k.ranks = f.ranks;
+    std::map<int64_t, std::vector<double>> times;
+    for (const CollectiveSample& s : c.collective_samples) {
+      if (s.collective == f.collective && s.inter_node == f.inter_node && s.ranks == f.ranks && s.bytes > 0 &&
+          s.time_s > 0) {
+        times[s.bytes].push_back(s.time_s);
+      }
+    }
+    for (auto& [bytes, t] : times) {
+      std::sort(t.begin(), t.end());
+      k.size_time.emplace_back(static_cast<double>(bytes), t[t.size() / 2]);
+    }
     cluster->calibrated_collectives.push_back(k);
   }
   cluster->calibration = c.device + " (" + c.versions + ")";

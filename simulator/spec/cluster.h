@@ -42,8 +42,13 @@ struct GemmPoint {
 struct CalibratedCollective {
   Collective collective = Collective::kAllReduce;
   bool inter_node = false;
-  Duration latency;
+  Duration latency;         // the alpha-beta fit
   Bandwidth bus_bandwidth;
+  int ranks = 0;            // group size of the measurements below
+  // Measured (nccl-tests size in bytes, seconds per call), ascending by size
+  // (the median of repeated sizes): between the smallest and largest size a
+  // cost is read off this curve (log-log), outside it from the fit.
+  std::vector<std::pair<double, double>> size_time;
 };
 
 struct GpuSpec {

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <cmath>
 
@@ -142,6 +143,7 @@ class Lowerer {
     build_p2p();
     build_param_offload();
     build_dp();
+    build_grad_norm_sync();
     block_on_dp();
     out_.graph.finalize();
     return std::move(out_);
@@ -467,6 +469,7 @@ class Lowerer {
       const int64_t opt_ps = optimizer_ps(c_, L_, params, stage_expert_params_[static_cast<size_t>(s)]);
       int32_t opt = g.add_compute(static_cast<int32_t>(r), opt_ps, Category::kOptimizer, TaskLabel::kOptimizer);
       optimizer_task_.push_back(opt);
+      optimizer_inputs_.emplace_back();
     }
   }
 
@@ -625,6 +628,45 @@ class Lowerer {
       for (int32_t member : dp_member_preds_[id]) {
         const int32_t next = next_in_program_[static_cast<size_t>(member)];
         if (next >= 0) g.add_dep(id, next);
+      }
+    }
+  }
+
+  // ---- gradient clipping ----
+  // Before the update every framework clips by the global gradient norm,
+  // and the norm of a model split over tensor and pipeline ranks is one
+  // all-reduce over them (Megatron clip_grad_norm_fp32 over the model-
+  // parallel group, --clip-grad 1.0 by default; DeepSpeed's clip_grad_norm_
+  // through its mpu; torchtitan's clip_grad_norm_ on DTensors over the
+  // mesh).  So no stage updates before the last stage has its gradients:
+  // one sync task per replica (ranks of one dp and cp index), after every
+  // member's gradients are final, before every member's optimizer.  The
+  // Zero Bubble schedules validate after the step instead (optimizer
+  // post-validation, Qi et al. 2024 Sec. 4), so they have none.
+  void build_grad_norm_sync() {
+    const int n = p_.tp * p_.pp;
+    if (n <= 1 || split_) return;
+    TaskGraph& g = out_.graph;
+    std::map<int, std::vector<int32_t>> replicas;  // dp*cp index -> simulated ranks
+    for (size_t r = 0; r < out_.ranks.size(); ++r) {
+      const RankCoord& rc = out_.ranks[r];
+      replicas[rc.dp * p_.cp + rc.cp].push_back(static_cast<int32_t>(r));
+    }
+    // Ranks of the group on one node: the tp ranks of a stage, times the
+    // stages a node holds when a stage's tp*cp*dp block is smaller.
+    const int gpn = c_.gpus_per_node;
+    const int stage_block = p_.tp * p_.cp * p_.dp;
+    const int per_node = std::gcd(n, std::min(p_.tp, gpn) * std::max(1, gpn / stage_block));
+    const CollectiveCost cost = collective_cost(Collective::kAllReduce, 4, group_placement(n, per_node, c_), lp_);
+    for (const auto& [idx, members] : replicas) {
+      (void)idx;
+      const int32_t sync = g.add_comm(g.add_channel(), cost.latency.ps(), 0, 0, Category::kDpComm,
+                                      TaskLabel::kGradNormSync, members, {});
+      for (int32_t mr : members) {
+        const auto& prog = g.program[static_cast<size_t>(mr)];
+        if (prog.size() >= 2) g.add_dep(prog[prog.size() - 2], sync);
+        for (int32_t in : optimizer_inputs_[static_cast<size_t>(mr)]) g.add_dep(in, sync);
+        g.add_dep(sync, optimizer_task_[static_cast<size_t>(mr)]);
       }
     }
   }
@@ -855,7 +897,10 @@ class Lowerer {
         }
       }
       for (int32_t mr : members) {
-        for (int32_t red : reductions) g.add_dep(red, optimizer_task_[static_cast<size_t>(mr)]);
+        for (int32_t red : reductions) {
+          g.add_dep(red, optimizer_task_[static_cast<size_t>(mr)]);
+          optimizer_inputs_[static_cast<size_t>(mr)].push_back(red);
+        }
       }
       if ((p_.zero == 1 || p_.zero == 2) && !prof.overlap_param_gather) {
         // Distributed optimizer: the updated shards are all-gathered (with
@@ -896,6 +941,7 @@ class Lowerer {
   std::vector<std::vector<Entry>> entries_;
   std::vector<std::vector<int32_t>> op_index_;
   std::vector<int32_t> optimizer_task_;
+  std::vector<std::vector<int32_t>> optimizer_inputs_;  // [rank]: the DP reductions its optimizer waits for
   std::vector<int32_t> next_in_program_;
   std::shared_ptr<RouteClasses> routes_;
   std::vector<int32_t> blocking_comm_;

@@ -35,6 +35,7 @@ const char* to_string(TaskLabel l) {
     case TaskLabel::kIteration: return "F+B";
     case TaskLabel::kWeightGrad: return "W";
     case TaskLabel::kHostToDevice: return "H2D";
+    case TaskLabel::kGradNormSync: return "grad-norm";
   }
   return "?";
 }

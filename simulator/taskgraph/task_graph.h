@@ -27,7 +27,8 @@ enum class TaskLabel : uint8_t {
   kForward, kBackward, kOptimizer, kSendForward, kSendBackward, kDpAllReduce, kDpReduceScatter,
   kDpAllGather, kParamAllGather, kPsPush, kPsPull, kPsUpdate, kIteration,
   kWeightGrad,  // the weight-gradient pass W of a zero-bubble schedule
-  kHostToDevice  // parameter offload: a layer's parameter shard copied from host memory
+  kHostToDevice,  // parameter offload: a layer's parameter shard copied from host memory
+  kGradNormSync   // the gradient-norm all-reduce over a replica's model-parallel ranks before the update
 };
 const char* to_string(TaskLabel l);
 

@@ -382,4 +382,41 @@ TEST_CASE("link_params: NCCL constants by GPU generation", "[sim][network]") {
   CHECK(link_params(unnamed).nvls_min_ranks == 6);  // 900 GB/s NVLink: Blackwell
 }
 
+TEST_CASE("Calibrated collectives: the measured curve inside its range, the fit outside", "[sim][network][calibration]") {
+  // A 2-rank all-reduce measured at 1, 2 and 4 MiB, with a protocol switch
+  // between 1 and 2 MiB that no latency + size/bandwidth line follows
+  // (the cpu backend's Open MPI: 176 us, 407 us, 804 us, docs/validation.md).
+  LinkParams p = link_params(dgx_a100());
+  CalibratedCollective k;
+  k.collective = Collective::kAllReduce;
+  k.inter_node = false;
+  k.latency = Duration::microseconds(6.7);
+  k.bus_bandwidth = Bandwidth::gigabytes_per_s(4.875);
+  k.ranks = 2;
+  k.size_time = {{1.0 * kMiB, 176e-6}, {2.0 * kMiB, 407e-6}, {4.0 * kMiB, 804e-6}};
+  p.calibrated = {k};
+  GroupPlacement two;
+  two.ranks = 2;
+  two.ranks_per_node = 2;
+  auto time_us = [&](double size, const GroupPlacement& g) {
+    const CollectiveCost c = collective_cost(Collective::kAllReduce, bytes(size), g, p);
+    // The model's invariant holds on the curve too.
+    CHECK_THAT(c.time.us(), WithinAbs((c.latency + c.wire_bytes_per_rank / c.bus_bandwidth).us(), 1e-5));
+    return c.time.us();
+  };
+  // At a measured size the measurement itself.
+  CHECK_THAT(time_us(2.0 * kMiB, two), WithinRel(407.0, 1e-6));
+  // Between two sizes, log-log: at sqrt(2) MiB, sqrt(176 x 407) = 267.6 us
+  // (the fit would give 6.7 + 1.48 MB / 4.875 GB/s = 311 us).
+  CHECK_THAT(time_us(std::sqrt(2.0) * kMiB, two), WithinRel(std::sqrt(176.0 * 407.0), 1e-5));
+  // Beyond the range, the fit: 8 MiB -> 6.7 us + 8 MiB / 4.875 GB/s.
+  CHECK_THAT(time_us(8.0 * kMiB, two), WithinRel(6.7 + 8.0 * kMiB / 4.875e3, 1e-6));
+  // Another group size is read at equal wire bytes per rank: 4 ranks move
+  // 2 x 3/4 S, so 4/3 MiB on 4 ranks is 2 MiB on 2 (2 x 1/2 x 2 MiB).
+  GroupPlacement four = two;
+  four.ranks = 4;
+  four.ranks_per_node = 4;
+  CHECK_THAT(time_us(4.0 / 3.0 * kMiB, four), WithinRel(407.0, 1e-5));
+}
+
 }  // namespace trainplan

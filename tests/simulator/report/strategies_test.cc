@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -119,6 +120,50 @@ TEST_CASE("Strategies: GPipe and 1F1B bubbles are (p-1)/(m+p-1) of the step", "[
       }
     }
   }
+}
+
+TEST_CASE("Strategies: the gradient-norm all-reduce joins a replica's stages before the update", "[sim][strategies][pipeline]") {
+  // Clipping by the global gradient norm (Megatron clip_grad_norm_fp32 over
+  // the model-parallel group) is one all-reduce over a replica's tp x pp
+  // ranks after its gradients are final: no stage updates before every stage
+  // of its replica has finished its backward, so each replica's optimizer
+  // steps start together, after the latest backward of the replica.  One
+  // sync per replica (dp 2 here).  The Zero Bubble schedules validate the
+  // step afterwards (Qi et al. 2024 Sec. 4) and have none.
+  const ModelSpec m = small_gpt();
+  const ClusterSpec c = fast_links_cluster();
+  Plan p = pipeline_plan(Schedule::k1F1B, 4, 8);
+  p.gbs = 16;  // dp 2
+  const Layout l = resolved(m, c, 8, p);
+  LoweringOptions lo;
+  lo.representative = false;
+  LoweredStep step = lower_step(m, c, l, lo);
+  EngineOptions eo;
+  eo.comm_slowdown = step.comm_slowdown;
+  eo.static_bytes = step.static_bytes;
+  const EngineResult r = run_engine(step.graph, step.network, eo);
+  CHECK(count_label(step.graph, TaskLabel::kGradNormSync) == 2);
+  std::map<int, int64_t> opt_start, last_backward_end;  // by dp index
+  std::map<int, std::vector<int64_t>> starts;
+  for (int32_t i = 0; i < step.graph.size(); ++i) {
+    const Task& t = step.graph.task(i);
+    if (t.type != TaskType::kCompute) continue;
+    const int d = step.ranks[static_cast<size_t>(t.rank)].dp;
+    const TaskTime& tt = r.times[static_cast<size_t>(i)];
+    if (t.label == TaskLabel::kOptimizer) starts[d].push_back(tt.start_ps);
+    if (t.label == TaskLabel::kBackward) last_backward_end[d] = std::max(last_backward_end[d], tt.end_ps);
+  }
+  REQUIRE(starts.size() == 2);
+  for (const auto& [d, v] : starts) {
+    REQUIRE(v.size() == 4);
+    for (int64_t t0 : v) {
+      CHECK(t0 == v.front());
+      CHECK(t0 >= last_backward_end[d]);
+    }
+  }
+  Plan zb = pipeline_plan(Schedule::kZb2p, 4, 8);
+  const LoweredStep zstep = lower_step(m, c, resolved(m, c, 4, zb), LoweringOptions{});
+  CHECK(count_label(zstep.graph, TaskLabel::kGradNormSync) == 0);
 }
 
 TEST_CASE("Strategies: the interleaved bubble is (p-1)/(v m) of the compute", "[sim][strategies][pipeline]") {

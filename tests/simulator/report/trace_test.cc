@@ -39,6 +39,7 @@ TEST_CASE("Trace: names, bubbles, p2p flows, TP thread and memory counter", "[si
   std::map<int, double> busy_plus_bubble;  // pid -> summed compute + bubble durations
   std::map<int, double> peak_gib;
   std::map<int64_t, int> flow_starts, flow_ends;
+  int sync_arrows = 0;
   for (const auto& e : ev) {
     const std::string ph = e.at("ph").get<std::string>();
     if (ph == "X" && e.at("tid").get<int>() == 0) {
@@ -63,8 +64,12 @@ TEST_CASE("Trace: names, bubbles, p2p flows, TP thread and memory counter", "[si
       double& pk = peak_gib[e.at("pid").get<int>()];
       pk = std::max(pk, e.at("args").at("GiB").get<double>());
     }
-    if (ph == "s") ++flow_starts[e.at("id").get<int64_t>()];
-    if (ph == "f") ++flow_ends[e.at("id").get<int64_t>()];
+    // Pipeline transfers' arrows (the gradient-norm sync joining the stages
+    // has its own, "grad-norm members").
+    const bool p2p = e.contains("name") && e.at("name") == "p2p";
+    if (ph == "s" && p2p) ++flow_starts[e.at("id").get<int64_t>()];
+    if (ph == "f" && p2p) ++flow_ends[e.at("id").get<int64_t>()];
+    if (ph == "s" && e.at("name") == "grad-norm members") ++sync_arrows;
   }
   // tp 2 x pp 4 on 8 GPUs: dp 1, 16 micro-batches; one forward per (stage,
   // micro-batch), one simulated rank per stage.
@@ -80,6 +85,9 @@ TEST_CASE("Trace: names, bubbles, p2p flows, TP thread and memory counter", "[si
   // Every pipeline transfer: (stages - 1) boundaries x micro-batches x 2
   // directions, each with one arrow.
   CHECK(flow_starts.size() == static_cast<size_t>(3 * L.microbatches * 2));
+  // One gradient-norm all-reduce joins the 4 stages before the update: an
+  // arrow from its first member to each of the other 3.
+  CHECK(sync_arrows == 3);
   for (const auto& [id, n] : flow_starts) {
     CHECK(n == 1);
     CHECK(flow_ends[id] == 1);
