@@ -48,15 +48,15 @@ class EventQueue {
     }
     auto [it, fresh] = bucket_of_.try_emplace(time_ps, 0);
     if (fresh) {
-      const int32_t c = new_chunk();
-      it->second = static_cast<int32_t>(buckets_.size());
       if (free_buckets_.empty()) {
-        buckets_.push_back(Bucket{c, c, 0});
+        it->second = static_cast<int32_t>(buckets_.size());
+        buckets_.emplace_back();
       } else {
         it->second = free_buckets_.back();
         free_buckets_.pop_back();
-        buckets_[static_cast<size_t>(it->second)] = Bucket{c, c, 0};
       }
+      const int32_t c = new_chunk();
+      buckets_[static_cast<size_t>(it->second)] = Bucket{c, c, 0};
       times_.push(time_ps);
     }
     Bucket& b = buckets_[static_cast<size_t>(it->second)];

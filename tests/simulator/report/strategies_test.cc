@@ -72,9 +72,11 @@ struct Run {
   EngineResult result;
 };
 
-Run lower_and_run(const ModelSpec& m, const ClusterSpec& c, const Layout& l, double bucket_bytes = 25e6) {
+Run lower_and_run(const ModelSpec& m, const ClusterSpec& c, const Layout& l, double bucket_bytes = 25e6,
+                  bool representative = true) {
   LoweringOptions lo;
   lo.bucket_bytes = bucket_bytes;
+  lo.representative = representative;
   Run r{lower_step(m, c, l, lo), {}};
   EngineOptions eo;
   eo.comm_slowdown = r.step.comm_slowdown;
@@ -135,13 +137,9 @@ TEST_CASE("Strategies: the gradient-norm all-reduce joins a replica's stages bef
   Plan p = pipeline_plan(Schedule::k1F1B, 4, 8);
   p.gbs = 16;  // dp 2
   const Layout l = resolved(m, c, 8, p);
-  LoweringOptions lo;
-  lo.representative = false;
-  LoweredStep step = lower_step(m, c, l, lo);
-  EngineOptions eo;
-  eo.comm_slowdown = step.comm_slowdown;
-  eo.static_bytes = step.static_bytes;
-  const EngineResult r = run_engine(step.graph, step.network, eo);
+  const Run run = lower_and_run(m, c, l, 25e6, /*representative=*/false);
+  const LoweredStep& step = run.step;
+  const EngineResult& r = run.result;
   CHECK(count_label(step.graph, TaskLabel::kGradNormSync) == 2);
   std::map<int, int64_t> opt_start, last_backward_end;  // by dp index
   std::map<int, std::vector<int64_t>> starts;
