@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "simulator/core/error.h"
+#include "simulator/engine/engine.h"
 #include "simulator/memory/memory_model.h"
 #include "simulator/network/collective_model.h"
 #include "simulator/taskgraph/lowering.h"
@@ -55,13 +56,7 @@ class RankExecutor {
   RankExecutor(Backend& b, const ModelSpec& m, const ClusterSpec& c, const Layout& L)
       : b_(b), L_(L), p_(L.plan), dtype_(dtype_of(L.plan.precision, b)) {
     SimulateOptions so = simulate_options_for(b);
-    LoweringOptions lo;
-    lo.representative = false;
-    lo.bucket_bytes = so.bucket_bytes;
-    lo.p2p = so.p2p;
-    lo.blocking_dp = so.blocking_dp;
-    lo.cp_overlap = so.cp_overlap;
-    step_ = lower_step(m, c, L, lo);
+    step_ = lower_step(m, c, L, lowering_options(so));
     costs_ = step_costs(m, c, p_, so.cp_overlap);
     me_ = b.world().rank();
     const RankCoord& rc = step_.ranks[static_cast<size_t>(me_)];
@@ -85,10 +80,15 @@ class RankExecutor {
     stage_params_ = mem.stages[static_cast<size_t>(rc.pp)].params;
   }
 
-  // Runs one step; returns this rank's times per category.
-  TimeBreakdown run_step(double* peak_bytes) {
+  // Runs one step; returns this rank's times per category.  `slow`: this
+  // rank's compute runs `slow` times as long (an injected straggler);
+  // `mid_step`, if set, is called half-way through this rank's program.
+  TimeBreakdown run_step(double* peak_bytes, double slow = 1, const std::function<void()>& mid_step = {}) {
     TimeBreakdown t;
     t_ = &t;
+    slow_ = slow;
+    step_t0_ = now_s();
+    arrivals_.clear();
     const TaskGraph& g = step_.graph;
     done_.assign(static_cast<size_t>(g.size()), 0);
     tp_times_.clear();
@@ -97,7 +97,10 @@ class RankExecutor {
     mp_times_.clear();
     live_bytes_ = static_bytes_;
     peak_ = live_bytes_;
-    for (int32_t id : g.program[static_cast<size_t>(me_)]) {
+    const std::vector<int32_t>& program = g.program[static_cast<size_t>(me_)];
+    for (size_t k = 0; k < program.size(); ++k) {
+      const int32_t id = program[k];
+      if (mid_step && k == fault_point_index(program.size())) mid_step();
       for (int32_t p : preds_[static_cast<size_t>(id)]) run_comm_if_mine(p);
       run_compute(id);
       const Task& task = g.task(id);
@@ -136,6 +139,21 @@ class RankExecutor {
     settle(*cp_, cp_times_, &t->tp_comm);
     settle(*dp_, dp_times_, &t->dp_comm);
     settle(*mp_, mp_times_, &t->dp_comm);
+  }
+
+  // After a step, on every rank: the mean over this step's gradient
+  // synchronisations of the spread of the DP group's arrival times (last
+  // minus first rank to enter the collective), as the straggler model
+  // measures it.  0 without DP synchronisations.
+  double arrival_range_s() {
+    std::vector<double> lo = arrivals_, neg_hi(arrivals_.size());
+    for (size_t i = 0; i < arrivals_.size(); ++i) neg_hi[i] = -arrivals_[i];
+    dp_->reduce_each(&lo, Communicator::Reduce::kMin);
+    dp_->reduce_each(&neg_hi, Communicator::Reduce::kMin);
+    if (arrivals_.empty() || dp_->size() < 2) return 0;
+    double sum = 0;
+    for (size_t i = 0; i < lo.size(); ++i) sum += -neg_hi[i] - lo[i];
+    return sum / static_cast<double>(lo.size());
   }
 
  private:
@@ -211,10 +229,28 @@ class RankExecutor {
     if (t.label == TaskLabel::kDpAllGather || t.label == TaskLabel::kParamAllGather) kind = Collective::kAllGather;
     const double factor = bus_bandwidth_factor(kind, dp_->size());
     const int64_t size = factor > 0 ? static_cast<int64_t>(t.wire_bytes / factor) : 0;
+    if (size > 0 && (t.label == TaskLabel::kDpAllReduce || t.label == TaskLabel::kDpReduceScatter)) {
+      arrivals_.push_back(t0 - step_t0_);
+    }
     if (size > 0) dp_->run(kind, size);
     const double took = now_s() - t0;
     t_->dp_comm += took;
     if (size > 0) dp_times_.push_back(took);
+  }
+
+  // Adds the compute (or optimizer) time since t0 to `category`; an
+  // injected straggler then keeps its core busy for (slow - 1) times as
+  // long, as a slower device would be (spinning, not sleeping: a sleeping
+  // rank would hand its core to the others on a shared CPU).
+  void charge(double* category, double t0) {
+    double took = now_s() - t0;
+    if (slow_ > 1) {
+      const double until = now_s() + (slow_ - 1) * took;
+      while (now_s() < until) {
+      }
+      took *= slow_;
+    }
+    *category += took;
   }
 
   // Runs one collective on `comm`, timed into the TP/CP category and the
@@ -236,7 +272,7 @@ class RankExecutor {
       }
       const double t0 = now_s();
       run_op_forward(op);
-      t_->compute += now_s() - t0;
+      charge(&t_->compute, t0);
       if (with_tp && op.tp_comm_after != TpComm::kNone && tp_->size() > 1) {
         timed(*tp_, tp_collective(op.tp_comm_after, false), op.tp_comm_bytes, &tp_times_);
       }
@@ -278,7 +314,7 @@ class RankExecutor {
           if (op.bwd_bytes > 0) b_.copy(static_cast<int64_t>(op.bwd_bytes / 2));
         }
       }
-      t_->compute += now_s() - t0;
+      charge(&t_->compute, t0);
       return;
     }
     for (auto it = lc.ops.rbegin(); it != lc.ops.rend(); ++it) {
@@ -299,7 +335,7 @@ class RankExecutor {
           if (p_.attention == Attention::kFlash) b_.gemm(op.m, op.n, op.k, dtype_);
           // Context parallel: the K/V gradients go back to their owners.
           if (lc.cp_comm_bytes > 0 && cp_->size() > 1) {
-            t_->compute += now_s() - t0;
+            charge(&t_->compute, t0);
             timed(*cp_, Collective::kReduceScatter, lc.cp_comm_bytes, &cp_times_);
             continue;
           }
@@ -312,7 +348,7 @@ class RankExecutor {
           }
           break;
       }
-      t_->compute += now_s() - t0;
+      charge(&t_->compute, t0);
     }
   }
 
@@ -325,7 +361,7 @@ class RankExecutor {
       const double shard = p_.zero >= 1 ? L_.shard_degree : 1;
       const double bytes_per_param = p_.precision == Precision::kFp32 ? 36.0 : 42.0;
       if (p_.offload == Offload::kNone) b_.copy(static_cast<int64_t>(stage_params_ / shard * bytes_per_param / 2));
-      t_->optimizer += now_s() - t0;
+      charge(&t_->optimizer, t0);
       return;
     }
     live_bytes_ += static_cast<double>(t.mem_alloc);
@@ -350,7 +386,7 @@ class RankExecutor {
             if (op.kind != OpKind::kAttention) continue;
             const double t0 = now_s();
             run_op_forward(op);
-            t_->compute += now_s() - t0;
+            charge(&t_->compute, t0);
           }
         }
         backward_ops(costs_.layer, part);
@@ -372,6 +408,8 @@ class RankExecutor {
   std::vector<std::vector<int32_t>> preds_;
   std::vector<uint8_t> done_;
   TimeBreakdown* t_ = nullptr;
+  double slow_ = 1, step_t0_ = 0;
+  std::vector<double> arrivals_;  // this step's gradient synchronisations: entry time since the step's start
   double static_bytes_ = 0, live_bytes_ = 0, peak_ = 0, stage_params_ = 0;
 };
 
@@ -390,6 +428,19 @@ SimulateOptions simulate_options_for(const std::string& backend_name) {
   return o;
 }
 
+double fault_point_time_s(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                          const std::string& backend_name, int rank) {
+  LoweredStep step = lower_step(model, cluster, layout, lowering_options(simulate_options_for(backend_name)));
+  const std::vector<int32_t>& program = step.graph.program[static_cast<size_t>(rank)];
+  const int32_t task = program[fault_point_index(program.size())];
+  EngineOptions eo;
+  eo.comm_slowdown = step.comm_slowdown;
+  eo.static_bytes = step.static_bytes;
+  FlowNetwork network = step.network;
+  const EngineResult r = run_engine(step.graph, network, eo);
+  return static_cast<double>(r.times[static_cast<size_t>(task)].start_ps) * 1e-12;
+}
+
 MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                           const ExecutorOptions& options) {
   Communicator& world = backend.world();
@@ -399,17 +450,31 @@ MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const Cluste
                       "launch with mpirun -np " + std::to_string(layout.gpus));
   }
   RankExecutor ex(backend, model, cluster, layout);
+  if (options.ready) options.ready();
   MeasuredStep m;
-  std::vector<double> compute, tp, pp, dp, opt, wait;
-  for (int s = 0; s < options.warmup + options.steps; ++s) {
+  std::vector<double> compute, tp, pp, dp, opt, wait, arrivals, slowed_arrivals;
+  const int timed_end = options.warmup + options.steps;
+  const int total = timed_end + (options.slow_rank >= 0 ? options.steps : 0);
+  for (int s = options.first_step; s < total; ++s) {
+    const bool slowed = s >= timed_end;
+    const double slow = slowed && world.rank() == options.slow_rank ? options.slow_factor : 1;
+    std::function<void()> mid;
+    if (options.mid_step) mid = [&options, s] { options.mid_step(s); };
     world.barrier();
     const double t0 = now_s();
     double peak = 0;
-    TimeBreakdown t = ex.run_step(&peak);
+    TimeBreakdown t = ex.run_step(&peak, slow, mid);
     const double step = world.max(now_s() - t0);
     ex.settle_collectives(&t);
-    if (options.progress) options.progress(s + 1, options.warmup + options.steps, step);
+    const double arrival = ex.arrival_range_s();
+    if (options.progress) options.progress(s + 1, total, step);
     if (s < options.warmup) continue;
+    if (slowed) {
+      m.slowed_step_times_s.push_back(step);
+      slowed_arrivals.push_back(arrival);
+      continue;
+    }
+    arrivals.push_back(arrival);
     m.step_times_s.push_back(step);
     // Each category is the mean over ranks, as the simulator's breakdown
     // is (step_report.cc averages its ranks); the maximum would take each
@@ -434,6 +499,9 @@ MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const Cluste
     m.process_peak_bytes = world.max(static_cast<double>(u.ru_maxrss) * 1024.0);
   }
   m.step_time_s = median(m.step_times_s);
+  m.arrival_range_s = median(arrivals);
+  m.slowed_step_time_s = median(m.slowed_step_times_s);
+  m.slowed_arrival_range_s = median(slowed_arrivals);
   m.breakdown.compute = median(compute);
   m.breakdown.tp_comm = median(tp);
   m.breakdown.pp_comm = median(pp);

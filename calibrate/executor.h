@@ -27,9 +27,25 @@ namespace trainplan {
 struct ExecutorOptions {
   int warmup = 1;
   int steps = 5;
+  // Resuming: steps [0, first_step) of warm-up + steps were done by an
+  // earlier run (recovery from a checkpoint); they are not run again.
+  int first_step = 0;
+  // Optional, called on every rank once its executor is set up (task graph,
+  // communicators), before the first step: where a resumed run loads its
+  // checkpoint.
+  std::function<void()> ready;
   // Optional, called on every rank after each step (warm-up included) with
   // the steps done, the total and that step's time.
   std::function<void(int done, int total, double step_s)> progress;
+  // An injected straggler (validate --inject slow): after the timed steps,
+  // `steps` more in which rank slow_rank's compute and optimizer take
+  // slow_factor times as long (MeasuredStep::slowed_*).  -1: none.
+  int slow_rank = -1;
+  double slow_factor = 1;
+  // Optional, called on every rank when it is half-way through its program
+  // (fault_point_index) in each step, with the 0-based step: where validate
+  // --inject kill and hang stop a rank.
+  std::function<void(int step)> mid_step;
 };
 
 struct MeasuredStep {
@@ -41,7 +57,24 @@ struct MeasuredStep {
   TimeBreakdown spread;
   double peak_bytes = 0;            // tracked (not allocated): model states + saved activations, slowest rank
   double process_peak_bytes = 0;    // cpu backend: the largest rank's peak resident set (0 elsewhere)
+  // Median over steps of the mean, over a step's gradient synchronisations
+  // (DP all-reduce / reduce-scatter), of last minus first arrival of the
+  // group's ranks (the straggler model's ArrivalSpread::range_mean_s).
+  double arrival_range_s = 0;
+  // With ExecutorOptions::slow_rank: the same over the slowed steps.
+  std::vector<double> slowed_step_times_s;
+  double slowed_step_time_s = 0;
+  double slowed_arrival_range_s = 0;
 };
+
+// Where a rank stops when a fault is injected mid-step: the index in its
+// program of the task it would run next.
+inline size_t fault_point_index(size_t program_size) { return program_size / 2; }
+
+// When, in the simulated step of the executor's task graph, `rank` reaches
+// its fault point (the start of that task), in seconds from the step's start.
+double fault_point_time_s(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                          const std::string& backend_name, int rank);
 
 // How the simulator must run to predict what this backend executes: the CPU
 // backend's sends are asynchronous and its collectives block.

@@ -16,7 +16,8 @@
 namespace trainplan {
 
 const char* const kStragglerGrammar =
-    "allowed: comma-separated jitter=DIST, op_jitter=DIST, slow_gpus=P:F, slow_nodes=P:F, degraded_link=P:F "
+    "allowed: comma-separated jitter=DIST, op_jitter=DIST, slow_gpus=P:F, slow_nodes=P:F, degraded_link=P:F, "
+    "slow_rank=R:F "
     "with DIST one of lognormal:SIGMA, normal:SIGMA, uniform:LO:HI, exp:MEAN "
     "(e.g. jitter=lognormal:0.05,slow_nodes=0.01:1.5,degraded_link=0.02:0.5)";
 
@@ -233,9 +234,8 @@ class StragglerSimulator {
   StragglerSimulator(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                      const StragglerOptions& options)
       : layout_(layout), opt_(options) {
-    LoweringOptions lo;
+    LoweringOptions lo = lowering_options(options.simulate);
     lo.representative = false;
-    lo.bucket_bytes = options.bucket_bytes;
     step_ = lower_step(model, cluster, layout, lo);
     async_ = !step_.async.empty();
     groups_ = rank_groups(step_, layout, async_);
@@ -361,6 +361,7 @@ class StragglerSimulator {
     for (int gpu = 0; gpu < gpus; ++gpu) {
       double x = node_factor[static_cast<size_t>(gpu / gpus_per_node_)];
       if (s.slow_gpus.probability > 0 && slow_gpu.bernoulli(s.slow_gpus.probability)) x *= s.slow_gpus.factor;
+      if (gpu == s.slow_rank) x *= s.slow_rank_factor;
       f.persistent[static_cast<size_t>(gpu)] = x;
       if (s.jitter.kind != SlowdownDistribution::Kind::kNone) f.jitter[static_cast<size_t>(gpu)] = s.jitter.sample(jitter);
     }
@@ -529,6 +530,17 @@ StragglerSpec parse_straggler_spec(const std::string& text, const std::string& f
       spec.slow_nodes = parse_fraction(value, flag, item, false);
     } else if (key == "degraded_link") {
       spec.degraded_link = parse_fraction(value, flag, item, true);
+    } else if (key == "slow_rank") {
+      const std::vector<std::string> p = split(value, ':');
+      const std::string form = "R:F with R a GPU's global rank and F its slowdown factor, e.g. slow_rank=3:1.5";
+      if (p.size() != 2) throw_input_error(flag, "", item + ": expected " + form, kStragglerGrammar);
+      const double r = number(p[0], flag, item);
+      if (r != std::floor(r) || r < 0 || r > 1e9) {
+        throw_input_error(flag, "", item + ": rank R \"" + p[0] + "\" is not a whole number >= 0", form);
+      }
+      spec.slow_rank = static_cast<int>(r);
+      spec.slow_rank_factor = number(p[1], flag, item);
+      in_range(spec.slow_rank_factor, 1, 100, false, flag, item, "slowdown factor F", form);
     } else {
       throw_input_error(flag, "", "unknown item \"" + key + "\"", kStragglerGrammar);
     }
@@ -578,6 +590,12 @@ StragglerReport simulate_stragglers(const ModelSpec& model, const ClusterSpec& c
                                     const StragglerOptions& options) {
   TRAINPLAN_CHECK(layout.feasible, "stragglers of an infeasible layout");
   TRAINPLAN_CHECK(options.samples >= 1, "at least one sampled step");
+  if (options.spec.slow_rank >= layout.gpus) {
+    throw_input_error("--stragglers", "",
+                      "slow_rank=" + std::to_string(options.spec.slow_rank) + ": the plan has " +
+                          std::to_string(layout.gpus) + " GPUs",
+                      "R from 0 to " + std::to_string(layout.gpus - 1));
+  }
   StragglerSimulator sim(model, cluster, layout, options);
   StragglerReport rep;
   rep.samples = options.samples;

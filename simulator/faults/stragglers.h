@@ -13,7 +13,10 @@
 //   - degraded_link: each node's network port runs at fraction F of its
 //                    bandwidth with probability P; every inter-node transfer
 //                    touching that node (a ring all-reduce, a pipeline send)
-//                    runs at most at F of its rate.
+//                    runs at most at F of its rate;
+//   - slow_rank:     one given GPU (global rank R) slow by factor F in every
+//                    sample: the deterministic straggler `validate --inject
+//                    slow:rank=R,factor=F` executes for real.
 // Each sample is an independent draw of the whole cluster state, so the mean
 // over samples is the expectation over which GPUs are slow.
 // TP and CP peers synchronise inside every layer (their collectives are folded
@@ -67,6 +70,8 @@ struct StragglerSpec {
   SlowdownDistribution jitter;     // per GPU per step
   SlowdownDistribution op_jitter;  // per GPU per compute task
   SlowFraction slow_gpus, slow_nodes, degraded_link;
+  int slow_rank = -1;              // slow_rank=R:F (-1: none); R < the plan's GPUs (checked when simulated)
+  double slow_rank_factor = 1;
   std::string text;                // as given
 };
 
@@ -74,7 +79,7 @@ struct StragglerSpec {
 extern const char* const kStragglerGrammar;
 
 // Parses SPEC = ITEM[,ITEM...]; ITEM = jitter=DIST | op_jitter=DIST |
-// slow_gpus=P:F | slow_nodes=P:F | degraded_link=P:F; DIST =
+// slow_gpus=P:F | slow_nodes=P:F | degraded_link=P:F | slow_rank=R:F; DIST =
 // lognormal:SIGMA | normal:SIGMA | uniform:LO:HI | exp:MEAN.
 // Throws InputError("<flag>: <problem>; allowed: ...") on any bad item,
 // duplicate key, or value out of range (SIGMA in [0, 2], P in [0, 1],
@@ -91,7 +96,10 @@ struct StragglerOptions {
   StragglerSpec spec;
   int samples = 8;          // sampled steps
   uint64_t seed = 1;
-  double bucket_bytes = 25.0 * 1024 * 1024;
+  // How the step is lowered (bucket size, point-to-point and DP blocking):
+  // the defaults, or simulate_options_for(backend) to predict what an
+  // executor runs.  `representative` is ignored: stragglers simulate every rank.
+  SimulateOptions simulate;
 };
 
 // Spread of the arrival times of the ranks at gradient synchronisations (the
@@ -127,7 +135,8 @@ struct StragglerReport {
 
 // Simulates options.samples steps of the layout with sampled slowdowns, every
 // rank simulated.  Same inputs and seed => identical report.
-// REQUIRES: layout.feasible, options.samples >= 1.
+// REQUIRES: layout.feasible, options.samples >= 1.  Throws
+// InputError("--stragglers: ...") if slow_rank names a GPU the plan lacks.
 StragglerReport simulate_stragglers(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                                     const StragglerOptions& options);
 

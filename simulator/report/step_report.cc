@@ -267,16 +267,20 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
 
 }  // namespace
 
-StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
-                         const SimulateOptions& options) {
-  TRAINPLAN_CHECK(layout.feasible, "simulating an infeasible layout");
+LoweringOptions lowering_options(const SimulateOptions& options) {
   LoweringOptions lo;
   lo.representative = options.representative;
   lo.bucket_bytes = options.bucket_bytes;
   lo.p2p = options.p2p;
   lo.blocking_dp = options.blocking_dp;
   lo.cp_overlap = options.cp_overlap;
-  LoweredStep step = lower_step(model, cluster, layout, lo);
+  return lo;
+}
+
+StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                         const SimulateOptions& options) {
+  TRAINPLAN_CHECK(layout.feasible, "simulating an infeasible layout");
+  LoweredStep step = lower_step(model, cluster, layout, lowering_options(options));
   EngineOptions eo;
   eo.comm_slowdown = step.comm_slowdown;
   eo.static_bytes = step.static_bytes;

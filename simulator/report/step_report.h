@@ -32,6 +32,10 @@ struct SimulateOptions {
   bool cp_overlap = true;     // see LoweringOptions
 };
 
+// The lowering a simulation with these options runs (the one place that
+// maps SimulateOptions to LoweringOptions).
+LoweringOptions lowering_options(const SimulateOptions& options);
+
 struct TimeBreakdown {  // seconds, averaged over ranks
   double compute = 0, tp_comm = 0, pp_comm = 0, dp_comm = 0, bubble = 0, optimizer = 0;
   double ep_comm = 0;  // MoE token all-to-all (dispatch, combine) and expert-TP collectives

@@ -240,6 +240,45 @@ TEST_CASE("Stragglers: one slow GPU slows its whole TP group and the DP barrier"
   CHECK_THAT(all.tax, WithinRel(0.5 * all.base_busy_fraction, 0.02));
 }
 
+TEST_CASE("Stragglers: slow_rank=R:F stretches one rank, as validate --inject slow executes", "[sim][faults][stragglers]") {
+  // DDP on 4 GPUs with blocking gradient all-reduces (the cpu executor's
+  // semantics, simulate_options_for("cpu")): every bucket waits for the
+  // slow rank, and nothing overlaps its compute.  With rank 2's compute C
+  // and optimizer O stretched by F and the collectives D unchanged, the
+  // step is F (C + O) + D against C + O + D (closed form), so
+  // tax = (F - 1)(C + O) / (C + O + D).  The arrival spread at each
+  // gradient sync is the slow rank's extra compute before it: > 0, and 0
+  // without it.
+  const ModelSpec m = small_gpt();
+  const ClusterSpec c = load_cluster("dgx-a100");
+  Plan p;
+  p.mbs = 1;
+  p.gbs = 8;
+  const Layout l = resolved(m, c, 4, p);
+  SimulateOptions so;
+  so.representative = false;
+  so.p2p = LoweringOptions::P2p::kAsync;
+  so.blocking_dp = true;
+  so.cp_overlap = false;
+  const StepReport base = simulate_step(m, c, l, so);
+  StragglerOptions o;
+  o.spec = parse_straggler_spec("slow_rank=2:1.5", "--stragglers");
+  o.samples = 1;
+  o.simulate = so;
+  const StragglerReport r = simulate_stragglers(m, c, l, o);
+  const double co = base.breakdown.compute + base.breakdown.optimizer;
+  CHECK_THAT(r.base_step_s, WithinRel(base.step_time_s, 1e-9));
+  CHECK_THAT(r.tax, WithinRel(0.5 * co / base.step_time_s, 1e-3));
+  CHECK(r.base_arrivals.range_mean_s == 0);
+  CHECK(r.arrivals.range_mean_s > 0);
+  // Another rank: the same tax (the ranks are symmetric).
+  o.spec = parse_straggler_spec("slow_rank=0:1.5", "--stragglers");
+  CHECK_THAT(simulate_stragglers(m, c, l, o).tax, WithinRel(r.tax, 1e-9));
+  // A rank the plan lacks is bad input.
+  o.spec = parse_straggler_spec("slow_rank=4:1.5", "--stragglers");
+  CHECK_THROWS_AS(simulate_stragglers(m, c, l, o), InputError);
+}
+
 TEST_CASE("Stragglers: a degraded link slows every ring through it", "[sim][faults][stragglers]") {
   // DDP over 2 dgx-a100 nodes: the gradient all-reduce crosses both nodes'
   // NICs.  With every port at half bandwidth (P = 1) the exposed DP
