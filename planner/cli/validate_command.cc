@@ -262,7 +262,7 @@ int run_recovery_supervisor(const ValidateFlags& f, const ModelSpec& model, cons
   const double redo_s = m.first_step_s + (spec.step - resumed - 1) * step;
   std::vector<Compared> rows = {
       {"detection_s", detect_s, m.detection_s,
-       hang ? "heartbeat timeout less the time since the last heartbeat" : "the launcher sees the exit; poll/2"},
+       hang ? "heartbeat timeout less the time since the last heartbeat" : "a rank's exit is seen at the next poll; poll/2"},
       {"restart_s", restart_s, m.restart_s, "attempt 1's launch (spawn to every rank ready)"},
       {"checkpoint_write_s", write_s, m.checkpoint_write_s, "failure model: bytes / write bandwidth"},
       {"checkpoint_load_s", load_s, m.load_s, "failure model: bytes / read bandwidth"},
