@@ -54,6 +54,8 @@ def days(s):
     return "%.1f d" % (s / 86400)
 
 def hm(s):
+    if s < 1:
+        return "%.0f ms" % (s * 1e3)
     if s < 120:
         return "%.1f s" % s
     if s < 7200:
@@ -81,8 +83,12 @@ W("  (exponential).  A failure loses the work since the last committed checkpoin
 W("  restart (failure-free downtime) and a checkpoint load (which can fail too).  Checkpoint = weights +")
 W("  optimizer states of the whole model, each byte written once (fully parallel save, as Megatron's")
 W("  distributed checkpoint and PyTorch DCP), at `--storage-bandwidth` (aggregate).  The write blocks")
-W("  training (synchronous save).  A Monte Carlo over the whole run (`--runs`, seeded) gives the time to")
-W("  train p50/p90; the closed form gives its expectation and the best checkpoint interval.")
+W("  training (synchronous save) unless `--checkpoint-mode async` (section 6).  A Monte Carlo over the whole")
+W("  run (`--runs`, seeded) gives the time to train p50/p90; the closed form gives its expectation and the")
+W("  best checkpoint interval.")
+W("- **Persistent slow nodes** (`--slow-node-mtbf`, section 7): a node turns slow and stays slow; the job")
+W("  runs at its pace until it is detected and drained onto a spare (`--spare-nodes`), the node repaired")
+W("  (`--repair-time`) and returned to the pool.")
 W()
 W("### `--stragglers` grammar")
 W()
@@ -328,17 +334,186 @@ W("With a commodity 2 x 100 GbE network this 1.3B model scales poorly past 128 G
 W("from 0.237 s to 0.183 s at twice the GPUs), so once lambda D approaches 1 (2.7 failures per hour x 31 min)")
 W("the larger world loses.  A well-scaling job needs far worse reliability before this happens.")
 W()
+# ---------------------------------------------------------------------------
+# 6. Async checkpointing.
+W("## 6. Asynchronous checkpointing")
+W()
+W("`--checkpoint-mode async` (torchtitan `checkpoint.async_mode = \"async\"`, Megatron-LM `--async-save`,")
+W("PyTorch DCP `async_save`): training blocks only for the device-to-host copy of each GPU's shard of the")
+W("weights and optimizer into pinned host memory, s = per-GPU state / `host.bandwidth_per_gpu` (PCIe; 50 GB/s")
+W("per H100 in `topologies/dgx-h100.json`).  The shard then persists to storage in the background for p =")
+W("the synchronous write time, and the checkpoint counts only once persisted: a failure before that rolls")
+W("back to the previous one.  There is one host buffer, so the next snapshot waits for the previous persist:")
+W("a checkpoint every tau seconds of compute blocks s + max(0, p - tau), and commits come max(tau, p) + s apart.")
+W()
+W("Exact expected time of one interval, from a commit to the next (`failures.cc`): the first attempt needs")
+W("x1 = max(tau, p) + s seconds without a failure (the job is already p seconds into the next compute when")
+W("a checkpoint commits), every attempt after a failure x2 = tau + s + p after the load (nothing in flight):")
+W()
+W("```")
+W("E = (1 - e^{-lambda x1}) (1/lambda + D) e^{lambda (L + x2)}")
+W("```")
+W()
+W("(p = 0 gives the synchronous (1/lambda + D) e^{lambda L} (e^{lambda x} - 1)).  Its optimum is the")
+W("synchronous tau* with delta = s, or p if that is shorter (checkpointing more often than the persist")
+W("takes only adds waits); Young/Daly are shown with delta = s.  The Monte Carlo simulates the timeline")
+W("event by event (snapshot, persist, commit, wait, failure, rollback) and agrees with it")
+W("(`tests/simulator/faults/failures_test.cc`).  Llama 3 405B as in section 4:")
+W()
+W("| storage | mode | blocking per checkpoint | best interval | Young / Daly | goodput (closed form) | lost work | time to train p50 / p90 |")
+W("|---|---|---|---|---|---|---|---|")
+F6 = [a for a in F if a not in ("--storage-bandwidth", "2TB/s")]
+for bw in ("2TB/s", "20GB/s"):
+    for mode in ("sync", "async"):
+        e = js(["simulate"] + L + F6 + ["--storage-bandwidth", bw, "--checkpoint-mode", mode])
+        fe = e["failures"]
+        ck = fe["checkpoint"]
+        block_s = ck["blocking_per_checkpoint_s"] if mode == "async" else ck["write_s"]
+        W("| %s | %s | %s | %s | %s / %s | %s (%s) | %s | %s / %s |" % (
+            bw, mode, hm(block_s), hm(e["checkpoint_interval_s"]), hm(fe["interval"]["young_s"]),
+            hm(fe["interval"]["daly_s"]), pct(e["goodput"]), pct(fe["goodput_expected"]),
+            pct(fe["wall_breakdown_s"]["lost"] / e["time_to_train_s"]["mean"]), days(e["time_to_train_s"]["p50"]),
+            days(e["time_to_train_s"]["p90"])))
+W()
+W("Each row: `trainplan simulate <section 4 layout> --mtbf-gpu 82944h --mtbf-node 16284h --train-tokens 15.6T")
+W("--seed 1 --storage-bandwidth BW --checkpoint-mode MODE`.  At 20 GB/s:")
+W()
+A6 = ["simulate"] + L + F6 + ["--storage-bandwidth", "20GB/s", "--checkpoint-mode", "async"]
+block(A6, keep=["checkpoint", "async", "interval", "(async", "goodput", "where it goes", "time to train"])
+a20 = js(A6)
+s20 = js(["simulate"] + L + F6 + ["--storage-bandwidth", "20GB/s"])
+W()
+W("At 20 GB/s the synchronous write (%s) costs %s of the wall time and forces a %s interval, so each" %
+  (hm(s20["failures"]["checkpoint"]["write_s"]),
+   pct(s20["failures"]["wall_breakdown_s"]["checkpoint"] / s20["time_to_train_s"]["mean"]),
+   hm(s20["checkpoint_interval_s"])))
+W("failure loses about half of that.  Async blocks %s per checkpoint (%.2f GiB per GPU over PCIe) and" %
+  (hm(a20["failures"]["checkpoint"]["snapshot_s"]), a20["failures"]["checkpoint"]["state_per_gpu_gib"]))
+W("checkpoints every %s, as often as the persist allows: goodput %s instead of %s, %s sooner." %
+  (hm(a20["checkpoint_interval_s"]), pct(a20["goodput"]), pct(s20["goodput"]),
+   days(s20["time_to_train_s"]["mean"] - a20["time_to_train_s"]["mean"])))
+a2 = js(["simulate"] + L + F6 + ["--storage-bandwidth", "2TB/s", "--checkpoint-mode", "async"])
+lost = lambda e: pct(e["failures"]["wall_breakdown_s"]["lost"] / e["time_to_train_s"]["mean"])
+W("At 2 TB/s the write was already cheap; async still checkpoints every %s instead of %s, so a failure" %
+  (hm(a2["checkpoint_interval_s"]), hm(d["checkpoint_interval_s"])))
+W("loses less (lost work %s of the wall time instead of %s): goodput %s instead of %s.  The snapshot" %
+  (lost(a2), lost(d), pct(a2["goodput"]), pct(d["goodput"])))
+W("needs pinned host memory (%s GiB per node here, of 2 TB): reported, not checked." %
+  ("%.0f" % a20["failures"]["checkpoint"]["snapshot_host_gib_per_node"]))
+W()
+
+# ---------------------------------------------------------------------------
+# 7. Slow nodes.
+W("## 7. Persistent slow nodes, detection and draining against a spare pool")
+W()
+W("A node that turns slow (thermal throttling, a degraded HBM stack or NIC, a noisy host) stays slow, and a")
+W("synchronous job runs at its pace.  Step-time model: the compute-bound bound, steps take F T while a slow")
+W("node is in the job (`--slow-node-factor F`; two slow nodes cost what one does).  Each of the job's nodes")
+W("turns slow at rate 1 / `--slow-node-mtbf`; `--slow-detect-time` later (default 10 min: two 5-minute")
+W("report windows of NVIDIA's straggler detector, Megatron-Bridge `NVRxStragglerDetectionConfig`) it is")
+W("detected and waits for a free spare (`--spare-nodes`).  A spare handed out drains the job: a planned save")
+W("(no lost work), a restart onto the spare and a load (C = save + restart + load; free if the job is down")
+W("after a failure anyway); the slow node goes to repair for `--repair-time` and comes back as a spare.")
+W("Without a free spare the job keeps running slow.")
+W()
+W("The spare queue is an M/D/S queue (customers: detected slow nodes; servers: the spares; service: the")
+W("repair).  From an empty start its number in system follows Crommelin's recursion N(u + R) =")
+W("max(N(u) - S, 0) + Poisson(nu R), which gives exactly the chance that a slow node is in the job at any")
+W("time, e^{-nu min(t, d)} P(N(t - d) <= S) being the chance that none is, and the spares handed out (checked")
+W("against a Monte Carlo of the pool and M/D/1's Pollaczek-Khinchine results in")
+W("`tests/simulator/faults/slow_nodes_test.cc`).  The run then takes a share q of its wall time at 1/F of the")
+W("pace: mean step T / (1 - q (1 - 1/F)) in the failure model, plus C per drain, solved for the run length")
+W("(mean-field; with no spare the onset of slowness is exact).  The Monte Carlo simulates it event by event.")
+W()
+W("Llama 3 405B as in section 4, `--slow-node-mtbf 50000h` (an assumption: no per-node rate is published;")
+W("one of the 2,048 nodes turns slow about once a day), `--slow-node-factor 1.5` (a node at 2/3 of the")
+W("speed, just under the detector's default 0.7 relative-performance threshold), `--repair-time 1d`:")
+W()
+S7 = ["--slow-node-mtbf", "50000h", "--slow-node-factor", "1.5"]
+W("| spares | in repair on average (nu R) | slow node in the job | drains | slow | drain | goodput (closed form) | time to train p50 / p90 |")
+W("|---|---|---|---|---|---|---|---|")
+slow_rows = {}
+for spares in (0, 2, 16):
+    extra = ["--spare-nodes", str(spares)] + (["--repair-time", "1d"] if spares else [])
+    e = js(["simulate"] + L + F + S7 + extra)
+    fe = e["failures"]
+    sn = fe["slow_nodes"]
+    b = fe["wall_breakdown_s"]
+    w = e["time_to_train_s"]["mean"]
+    slow_rows[spares] = e
+    W("| %d | %s | %s of the time | %.1f | %s | %s | %s (%s) | %s / %s |" % (
+        spares, "%.2f" % sn["spares_in_repair_mean"] if spares else "-", pct(sn["monte_carlo"]["slow_wall_fraction"]),
+        sn["monte_carlo"]["drains"], pct(b["slow"] / w), pct(b["drain"] / w), pct(e["goodput"]),
+        pct(fe["goodput_expected"]), days(e["time_to_train_s"]["p50"]), days(e["time_to_train_s"]["p90"])))
+W()
+W("Each row: `trainplan simulate <section 4 command> %s --spare-nodes N [--repair-time 1d]`; \"slow\" is" % " ".join(S7))
+W("the steps' time beyond nominal, \"drain\" the planned saves, restarts and loads, both shares of the wall time.")
+W("With 2 spares:")
+W()
+block(["simulate"] + L + F + S7 + ["--spare-nodes", "2", "--repair-time", "1d"],
+      keep=["slow nodes", "spares", "goodput", "where it goes", "time to train"])
+r0, r2, r16 = slow_rows[0], slow_rows[2], slow_rows[16]
+W()
+W("Without a spare the first slow node (after about a day) stays to the end: %s of the run at 1.5x, goodput" %
+  pct(r0["failures"]["slow_nodes"]["monte_carlo"]["slow_wall_fraction"]))
+W("%s.  Two spares, each back after a day, hold about one slow node per day: the pool is busy" % pct(r0["goodput"]))
+W("(nu R = %.2f of 2) and detected nodes wait for a spare %s of the time; goodput %s.  With 16 spares only" %
+  (r2["failures"]["slow_nodes"]["spares_in_repair_mean"], pct(r2["failures"]["slow_nodes"]["monte_carlo"]["slow_wall_fraction"]),
+   pct(r2["goodput"])))
+W("the 10-minute detection remains (%s of the time, nu d) and the drains: goodput %s, against %s without" %
+  (pct(r16["failures"]["slow_nodes"]["monte_carlo"]["slow_wall_fraction"]), pct(r16["goodput"]),
+   pct(d["goodput"])))
+W("slow nodes.  Detection time and repair time trade against spares: `--slow-detect-time` scales the slow")
+W("share when spares are plentiful, `--repair-time` sets how many spares a given rate needs (about nu R plus")
+W("a margin of a few sqrt(nu R)).")
+W()
 W("## Assumptions and limits")
 W()
 W("- Failures are exponential (memoryless) and independent; any failure stops the whole synchronous job.")
 W("  Detection + restart is failure-free downtime; checkpoint loads and writes can be interrupted.")
-W("- Checkpoints are synchronous (training blocks for the write); asynchronous checkpointing (snapshot to")
-W("  host memory, persist in the background) is not modeled: it would shrink delta to the device-to-host copy.")
+W("- Checkpoints are synchronous by default (training blocks for the write).  `--checkpoint-mode async`")
+W("  blocks for the device-to-host snapshot only (all GPUs of a node copying at once, each over its own PCIe")
+W("  link) and persists in the background with one host buffer; the persist is assumed not to slow training")
+W("  (in reality it shares PCIe, host memory bandwidth and the NICs), and the pinned host memory it needs is")
+W("  reported, not checked against the node's.")
 W("- Write and load time = unique bytes / aggregate storage bandwidth (fully parallel save and load).")
-W("- Stragglers: each sampled step is an independent cluster state; persistent slow nodes are not tracked")
-W("  across steps, nor drained by the scheduler.  Degraded links cap the rate of inter-node transfers that")
-W("  touch the node (a ring runs at its slowest link); NVLink is not degraded.")
+W("- Stragglers: each sampled step is an independent cluster state.  Persistent slow nodes are the separate")
+W("  `--slow-node-mtbf` model: the compute-bound bound F T per step while one is in the job, whatever part of")
+W("  the step is communication; slow nodes and failures are independent (a restart after a failure does not")
+W("  remove an undetected or waiting slow node, but takes a spare handed out meanwhile for free); spares are")
+W("  health-checked and fast.  Its closed form is mean-field: within about 1% of the Monte Carlo for runs long")
+W("  against the pool's slow spells (as here), up to ~2.5% low for short runs against a heavily loaded pool.")
+W("  Degraded links cap the rate of inter-node transfers that touch the node (a ring runs at its slowest link);")
+W("  NVLink is not degraded.")
 W("- The failure Monte Carlo uses the straggled mean step time for every step.")
+W()
+
+# ---------------------------------------------------------------------------
+# Published failure rates.
+W("## Published failure rates by cause (`--failure-rates llama3`)")
+W()
+W("`--failure-rates llama3` takes the per-component failure rates from the interruption log of Llama 3")
+W("405B pre-training (Dubey et al. 2024, \"The Llama 3 Herd of Models\", Sec. 3.3.4 and Table 5): 466")
+W("interruptions in a 54-day snapshot on 16,384 H100 GPUs (2,048 nodes), 47 planned (automated")
+W("maintenance, not failures) and 419 unexpected. The 268 on a GPU (faulty GPU 148, HBM3 72, SRAM 19,")
+W("GPU system processor 17, silent data corruption 6, thermal interface and sensor 6) give a per-GPU MTBF")
+W("of 54 d x 24 h x 16,384 / 268 = 79,230 h; the 151 elsewhere (software bugs 54, network switch/cable")
+W("35, host maintenance 32, NIC 7, NCCL watchdog timeouts 7, SSD 3, power supply 3, chassis 2, IO")
+W("expansion board 2, dependency 2, CPU 2, system memory 2) a per-node MTBF of 17,578 h. `--mtbf-gpu` and")
+W("`--mtbf-node` override either rate. `simulate` then also lists the interruptions expected over the run")
+W("by cause (JSON `failures.interruptions_by_cause`).")
+W()
+FR = ["simulate", "--model", "llama3-405b", "--cluster", "dgx-h100", "--nodes", "2048", "--tp", "8", "--pp", "16",
+      "--vp", "2", "--zero", "1", "--sp", "--recompute", "selective", "--gbs", "2048", "--failure-rates", "llama3",
+      "--storage-bandwidth", "2TB/s", "--train-tokens", "15.6T"]
+fr = js(FR)
+W("Two figures of the paper come back from the model without being fitted to: the log's own job fails")
+W("every %s (\"one failure every three hours\"), and the Llama 3 405B layout (TP8 PP16, 16,384 H100," %
+  hm(fr["failures"]["job_mtbf_s"]))
+W("2 TB/s checkpoint storage, 15.6T tokens) keeps %s goodput (\"more than 90%% effective training" % pct(fr["goodput"]))
+W("time\"):")
+W()
+block(FR, keep=["failures  ", "by cause", "goodput"])
 out.close()
 PY
 cp "$tmp" "$out.new" && mv "$out.new" "$out"

@@ -20,6 +20,7 @@
 #include "planner/report/html_report.h"
 #include "planner/search/search.h"
 #include "simulator/core/error.h"
+#include "simulator/faults/convergence.h"
 #include "simulator/faults/faults.h"
 #include "simulator/framework/framework.h"
 #include "simulator/spec/calibration.h"
@@ -59,6 +60,7 @@ struct RecommendFlags {
   std::string precision = "bf16";
   std::string fp8_recipe;
   std::string strategies;
+  std::string convergence;  // --convergence SPEC (async plans)
   std::string framework;
   std::string save;
   std::string calibration;
@@ -225,6 +227,13 @@ int run_recommend(const RecommendFlags& f) {
     else if (s == "all") o.gpipe = o.naive = o.async_dp = o.offload = o.zero_bubble = true;
     else throw_input_error("--strategies", "", "unknown strategy \"" + s + "\"", "allowed: gpipe, naive, async, offload, zero-bubble, all");
   }
+  if (given("--convergence")) {
+    if (!o.async_dp) {
+      throw_input_error("--convergence", "", "only ranks async plans, and the search has none",
+                        "add --strategies async (or all)");
+    }
+    o.convergence = parse_convergence_spec(f.convergence, "--convergence");
+  }
   ModelSpec model = load_model(f.model);
   ClusterSpec cluster = load_cluster(f.cluster);
   if (!f.calibration.empty()) apply_calibration(load_calibration(f.calibration), "--calibration", &cluster);
@@ -284,6 +293,15 @@ int run_recommend(const RecommendFlags& f) {
     j["exposed_comm_fraction"] = rounded(p.report.exposed_comm_fraction, 4);
     j["lower_bound_s"] = rounded(p.lower_bound_s, 6);
     j["limit"] = p.limit;
+    if (p.has_convergence) {
+      const AsyncConvergence& ac = p.convergence;
+      j["convergence"] = {{"staleness", ac.staleness},
+                          {"lr_scale", rounded(ac.lr_scale, 6)},
+                          {"max_lr_scale", rounded(ac.max_lr_scale, 6)},
+                          {"sample_efficiency", rounded(ac.sample_efficiency, 6)},
+                          {"floor_ratio", rounded(ac.floor_ratio, 6)},
+                          {"score_s", rounded(p.score_s, 6)}};
+    }
     nlohmann::json ties = nlohmann::json::array();
     for (const Layout& t : p.ties) ties.push_back(plan_to_json(t.plan));
     j["ties"] = ties;
@@ -413,6 +431,13 @@ int run_recommend(const RecommendFlags& f) {
       if (ttt) std::printf(" %9s", days(p.faults.time_to_train_expected_s).c_str());
       std::printf("\n");
       std::printf("       %s: %s\n", p.family.c_str(), p.limit.c_str());
+      if (p.has_convergence) {
+        const AsyncConvergence& ac = p.convergence;
+        std::printf("       async: staleness %d, learning rate x %.4g (lr=%s): %.3f x sync's progress per sample, "
+                    "noise floor x %.3f; ranked by step / %.3f (%s)\n",
+                    ac.staleness, ac.lr_scale, async_lr_name(o.convergence.lr), ac.sample_efficiency,
+                    ac.floor_ratio, ac.sample_efficiency, o.convergence.describe().c_str());
+      }
       if (q.recompute == Recompute::kSelective && q.recompute_modules != 0 && q.recompute_modules != kRcCoreAttn) {
         std::printf("       recompute modules: %s\n", recompute_modules_name(q.recompute_modules).c_str());
       }
@@ -470,6 +495,9 @@ void register_recommend_command(CLI::App* app, int* status) {
   cmd->add_option("--top", f.top, "how many plans to show (default 5)");
   add_precision_flags(cmd, &f.precision, &f.fp8_recipe);
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
+  cmd->add_option("--convergence", f.convergence,
+                  std::string("async plans: the stale-gradient convergence model they are ranked by (time to a target "
+                              "loss); ") + kConvergenceGrammar);
   cmd->add_option("--framework", f.framework,
                   "search only plans this framework runs, simulated as it runs them: "
                   "generic|megatron-lm|megatron-core|deepspeed|torchtitan|pytorch (default generic)");
@@ -500,6 +528,9 @@ void register_report_command(CLI::App* app, int* status) {
   cmd->add_option("--top", f.top, "how many plans to rank (default 5)");
   add_precision_flags(cmd, &f.precision, &f.fp8_recipe);
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
+  cmd->add_option("--convergence", f.convergence,
+                  std::string("async plans: the stale-gradient convergence model they are ranked by (time to a target "
+                              "loss); ") + kConvergenceGrammar);
   cmd->add_option("--framework", f.framework,
                   "search only plans this framework runs: generic|megatron-lm|megatron-core|deepspeed|torchtitan|"
                   "pytorch (default generic)");

@@ -3,6 +3,7 @@
 // memory per stage and where the time goes; with the fault options
 // (simulator/faults/faults.h), the straggler tax, goodput under failures and
 // the expected time to train.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -104,6 +105,16 @@ void faults_to_json(const FaultReport& fr, const FaultConfig& cfg, int gpus, int
                        {"state_per_gpu_gib", rounded(to_gib(f.checkpoint.per_gpu_state_bytes), 4)},
                        {"write_s", rounded(f.checkpoint.write_s, 3)},
                        {"load_s", rounded(f.checkpoint.load_s, 3)}};
+    if (cfg.checkpoint_mode_given) j["checkpoint"]["mode"] = f.async_checkpoint ? "async" : "sync";
+    if (f.async_checkpoint) {
+      // Blocking per checkpoint: the snapshot, plus the wait for the
+      // previous persist when the interval is shorter than it.
+      const double blocking = f.run.checkpoint_s + std::max(0.0, f.run.persist_s - f.interval_s);
+      j["checkpoint"]["snapshot_s"] = rounded(f.checkpoint.snapshot_s, 6);
+      j["checkpoint"]["persist_s"] = rounded(f.run.persist_s, 3);
+      j["checkpoint"]["blocking_per_checkpoint_s"] = rounded(blocking, 6);
+      j["checkpoint"]["snapshot_host_gib_per_node"] = rounded(to_gib(f.checkpoint.snapshot_host_bytes_per_node), 3);
+    }
     j["interval"] = {{"mode", f.auto_interval ? "auto" : "given"},
                      {"steps", f.interval_steps},
                      {"seconds", rounded(f.interval_s, 3)},
@@ -127,6 +138,28 @@ void faults_to_json(const FaultReport& fr, const FaultConfig& cfg, int gpus, int
     j["wall_breakdown_s"] = {{"useful", rounded(b.useful, 1)},     {"checkpoint", rounded(b.checkpoint, 1)},
                              {"lost", rounded(b.lost, 1)},         {"downtime", rounded(b.downtime, 1)},
                              {"load", rounded(b.load, 1)}};
+    if (f.has_slow_nodes) {
+      j["wall_breakdown_s"]["slow"] = rounded(b.slow, 1);
+      j["wall_breakdown_s"]["drain"] = rounded(b.drain, 1);
+      const FailureModel& fm = cfg.failures;
+      const double wall = f.mc.mean_s;
+      nlohmann::json sn;
+      sn["mtbf_node_s"] = fm.slow_node_mtbf_s;
+      sn["factor"] = fm.slow_node_factor;
+      sn["detect_s"] = fm.slow_detect_s;
+      sn["spare_nodes"] = fm.spare_nodes;
+      sn["repair_s"] = fm.repair_s;
+      sn["rate_per_hour"] = rounded(f.slow_rate_per_hour, 6);
+      sn["spares_in_repair_mean"] = rounded(f.spare_load, 4);
+      sn["drain_s"] = rounded(f.run.slow.drain_s, 3);
+      sn["expected"] = {{"slow_nodes", rounded(f.slow_expected_events, 2)},
+                        {"drains", rounded(f.slow_expected_drains, 2)},
+                        {"slow_wall_fraction", rounded(f.slow_wall_fraction, 4)}};
+      sn["monte_carlo"] = {{"slow_nodes", rounded(f.mc.slow_events_mean, 2)},
+                           {"drains", rounded(f.mc.drains_mean, 2)},
+                           {"slow_wall_fraction", rounded(wall > 0 ? f.mc.slow_wall_mean_s / wall : 0, 4)}};
+      j["slow_nodes"] = sn;
+    }
     nlohmann::json sweep = nlohmann::json::array();
     for (const IntervalPoint& pt : f.sweep) {
       sweep.push_back({{"interval_s", rounded(pt.interval_s, 3)}, {"goodput", rounded(pt.goodput, 4)}});
@@ -171,12 +204,42 @@ void print_faults(const FaultReport& fr, const FaultConfig& cfg, int gpus, int n
                 to_gib(f.checkpoint.total_bytes), to_gib(f.checkpoint.per_gpu_written_bytes),
                 human_duration(f.checkpoint.write_s).c_str(), human_duration(f.checkpoint.load_s).c_str(),
                 m.storage_bytes_per_s * 1e-9);
+    if (f.async_checkpoint) {
+      const double blocking = f.run.checkpoint_s + std::max(0.0, f.run.persist_s - f.interval_s);
+      std::printf("  async          snapshot %s blocking (%.2f GiB per GPU over PCIe, %.0f GiB of host memory per node), "
+                  "persist %s in the background; %s blocked per checkpoint\n",
+                  human_duration(f.checkpoint.snapshot_s).c_str(), to_gib(f.checkpoint.per_gpu_state_bytes),
+                  to_gib(f.checkpoint.snapshot_host_bytes_per_node), human_duration(f.run.persist_s).c_str(),
+                  human_duration(blocking).c_str());
+    }
     std::printf("  recovery       detect %s + restart %s + load %s\n", human_duration(m.detect_s).c_str(),
                 human_duration(m.restart_s).c_str(), human_duration(f.checkpoint.load_s).c_str());
     std::printf("  interval       %s (%lld steps, %s); optimum %s, Young %s, Daly %s\n", human_duration(f.interval_s).c_str(),
                 static_cast<long long>(f.interval_steps), f.auto_interval ? "auto" : "given",
                 human_duration(f.optimal_interval_s).c_str(), human_duration(f.young_interval_s).c_str(),
                 human_duration(f.daly_interval_s).c_str());
+    if (f.async_checkpoint) {
+      std::printf("                 (async: Young/Daly with delta = the snapshot; an interval below the persist only "
+                  "adds waits)\n");
+    }
+    if (f.has_slow_nodes) {
+      const double wall = f.mc.mean_s;
+      std::printf("  slow nodes     MTBF %s per node: one of %d turns slow every %s, %.1f over the run; steps x%.2f "
+                  "until detected (%s) and drained\n",
+                  hours(m.slow_node_mtbf_s).c_str(), nodes, human_duration(3600 / f.slow_rate_per_hour).c_str(),
+                  f.mc.slow_events_mean, m.slow_node_factor, human_duration(m.slow_detect_s).c_str());
+      if (m.spare_nodes == 0) {
+        std::printf("  spares         none: the first slow node stays to the end; a slow node in the job %.1f%% of the "
+                    "time (closed form %.1f%%)\n",
+                    wall > 0 ? 100 * f.mc.slow_wall_mean_s / wall : 0.0, 100 * f.slow_wall_fraction);
+      } else {
+        std::printf("  spares         %d, repair %s (%.2f in repair on average): %.1f drains of %s (save + restart + "
+                    "load); a slow node in the job %.1f%% of the time (closed form %.1f%%)\n",
+                    m.spare_nodes, human_duration(m.repair_s).c_str(), f.spare_load, f.mc.drains_mean,
+                    human_duration(f.run.slow.drain_s).c_str(), wall > 0 ? 100 * f.mc.slow_wall_mean_s / wall : 0.0,
+                    100 * f.slow_wall_fraction);
+      }
+    }
     const std::vector<CauseCount> causes = causes_of(fr, cfg, gpus, nodes);
     if (!causes.empty()) {
       double total = 0;
@@ -191,7 +254,12 @@ void print_faults(const FaultReport& fr, const FaultConfig& cfg, int gpus, int n
     if (!f.cannot_run.empty()) std::printf("  verdict        this plan cannot run: %s\n", f.cannot_run.c_str());
     const WallBreakdown& b = f.mc.breakdown;
     const double w = f.mc.mean_s;
-    if (std::isfinite(w)) std::printf("  where it goes  useful %.1f%%, checkpoint %.1f%%, lost work %.1f%%, down %.1f%%, load %.1f%%; %.1f failures\n",
+    if (std::isfinite(w) && f.has_slow_nodes) {
+      std::printf("  where it goes  useful %.1f%%, checkpoint %.1f%%, lost work %.1f%%, down %.1f%%, load %.1f%%, slow "
+                  "%.1f%%, drain %.1f%%; %.1f failures\n",
+                  100 * b.useful / w, 100 * b.checkpoint / w, 100 * b.lost / w, 100 * b.downtime / w, 100 * b.load / w,
+                  100 * b.slow / w, 100 * b.drain / w, f.mc.failures_mean);
+    } else if (std::isfinite(w)) std::printf("  where it goes  useful %.1f%%, checkpoint %.1f%%, lost work %.1f%%, down %.1f%%, load %.1f%%; %.1f failures\n",
                 100 * b.useful / w, 100 * b.checkpoint / w, 100 * b.lost / w, 100 * b.downtime / w, 100 * b.load / w,
                 f.mc.failures_mean);
   }

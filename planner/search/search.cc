@@ -11,6 +11,7 @@
 
 #include "planner/export/exporters.h"
 #include "simulator/core/error.h"
+#include "simulator/faults/convergence.h"
 #include "simulator/framework/framework.h"
 #include "simulator/taskgraph/step_costs.h"
 
@@ -218,6 +219,8 @@ struct Scored {
   StepReport report;
   FaultReport faults;
   double score_s = 0;
+  bool has_convergence = false;
+  AsyncConvergence convergence;
 };
 
 std::string limit_of(const StepReport& r) {
@@ -398,6 +401,17 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     const double lb =
         static_cast<double>(step_time_lower_bound(m, c, L, cit->second, stage_params, stage_expert_params)) * 1e-12;
     double score_bound = lb;
+    if (L.plan.dp_mode == DpMode::kAsync) {
+      // Equal workers are each dp - 1 updates stale: a plan that diverges
+      // there cannot train (the simulated staleness is checked again below).
+      const AsyncConvergence ac = async_convergence(o.convergence, L.plan.dp, L.plan.dp - 1.0);
+      if (!ac.converges) {
+        res.rejected["async DP diverges: staleness " + std::to_string(L.plan.dp - 1) + " with lr=" +
+                     async_lr_name(o.convergence.lr)] += 1;
+        continue;
+      }
+      score_bound /= async_efficiency_bound(o.convergence, L.plan.dp);
+    }
     if (fc.train_tokens > 0) {
       // Expected time to train >= steps * step / best goodput (faults.h).
       const double steps = std::ceil(fc.train_tokens / (static_cast<double>(L.plan.gbs) * static_cast<double>(L.plan.seq)));
@@ -420,18 +434,31 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     return simulate_step(m, c, cand.layout, so);
   };
   std::map<size_t, Scored> scored;  // by candidate index: each plan is simulated once
-  auto score = [&](Candidate& cand) {
-    auto hit = scored.find(cand.index);
-    if (hit != scored.end()) return hit->second;
+  // A simulated plan's score: its step time, or expected time to train with
+  // faults; an async plan's divided by its per-sample efficiency (time to a
+  // target loss), +inf if its simulated staleness diverges.
+  auto score_of = [&](Candidate& cand, StepReport report) {
     Scored sc;
     sc.cand = &cand;
-    sc.report = simulate(cand);
+    sc.report = std::move(report);
     sc.score_s = sc.report.step_time_s;
     if (fc.any()) {
       const double tokens = static_cast<double>(cand.layout.plan.gbs) * static_cast<double>(cand.layout.plan.seq);
       sc.faults = evaluate_faults(m, c, cand.layout, sc.report.step_time_s, tokens, fc, false);
       sc.score_s = fc.train_tokens > 0 ? sc.faults.time_to_train_expected_s : sc.faults.step_s;
     }
+    if (cand.layout.plan.dp_mode == DpMode::kAsync) {
+      sc.has_convergence = true;
+      sc.convergence = async_convergence(o.convergence, cand.layout.plan.dp, sc.report.staleness.mean);
+      sc.score_s = sc.convergence.converges ? sc.score_s / sc.convergence.sample_efficiency
+                                            : std::numeric_limits<double>::infinity();
+    }
+    return sc;
+  };
+  auto score = [&](Candidate& cand) {
+    auto hit = scored.find(cand.index);
+    if (hit != scored.end()) return hit->second;
+    Scored sc = score_of(cand, simulate(cand));
     if (fc.failures_given) scored.emplace(cand.index, sc);
     return sc;
   };
@@ -466,16 +493,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     std::vector<std::exception_ptr> errors(batch.size());
     auto simulate_one = [&](size_t k) {
       Candidate& cand = candidates[batch[k]];
-      Scored sc;
-      sc.cand = &cand;
-      sc.report = simulate_step(m, c, cand.layout, so);
-      sc.score_s = sc.report.step_time_s;
-      if (fc.any()) {
-        const double tokens = static_cast<double>(cand.layout.plan.gbs) * static_cast<double>(cand.layout.plan.seq);
-        sc.faults = evaluate_faults(m, c, cand.layout, sc.report.step_time_s, tokens, fc, false);
-        sc.score_s = fc.train_tokens > 0 ? sc.faults.time_to_train_expected_s : sc.faults.step_s;
-      }
-      results[k] = std::move(sc);
+      results[k] = score_of(cand, simulate_step(m, c, cand.layout, so));
     };
     auto run_one = [&](size_t k) {
       try {
@@ -504,6 +522,10 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       considered += 1;
       res.simulated += 1;
       Scored sc = std::move(results[k]);
+      if (!std::isfinite(sc.score_s)) {
+        res.rejected["async DP diverges at its simulated staleness"] += 1;
+        continue;
+      }
       if (fc.failures_given) scored.emplace(cand.index, sc);
       auto fb = family_best.find(cand.family);
       if (fb == family_best.end() || sc.score_s < fb->second.score_s) family_best[cand.family] = sc;
@@ -526,6 +548,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     rp.faults = sc.faults;
     if (fc.failures_given) add_monte_carlo(fc, &rp.faults);
     rp.score_s = sc.score_s;
+    rp.has_convergence = sc.has_convergence;
+    rp.convergence = sc.convergence;
     return rp;
   };
   // One entry per tie group: the simplest plan, the others as its ties.

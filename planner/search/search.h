@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "simulator/faults/convergence.h"
 #include "simulator/faults/faults.h"
 #include "simulator/memory/memory_model.h"
 #include "simulator/report/step_report.h"
@@ -56,6 +57,10 @@ struct SearchOptions {
   // can run (generic: trainplan's framework-neutral model, every plan).
   Framework framework = Framework::kGeneric;
   bool async_dp = false;     // also consider async DP (parameter servers)
+  // Async plans are ranked by time to a target loss under this model of
+  // stale gradients (faults/convergence.h): their score is divided by the
+  // per-sample efficiency, and a plan whose staleness diverges is rejected.
+  ConvergenceSpec convergence;
   bool offload = false;      // also consider optimizer/parameter offload
   FaultConfig faults;        // none by default: rank by step time
   // Optional: called now and then with the phase ("evaluating": validity,
@@ -73,6 +78,9 @@ struct RankedPlan {
   bool has_faults = false;   // options.faults.any()
   FaultReport faults;
   double score_s = 0;        // what it is ranked by: step time, or expected time to train
+                             // (async: divided by convergence.sample_efficiency)
+  bool has_convergence = false;  // an async plan
+  AsyncConvergence convergence;
   // Plans with exactly the same score, simpler first; this plan is the
   // simplest of its group (fewest features, lowest ZeRO, cp 1).
   std::vector<Layout> ties;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -40,6 +41,23 @@ uint64_t integer(const std::string& text, const char* flag, uint64_t lo, uint64_
   return v;
 }
 
+// A number in (lo, hi].
+double number_above(const std::string& text, const char* flag, double lo, double hi, const std::string& hint) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(begin, &end);
+  if (text.empty() || end != begin + text.size() || std::isnan(v) || std::isspace(static_cast<unsigned char>(text[0]))) {
+    throw_input_error(flag, "", "\"" + text + "\" is not a number", hint);
+  }
+  if (errno != 0 || !(v > lo && v <= hi)) {  // out of range, 1e400 (inf) included
+    char range[64];
+    std::snprintf(range, sizeof range, "(%g, %g]", lo, hi);
+    throw_input_error(flag, "", "\"" + text + "\" is not in " + range, hint);
+  }
+  return v;
+}
+
 }  // namespace
 
 std::vector<FaultFlagInfo> fault_flag_table(FaultFlags* f) {
@@ -66,6 +84,24 @@ std::vector<FaultFlagInfo> fault_flag_table(FaultFlags* f) {
       {"--restart-time", "DURATION", &f->restart_time,
        "time to reschedule and relaunch after a failure, before loading the checkpoint (default 10min)"},
       {"--detect-time", "DURATION", &f->detect_time, "time to detect a failure (default 5min: a watchdog below NCCL's timeout)"},
+      {"--checkpoint-mode", "sync|async", &f->checkpoint_mode,
+       "sync|async (default sync: training blocks for the whole write).  async (torchtitan checkpoint.async_mode, "
+       "Megatron --async-save, PyTorch DCP async_save): training blocks only for the device-to-host snapshot of each "
+       "GPU's state (over PCIe: the cluster's host.bandwidth_per_gpu); the write persists in the background and a "
+       "checkpoint counts once persisted"},
+      {"--slow-node-mtbf", "DURATION", &f->slow_node_mtbf,
+       "mean time for one node to turn persistently slow, e.g. 50000h (default 0: never).  The job runs at the slow "
+       "node's pace until it is detected and drained onto a spare"},
+      {"--slow-node-factor", "F", &f->slow_node_factor,
+       "compute slowdown of a slow node, 1 < F <= 100: steps take F times longer while one is in the job (required "
+       "with --slow-node-mtbf: no published default)"},
+      {"--slow-detect-time", "DURATION", &f->slow_detect_time,
+       "time from a node turning slow to its detection (default 10min: two 5-min report windows of NVIDIA's "
+       "straggler detector, Megatron-Bridge NVRxStragglerDetectionConfig)"},
+      {"--spare-nodes", "N", &f->spare_nodes,
+       "hot spare nodes to drain slow nodes onto (required with --slow-node-mtbf; 0: a slow node stays to the end)"},
+      {"--repair-time", "DURATION", &f->repair_time,
+       "time a drained node spends in repair before it is a spare again, e.g. 3d (required with --spare-nodes >= 1)"},
       {"--train-tokens", "N", &f->train_tokens,
        "tokens to train on, e.g. 15.6T, 300B, 2e12 (required with --mtbf-*; gives the time to train)"},
       {"--seed", "N", &f->seed, "seed of the random draws (default 1); same seed, same output"},
@@ -131,6 +167,21 @@ FaultConfig parse_fault_flags(const FaultFlags& f) {
   }
   if (!f.restart_time.empty()) m.restart_s = non_negative_duration(f.restart_time, "--restart-time");
   if (!f.detect_time.empty()) m.detect_s = non_negative_duration(f.detect_time, "--detect-time");
+  if (!f.checkpoint_mode.empty()) {
+    if (f.checkpoint_mode != "sync" && f.checkpoint_mode != "async") {
+      throw_input_error("--checkpoint-mode", "", "unknown mode \"" + f.checkpoint_mode + "\"", "allowed: sync, async");
+    }
+    m.async_checkpoint = f.checkpoint_mode == "async";
+    c.checkpoint_mode_given = true;
+  }
+  if (!f.slow_node_mtbf.empty()) m.slow_node_mtbf_s = non_negative_duration(f.slow_node_mtbf, "--slow-node-mtbf");
+  if (!f.slow_node_factor.empty()) {
+    m.slow_node_factor = number_above(f.slow_node_factor, "--slow-node-factor", 1, 100,
+                                      "F = a slow node's compute time / nominal, e.g. --slow-node-factor 1.5");
+  }
+  if (!f.slow_detect_time.empty()) m.slow_detect_s = non_negative_duration(f.slow_detect_time, "--slow-detect-time");
+  if (!f.spare_nodes.empty()) m.spare_nodes = static_cast<int>(integer(f.spare_nodes, "--spare-nodes", 0, 1000, "16"));
+  if (!f.repair_time.empty()) m.repair_s = positive_duration(f.repair_time, "--repair-time");
   if (!f.train_tokens.empty()) c.train_tokens = parse_token_count(f.train_tokens, "--train-tokens");
   if (!f.seed.empty()) c.seed = integer(f.seed, "--seed", 0, UINT64_MAX, "42");
   if (!f.runs.empty()) c.runs = static_cast<int>(integer(f.runs, "--runs", 1, 100000, "1000"));
@@ -140,15 +191,48 @@ FaultConfig parse_fault_flags(const FaultFlags& f) {
   if (!c.stragglers_given && !f.straggler_steps.empty()) {
     throw_input_error("--straggler-steps", "", "has no effect without --stragglers");
   }
+  c.slow_nodes_given = m.slow_node_mtbf_s > 0;
   if (!c.failures_given) {
+    const std::string none;
     const std::pair<const char*, const std::string*> only_with_failures[] = {
-        {"--checkpoint-interval", &f.checkpoint_interval}, {"--storage-bandwidth", &f.storage_bandwidth},
-        {"--restart-time", &f.restart_time},               {"--detect-time", &f.detect_time},
-        {"--runs", &f.runs}};
+        {"--checkpoint-interval", &f.checkpoint_interval}, {"--checkpoint-mode", &f.checkpoint_mode},
+        {"--storage-bandwidth", &f.storage_bandwidth},     {"--restart-time", &f.restart_time},
+        {"--detect-time", &f.detect_time},                 {"--runs", &f.runs},
+        {"--slow-node-mtbf", c.slow_nodes_given ? &f.slow_node_mtbf : &none}};
     for (const auto& [name, value] : only_with_failures) {
       if (!value->empty()) throw_input_error(name, "", kNeedsMtbf);
     }
+  }
+  if (!c.slow_nodes_given) {
+    const std::pair<const char*, const std::string*> only_with_slow_nodes[] = {
+        {"--slow-node-factor", &f.slow_node_factor}, {"--slow-detect-time", &f.slow_detect_time},
+        {"--spare-nodes", &f.spare_nodes},           {"--repair-time", &f.repair_time}};
+    for (const auto& [name, value] : only_with_slow_nodes) {
+      if (!value->empty()) throw_input_error(name, "", "has no effect without --slow-node-mtbf (a duration > 0)");
+    }
   } else {
+    if (f.slow_node_factor.empty()) {
+      throw_input_error("--slow-node-factor", "",
+                        "is required with --slow-node-mtbf (the slow node's compute slowdown; no published default)",
+                        "e.g. --slow-node-factor 1.5");
+    }
+    if (f.spare_nodes.empty()) {
+      throw_input_error("--spare-nodes", "",
+                        "is required with --slow-node-mtbf (the job's hot spares; 0: a slow node stays to the end of "
+                        "the run)",
+                        "e.g. --spare-nodes 16");
+    }
+    if (m.spare_nodes == 0 && !f.repair_time.empty()) {
+      throw_input_error("--repair-time", "", "has no effect with --spare-nodes 0 (no node is drained to repair)");
+    }
+    if (m.spare_nodes > 0 && f.repair_time.empty()) {
+      throw_input_error("--repair-time", "",
+                        "is required with --spare-nodes >= 1 (a drained node's time in repair before it is a spare "
+                        "again)",
+                        "e.g. --repair-time 3d");
+    }
+  }
+  if (c.failures_given) {
     if (f.storage_bandwidth.empty()) {
       throw_input_error("--storage-bandwidth", "",
                         "is required with --mtbf-gpu, --mtbf-node or --failure-rates (checkpoint write and load times depend on it)",
@@ -220,6 +304,13 @@ double goodput_upper_bound(const ModelSpec& model, const ClusterSpec& cluster, c
   m.checkpoint_s = ck.write_s;
   m.load_s = ck.load_s;
   m.downtime_s = fm.detect_s + fm.restart_s;
+  if (fm.async_checkpoint) {
+    // Every interval's goodput is at most steady_goodput at tau* (the first,
+    // fresh one needs x2 >= x1; the last is steady_goodput at its length).
+    m.checkpoint_s = ck.snapshot_s;
+    m.persist_s = ck.write_s;
+  }
+  // Slow nodes only add time (a slower mean step, drains): not in the bound.
   if (m.rate_per_s <= 0) return 1.0;
   return steady_goodput(m, optimal_interval_s(m));
 }

@@ -6,10 +6,13 @@
 // unit, is validated here with one error format:
 //   --flag: <problem>; <hint>
 // Options that only matter with failures (--checkpoint-interval,
-// --storage-bandwidth, --restart-time, --detect-time, --runs) are errors
-// without --mtbf-gpu or --mtbf-node, and --straggler-steps without
-// --stragglers, so that no option is silently ignored.  --seed is accepted
-// alone (scripts pass it always).
+// --checkpoint-mode, --storage-bandwidth, --restart-time, --detect-time,
+// --runs, --slow-node-mtbf) are errors without --mtbf-gpu or --mtbf-node,
+// --straggler-steps without --stragglers, --slow-node-factor,
+// --slow-detect-time and --spare-nodes without --slow-node-mtbf (> 0), and
+// --repair-time without a spare, so that no option is silently ignored.
+// --seed (and --slow-node-mtbf 0, "off") is accepted alone (scripts pass it
+// always).
 #ifndef TRAINPLAN_SIM_FAULTS_FAULTS_H_
 #define TRAINPLAN_SIM_FAULTS_FAULTS_H_
 
@@ -29,6 +32,8 @@ struct FaultFlags {
   std::string stragglers, straggler_steps;
   std::string mtbf_gpu, mtbf_node, checkpoint_interval, storage_bandwidth, restart_time, detect_time;
   std::string failure_rates;
+  std::string checkpoint_mode;
+  std::string slow_node_mtbf, slow_node_factor, slow_detect_time, spare_nodes, repair_time;
   std::string train_tokens, seed, runs;
 };
 
@@ -49,6 +54,8 @@ struct FaultConfig {
   bool failures_given = false;  // an MTBF or --failure-rates was given
   std::string failure_profile;  // --failure-rates NAME (failure_profiles.h), empty if none
   FailureModel failures;
+  bool checkpoint_mode_given = false;  // --checkpoint-mode (the reports then name the mode)
+  bool slow_nodes_given = false;       // --slow-node-mtbf > 0
   double train_tokens = 0;      // 0: not given
   uint64_t seed = 1;
   int runs = 1000;              // Monte Carlo runs: p90 within ~1% of the run time
@@ -90,8 +97,9 @@ FaultReport evaluate_faults(const ModelSpec& model, const ClusterSpec& cluster, 
 void add_monte_carlo(const FaultConfig& config, FaultReport* report);
 
 // The best long-run goodput any checkpoint interval can give this layout
-// (steady_goodput at tau*), independent of the step time: expected time to
-// train >= steps * step_s / this.  1 without failures.
+// (steady_goodput at tau*, in the configured checkpoint mode), independent
+// of the step time: expected time to train >= steps * step_s / this (slow
+// nodes only add time).  1 without failures.
 double goodput_upper_bound(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                            const FaultConfig& config);
 

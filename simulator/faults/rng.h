@@ -33,7 +33,7 @@ inline uint64_t derive_seed(uint64_t seed, uint64_t stream) {
 
 // Streams of derive_seed used by the fault models, named so that adding one
 // never shifts another.
-enum class RngStream : uint64_t { kStragglers = 1, kFailures = 2 };
+enum class RngStream : uint64_t { kStragglers = 1, kFailures = 2, kSlowNodes = 3 };
 
 inline uint64_t derive_seed(uint64_t seed, RngStream stream, uint64_t index) {
   return derive_seed(derive_seed(seed, static_cast<uint64_t>(stream)), index);

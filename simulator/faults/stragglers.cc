@@ -17,7 +17,7 @@ namespace trainplan {
 
 const char* const kStragglerGrammar =
     "allowed: comma-separated jitter=DIST, op_jitter=DIST, slow_gpus=P:F, slow_nodes=P:F, degraded_link=P:F, "
-    "slow_rank=R:F "
+    "degraded_nvlink=P:F, slow_rank=R:F "
     "with DIST one of lognormal:SIGMA, normal:SIGMA, uniform:LO:HI, exp:MEAN "
     "(e.g. jitter=lognormal:0.05,slow_nodes=0.01:1.5,degraded_link=0.02:0.5)";
 
@@ -90,7 +90,7 @@ SlowdownDistribution parse_distribution(const std::string& value, const std::str
 
 SlowFraction parse_fraction(const std::string& value, const std::string& flag, const std::string& item, bool link) {
   const std::vector<std::string> p = split(value, ':');
-  const std::string form = link ? "P:F with F the bandwidth fraction, e.g. degraded_link=0.02:0.5"
+  const std::string form = link ? "P:F with F the bandwidth fraction, e.g. " + item.substr(0, item.find('=')) + "=0.02:0.5"
                                 : "P:F with F the slowdown factor, e.g. " + item.substr(0, item.find('=')) + "=0.01:1.5";
   if (p.size() != 2) throw_input_error(flag, "", item + ": expected " + form, kStragglerGrammar);
   SlowFraction f;
@@ -381,7 +381,11 @@ class StragglerSimulator {
     const uint64_t base = derive_seed(opt_.seed, RngStream::kStragglers, sample);
     Rng op_rng(derive_seed(base, 4)), iteration_rng(derive_seed(base, 6));
     std::vector<float> scale(static_cast<size_t>(g.size()), 1.0f);
+    const std::vector<double> nvlink = nvlink_fractions(sample);
     for (const RankGroup& grp : groups_) {
+      // The group's TP x CP traffic runs at its slowest node's fabric.
+      double fabric = 1.0;
+      for (int gid : grp.gpus) fabric = std::min(fabric, nvlink[static_cast<size_t>(gid / gpus_per_node_)]);
       const size_t tasks = g.program[static_cast<size_t>(grp.sim_ranks.front())].size();
       for (int32_t r : grp.sim_ranks) {
         TRAINPLAN_CHECK(g.program[static_cast<size_t>(r)].size() == tasks, "lock-step group with unequal programs");
@@ -398,31 +402,54 @@ class StragglerSimulator {
           const int32_t id = g.program[static_cast<size_t>(r)][k];
           const Task& t = g.task(id);
           if (t.work_ps <= 0) continue;
-          // Stretch the compute part only: work' = (work - tp) f + tp.
+          // Stretch the compute part by f and the in-layer communication by
+          // 1 / fabric: work' = (work - tp) f + tp / fabric.
           const double work = static_cast<double>(t.work_ps), tp = static_cast<double>(t.tp_comm_ps + t.ep_comm_ps);
-          scale[static_cast<size_t>(id)] = static_cast<float>(((work - tp) * f + tp) / work);
+          scale[static_cast<size_t>(id)] = static_cast<float>(((work - tp) * f + tp / fabric) / work);
         }
       }
     }
     return scale;
   }
 
-  // Caps the rate of every inter-node transfer touching a degraded node.
+  int nodes() const { return std::max(1, (layout_.gpus + gpus_per_node_ - 1) / gpus_per_node_); }
+
+  // Per node, the fraction of its GPU-to-GPU fabric it runs at (stream 7).
+  std::vector<double> nvlink_fractions(uint64_t sample) const {
+    const SlowFraction& d = opt_.spec.degraded_nvlink;
+    std::vector<double> f(static_cast<size_t>(nodes()), 1.0);
+    if (d.probability <= 0) return f;
+    Rng rng(derive_seed(derive_seed(opt_.seed, RngStream::kStragglers, sample), 7));
+    for (double& x : f) {
+      if (rng.bernoulli(d.probability)) x = d.factor;
+    }
+    return f;
+  }
+
+  // Caps the rate of every inter-node transfer touching a degraded network
+  // port, and of every transfer inside a node with a degraded fabric.
   void draw_link_rates(uint64_t sample) {
     const SlowFraction& d = opt_.spec.degraded_link;
-    if (d.probability <= 0) return;
+    const bool nv = opt_.spec.degraded_nvlink.probability > 0;
+    if (d.probability <= 0 && !nv) return;
     TaskGraph& g = step_.graph;
-    const int nodes = std::max(1, (layout_.gpus + gpus_per_node_ - 1) / gpus_per_node_);
     Rng rng(derive_seed(derive_seed(opt_.seed, RngStream::kStragglers, sample), 5));
-    std::vector<double> link(static_cast<size_t>(nodes), 1.0);
-    for (double& f : link) {
-      if (rng.bernoulli(d.probability)) f = d.factor;
+    std::vector<double> link(static_cast<size_t>(nodes()), 1.0);
+    if (d.probability > 0) {
+      for (double& f : link) {
+        if (rng.bernoulli(d.probability)) f = d.factor;
+      }
     }
+    const std::vector<double> nvlink = nvlink_fractions(sample);
     if (touched_nodes_.empty()) build_touched_nodes();
     for (int32_t id = 0; id < g.size(); ++id) {
+      const Task& t = g.task(id);
       const auto& nodes_of = touched_nodes_[static_cast<size_t>(id)];
       double f = 1.0;
       for (int n : nodes_of) f = std::min(f, link[static_cast<size_t>(n)]);
+      if (nv && t.type == TaskType::kComm && nodes_of.empty() && t.member_count > 0) {
+        f = std::min(f, nvlink[static_cast<size_t>(step_.ranks[static_cast<size_t>(g.members(t)[0])].node)]);
+      }
       g.task(id).max_rate = original_rate_[static_cast<size_t>(id)] * f;
     }
   }
@@ -530,6 +557,8 @@ StragglerSpec parse_straggler_spec(const std::string& text, const std::string& f
       spec.slow_nodes = parse_fraction(value, flag, item, false);
     } else if (key == "degraded_link") {
       spec.degraded_link = parse_fraction(value, flag, item, true);
+    } else if (key == "degraded_nvlink") {
+      spec.degraded_nvlink = parse_fraction(value, flag, item, true);
     } else if (key == "slow_rank") {
       const std::vector<std::string> p = split(value, ':');
       const std::string form = "R:F with R a GPU's global rank and F its slowdown factor, e.g. slow_rank=3:1.5";

@@ -14,6 +14,11 @@
 //                    bandwidth with probability P; every inter-node transfer
 //                    touching that node (a ring all-reduce, a pipeline send)
 //                    runs at most at F of its rate;
+//   - degraded_nvlink: each node's GPU-to-GPU fabric (NVLink, or PCIe)
+//                    runs at fraction F with probability P: the TP and CP
+//                    communication inside its layers takes 1/F as long and
+//                    every collective or send that stays inside the node
+//                    runs at most at F of its rate;
 //   - slow_rank:     one given GPU (global rank R) slow by factor F in every
 //                    sample: the deterministic straggler `validate --inject
 //                    slow:rank=R,factor=F` executes for real.
@@ -69,7 +74,7 @@ struct SlowFraction {
 struct StragglerSpec {
   SlowdownDistribution jitter;     // per GPU per step
   SlowdownDistribution op_jitter;  // per GPU per compute task
-  SlowFraction slow_gpus, slow_nodes, degraded_link;
+  SlowFraction slow_gpus, slow_nodes, degraded_link, degraded_nvlink;
   int slow_rank = -1;              // slow_rank=R:F (-1: none); R < the plan's GPUs (checked when simulated)
   double slow_rank_factor = 1;
   std::string text;                // as given
@@ -79,7 +84,8 @@ struct StragglerSpec {
 extern const char* const kStragglerGrammar;
 
 // Parses SPEC = ITEM[,ITEM...]; ITEM = jitter=DIST | op_jitter=DIST |
-// slow_gpus=P:F | slow_nodes=P:F | degraded_link=P:F | slow_rank=R:F; DIST =
+// slow_gpus=P:F | slow_nodes=P:F | degraded_link=P:F | degraded_nvlink=P:F |
+// slow_rank=R:F; DIST =
 // lognormal:SIGMA | normal:SIGMA | uniform:LO:HI | exp:MEAN.
 // Throws InputError("<flag>: <problem>; allowed: ...") on any bad item,
 // duplicate key, or value out of range (SIGMA in [0, 2], P in [0, 1],

@@ -3,8 +3,10 @@
 // the checkpoint size against the plan's sharding.
 #include "simulator/faults/failures.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include <catch2/catch.hpp>
 
@@ -230,6 +232,169 @@ TEST_CASE("Failures: rate adds GPUs and nodes", "[sim][faults][failures]") {
   CHECK_THAT(failure_rate_per_s(fm, 16384, 2048) * 3600, WithinRel(0.43008, 1e-12));
 }
 
+RunModel async_model(double step_s, int64_t steps, double mtbf_s, double snapshot_s, double persist_s,
+                     double load_s, double down_s) {
+  RunModel m = run_model(step_s, steps, mtbf_s, snapshot_s, load_s, down_s);
+  m.persist_s = persist_s;
+  return m;
+}
+
+TEST_CASE("Failures: async checkpointing: the Monte Carlo converges to the closed form", "[sim][faults][failures]") {
+  // Oracle: the event-by-event timeline (compute, snapshot, background
+  // persist, commit, wait for the previous persist, failure, rollback,
+  // downtime, load).  Its mean is within 4 standard errors of the closed
+  // form's renewal at the commits (failures.cc) for intervals shorter than
+  // the persist (kT < p: the next snapshot waits), longer (kT > p), a
+  // shorter last segment, k = 1 and a single interval (k >= N).  Every
+  // checkpoint commits once, blocking its snapshot plus the wait for its
+  // persist: the checkpoint part is deterministic, the same in both.
+  const RunModel slow_store = async_model(10.0, 2000, 20000, 2, 120, 60, 900);
+  const RunModel fast_store = async_model(1.0, 50000, 3000, 0.5, 8, 20, 300);
+  for (const RunModel& m : {slow_store, fast_store}) {
+    // One interval (k >= N) only where it is not hopeless (20,000 s of steps
+    // against a 20,000 s MTBF).
+    const int64_t longest = m.steps < 10000 ? m.steps + 5 : 3000;
+    for (int64_t k : {int64_t{1}, int64_t{7}, int64_t{13}, int64_t{50}, optimal_interval_steps(m), int64_t{3000}, longest}) {
+      const MonteCarloResult mc = monte_carlo_run(m, k, 4000, Catch::rngSeed());
+      const double expected = expected_run_s(m, k);
+      const double se = mc.std_s / std::sqrt(4000.0);
+      INFO("k " << k << " mc " << mc.mean_s << " expected " << expected << " se " << se);
+      CHECK(std::fabs(mc.mean_s - expected) < 4 * se + 1e-9 * expected);
+      const WallBreakdown& b = mc.breakdown;
+      CHECK_THAT(b.useful + b.checkpoint + b.lost + b.downtime + b.load, WithinRel(mc.mean_s, 1e-9));
+      const WallBreakdown e = expected_breakdown(m, k);
+      CHECK(e.useful == b.useful);
+      CHECK_THAT(e.checkpoint, WithinRel(b.checkpoint, 1e-9));
+      CHECK_THAT(e.useful + e.checkpoint + e.lost + e.downtime + e.load, WithinRel(expected, 1e-9));
+      if (expected_failures(m, k) > 20) {
+        CHECK_THAT(expected_failures(m, k), WithinRel(mc.failures_mean, 0.05));
+        CHECK_THAT(e.downtime, WithinRel(b.downtime, 0.05));
+        CHECK_THAT(e.lost, WithinRel(b.lost, 0.08));
+      }
+    }
+  }
+}
+
+TEST_CASE("Failures: async checkpointing without failures", "[sim][faults][failures]") {
+  // 1000 steps of 2 s, a checkpoint every 300 steps (600 s > p = 50 s):
+  // 4 snapshots of 1 s, the final persist of 50 s; nothing else blocks.
+  RunModel m = async_model(2.0, 1000, 0, 1, 50, 10, 100);
+  CHECK(expected_run_s(m, 300) == 2000.0 + 4 * 1.0 + 50);
+  const MonteCarloResult mc = monte_carlo_run(m, 300, 3, 1);
+  CHECK_THAT(mc.mean_s, WithinRel(2000.0 + 4 * 1.0 + 50, 1e-12));
+  // Every 10 steps (20 s < p): each snapshot after the first waits 30 s for
+  // the previous persist: 100 snapshots, 99 waits, the final persist.
+  CHECK_THAT(expected_run_s(m, 10), WithinRel(2000.0 + 100 * 1.0 + 99 * 30 + 50, 1e-12));
+  CHECK_THAT(monte_carlo_run(m, 10, 2, 1).mean_s, WithinRel(2000.0 + 100 * 1.0 + 99 * 30 + 50, 1e-12));
+}
+
+TEST_CASE("Failures: async is the sync model when the persist takes no time", "[sim][faults][failures]") {
+  // x1 = x2 = kT + s: the interval formula is E(x).
+  const RunModel sync = run_model(1.0, 50000, 3000, 5, 20, 300);
+  const RunModel async = async_model(1.0, 50000, 3000, 5, 1e-9, 20, 300);
+  for (double x : {10.0, 100.0, 1000.0}) {
+    CHECK_THAT(expected_interval_s(sync, x, x), WithinRel(expected_segment_s(sync, x), 1e-12));
+  }
+  for (int64_t k : {int64_t{1}, int64_t{60}, int64_t{777}}) {
+    CHECK_THAT(expected_run_s(async, k), WithinRel(expected_run_s(sync, k), 1e-9));
+  }
+  CHECK_THAT(optimal_interval_s(async), WithinRel(optimal_interval_s(sync), 1e-9));
+  // The timeline (forced by a slow-node process that never fires) draws the
+  // same failure times as the sync loop: the same runs to rounding.
+  RunModel timeline = sync;
+  timeline.slow.rate_per_s = 1e-300;
+  timeline.slow.factor = 2;
+  for (int64_t k : {int64_t{1}, int64_t{60}, int64_t{777}}) {
+    const MonteCarloResult a = monte_carlo_run(sync, k, 50, 11), b = monte_carlo_run(timeline, k, 50, 11);
+    CHECK_THAT(b.mean_s, WithinRel(a.mean_s, 1e-9));
+    CHECK_THAT(b.p90_s, WithinRel(a.p90_s, 1e-9));
+    CHECK(b.failures_mean == a.failures_mean);
+    CHECK_THAT(b.breakdown.lost, WithinRel(a.breakdown.lost, 1e-9));
+  }
+}
+
+TEST_CASE("Failures: the async optimum is the sync optimum with delta = s or the persist time", "[sim][faults][failures]") {
+  // Oracle: a golden-section search of steady_goodput (no root finding).
+  // Cheap snapshot, short persist: the sync optimum with delta = s
+  // (Young/Daly's sqrt(2 s M) to first order) is above p.
+  const RunModel a = async_model(1.0, 1000000, 100000, 1, 30, 30, 600);
+  RunModel a_sync = a;
+  a_sync.persist_s = 0;
+  CHECK_THAT(optimal_interval_s(a), WithinRel(optimal_interval_s(a_sync), 1e-12));
+  CHECK_THAT(optimal_interval_s(a), WithinRel(daly_interval_s(1, 100000), 1e-3));
+  CHECK_THAT(optimal_interval_s(a), WithinRel(golden_section_optimum(a, 1, 1e6), 1e-6));
+  // A persist longer than that: checkpointing more often only adds waits.
+  const RunModel b = async_model(1.0, 1000000, 100000, 1, 2000, 30, 600);
+  CHECK(optimal_interval_s(b) == 2000);
+  CHECK_THAT(golden_section_optimum(b, 1, 1e6), WithinRel(2000.0, 1e-4));
+  // A persist longer than the MTBF: the optimum is 1/lambda.
+  const RunModel c = async_model(1.0, 1000000, 1000, 1, 2000, 30, 600);
+  CHECK_THAT(optimal_interval_s(c), WithinRel(1000.0, 1e-12));
+  CHECK_THAT(golden_section_optimum(c, 1, 1e6), WithinRel(1000.0, 1e-4));
+}
+
+TEST_CASE("Failures: the whole-step interval is the brute-force minimum", "[sim][faults][failures]") {
+  // Oracle: expected_run_s at every k in [1, N].
+  for (const RunModel& m : {run_model(3.0, 3000, 20000, 20, 40, 600), async_model(3.0, 3000, 20000, 0.5, 200, 40, 600),
+                            async_model(3.0, 3000, 20000, 0.5, 20, 40, 600)}) {
+    double best = std::numeric_limits<double>::infinity();
+    for (int64_t k = 1; k <= m.steps; ++k) best = std::min(best, expected_run_s(m, k));
+    INFO("persist " << m.persist_s);
+    CHECK_THAT(expected_run_s(m, optimal_interval_steps(m)), WithinRel(best, 1e-12));
+  }
+}
+
+TEST_CASE("Failures: goodput_upper_bound bounds every run in both modes", "[sim][faults][failures]") {
+  // The search prunes with steps * step / goodput_upper_bound: it must not
+  // exceed any run's expected goodput, whatever the step time, run length
+  // or mode (with slow nodes too: they only add time).
+  const ModelSpec model = load_model("gpt3-1.3b");
+  const ClusterSpec cluster = load_cluster("dgx-a100");
+  const Layout layout = resolve_plan(model, cluster, 64, Plan{});
+  REQUIRE(layout.feasible);
+  for (const char* mode : {"sync", "async"}) {
+    for (const char* bw : {"2GB/s", "20GB/s", "1TB/s"}) {
+      for (const char* slow : {"", "2000h"}) {
+        FaultFlags f;
+        f.mtbf_node = "200h";
+        f.storage_bandwidth = bw;
+        f.train_tokens = "1B";
+        f.checkpoint_mode = mode;
+        if (*slow != 0) {
+          f.slow_node_mtbf = slow;
+          f.slow_node_factor = "2";
+          f.spare_nodes = "1";
+          f.repair_time = "1d";
+        }
+        const FaultConfig config = parse_fault_flags(f);
+        const double bound = goodput_upper_bound(model, cluster, layout, config);
+        for (double step : {0.05, 1.0, 30.0}) {
+          for (double tokens_per_step : {1e5, 1e7, 1e9}) {
+            const FaultReport r = evaluate_faults(model, cluster, layout, step, tokens_per_step, config, false);
+            INFO(mode << " " << bw << " slow " << slow << " step " << step << " tokens/step " << tokens_per_step);
+            CHECK(r.goodput <= bound * (1 + 1e-12));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("Failures: async snapshot is the plan's per-GPU state over PCIe", "[sim][faults][failures]") {
+  // dgx-a100 host.bandwidth_per_gpu = 25 GB/s; ZeRO-1 over 16 GPUs of a
+  // 1.3B model: each GPU holds 2 B weights + 12/16 B optimizer per parameter.
+  const ModelSpec model = load_model("gpt3-1.3b");
+  const ClusterSpec cluster = load_cluster("dgx-a100");
+  Plan p;
+  p.zero = 1;
+  const Layout layout = resolve_plan(model, cluster, 16, p);
+  REQUIRE(layout.feasible);
+  const CheckpointCost c = checkpoint_cost(model, cluster, layout, 100e9);
+  const double params = total_params(model);
+  CHECK_THAT(c.snapshot_s, WithinRel(params * (2 + 12.0 / 16) / 25e9, 1e-9));
+  CHECK_THAT(c.snapshot_host_bytes_per_node, WithinRel(8 * params * (2 + 12.0 / 16), 1e-9));
+}
+
 TEST_CASE("Faults: flags are validated with one-line errors", "[sim][faults]") {
   FaultFlags f;
   SECTION("durations need units") {
@@ -258,6 +423,73 @@ TEST_CASE("Faults: flags are validated with one-line errors", "[sim][faults]") {
     CHECK(c.failures.mtbf_node_s == 20000 * 3600.0);
     CHECK(c.failures.storage_bytes_per_s == 20e9);
     CHECK(c.failures.detect_s == 300);
+  }
+  SECTION("checkpoint mode") {
+    f.checkpoint_mode = "async";
+    CHECK_THROWS_WITH(parse_fault_flags(f),
+                      "--checkpoint-mode: has no effect without --mtbf-gpu, --mtbf-node or --failure-rates");
+    f.mtbf_node = "20000h";
+    f.storage_bandwidth = "20GB/s";
+    f.train_tokens = "1T";
+    CHECK(parse_fault_flags(f).failures.async_checkpoint);
+    CHECK(parse_fault_flags(f).checkpoint_mode_given);
+    f.checkpoint_mode = "background";
+    CHECK_THROWS_WITH(parse_fault_flags(f), "--checkpoint-mode: unknown mode \"background\"; allowed: sync, async");
+    f.checkpoint_mode = "sync";
+    CHECK_FALSE(parse_fault_flags(f).failures.async_checkpoint);
+  }
+  SECTION("slow nodes") {
+    f.mtbf_node = "20000h";
+    f.storage_bandwidth = "20GB/s";
+    f.train_tokens = "1T";
+    f.spare_nodes = "4";
+    CHECK_THROWS_WITH(parse_fault_flags(f), "--spare-nodes: has no effect without --slow-node-mtbf (a duration > 0)");
+    f.slow_node_mtbf = "0s";  // off, as if absent
+    CHECK_THROWS_WITH(parse_fault_flags(f), "--spare-nodes: has no effect without --slow-node-mtbf (a duration > 0)");
+    f.spare_nodes.clear();
+    CHECK_FALSE(parse_fault_flags(f).slow_nodes_given);
+    f.slow_node_mtbf = "50000h";
+    CHECK_THROWS_WITH(parse_fault_flags(f),
+                      "--slow-node-factor: is required with --slow-node-mtbf (the slow node's compute slowdown; no "
+                      "published default); e.g. --slow-node-factor 1.5");
+    f.slow_node_factor = "1";
+    CHECK_THROWS_WITH(parse_fault_flags(f),
+                      "--slow-node-factor: \"1\" is not in (1, 100]; F = a slow node's compute time / nominal, e.g. "
+                      "--slow-node-factor 1.5");
+    f.slow_node_factor = "1.5x";
+    CHECK_THROWS_WITH(parse_fault_flags(f),
+                      "--slow-node-factor: \"1.5x\" is not a number; F = a slow node's compute time / nominal, e.g. "
+                      "--slow-node-factor 1.5");
+    f.slow_node_factor = "1.5";
+    CHECK_THROWS_WITH(parse_fault_flags(f),
+                      "--spare-nodes: is required with --slow-node-mtbf (the job's hot spares; 0: a slow node stays to "
+                      "the end of the run); e.g. --spare-nodes 16");
+    f.spare_nodes = "0";
+    FaultConfig c = parse_fault_flags(f);
+    CHECK(c.slow_nodes_given);
+    CHECK(c.failures.slow_node_mtbf_s == 50000 * 3600.0);
+    CHECK(c.failures.slow_node_factor == 1.5);
+    CHECK(c.failures.slow_detect_s == 600);
+    f.repair_time = "1d";
+    CHECK_THROWS_WITH(parse_fault_flags(f),
+                      "--repair-time: has no effect with --spare-nodes 0 (no node is drained to repair)");
+    f.spare_nodes = "2";
+    f.repair_time.clear();
+    CHECK_THROWS_WITH(parse_fault_flags(f),
+                      "--repair-time: is required with --spare-nodes >= 1 (a drained node's time in repair before it "
+                      "is a spare again); e.g. --repair-time 3d");
+    f.repair_time = "0s";
+    CHECK_THROWS_WITH(parse_fault_flags(f), "--repair-time: must be > 0, got \"0s\"; expected e.g. \"30min\", \"50000h\"");
+    f.repair_time = "1d";
+    f.slow_detect_time = "2min";
+    c = parse_fault_flags(f);
+    CHECK(c.failures.spare_nodes == 2);
+    CHECK(c.failures.repair_s == 86400);
+    CHECK(c.failures.slow_detect_s == 120);
+    f.mtbf_node.clear();
+    f.storage_bandwidth.clear();
+    CHECK_THROWS_WITH(parse_fault_flags(f),
+                      "--slow-node-mtbf: has no effect without --mtbf-gpu, --mtbf-node or --failure-rates");
   }
   SECTION("counts and seeds") {
     CHECK(parse_token_count("300B", "--train-tokens") == 300e9);

@@ -279,6 +279,30 @@ TEST_CASE("Stragglers: slow_rank=R:F stretches one rank, as validate --inject sl
   CHECK_THROWS_AS(simulate_stragglers(m, c, l, o), InputError);
 }
 
+TEST_CASE("Stragglers: a degraded NVLink doubles the TP communication inside the layers", "[sim][faults][stragglers]") {
+  // TP 8 on one dgx-a100 node, no DP or PP: the step is the layers' compute
+  // C and TP communication X one after the other, then the optimizer.  With
+  // the node's fabric at half bandwidth (P = 1) X takes twice as long and
+  // nothing else changes: step' = step + X (closed form), X being the
+  // report's tp_comm (every rank's, each in lock-step).
+  const ModelSpec m = small_gpt();
+  const ClusterSpec c = load_cluster("dgx-a100");
+  Plan p;
+  p.tp = 8;
+  p.mbs = 1;
+  p.gbs = 2;
+  const Layout l = resolved(m, c, 8, p);
+  SimulateOptions so;
+  so.representative = false;
+  const StepReport base = simulate_step(m, c, l, so);
+  REQUIRE(base.breakdown.tp_comm > 0.05 * base.step_time_s);
+  const StragglerReport r = run(m, c, l, "degraded_nvlink=1:0.5", 1);
+  CHECK_THAT(r.step_mean_s, WithinRel(base.step_time_s + base.breakdown.tp_comm, 1e-4));
+  CHECK(run(m, c, l, "degraded_nvlink=0:0.5", 1).tax == 0);
+  // Inter-node ports degraded instead: nothing crosses a node here.
+  CHECK(run(m, c, l, "degraded_link=1:0.5", 1).tax == 0);
+}
+
 TEST_CASE("Stragglers: a degraded link slows every ring through it", "[sim][faults][stragglers]") {
   // DDP over 2 dgx-a100 nodes: the gradient all-reduce crosses both nodes'
   // NICs.  With every port at half bandwidth (P = 1) the exposed DP
