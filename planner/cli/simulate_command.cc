@@ -16,6 +16,7 @@
 #include "planner/report/html_report.h"
 #include "simulator/core/error.h"
 #include "simulator/faults/failure_profiles.h"
+#include "simulator/faults/convergence.h"
 #include "simulator/faults/faults.h"
 #include "simulator/report/step_report.h"
 
@@ -29,6 +30,7 @@ struct SimulateFlags {
   bool full = false;
   std::string trace;
   std::string html;
+  std::string convergence;  // --convergence SPEC (async plans)
   FaultFlags faults;
   CLI::App* app = nullptr;
 };
@@ -286,6 +288,8 @@ int run_simulate(const SimulateFlags& f) {
     }
   }
   const FaultConfig faults = parse_fault_flags(f.faults);
+  ConvergenceSpec cspec;
+  if (f.app != nullptr && f.app->count("--convergence") > 0) cspec = parse_convergence_spec(f.convergence, "--convergence");
   Job job = to_job(f.plan);
   Layout layout = resolve_plan(job.model, job.cluster, job.gpus, job.plan);
   nlohmann::json out;
@@ -364,8 +368,43 @@ int run_simulate(const SimulateFlags& f) {
                                     {"ep_comm_backward", rounded(rep.moe_layer.ep_comm_backward_ps * 1e-9, 4)}}}};
     out["flops_convention"] = "megatron-core (causal attention, top-k experts)";
   }
+  // Async: what its staleness costs under the convergence model, against
+  // the same layout trained synchronously (time to a target loss, the
+  // noise floor it ends at).
+  const bool convergence_given = f.app != nullptr && f.app->count("--convergence") > 0;
+  if (convergence_given && !rep.async) {
+    throw_input_error("--convergence", "", "only applies to async plans (dp_mode async), this one is sync",
+                      "add --dp-mode async, or drop --convergence");
+  }
+  AsyncConvergence conv;
+  double sync_step_s = 0;
   if (rep.async) {
     out["staleness"] = staleness_json(rep.staleness);
+    conv = async_convergence(cspec, layout.plan.dp, rep.staleness.mean);
+    Plan sync_plan = layout.plan;
+    sync_plan.dp_mode = DpMode::kSync;
+    const Layout sync_layout = resolve_plan(job.model, job.cluster, job.gpus, sync_plan);
+    SimulateOptions sync_options = so;
+    sync_options.trace = false;
+    if (sync_layout.feasible) sync_step_s = simulate_step(job.model, job.cluster, sync_layout, sync_options).step_time_s;
+    nlohmann::json c = {{"model", cspec.describe()},
+                        {"staleness", conv.staleness},
+                        {"workers", conv.workers},
+                        {"lr_scale", rounded(conv.lr_scale, 6)},
+                        {"max_lr_scale", rounded(conv.max_lr_scale, 6)},
+                        {"converges", conv.converges}};
+    if (conv.converges) {
+      c["sample_efficiency"] = rounded(conv.sample_efficiency, 6);
+      c["floor_ratio"] = rounded(conv.floor_ratio, 6);
+      c["sync_equivalent_step_s"] = rounded(rep.step_time_s / conv.sample_efficiency, 6);
+      if (sync_step_s > 0) {
+        c["sync_step_s"] = rounded(sync_step_s, 6);
+        c["time_to_target_vs_sync"] = rounded(rep.step_time_s / conv.sample_efficiency / sync_step_s, 6);
+      }
+    } else {
+      c["reason"] = conv.reason;
+    }
+    out["convergence"] = c;
   }
   out["simulated_ranks"] = rep.simulated_ranks;
   out["tasks"] = rep.tasks;
@@ -394,6 +433,20 @@ int run_simulate(const SimulateFlags& f) {
   if (rep.async) {
     std::printf("async staleness  mean %.2f, p90 %.0f, max %.0f updates between a worker's pull and its push\n",
                 rep.staleness.mean, rep.staleness.p90, rep.staleness.max);
+    std::printf("convergence      %s, %d workers, staleness %d: learning rate x %.4g (converges below x %.4g)\n",
+                cspec.describe().c_str(), conv.workers, conv.staleness, conv.lr_scale, conv.max_lr_scale);
+    if (!conv.converges) {
+      std::printf("  %s\n", conv.reason.c_str());
+    } else {
+      std::printf("  per sample     %.3f x sync's progress; noise floor (the loss a constant learning rate ends at) "
+                  "x %.3f sync's\n", conv.sample_efficiency, conv.floor_ratio);
+      if (sync_step_s > 0) {
+        std::printf("  vs sync        the same layout synchronous: step %.4f s; to a target loss above the floor async "
+                    "takes %.3f x sync's time (%.4f s per sync-equivalent step)\n",
+                    sync_step_s, rep.step_time_s / conv.sample_efficiency / sync_step_s,
+                    rep.step_time_s / conv.sample_efficiency);
+      }
+    }
   }
   std::printf("where the time goes (s, mean over ranks):\n");
   const double st = rep.step_time_s;
@@ -429,6 +482,9 @@ void register_simulate_command(CLI::App* app, int* status) {
   add_plan_flags(cmd, &flags.plan);
   cmd->add_flag("--json", flags.json, "JSON output");
   cmd->add_flag("--full", flags.full, "simulate every rank instead of one representative rank per stage");
+  cmd->add_option("--convergence", flags.convergence,
+                  std::string("async plans: the stale-gradient convergence model (default sharpness=1,condition=1000,"
+                              "lr=scaled); ") + kConvergenceGrammar);
   cmd->add_option("--trace", flags.trace, "write a Chrome trace (open in Perfetto) to this file");
   cmd->add_option("--html", flags.html, "write the plan's report page (step, memory, timeline) to this HTML file");
   for (const FaultFlagInfo& info : fault_flag_table(&flags.faults)) cmd->add_option(info.name, *info.value, info.help)->type_name(info.type_name);
