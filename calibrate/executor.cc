@@ -83,10 +83,15 @@ class RankExecutor {
   // Runs one step; returns this rank's times per category.  `slow`: this
   // rank's compute runs `slow` times as long (an injected straggler);
   // `mid_step`, if set, is called half-way through this rank's program.
-  TimeBreakdown run_step(double* peak_bytes, double slow = 1, const std::function<void()>& mid_step = {}) {
+  // `link_rank` (>= 0): every transfer that rank takes part in moves
+  // 1 / link_fraction times its bytes.
+  TimeBreakdown run_step(double* peak_bytes, double slow = 1, const std::function<void()>& mid_step = {},
+                         int link_rank = -1, double link_fraction = 1) {
     TimeBreakdown t;
     t_ = &t;
     slow_ = slow;
+    link_rank_ = link_rank;
+    link_extra_ = link_rank >= 0 ? 1 / link_fraction - 1 : 0;
     step_t0_ = now_s();
     arrivals_.clear();
     const TaskGraph& g = step_.graph;
@@ -201,10 +206,16 @@ class RankExecutor {
     if (p2p) {
       const int64_t bytes = static_cast<int64_t>(t.wire_bytes);
       const int tag = static_cast<int>(t.microbatch * 64 + t.chunk * 2 + (t.label == TaskLabel::kSendBackward ? 1 : 0));
+      // A slow link: the extra bytes follow with the same tag (MPI keeps
+      // messages between a pair with one tag in order).
+      const bool slow_link = link_rank_ >= 0 && (sender == link_rank_ || to == link_rank_);
+      const int64_t extra = slow_link ? static_cast<int64_t>(static_cast<double>(bytes) * link_extra_) : 0;
       if (sender == me_) {
         b_.world().send(to, bytes, tag);
+        if (extra > 0) b_.world().send(to, extra, tag);
       } else {
         b_.world().recv(sender, bytes, tag);
+        if (extra > 0) b_.world().recv(sender, extra, tag);
       }
       t_->pp_comm += now_s() - t0;
       return;
@@ -212,6 +223,7 @@ class RankExecutor {
     if (t.label == TaskLabel::kGradNormSync) {
       // The global gradient norm: one fp32 value summed over the replica.
       mp_->run(Collective::kAllReduce, 4);
+      slow_link_extra(*mp_, Group::kMp, Collective::kAllReduce, 4);
       const double took = now_s() - t0;
       t_->dp_comm += took;
       mp_times_.push_back(took);
@@ -232,10 +244,39 @@ class RankExecutor {
     if (size > 0 && (t.label == TaskLabel::kDpAllReduce || t.label == TaskLabel::kDpReduceScatter)) {
       arrivals_.push_back(t0 - step_t0_);
     }
-    if (size > 0) dp_->run(kind, size);
+    if (size > 0) {
+      dp_->run(kind, size);
+      slow_link_extra(*dp_, Group::kDp, kind, size);
+    }
     const double took = now_s() - t0;
     t_->dp_comm += took;
     if (size > 0) dp_times_.push_back(took);
+  }
+
+  enum class Group { kTp, kCp, kDp, kMp };
+
+  // Whether `rank` is in this rank's group of that kind (the splits in the
+  // constructor: tp innermost, then cp, dp, pp).
+  bool in_group(Group g, int rank) const {
+    const RankCoord& a = step_.ranks[static_cast<size_t>(me_)];
+    const RankCoord& b = step_.ranks[static_cast<size_t>(rank)];
+    switch (g) {
+      case Group::kTp: return a.pp == b.pp && a.dp == b.dp && a.cp == b.cp;
+      case Group::kCp: return a.pp == b.pp && a.dp == b.dp && a.tp == b.tp;
+      case Group::kDp: return a.pp == b.pp && a.tp == b.tp;
+      case Group::kMp: return a.dp == b.dp && a.cp == b.cp;
+    }
+    return false;
+  }
+
+  // A slow link on a group's member: the collective again on (1/F - 1)
+  // times its bytes (whole elements of every rank's share), so that the
+  // group moves 1/F times the data at the link's full rate.
+  void slow_link_extra(Communicator& comm, Group g, Collective kind, int64_t bytes) {
+    if (link_rank_ < 0 || comm.size() < 2 || !in_group(g, link_rank_)) return;
+    const int64_t unit = 4 * static_cast<int64_t>(comm.size());
+    const int64_t extra = static_cast<int64_t>(static_cast<double>(bytes) * link_extra_) / unit * unit;
+    if (extra > 0) comm.run(kind, extra);
   }
 
   // Adds the compute (or optimizer) time since t0 to `category`; an
@@ -258,6 +299,7 @@ class RankExecutor {
   void timed(Communicator& comm, Collective kind, double bytes, std::vector<double>* times) {
     const double t0 = now_s();
     comm.run(kind, static_cast<int64_t>(bytes));
+    slow_link_extra(comm, &comm == tp_.get() ? Group::kTp : Group::kCp, kind, static_cast<int64_t>(bytes));
     const double took = now_s() - t0;
     t_->tp_comm += took;
     times->push_back(took);
@@ -409,6 +451,8 @@ class RankExecutor {
   std::vector<uint8_t> done_;
   TimeBreakdown* t_ = nullptr;
   double slow_ = 1, step_t0_ = 0;
+  int link_rank_ = -1;
+  double link_extra_ = 0;  // 1 / link fraction - 1
   std::vector<double> arrivals_;  // this step's gradient synchronisations: entry time since the step's start
   double static_bytes_ = 0, live_bytes_ = 0, peak_ = 0, stage_params_ = 0;
 };
@@ -454,16 +498,21 @@ MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const Cluste
   MeasuredStep m;
   std::vector<double> compute, tp, pp, dp, opt, wait, arrivals, slowed_arrivals;
   const int timed_end = options.warmup + options.steps;
-  const int total = timed_end + (options.slow_rank >= 0 ? options.steps : 0);
+  const bool injected = options.slow_rank >= 0 || options.link_rank >= 0;
+  const int total = timed_end + (injected ? options.steps : 0);
   for (int s = options.first_step; s < total; ++s) {
-    const bool slowed = s >= timed_end;
+    // With a fault injected, the timed steps alternate without and with it
+    // (A B A B, as paired benchmarks do), so that a drift of the shared
+    // machine's speed hits both alike.
+    const bool slowed = injected && s >= options.warmup && (s - options.warmup) % 2 == 1;
     const double slow = slowed && world.rank() == options.slow_rank ? options.slow_factor : 1;
+    const int link_rank = slowed ? options.link_rank : -1;
     std::function<void()> mid;
     if (options.mid_step) mid = [&options, s] { options.mid_step(s); };
     world.barrier();
     const double t0 = now_s();
     double peak = 0;
-    TimeBreakdown t = ex.run_step(&peak, slow, mid);
+    TimeBreakdown t = ex.run_step(&peak, slow, mid, link_rank, options.link_fraction);
     const double step = world.max(now_s() - t0);
     ex.settle_collectives(&t);
     const double arrival = ex.arrival_range_s();

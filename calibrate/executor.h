@@ -37,11 +37,17 @@ struct ExecutorOptions {
   // Optional, called on every rank after each step (warm-up included) with
   // the steps done, the total and that step's time.
   std::function<void(int done, int total, double step_s)> progress;
-  // An injected straggler (validate --inject slow): after the timed steps,
-  // `steps` more in which rank slow_rank's compute and optimizer take
-  // slow_factor times as long (MeasuredStep::slowed_*).  -1: none.
+  // An injected straggler (validate --inject slow): `steps` more steps in
+  // which rank slow_rank's compute and optimizer take slow_factor times as
+  // long (MeasuredStep::slowed_*), alternating with the timed ones after
+  // the warm-up.  -1: none.
   int slow_rank = -1;
   double slow_factor = 1;
+  // An injected slow link (validate --inject link): in those same extra
+  // steps every transfer rank link_rank takes part in moves 1 / link_fraction
+  // times its bytes.  -1: none.  At most one of slow_rank and link_rank.
+  int link_rank = -1;
+  double link_fraction = 1;
   // Optional, called on every rank when it is half-way through its program
   // (fault_point_index) in each step, with the 0-based step: where validate
   // --inject kill and hang stop a rank.
@@ -61,7 +67,7 @@ struct MeasuredStep {
   // (DP all-reduce / reduce-scatter), of last minus first arrival of the
   // group's ranks (the straggler model's ArrivalSpread::range_mean_s).
   double arrival_range_s = 0;
-  // With ExecutorOptions::slow_rank: the same over the slowed steps.
+  // With ExecutorOptions::slow_rank or link_rank: the same over the slowed steps.
   std::vector<double> slowed_step_times_s;
   double slowed_step_time_s = 0;
   double slowed_arrival_range_s = 0;

@@ -12,7 +12,8 @@
 namespace trainplan {
 
 const char* const kInjectGrammar =
-    "allowed: slow:rank=R,factor=F (1 < F <= 100), kill:rank=R,step=N or hang:rank=R,step=N "
+    "allowed: slow:rank=R,factor=F (1 < F <= 100), link:rank=R,factor=F (0 < F < 1), kill:rank=R,step=N or "
+    "hang:rank=R,step=N "
     "(N from 1 to warm-up + steps), e.g. --inject kill:rank=1,step=4";
 
 namespace {
@@ -47,6 +48,8 @@ InjectSpec parse_inject(const std::string& text, int ranks, int total_steps) {
   const std::string kind = text.substr(0, colon);
   if (kind == "slow") {
     spec.kind = InjectSpec::Kind::kSlow;
+  } else if (kind == "link") {
+    spec.kind = InjectSpec::Kind::kLink;
   } else if (kind == "kill") {
     spec.kind = InjectSpec::Kind::kKill;
   } else if (kind == "hang") {
@@ -63,8 +66,9 @@ InjectSpec parse_inject(const std::string& text, int ranks, int total_steps) {
     if (eq == std::string::npos) bad("\"" + item + "\" is not KEY=VALUE");
     if (!kv.emplace(item.substr(0, eq), item.substr(eq + 1)).second) bad("\"" + item.substr(0, eq) + "\" given twice");
   }
+  const bool factor = spec.kind == InjectSpec::Kind::kSlow || spec.kind == InjectSpec::Kind::kLink;
   const std::vector<std::string> keys =
-      spec.kind == InjectSpec::Kind::kSlow ? std::vector<std::string>{"rank", "factor"} : std::vector<std::string>{"rank", "step"};
+      factor ? std::vector<std::string>{"rank", "factor"} : std::vector<std::string>{"rank", "step"};
   for (const auto& [key, value] : kv) {
     if (key != keys[0] && key != keys[1]) bad("unknown key \"" + key + "\" for " + kind);
   }
@@ -75,6 +79,9 @@ InjectSpec parse_inject(const std::string& text, int ranks, int total_steps) {
   if (spec.kind == InjectSpec::Kind::kSlow) {
     spec.factor = number("factor", kv["factor"]);
     if (!(spec.factor > 1 && spec.factor <= 100)) bad("factor=" + kv["factor"] + " is not in (1, 100]");
+  } else if (spec.kind == InjectSpec::Kind::kLink) {
+    spec.factor = number("factor", kv["factor"]);
+    if (!(spec.factor > 0 && spec.factor < 1)) bad("factor=" + kv["factor"] + " is not a bandwidth fraction in (0, 1)");
   } else {
     spec.step = whole("step", kv["step"], 1, total_steps);
   }

@@ -19,7 +19,7 @@ plan() {  # name tp pp
  "precision": "fp32", "grad_dtype": "fp32", "attention": "flash"}
 JSON
 }
-plan dp2 1 1; plan pp2 1 2
+plan dp2 1 1; plan pp2 1 2; plan tp2 2 1
 "${MPI[@]}" "$T" calibrate --backend cpu --out "$work/calibration.json" -e 32M --iters 20 --model gpt-tiny --mbs 1,2 \
   > "$work/calibrate.txt"
 show() {  # shown command, then the command to run
@@ -69,13 +69,17 @@ cd "$work"  # plans and calibration by their plain names in the commands shown
       --inject "$2" --checkpoint-every 2
   done
   echo
-  echo "## Stragglers: one rank's compute 1.5x and 2x"
+  echo "## Stragglers: one rank's compute 1.5x and 2x; one rank's link at 1/2 and 1/4"
   echo
-  echo "\`validate --inject slow:rank=R,factor=F\` runs the timed steps, then as many again with rank R's compute and"
+  echo "\`validate --inject slow:rank=R,factor=F\` runs as many steps again as it times, alternating with them, with rank R's compute and"
   echo "optimizer F times as long (it spins for the extra time, as a slower device keeps its core busy). Predicted:"
   echo "the straggler model (\`--stragglers slow_rank=R:F\`, every rank simulated with the executor's semantics)."
   echo "The arrival spread is the mean, over the gradient synchronisations, of last minus first rank to enter them."
-  for spec in "dp2 slow:rank=1,factor=1.5" "dp2 slow:rank=0,factor=2" "pp2 slow:rank=1,factor=1.5" "pp2 slow:rank=0,factor=2"; do
+  echo "\`--inject link:rank=R,factor=F\` instead makes every transfer rank R takes part in move 1/F times its bytes"
+  echo "(the extra as a second transfer of the same kind right after it, so the latency is paid twice); predicted:"
+  echo "the node's fabric at F (\`--stragglers degraded_nvlink=1:F\`), which is rank R's link in a 2-rank job."
+  for spec in "dp2 slow:rank=1,factor=1.5" "dp2 slow:rank=0,factor=2" "pp2 slow:rank=1,factor=1.5" "pp2 slow:rank=0,factor=2" \
+    "dp2 link:rank=1,factor=0.25" "tp2 link:rank=1,factor=0.25"; do
     set -- $spec
     echo
     echo "### ${1^^}: $2"

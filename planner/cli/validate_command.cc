@@ -324,15 +324,22 @@ std::vector<Compared> compare_straggler(const ValidateFlags& f, const ModelSpec&
                                         const Layout& layout, const InjectSpec& spec, const MeasuredStep& meas,
                                         nlohmann::json* out) {
   StragglerOptions so;
-  so.spec.slow_rank = spec.rank;
-  so.spec.slow_rank_factor = spec.factor;
-  so.spec.text = "slow_rank=" + std::to_string(spec.rank) + ":" + fixed(spec.factor, 3);
+  if (spec.kind == InjectSpec::Kind::kLink) {
+    // Every transfer of a one-node, two-rank job involves rank R: its slow
+    // link is the node's fabric at F.
+    so.spec.degraded_nvlink = {1.0, spec.factor};
+    so.spec.text = "degraded_nvlink=1:" + fixed(spec.factor, 3);
+  } else {
+    so.spec.slow_rank = spec.rank;
+    so.spec.slow_rank_factor = spec.factor;
+    so.spec.text = "slow_rank=" + std::to_string(spec.rank) + ":" + fixed(spec.factor, 3);
+  }
   so.samples = 1;
   so.simulate = simulate_options_for(f.backend);
   const StragglerReport sr = simulate_stragglers(model, cluster, layout, so);
   const double tax = meas.step_time_s > 0 ? meas.slowed_step_time_s / meas.step_time_s - 1 : 0;
   const std::vector<Compared> rows = {
-      {"slowed_step_time_s", sr.step_mean_s, meas.slowed_step_time_s, "every rank simulated, rank's compute x factor"},
+      {"slowed_step_time_s", sr.step_mean_s, meas.slowed_step_time_s, "every rank simulated, " + so.spec.text},
       {"straggler_tax", sr.tax, tax, "slowed step / step - 1"},
       {"arrival_spread_s", sr.base_arrivals.range_mean_s, meas.arrival_range_s,
        "gradient syncs: last - first arrival, mean"},
@@ -412,6 +419,13 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
   }
   InjectSpec spec;
   if (!f.inject.empty()) spec = parse_inject(f.inject, layout.gpus, total_steps);
+  if (spec.kind == InjectSpec::Kind::kLink && (layout.gpus > 2 || layout.nodes > 1)) {
+    throw_input_error("--inject", "",
+                      spec.text + ": the plan has " + std::to_string(layout.gpus) + " ranks on " +
+                          std::to_string(layout.nodes) + " node(s); a slow link is predicted as the node's fabric at "
+                          "F, which is rank R's link only when every transfer involves it (2 ranks, 1 node)",
+                      "a 2-rank plan, or slow:rank=R,factor=F");
+  }
   if (!spec.recovery() && f.recovery_attempt == 0) {
     for (const auto& [given, flag] : f.recovery_flags_given) {
       if (given) {
@@ -442,6 +456,10 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
   if (spec.kind == InjectSpec::Kind::kSlow) {
     eo.slow_rank = spec.rank;
     eo.slow_factor = spec.factor;
+  }
+  if (spec.kind == InjectSpec::Kind::kLink) {
+    eo.link_rank = spec.rank;
+    eo.link_fraction = spec.factor;
   }
   ProgressLine progress("validate");
   if (root) {
@@ -523,7 +541,9 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
     out["within_tolerance"] = !missed;
   }
   std::vector<Compared> straggler_rows;
-  if (spec.kind == InjectSpec::Kind::kSlow) straggler_rows = compare_straggler(f, model, cluster, layout, spec, meas, &out);
+  if (spec.kind == InjectSpec::Kind::kSlow || spec.kind == InjectSpec::Kind::kLink) {
+    straggler_rows = compare_straggler(f, model, cluster, layout, spec, meas, &out);
+  }
   if (!f.out.empty()) write_file_atomically(f.out, out.dump(2) + "\n", "--out");
   auto verdict = [&]() {
     if (f.tolerance_pct <= 0) return 0;
@@ -561,9 +581,17 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
     }
   }
   if (!straggler_rows.empty()) {
-    std::printf("# injected straggler (%s): rank %d's compute and optimizer x %.3f in %d more steps; predicted: the "
-                "straggler model with slow_rank=%d:%.3f\n",
-                spec.text.c_str(), spec.rank, spec.factor, f.steps, spec.rank, spec.factor);
+    if (spec.kind == InjectSpec::Kind::kLink) {
+      std::printf("# injected slow link (%s): every transfer of rank %d moves 1/%.3f of its bytes in %d more steps, "
+                  "alternating with the others; "
+                  "predicted: the straggler model with degraded_nvlink=1:%.3f\n",
+                  spec.text.c_str(), spec.rank, spec.factor, f.steps, spec.factor);
+    } else {
+      std::printf("# injected straggler (%s): rank %d's compute and optimizer x %.3f in %d more steps, alternating "
+                "with the others; predicted: the "
+                  "straggler model with slow_rank=%d:%.3f\n",
+                  spec.text.c_str(), spec.rank, spec.factor, f.steps, spec.rank, spec.factor);
+    }
     print_compared(straggler_rows, 0.01 * meas.step_time_s);
   }
   return verdict();

@@ -30,11 +30,16 @@ TEST_CASE("Inject: the grammar and its bounds", "[calibrate][inject]") {
   CHECK(s.kind == InjectSpec::Kind::kSlow);
   CHECK(s.factor == 1.5);
   CHECK_FALSE(s.recovery());
-  // Each bound: rank in [0, ranks), step in [1, steps], factor in (1, 100].
+  const InjectSpec l = parse_inject("link:rank=1,factor=0.25", 2, 6);
+  CHECK(l.kind == InjectSpec::Kind::kLink);
+  CHECK(l.factor == 0.25);
+  // Each bound: rank in [0, ranks), step in [1, steps], factor in (1, 100]
+  // (slow) or (0, 1) (link).
   for (const char* bad : {"kill:rank=2,step=1", "kill:rank=-1,step=1", "kill:rank=0,step=0", "kill:rank=0,step=7",
                           "kill:rank=0.5,step=1", "slow:rank=0,factor=1", "slow:rank=0,factor=101", "slow:rank=0",
                           "kill:rank=0", "kill:rank=0,step=1,factor=2", "kill:rank=0,rank=1,step=1", "kill",
-                          "crash:rank=0,step=1", "kill:rank=0,step=x", "kill:rank=0;step=1"}) {
+                          "crash:rank=0,step=1", "kill:rank=0,step=x", "kill:rank=0;step=1", "link:rank=0,factor=1",
+                          "link:rank=0,factor=0", "link:rank=0,step=2"}) {
     INFO(bad);
     CHECK_THROWS_AS(parse_inject(bad, 2, 6), InputError);
   }

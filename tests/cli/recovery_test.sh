@@ -83,4 +83,18 @@ assert 0.3 < s["straggler_tax"]["predicted"] <= 1.0, s["straggler_tax"]
 assert s["slowed_arrival_spread_s"]["measured"] > s["arrival_spread_s"]["measured"], s
 PY
 grep -q "^# injected straggler (slow:rank=1,factor=2)" "$work/slow.txt" || fail "slow: no straggler table"
+# A slow link: rank 1's transfers at a quarter of the bandwidth (dp2: the
+# gradient all-reduces move 4x the bytes); the slowed steps' DP
+# communication grows, and the model (the node's fabric at 0.25) predicts a
+# tax > 0.
+mpirun --allow-run-as-root --oversubscribe -np 2 "$T" validate --backend cpu --plan "$work/dp2.json" --steps 3 \
+  --inject link:rank=1,factor=0.25 --out "$work/link.json" > "$work/link.txt" 2>&1 || { cat "$work/link.txt"; fail "link: exit"; }
+python3 - "$work/link.json" <<'PY' || fail "link: wrong straggler report"
+import json, sys
+d = json.load(open(sys.argv[1])); s = d["straggler"]
+assert len(d["slowed_step_times_s"]) == 3
+assert s["straggler_tax"]["predicted"] > 0, s["straggler_tax"]
+assert s["slowed_step_time_s"]["measured"] > 0, s
+PY
+grep -q "^# injected slow link (link:rank=1,factor=0.25)" "$work/link.txt" || fail "link: no straggler table"
 echo "recovery_test: all checks passed"
