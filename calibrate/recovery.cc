@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 
@@ -281,6 +282,73 @@ double write_shard(const std::string& dir, int step, int rank, int64_t bytes) {
   return monotonic_s() - t0;
 }
 
+namespace {
+
+// Writes `bytes` of `buffer` to `path`, fsyncs and closes it.
+void write_buffer(const std::string& path, const std::vector<uint64_t>& buffer, int64_t bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) sys_error("cannot create", path);
+  const char* p = reinterpret_cast<const char*>(buffer.data());
+  int64_t done = 0;
+  while (done < bytes) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(bytes - done, static_cast<int64_t>(kChunkWords * 8)));
+    const ssize_t w = ::write(fd, p + done, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      ::close(fd);
+      sys_error("cannot write", path);
+    }
+    done += w;
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    sys_error("cannot fsync", path);
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+AsyncShardWriter::AsyncShardWriter(std::string dir, int rank, int64_t bytes, std::function<void(int)> on_persisted)
+    : dir_(std::move(dir)), rank_(rank), bytes_(bytes), on_persisted_(std::move(on_persisted)),
+      buffer_(static_cast<size_t>((bytes + 7) / 8)) {}
+
+AsyncShardWriter::~AsyncShardWriter() {
+  if (worker_.joinable()) worker_.join();
+}
+
+void AsyncShardWriter::wait() {
+  if (worker_.joinable()) worker_.join();
+  if (!error_.empty()) throw std::runtime_error(error_);
+}
+
+double AsyncShardWriter::snapshot(int step) {
+  const double t0 = monotonic_s();
+  wait();
+  // The copy: the shard's content into the host buffer, in the chunks the
+  // file is written in.
+  for (size_t first = 0; first < buffer_.size(); first += kChunkWords) {
+    std::vector<uint64_t> chunk(std::min(kChunkWords, buffer_.size() - first));
+    fill(&chunk, step, rank_, first);
+    std::copy(chunk.begin(), chunk.end(), buffer_.begin() + static_cast<std::ptrdiff_t>(first));
+  }
+  const double blocked = monotonic_s() - t0;
+  worker_ = std::thread([this, step] {
+    try {
+      const std::string path = shard_path(dir_, step, rank_);
+      std::error_code ec;
+      fs::create_directories(fs::path(path).parent_path(), ec);
+      if (ec) throw std::runtime_error("cannot create " + fs::path(path).parent_path().string() + ": " + ec.message());
+      write_buffer(path + ".tmp", buffer_, bytes_);
+      if (::rename((path + ".tmp").c_str(), path.c_str()) != 0) sys_error("cannot rename", path + ".tmp");
+      if (on_persisted_) on_persisted_(step);
+    } catch (const std::exception& e) {
+      error_ = e.what();
+    }
+  });
+  return blocked;
+}
+
 double load_shard(const std::string& dir, int step, int rank, int64_t bytes) {
   const double t0 = monotonic_s();
   const std::string path = shard_path(dir, step, rank);
@@ -443,6 +511,18 @@ RecoveryMeasured supervise_recovery(const RecoveryConfig& cfg) {
     const double b = over_ranks(a1, "ckpt_begin", e.value, false), end = over_ranks(a1, "ckpt_end", e.value, true);
     if (b >= 0 && end >= 0) writes.push_back(end - b);
   }
+  std::vector<double> persists;
+  for (const Event& e : a1[0]) {
+    if (e.name != "persist_end") continue;
+    const double end = over_ranks(a1, "ckpt_end", e.value, true), done = over_ranks(a1, "persist_end", e.value, true);
+    if (end >= 0 && done >= 0) persists.push_back(done - end);
+  }
+  if (!persists.empty()) {
+    std::sort(persists.begin(), persists.end());
+    m.checkpoint_persist_s = persists[persists.size() / 2];
+  }
+  m.checkpoint_persist_s = std::max(0.0, m.checkpoint_persist_s);
+  m.checkpoint_mode_async = !persists.empty();
   m.checkpoints = static_cast<int>(writes.size());
   if (!writes.empty()) {
     std::sort(writes.begin(), writes.end());

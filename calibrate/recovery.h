@@ -26,7 +26,9 @@
 #define TRAINPLAN_CALIBRATE_RECOVERY_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace trainplan {
@@ -52,6 +54,34 @@ class RecoveryLog {
 // of a step- and rank-dependent pattern to DIR/ckpt/step-S/rank-R.bin.tmp,
 // fsync, rename.  Returns the seconds it took.  Throws std::runtime_error.
 double write_shard(const std::string& dir, int step, int rank, int64_t bytes);
+// A rank's asynchronous checkpoint writer (torchtitan async_mode, Megatron
+// --async-save): snapshot() copies the shard into a host buffer while
+// training waits (the device-to-host copy), then a background thread writes,
+// fsyncs and renames it as write_shard does; the checkpoint commits when
+// that is done.  One buffer: a snapshot first waits for the previous persist.
+// `on_persisted(step)` is called on the writer's thread once a shard is in
+// place.  The destructor waits for the last persist.
+class AsyncShardWriter {
+ public:
+  AsyncShardWriter(std::string dir, int rank, int64_t bytes, std::function<void(int)> on_persisted);
+  ~AsyncShardWriter();
+  AsyncShardWriter(const AsyncShardWriter&) = delete;
+  AsyncShardWriter& operator=(const AsyncShardWriter&) = delete;
+  // Returns the seconds the caller was blocked (the wait + the copy).
+  // Throws std::runtime_error if the previous persist failed.
+  double snapshot(int step);
+  void wait();  // for the persist in flight; rethrows its error
+
+ private:
+  std::string dir_;
+  int rank_;
+  int64_t bytes_;
+  std::function<void(int)> on_persisted_;
+  std::vector<uint64_t> buffer_;
+  std::thread worker_;
+  std::string error_;
+};
+
 // Reads it back and checks its size and pattern; returns the seconds it
 // took.  Throws std::runtime_error naming the file if it is short or wrong.
 double load_shard(const std::string& dir, int step, int rank, int64_t bytes);
@@ -88,7 +118,9 @@ struct RecoveryMeasured {
   double load_s = 0;                // attempt 2: first shard load starts -> last ends
   int resumed_from_step = 0;        // 0: no checkpoint before the fault
   int checkpoints = 0;              // written by attempt 1
-  double checkpoint_write_s = 0;    // median over them: first shard starts -> last ends
+  double checkpoint_write_s = 0;    // median over them: first rank starts -> last one's training resumes
+  double checkpoint_persist_s = 0;  // async: median of last snapshot done -> last shard in place (0: sync)
+  bool checkpoint_mode_async = false;  // attempt 1 logged persists
   double lost_work_s = 0;           // commit of the resumed checkpoint (or training start) -> fault
   double since_heartbeat_s = 0;     // last heartbeat before the fault -> fault
   double redo_s = 0;                // attempt 2: loaded -> the faulted step done again

@@ -573,10 +573,10 @@ if os.path.exists(fi):
         if ms:
             return "%.0f / %.0f ms" % (1e3 * p, 1e3 * m)
         return "%.3f / %.3f" % (p, m)
-    W("Recovery, predicted / measured (2 ranks, a blocking checkpoint every 2 steps, the fault in step 5):")
+    W("Recovery, predicted / measured (2 ranks, a checkpoint every 2 steps, the fault in step 5):")
     W()
-    W("| plan | fault | detected by | detection | restart | checkpoint write | load | lost work | redo | recovery |")
-    W("|---|---|---|---|---|---|---|---|---|---|")
+    W("| plan | fault | detected by | detection | restart | checkpoint (blocking) | persist (async) | load | lost work | redo | recovery |")
+    W("|---|---|---|---|---|---|---|---|---|---|---|")
     for sec in re.split(r"\n(?=## )", text)[1:]:
         title = sec.split("\n", 1)[0][3:]
         if ":" not in title or not title.split(":")[1].strip().startswith(("kill", "hang")):
@@ -585,8 +585,8 @@ if os.path.exists(fi):
         m = re.search(r"detected by (.*?) \(heartbeat timeout", sec)
         r = rows_of(sec)
         W("| %s | `%s` | %s | %s |" % (plan, fault.strip(), m.group(1) if m else "-", " | ".join(
-            cell(r, k) for k in ["detection_s", "restart_s", "checkpoint_write_s", "checkpoint_load_s", "lost_work_s",
-                                 "redo_s", "recovery_s"])))
+            cell(r, k) for k in ["detection_s", "restart_s", "checkpoint_write_s", "checkpoint_persist_s",
+                                 "checkpoint_load_s", "lost_work_s", "redo_s", "recovery_s"])))
     W()
     W("Stragglers, predicted / measured:")
     W()

@@ -60,13 +60,14 @@ cd "$work"  # plans and calibration by their plain names in the commands shown
   echo "since the checkpoint x the simulated step + the simulated time at which the rank reaches the fault point;"
   echo "redo = the first launch's first (cold) step + the other steps since the checkpoint x the simulated step;"
   echo "recovery = detection + restart + load + redo."
-  for spec in "dp2 kill:rank=1,step=5" "pp2 kill:rank=0,step=5" "pp2 hang:rank=1,step=5"; do
+  for spec in "dp2 kill:rank=1,step=5 sync" "pp2 kill:rank=0,step=5 sync" "pp2 hang:rank=1,step=5 sync" \
+    "dp2 kill:rank=1,step=5 async"; do
     set -- $spec
     echo
-    echo "## ${1^^}: $2"
-    show "trainplan validate --backend cpu --plan $1.json --calibration calibration.json --steps $STEPS --inject $2 --checkpoint-every 2" \
+    echo "## ${1^^}: $2 ($3 checkpoints)"
+    show "trainplan validate --backend cpu --plan $1.json --calibration calibration.json --steps $STEPS --inject $2 --checkpoint-every 2 --checkpoint-mode $3" \
       "$T" validate --backend cpu --plan "$1.json" --calibration calibration.json --steps "$STEPS" \
-      --inject "$2" --checkpoint-every 2
+      --inject "$2" --checkpoint-every 2 --checkpoint-mode "$3"
   done
   echo
   echo "## Stragglers: one rank's compute 1.5x and 2x; one rank's link at 1/2 and 1/4"

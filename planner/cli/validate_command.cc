@@ -48,6 +48,7 @@ struct ValidateFlags {
   std::string heartbeat_timeout;   // empty: max(2 s, 4 predicted steps)
   std::string storage_bandwidth;   // empty: probed in the checkpoint folder
   std::string launcher;            // empty: mpirun -np N (kill/hang relaunch the job)
+  std::string checkpoint_mode = "sync";  // sync | async
   // Set by the supervisor for the ranks it launches (hidden).
   std::string recovery_dir;
   int recovery_attempt = 0;
@@ -142,14 +143,25 @@ int run_recovery_worker(const ValidateFlags& f, Backend& backend, const ModelSpe
       log.event("load_end", resume);
     }
   };
+  std::unique_ptr<AsyncShardWriter> async;
+  if (f.checkpoint_mode == "async") {
+    async = std::make_unique<AsyncShardWriter>(f.recovery_dir, rank, shard,
+                                               [&log](int step) { log.event("persist_end", step); });
+  }
   eo.progress = [&](int done, int total, double) {
     log.event("step", done);
     if (done % f.checkpoint_every == 0 && done < total) {
-      // A blocking save: every rank writes its shard, and the checkpoint is
-      // committed when the last one is durable.
       log.event("ckpt_begin", done);
-      write_shard(f.recovery_dir, done, rank, shard);
-      world.barrier();
+      if (async) {
+        // Training waits for the copy only; the shard persists meanwhile and
+        // the checkpoint commits when every rank's is in place.
+        async->snapshot(done);
+      } else {
+        // A blocking save: every rank writes its shard, and the checkpoint
+        // is committed when the last one is durable.
+        write_shard(f.recovery_dir, done, rank, shard);
+        world.barrier();
+      }
       log.event("ckpt_end", done);
     }
   };
@@ -161,6 +173,7 @@ int run_recovery_worker(const ValidateFlags& f, Backend& backend, const ModelSpe
     };
   }
   execute_plan(backend, model, cluster, layout, eo);
+  if (async) async->wait();
   return 0;
 }
 
@@ -175,6 +188,9 @@ int run_recovery_supervisor(const ValidateFlags& f, const ModelSpec& model, cons
                       "must be from 1 to " + std::to_string(spec.step - 1) + " so that a checkpoint is committed before "
                       "the fault in step " + std::to_string(spec.step) + ", got " + std::to_string(f.checkpoint_every),
                       "e.g. --checkpoint-every 2 with --inject ...,step=5");
+  }
+  if (f.checkpoint_mode != "sync" && f.checkpoint_mode != "async") {
+    throw_input_error("--checkpoint-mode", "", "unknown mode \"" + f.checkpoint_mode + "\"", "allowed: sync, async");
   }
   double timeout_s = std::max(2.0, 4 * pred.step_time_s);
   if (!f.heartbeat_timeout.empty()) {
@@ -215,7 +231,7 @@ int run_recovery_supervisor(const ValidateFlags& f, const ModelSpec& model, cons
   std::vector<std::string> worker = {self_executable(), "validate", "--backend", f.backend, "--plan", f.plan,
                                      "--steps", std::to_string(f.steps), "--warmup", std::to_string(f.warmup),
                                      "--max-time", "none", "--checkpoint-every", std::to_string(f.checkpoint_every),
-                                     "--recovery-dir", dir};
+                                     "--recovery-dir", dir, "--checkpoint-mode", f.checkpoint_mode};
   if (!f.calibration.empty()) worker.insert(worker.end(), {"--calibration", f.calibration});
   RecoveryConfig rc;
   rc.dir = dir;
@@ -252,6 +268,7 @@ int run_recovery_supervisor(const ValidateFlags& f, const ModelSpec& model, cons
   const double step = pred.step_time_s;
   const int resumed = (spec.step - 1) / f.checkpoint_every * f.checkpoint_every;
   const double offset = fault_point_time_s(model, cluster, layout, f.backend, spec.rank);
+  const bool async = f.checkpoint_mode == "async";
   const double write_s = unit.total_bytes / storage.write_bytes_per_s;
   const double load_s = unit.total_bytes / storage.read_bytes_per_s;
   const bool hang = spec.kind == InjectSpec::Kind::kHang;
@@ -264,13 +281,18 @@ int run_recovery_supervisor(const ValidateFlags& f, const ModelSpec& model, cons
       {"detection_s", detect_s, m.detection_s,
        hang ? "heartbeat timeout less the time since the last heartbeat" : "a rank's exit is seen at the next poll; poll/2"},
       {"restart_s", restart_s, m.restart_s, "attempt 1's launch (spawn to every rank ready)"},
-      {"checkpoint_write_s", write_s, m.checkpoint_write_s, "failure model: bytes / write bandwidth"},
+      {"checkpoint_write_s", async ? unit.snapshot_s : write_s, m.checkpoint_write_s,
+       async ? "failure model: the blocking snapshot, state bytes / host bandwidth" : "failure model: bytes / write bandwidth"},
       {"checkpoint_load_s", load_s, m.load_s, "failure model: bytes / read bandwidth"},
       {"lost_work_s", (spec.step - 1 - resumed) * step + offset, m.lost_work_s,
        "steps since the checkpoint x step + the fault's point in its step"},
       {"redo_s", redo_s, m.redo_s, "attempt 1's first (cold) step + the other steps since the checkpoint x step"},
       {"recovery_s", detect_s + restart_s + load_s + redo_s, m.recovery_s,
        "fault to the faulted step done again: detection + restart + load + redo"}};
+  if (async) {
+    rows.insert(rows.begin() + 3, Compared{"checkpoint_persist_s", write_s, m.checkpoint_persist_s,
+                                           "failure model: bytes / write bandwidth, in the background"});
+  }
   const double small_below = 0.05;  // 50 ms: launcher and file-system granularity on a shared machine
   nlohmann::json out;
   out["tool"] = std::string("trainplan ") + kVersion;
@@ -281,6 +303,7 @@ int run_recovery_supervisor(const ValidateFlags& f, const ModelSpec& model, cons
   out["cluster"] = cluster.name;
   out["backend"] = f.backend;
   out["checkpoint_every_steps"] = f.checkpoint_every;
+  out["checkpoint_mode"] = f.checkpoint_mode;
   out["checkpoint_bytes_per_rank"] = unit.per_gpu_written_bytes;
   out["checkpoint_bytes_total"] = unit.total_bytes;
   out["storage_write_bytes_per_s"] = storage.write_bytes_per_s;
@@ -305,9 +328,10 @@ int run_recovery_supervisor(const ValidateFlags& f, const ModelSpec& model, cons
               spec.text.c_str(), f.plan.c_str(), model.name.c_str(), cluster.name.c_str(), layout.gpus,
               f.backend.c_str());
   std::printf("# plan: %s\n", describe_plan(layout.plan).c_str());
-  std::printf("# %d steps (%d warm-up), a blocking checkpoint every %d steps: %.1f MiB per rank, %.1f MiB in all; "
+  std::printf("# %d steps (%d warm-up), a%s checkpoint every %d steps: %.1f MiB per rank, %.1f MiB in all; "
               "storage %.2f GB/s write, %.2f GB/s read (%s)\n",
-              total_steps, f.warmup, f.checkpoint_every, unit.per_gpu_written_bytes / 1048576.0,
+              total_steps, f.warmup, async ? "n asynchronous" : " blocking", f.checkpoint_every,
+              unit.per_gpu_written_bytes / 1048576.0,
               unit.total_bytes / 1048576.0, storage.write_bytes_per_s / 1e9, storage.read_bytes_per_s / 1e9,
               bandwidth_given > 0 ? "--storage-bandwidth" : "probed in the checkpoint folder");
   std::printf("# fault: rank %d, step %d, %.3f s into training; detected by %s (heartbeat timeout %.2f s); resumed "
@@ -403,22 +427,30 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
   // Predicted before the backend starts, so that a refusal below is one
   // line from one process, not one per MPI rank.
   const StepReport pred = simulate_step(model, cluster, layout, simulate_options_for(f.backend));
-  // The run takes (warm-up + steps) steps: refuse one predicted to take
-  // longer than --max-time before starting it.
+  // Refuse a run predicted to take longer than --max-time before starting it.
   const int total_steps = f.warmup + f.steps;
-  // A straggler run adds --steps slowed steps (at most factor times as
-  // long); a recovery run redoes the steps since its checkpoint.
-  const double predicted_run_s = total_steps * pred.step_time_s * 2;
+  InjectSpec spec;
+  if (!f.inject.empty()) spec = parse_inject(f.inject, layout.gpus, total_steps);
+  // The run takes (warm-up + steps) steps; a slow or link fault adds
+  // --steps more (a slow rank's at most factor times as long), a recovery
+  // run redoes the steps since its checkpoint (at most all of them).
+  double predicted_run_s = total_steps * pred.step_time_s;
+  std::string what = std::to_string(total_steps) + " steps of " + human_duration(pred.step_time_s);
+  if (spec.kind == InjectSpec::Kind::kSlow || spec.kind == InjectSpec::Kind::kLink) {
+    const double slowed = f.steps * pred.step_time_s * (spec.kind == InjectSpec::Kind::kSlow ? spec.factor : 1 / spec.factor);
+    predicted_run_s += slowed;
+    what += " and " + std::to_string(f.steps) + " with the fault";
+  } else if (spec.recovery()) {
+    predicted_run_s *= 2;
+    what += ", twice: the run and its recovery";
+  }
   if (max_time_s > 0 && predicted_run_s > max_time_s) {
     throw_input_error("--max-time", "",
-                      "the run is predicted to take " + human_duration(predicted_run_s) + " (" +
-                          std::to_string(total_steps) + " steps of " + human_duration(pred.step_time_s) +
-                          "), more than " + human_duration(max_time_s),
+                      "the run is predicted to take " + human_duration(predicted_run_s) + " (" + what + "), more than " +
+                          human_duration(max_time_s),
                       "use fewer --steps, a plan with a smaller global batch, or --max-time " +
                           human_duration(2 * predicted_run_s) + " (none: no limit)");
   }
-  InjectSpec spec;
-  if (!f.inject.empty()) spec = parse_inject(f.inject, layout.gpus, total_steps);
   if (spec.kind == InjectSpec::Kind::kLink && (layout.gpus > 2 || layout.nodes > 1)) {
     throw_input_error("--inject", "",
                       spec.text + ": the plan has " + std::to_string(layout.gpus) + " ranks on " +
@@ -625,17 +657,21 @@ void register_validate_command(CLI::App* app, int* status, int* argc, char*** ar
   CLI::Option* bw = cmd->add_option("--storage-bandwidth", f.storage_bandwidth,
                                     "kill/hang: the checkpoint store's bandwidth for the prediction (default: probed "
                                     "in the checkpoint folder)");
+  CLI::Option* mode = cmd->add_option("--checkpoint-mode", f.checkpoint_mode,
+                                      "kill/hang: sync (blocking save) or async (snapshot, then persist in the "
+                                      "background; default sync)");
   CLI::Option* launcher = cmd->add_option("--launcher", f.launcher,
                                           "kill/hang: the command that starts the ranks (default: mpirun "
                                           "--oversubscribe -np N, with --allow-run-as-root as root)");
   cmd->add_option("--recovery-dir", f.recovery_dir)->group("");
   cmd->add_option("--recovery-attempt", f.recovery_attempt)->group("");
-  cmd->callback([status, argc, argv, every, dir, hb, bw, launcher] {
+  cmd->callback([status, argc, argv, every, dir, hb, bw, launcher, mode] {
     f.recovery_flags_given = {{every->count() > 0, "--checkpoint-every"},
                               {dir->count() > 0, "--checkpoint-dir"},
                               {hb->count() > 0, "--heartbeat-timeout"},
                               {bw->count() > 0, "--storage-bandwidth"},
-                              {launcher->count() > 0, "--launcher"}};
+                              {launcher->count() > 0, "--launcher"},
+                              {mode->count() > 0, "--checkpoint-mode"}};
     *status = run_validate(f, argc, argv);
   });
 }

@@ -47,6 +47,23 @@ assert parts <= r["recovery_s"]["measured"] + 1e-6, (parts, r["recovery_s"])
 PY
 grep -q . "$work/kill.err" && { cat "$work/kill.err"; fail "kill: stderr not empty"; }
 
+# Asynchronous checkpoints: training blocks for the snapshot only, the
+# shards persist in the background and commit when in place; the resumed
+# checkpoint is still the last one before the fault, each shard complete.
+"$T" validate --backend cpu --plan "$work/dp2.json" --steps 5 --inject kill:rank=0,step=5 --checkpoint-every 2 \
+  --checkpoint-mode async --checkpoint-dir "$work/ck-async" --json > "$work/async.json" 2> "$work/async.err" ||
+  { cat "$work/async.err"; fail "async: exit $?"; }
+python3 - "$work/async.json" "$work/ck-async" <<'PY' || fail "async: wrong recovery report"
+import json, os, sys
+d = json.load(open(sys.argv[1])); r = d["results"]; ck = sys.argv[2]
+assert d["checkpoint_mode"] == "async" and d["resumed_from_step"] == 4, d
+for step in (2, 4):
+    for rank in (0, 1):
+        assert os.path.getsize(f"{ck}/ckpt/step-{step}/rank-{rank}.bin") == int(d["checkpoint_bytes_per_rank"])
+assert r["checkpoint_persist_s"]["measured"] > 0, r["checkpoint_persist_s"]
+assert not any(f.endswith(".tmp") for f in os.listdir(f"{ck}/ckpt/step-4")), os.listdir(f"{ck}/ckpt/step-4")
+PY
+
 before=$(ls -d /tmp/trainplan-recovery-* 2>/dev/null)
 # A stopped rank: nothing exits, the heartbeat timeout detects it; it cannot
 # be detected before the timeout has passed since the last heartbeat.
