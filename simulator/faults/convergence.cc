@@ -15,6 +15,7 @@
 #include <Eigen/Dense>
 
 #include "simulator/core/error.h"
+#include "simulator/core/spec_items.h"
 
 namespace trainplan {
 
@@ -28,24 +29,8 @@ namespace {
 constexpr double kPi = 3.14159265358979323846;
 constexpr int kModes = 16;  // log-spaced modes of the noise floor
 
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> parts;
-  std::string part;
-  std::stringstream ss(text);
-  while (std::getline(ss, part, sep)) parts.push_back(part);
-  if (!text.empty() && text.back() == sep) parts.push_back("");
-  return parts;
-}
-
 double number(const std::string& text, const std::string& flag, const std::string& item) {
-  const char* begin = text.c_str();
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(begin, &end);
-  if (text.empty() || end != begin + text.size() || errno != 0 || !std::isfinite(v)) {
-    throw_input_error(flag, "", item + ": \"" + text + "\" is not a number", kConvergenceGrammar);
-  }
-  return v;
+  return spec_number(text, flag, item, kConvergenceGrammar);
 }
 
 double lr_scale(AsyncLr lr, int workers, int tau) {
@@ -77,15 +62,8 @@ std::string ConvergenceSpec::describe() const {
 ConvergenceSpec parse_convergence_spec(const std::string& text, const std::string& flag) {
   ConvergenceSpec spec;
   spec.text = text;
-  if (text.empty()) throw_input_error(flag, "", "empty specification", kConvergenceGrammar);
-  std::set<std::string> seen;
-  for (const std::string& item : split(text, ',')) {
-    const size_t eq = item.find('=');
-    if (item.empty() || eq == std::string::npos) {
-      throw_input_error(flag, "", "\"" + item + "\" is not KEY=VALUE", kConvergenceGrammar);
-    }
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    if (!seen.insert(key).second) throw_input_error(flag, "", "\"" + key + "\" given twice", kConvergenceGrammar);
+  for (const SpecItem& si : spec_items(text, flag, kConvergenceGrammar)) {
+    const std::string &item = si.item, &key = si.key, &value = si.value;
     if (key == "sharpness") {
       spec.sharpness = number(value, flag, item);
       if (!(spec.sharpness > 0 && spec.sharpness < 2)) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "simulator/core/error.h"
+#include "simulator/core/spec_items.h"
 #include "simulator/engine/engine.h"
 #include "simulator/taskgraph/lowering.h"
 
@@ -23,29 +24,13 @@ const char* const kStragglerGrammar =
 
 namespace {
 
-constexpr const char* kDistributions = "allowed: lognormal:SIGMA, normal:SIGMA, uniform:LO:HI, exp:MEAN";
+std::vector<std::string> split(const std::string& text, char sep) { return split_on(text, sep); }
 
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> parts;
-  std::string part;
-  std::stringstream ss(text);
-  while (std::getline(ss, part, sep)) parts.push_back(part);
-  if (!text.empty() && text.back() == sep) parts.push_back("");
-  return parts;
-}
-
-// Parses a whole string as a finite number, or throws naming the item.
 double number(const std::string& text, const std::string& flag, const std::string& item) {
-  const char* begin = text.c_str();
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(begin, &end);
-  if (text.empty() || end != begin + text.size() || errno != 0 || !std::isfinite(v) ||
-      std::isspace(static_cast<unsigned char>(text[0]))) {
-    throw_input_error(flag, "", item + ": \"" + text + "\" is not a number", kStragglerGrammar);
-  }
-  return v;
+  return spec_number(text, flag, item, kStragglerGrammar);
 }
+
+constexpr const char* kDistributions = "allowed: lognormal:SIGMA, normal:SIGMA, uniform:LO:HI, exp:MEAN";
 
 void in_range(double v, double lo, double hi, bool lo_open, const std::string& flag, const std::string& item,
               const std::string& what, const std::string& hint) {
@@ -538,15 +523,8 @@ std::string SlowdownDistribution::describe() const {
 StragglerSpec parse_straggler_spec(const std::string& text, const std::string& flag) {
   StragglerSpec spec;
   spec.text = text;
-  if (text.empty()) throw_input_error(flag, "", "empty specification", kStragglerGrammar);
-  std::set<std::string> seen;
-  for (const std::string& item : split(text, ',')) {
-    const size_t eq = item.find('=');
-    if (item.empty() || eq == std::string::npos) {
-      throw_input_error(flag, "", "\"" + item + "\" is not KEY=VALUE", kStragglerGrammar);
-    }
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    if (!seen.insert(key).second) throw_input_error(flag, "", "\"" + key + "\" given twice", kStragglerGrammar);
+  for (const SpecItem& si : spec_items(text, flag, kStragglerGrammar)) {
+    const std::string &item = si.item, &key = si.key, &value = si.value;
     if (key == "jitter") {
       spec.jitter = parse_distribution(value, flag, item);
     } else if (key == "op_jitter") {
