@@ -501,8 +501,11 @@ RecoveryMeasured supervise_recovery(const RecoveryConfig& cfg) {
     if (e.name == "load_begin") m.resumed_from_step = static_cast<int>(e.value);
   }
   if (m.resumed_from_step > 0) {
+    // The phases partition fault -> redone step: a rank that got ready
+    // early may start its load before the last rank is ready, so the load
+    // counted here starts when every rank is ready (restart ends there).
     const double b = over_ranks(a2, "load_begin", -1, false), e = over_ranks(a2, "load_end", -1, true);
-    m.load_s = e - b;
+    m.load_s = e - std::max(b, ready2);
   }
   // Attempt 1's checkpoints (those every rank finished).
   std::vector<double> writes;

@@ -115,7 +115,7 @@ struct RecoveryMeasured {
   double detection_s = 0;           // fault -> declared failed
   std::string detected_by;          // "rank R's process exited" | "launcher exit (...)" | "heartbeat timeout"
   double restart_s = 0;             // declared failed -> every rank of attempt 2 ready
-  double load_s = 0;                // attempt 2: first shard load starts -> last ends
+  double load_s = 0;                // attempt 2: every rank ready (or first load start, if later) -> last load ends
   int resumed_from_step = 0;        // 0: no checkpoint before the fault
   int checkpoints = 0;              // written by attempt 1
   double checkpoint_write_s = 0;    // median over them: first rank starts -> last one's training resumes
