@@ -1,12 +1,17 @@
 #include "planner/search/search.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <thread>
 #include <cmath>
 #include <cstdio>
+#include <deque>
+#include <functional>
 #include <limits>
+#include <memory>
+#include <queue>
 #include <tuple>
 
 #include "planner/export/exporters.h"
@@ -211,6 +216,12 @@ struct Candidate {
   double peak_bytes = 0;
   std::string family;
   double score_bound_s = 0;  // lower bound of the score (step time, or time to train)
+  // For the tighter bound computed just before a simulation
+  // (pipeline_step_lower_bound): the plan's costs, its stages' parameters,
+  // and the score bound per second of step-time bound.
+  const StepCosts* costs = nullptr;
+  std::vector<double> stage_params, stage_expert_params;
+  double score_per_step_bound = 1;
 };
 
 // A simulated plan and its score.
@@ -385,7 +396,12 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     }
     if (mem.peak_bytes < min_peak) {
       min_peak = mem.peak_bytes;
-      min_peak_valid = {Candidate{i, L, 0, mem.peak_bytes, family}};
+      Candidate near;
+      near.index = i;
+      near.layout = L;
+      near.peak_bytes = mem.peak_bytes;
+      near.family = family;
+      min_peak_valid = {std::move(near)};
       min_peak_world = world_of_plan[i];
     }
     if (!mem.fits) {
@@ -417,7 +433,9 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       const double steps = std::ceil(fc.train_tokens / (static_cast<double>(L.plan.gbs) * static_cast<double>(L.plan.seq)));
       score_bound = lb * steps / goodput_upper_bound(m, c, L, fc);
     }
-    candidates.push_back(Candidate{i, std::move(L), lb, mem.peak_bytes, family, score_bound});
+    const double per_step = lb > 0 ? score_bound / lb : 1.0;
+    candidates.push_back(Candidate{i, std::move(L), lb, mem.peak_bytes, family, score_bound, &sc,
+                                   std::move(stage_params), std::move(stage_expert_params), per_step});
   }
   res.min_peak_bytes = std::isfinite(min_peak) ? min_peak : 0;
   res.evaluate_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -481,44 +499,137 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   // of plans taken do not depend on the thread count (only the wall time).
   const size_t workers = std::max<size_t>(1, std::min<size_t>(8, std::thread::hardware_concurrency()));
   bool stop = false;
-  for (size_t next = 0; next < candidates.size() && !stop;) {
+  // Two bounds per plan: the cheap one every candidate has (sorted above),
+  // and a tighter one (pipelined plans: their own schedule run with compute
+  // times only; step_costs.h) computed only for the plans that reach the
+  // front.  A min-heap holds each candidate first by its cheap bound; popped,
+  // it goes back by its tight bound; popped again, it is simulated.  So the
+  // plans are simulated in the order of their tight bounds, and the search
+  // stops when the smallest bound left exceeds the K-th score.
+  struct Entry {
+    double key;
+    size_t k;
+    bool refined;
+    bool operator>(const Entry& o) const {
+      return key != o.key ? key > o.key : k != o.k ? k > o.k : refined > o.refined;
+    }
+  };
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> front;
+  for (size_t k = 0; k < candidates.size(); ++k) front.push(Entry{candidates[k].score_bound_s, k, false});
+  std::vector<double> tight(candidates.size(), 0.0);
+  // The engine runs of the last few distinct lowered steps, by fingerprint
+  // (equivalent plans have equal bounds, so they come out of the heap
+  // together).
+  constexpr size_t kRecentRuns = 4;
+  std::deque<std::pair<uint64_t, std::shared_ptr<EngineResult>>> recent_runs;
+  while (!front.empty() && !stop) {
     const double kth_now = kth_score();
     std::vector<size_t> batch;
-    while (next < candidates.size() && batch.size() < workers && candidates[next].score_bound_s <= kth_now) {
-      batch.push_back(next++);
+    while (!front.empty() && batch.size() < workers && front.top().key <= kth_now) {
+      const Entry e = front.top();
+      front.pop();
+      if (e.refined) {
+        batch.push_back(e.k);
+        continue;
+      }
+      Candidate& cand = candidates[e.k];
+      const int64_t ps =
+          pipeline_step_lower_bound(m, c, cand.layout, *cand.costs, cand.stage_params, cand.stage_expert_params);
+      tight[e.k] = std::max(cand.score_bound_s, static_cast<double>(ps) * 1e-12 * cand.score_per_step_bound);
+      front.push(Entry{tight[e.k], e.k, true});
     }
     if (batch.empty()) break;
     if (o.progress) o.progress("simulating", considered, static_cast<int64_t>(candidates.size()));
-    std::vector<Scored> results(batch.size());
-    std::vector<std::exception_ptr> errors(batch.size());
-    auto simulate_one = [&](size_t k) {
-      Candidate& cand = candidates[batch[k]];
-      results[k] = score_of(cand, simulate_step(m, c, cand.layout, so));
-    };
-    auto run_one = [&](size_t k) {
-      try {
-        simulate_one(k);
-      } catch (...) {
-        errors[k] = std::current_exception();  // rethrown on the calling thread below
+    const size_t n = batch.size();
+    std::vector<Scored> results(n);
+    // Runs fn(k) for the listed batch members on up to `workers` threads;
+    // an exception is rethrown here, on the calling thread.
+    auto in_parallel = [&](const std::vector<size_t>& items, const std::function<void(size_t)>& fn) {
+      std::vector<std::exception_ptr> errors(items.size());
+      std::atomic<size_t> cursor{0};
+      auto work = [&]() {
+        for (size_t i = cursor++; i < items.size(); i = cursor++) {
+          try {
+            fn(items[i]);
+          } catch (...) {
+            errors[i] = std::current_exception();
+          }
+        }
+      };
+      std::vector<std::thread> pool;
+      for (size_t t = 1; t < std::min(workers, items.size()); ++t) pool.emplace_back(work);
+      work();
+      for (std::thread& t : pool) t.join();
+      for (const std::exception_ptr& e : errors) {
+        if (e) std::rethrow_exception(e);
       }
     };
-    if (batch.size() == 1) {
-      run_one(0);
-    } else {
-      std::vector<std::thread> pool;
-      for (size_t k = 1; k < batch.size(); ++k) pool.emplace_back(run_one, k);
-      run_one(0);
-      for (std::thread& t : pool) t.join();
+    std::vector<size_t> all(n);
+    for (size_t k = 0; k < n; ++k) all[k] = k;
+    // 1. Lower each member; its lowered step's bound (its compute streams'
+    //    and comm channels' busy time, in score units) keeps a plan it puts
+    //    above the K-th score from running.
+    std::vector<LoweredStep> steps(n);
+    std::vector<double> lowered(n, 0.0);
+    std::vector<uint64_t> prints(n, 0);
+    in_parallel(all, [&](size_t k) {
+      Candidate& cand = candidates[batch[k]];
+      steps[k] = lower_for_simulation(m, c, cand.layout, so);
+      lowered[k] = static_cast<double>(lowered_step_lower_bound_ps(steps[k], cand.layout)) * 1e-12 *
+                   cand.score_per_step_bound;
+      if (lowered[k] <= kth_now) prints[k] = lowered_step_fingerprint(steps[k]);
+    });
+    // 2. Equivalent plans (dp 8 mbs 2 and dp 4 cp 2 mbs 4 often lower to the
+    //    same step): the engine runs once per distinct lowered step, here or
+    //    in a recent batch.
+    std::vector<const EngineResult*> engine(n, nullptr);
+    std::vector<std::shared_ptr<EngineResult>> fresh(n);
+    std::vector<double> wall(n, 0.0);
+    std::vector<size_t> to_run;
+    std::vector<size_t> same_as(n, n);
+    for (size_t k = 0; k < n; ++k) {
+      if (lowered[k] > kth_now) continue;
+      for (const auto& [print, result] : recent_runs) {
+        if (print == prints[k]) engine[k] = result.get();
+      }
+      for (size_t j = 0; j < k && engine[k] == nullptr && same_as[k] == n; ++j) {
+        if (lowered[j] <= kth_now && same_as[j] == n && prints[j] == prints[k] && engine[j] == nullptr) same_as[k] = j;
+      }
+      if (engine[k] == nullptr && same_as[k] == n) to_run.push_back(k);
     }
-    for (const std::exception_ptr& e : errors) {
-      if (e) std::rethrow_exception(e);
+    in_parallel(to_run, [&](size_t k) {
+      fresh[k] = std::make_shared<EngineResult>(run_lowered(steps[k], &wall[k]));
+      engine[k] = fresh[k].get();
+    });
+    for (size_t k = 0; k < n; ++k) {
+      if (same_as[k] < n) engine[k] = engine[same_as[k]];
+    }
+    // 3. Each member's report from its own lowered step and the run.
+    std::vector<size_t> reported;
+    for (size_t k = 0; k < n; ++k) {
+      if (engine[k] != nullptr) reported.push_back(k);
+    }
+    in_parallel(reported, [&](size_t k) {
+      Candidate& cand = candidates[batch[k]];
+      results[k] = score_of(cand, report_lowered(m, c, cand.layout, so, steps[k], *engine[k], wall[k]));
+    });
+    std::vector<uint8_t> ran(n, 0);
+    for (size_t k : reported) ran[k] = 1;
+    for (size_t k : to_run) {
+      recent_runs.emplace_back(prints[k], fresh[k]);
+      if (recent_runs.size() > kRecentRuns) recent_runs.pop_front();
     }
     for (size_t k = 0; k < batch.size(); ++k) {
       Candidate& cand = candidates[batch[k]];
-      if (cand.score_bound_s > kth_score()) {
+      // As one at a time: once the K-th score excludes a batch member, it
+      // excludes every plan after it.
+      if (tight[batch[k]] > kth_score()) {
         stop = true;
         break;
       }
+      // Its lowered step's bound excludes it: as if never run (the test is
+      // against the K-th score now, as one at a time would make it).
+      if (!ran[k] || lowered[k] > kth_score()) continue;
       considered += 1;
       res.simulated += 1;
       Scored sc = std::move(results[k]);

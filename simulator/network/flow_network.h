@@ -27,6 +27,7 @@ class FlowNetwork {
   // Adds a link of `capacity` bytes/s; returns its id.
   int32_t add_link(double capacity_bytes_per_s);
   int32_t link_count() const { return static_cast<int32_t>(capacity_.size()); }
+  double capacity(int32_t link) const { return capacity_[static_cast<size_t>(link)]; }
 
   // Starts flow `id` (caller-chosen, unique among active flows, >= 0) with a
   // rate cap and links.  Rates of connected flows change; changed() lists them.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <sstream>
 
@@ -277,19 +278,55 @@ LoweringOptions lowering_options(const SimulateOptions& options) {
   return lo;
 }
 
+LoweredStep lower_for_simulation(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                                 const SimulateOptions& options) {
+  TRAINPLAN_CHECK(layout.feasible, "simulating an infeasible layout");
+  return lower_step(model, cluster, layout, lowering_options(options));
+}
+
+int64_t lowered_step_lower_bound_ps(const LoweredStep& step, const Layout& layout) {
+  if (zero_bubble(layout.plan.schedule) || !step.async.empty() || layout.plan.dp_mode == DpMode::kAsync) return 0;
+  return critical_path_lower_bound_ps(step.graph);
+}
+
 StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                          const SimulateOptions& options) {
-  TRAINPLAN_CHECK(layout.feasible, "simulating an infeasible layout");
-  LoweredStep step = lower_step(model, cluster, layout, lowering_options(options));
+  return simulate_lowered(model, cluster, layout, options, lower_for_simulation(model, cluster, layout, options));
+}
+
+StepReport simulate_lowered(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                            const SimulateOptions& options, LoweredStep step) {
+  double wall_s = 0;
+  const EngineResult r = run_lowered(step, &wall_s);
+  return report_lowered(model, cluster, layout, options, step, r, wall_s);
+}
+
+EngineResult run_lowered(LoweredStep& step, double* wall_s) {
   EngineOptions eo;
   eo.comm_slowdown = step.comm_slowdown;
   eo.static_bytes = step.static_bytes;
   auto t0 = std::chrono::steady_clock::now();
   EngineResult r = run_engine(step.graph, step.network, eo);
   auto t1 = std::chrono::steady_clock::now();
+  if (wall_s != nullptr) *wall_s = std::chrono::duration<double>(t1 - t0).count();
+  return r;
+}
 
+uint64_t lowered_step_fingerprint(const LoweredStep& step) {
+  uint64_t h = fingerprint(step.graph, step.network);
+  uint64_t bits = 0;
+  std::memcpy(&bits, &step.comm_slowdown, sizeof bits);
+  h ^= bits * 0x9e3779b97f4a7c15ULL;
+  for (int64_t b : step.static_bytes) h = (h ^ static_cast<uint64_t>(b)) * 0x100000001b3ULL;
+  return h;
+}
+
+StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                          const SimulateOptions& options, const LoweredStep& step, const EngineResult& r,
+                          double engine_wall_s) {
+  TRAINPLAN_CHECK(layout.feasible, "simulating an infeasible layout");
   StepReport rep;
-  rep.engine_wall_s = std::chrono::duration<double>(t1 - t0).count();
+  rep.engine_wall_s = engine_wall_s;
   rep.events = r.events;
   rep.tasks = step.graph.size();
   rep.simulated_ranks = static_cast<int>(step.ranks.size());

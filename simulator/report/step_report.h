@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "simulator/engine/engine.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
@@ -83,6 +84,31 @@ struct StepReport {
 // REQUIRES: layout.feasible.
 StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                          const SimulateOptions& options);
+
+// simulate_step in two halves, for a search that bounds a plan once it is
+// lowered and before it runs: lower_for_simulation(...) then
+// simulate_lowered(..., std::move(step)) is simulate_step(...).
+LoweredStep lower_for_simulation(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                                 const SimulateOptions& options);
+StepReport simulate_lowered(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                            const SimulateOptions& options, LoweredStep step);
+
+// simulate_lowered in two halves again, so that a search can run the engine
+// once for plans whose lowered steps are identical (equal fingerprints):
+// run_lowered(step) is the engine's run (its wall time in *wall_s when
+// given), report_lowered(...) the report built from it.
+EngineResult run_lowered(LoweredStep& step, double* wall_s = nullptr);
+StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                          const SimulateOptions& options, const LoweredStep& step, const EngineResult& result,
+                          double engine_wall_s = 0);
+// fingerprint(graph, network) with the engine options the step carries
+// (compute slowdown under communication, static bytes).
+uint64_t lowered_step_fingerprint(const LoweredStep& step);
+
+// A lower bound on simulate_lowered's step time: the lowered step's critical
+// path without contention (critical_path_lower_bound_ps); 0 where the step
+// is not the makespan (zero-bubble's overlapping steps, async DP).
+int64_t lowered_step_lower_bound_ps(const LoweredStep& step, const Layout& layout);
 
 }  // namespace trainplan
 

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <cmath>
 
 #include "simulator/core/error.h"
@@ -734,7 +735,13 @@ class Lowerer {
   int32_t add_group_comm(int32_t channel, Collective kind, TaskLabel label, double bytes, int size,
                          const std::vector<int32_t>& members, int stride = 0) {
     GroupPlacement gp = dp_placement(size, stride > 0 ? stride : p_.tp);
-    CollectiveCost cost = collective_cost(kind, static_cast<Bytes>(std::max(1.0, bytes)), gp, lp_);
+    // A step issues the same few collectives thousands of times (ZeRO-3:
+    // every layer of every micro-batch): each size and group is costed once.
+    const Bytes size_bytes = static_cast<Bytes>(std::max(1.0, bytes));
+    const auto key = std::make_tuple(static_cast<int>(kind), size_bytes, size, stride > 0 ? stride : p_.tp);
+    auto hit = group_costs_.find(key);
+    if (hit == group_costs_.end()) hit = group_costs_.emplace(key, collective_cost(kind, size_bytes, gp, lp_)).first;
+    const CollectiveCost& cost = hit->second;
     std::vector<FlowLink> links;
     for (int32_t mr : members) {
       if (gp.ranks_per_node > 1) links.push_back(FlowLink{intra_link_[static_cast<size_t>(mr)], 1.0f});
@@ -945,6 +952,7 @@ class Lowerer {
   std::vector<int32_t> next_in_program_;
   std::shared_ptr<RouteClasses> routes_;
   std::vector<int32_t> blocking_comm_;
+  std::map<std::tuple<int, Bytes, int, int>, CollectiveCost> group_costs_;  // add_group_comm's memo
   std::map<int32_t, std::vector<int32_t>> dp_member_preds_;  // collective -> its members' producing tasks  // DP collectives that block their members' next compute
   std::vector<int32_t> intra_link_, nic_link_;
   std::vector<double> stage_params_;

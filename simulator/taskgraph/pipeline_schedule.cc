@@ -153,19 +153,31 @@ int peak_microbatches_in_flight(const std::vector<PipeOp>& ops) {
 
 namespace {
 
-// Durations of one op of each kind on each rank, and the p2p delay.
+// Durations of one op of each kind on each virtual stage (chunk c of rank r
+// is stage c*p + r; with one chunk per rank, stage == rank), and the p2p
+// delay.
 struct OpDurations {
-  std::vector<double> f, b, w;  // per rank
+  std::vector<double> f, b, w;  // per virtual stage
   double p2p = 0;
 };
+
+// The same per-rank durations for every chunk of the rank.
+OpDurations per_stage(OpDurations d, int v) {
+  const size_t p = d.f.size();
+  for (std::vector<double>* x : {&d.f, &d.b, &d.w}) {
+    x->resize(p * static_cast<size_t>(v));
+    for (size_t s = p; s < x->size(); ++s) (*x)[s] = (*x)[s % p];
+  }
+  return d;
+}
 
 UnitTimeRun execute(const PipelineSchedule& schedule, int v, const OpDurations& d) {
   const int p = static_cast<int>(schedule.size());
   TRAINPLAN_CHECK(p >= 1 && v >= 1, "need p >= 1 and v >= 1");
-  TRAINPLAN_CHECK(d.f.size() == static_cast<size_t>(p) && d.b.size() == d.f.size() && d.w.size() == d.f.size(),
-                  "op durations must be given for each of the " + std::to_string(p) + " ranks");
-  for (int r = 0; r < p; ++r) {
-    const size_t i = static_cast<size_t>(r);
+  const size_t stage_count = static_cast<size_t>(p) * static_cast<size_t>(v);
+  TRAINPLAN_CHECK(d.f.size() == stage_count && d.b.size() == d.f.size() && d.w.size() == d.f.size(),
+                  "op durations must be given for each of the " + std::to_string(stage_count) + " virtual stages");
+  for (size_t i = 0; i < stage_count; ++i) {
     TRAINPLAN_CHECK(d.f[i] > 0 && d.b[i] > 0 && d.w[i] >= 0, "op times must be positive");
   }
   TRAINPLAN_CHECK(d.p2p >= 0, "p2p time must be >= 0");
@@ -231,8 +243,8 @@ UnitTimeRun execute(const PipelineSchedule& schedule, int v, const OpDurations& 
         }
         if (blocked) break;
         TRAINPLAN_CHECK(at(kind, s, mb) < 0, "rank " + std::to_string(r) + " runs " + op_text(op) + " twice");
-        const size_t ri = static_cast<size_t>(r);
-        const double length = kind == 0 ? d.f[ri] : kind == 2 ? d.w[ri] : weights > 0 ? d.b[ri] : d.b[ri] + d.w[ri];
+        const size_t ri = static_cast<size_t>(r), si = static_cast<size_t>(s);
+        const double length = kind == 0 ? d.f[si] : kind == 2 ? d.w[si] : weights > 0 ? d.b[si] : d.b[si] + d.w[si];
         const double finish = ready + length;
         at(kind, s, mb) = finish;
         free_at[ri] = finish;
@@ -511,7 +523,15 @@ UnitTimeRun simulate_pipeline_unit_time(const PipelineSchedule& schedule, int v,
   // Every pass (F, B, and W where the schedule has them) takes its time.
   OpDurations d{std::vector<double>(p, forward_time), std::vector<double>(p, backward_time),
                 std::vector<double>(p, split ? backward_time : 0.0), 0.0};
-  return execute(schedule, v, d);
+  return execute(schedule, v, per_stage(std::move(d), v));
+}
+
+UnitTimeRun simulate_pipeline_stages(const PipelineSchedule& schedule, int v, const std::vector<double>& forward,
+                                     const std::vector<double>& backward) {
+  const size_t stages = schedule.size() * static_cast<size_t>(std::max(v, 1));
+  TRAINPLAN_CHECK(forward.size() == stages && backward.size() == stages,
+                  "op times must be given for each of the " + std::to_string(stages) + " virtual stages");
+  return execute(schedule, v, OpDurations{forward, backward, std::vector<double>(stages, 0.0), 0.0});
 }
 
 }  // namespace trainplan

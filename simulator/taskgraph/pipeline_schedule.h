@@ -155,6 +155,14 @@ double bubble_rate(const PipelineSchedule& schedule, const StageOpTimes& times);
 UnitTimeRun simulate_pipeline_unit_time(const PipelineSchedule& schedule, int v,
                                         double forward_time, double backward_time);
 
+// As simulate_pipeline_unit_time without W passes, with the F and B of each
+// virtual stage s = chunk*p + rank taking forward[s] and backward[s] (sizes
+// p*v, each > 0).  The makespan only grows with any op's duration (fixed
+// per-rank order, as-soon-as-possible starts).
+// REQUIRES: as simulate_pipeline_unit_time; the schedule has no W passes.
+UnitTimeRun simulate_pipeline_stages(const PipelineSchedule& schedule, int v, const std::vector<double>& forward,
+                                     const std::vector<double>& backward);
+
 }  // namespace trainplan
 
 #endif  // TRAINPLAN_SIM_TASKGRAPH_PIPELINE_SCHEDULE_H_

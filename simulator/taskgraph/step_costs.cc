@@ -1,5 +1,7 @@
 #include "simulator/taskgraph/step_costs.h"
 
+#include "simulator/taskgraph/pipeline_schedule.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -8,6 +10,7 @@
 
 #include "simulator/compute/compute_model.h"
 #include "simulator/network/collective_model.h"
+#include "simulator/taskgraph/pipeline_schedule.h"
 
 namespace trainplan {
 
@@ -237,17 +240,26 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
     return optimizer_ps(c, layout, stage_params[i], i < stage_expert_params.size() ? stage_expert_params[i] : 0.0);
   };
   // The cheapest layer kind present (dense or MoE) bounds any chunk's layers.
-  int64_t min_fwd = INT64_MAX, min_work = INT64_MAX;
+  int64_t min_fwd = INT64_MAX, min_bwd = INT64_MAX, min_work = INT64_MAX;
   for (int64_t i = 0; i < m.layers; ++i) {
     const LayerTimes& t = s.times_of(i);
     min_fwd = std::min(min_fwd, t.forward_ps);
+    min_bwd = std::min(min_bwd, t.backward_ps);
     min_work = std::min(min_work, t.forward_ps + t.backward_ps);
   }
   const std::vector<int64_t> first = stage_first_layers(layout.stage_layers);
   int64_t best = 0;
   // Stage st cannot start before micro-batch 0 has gone forward through the
-  // first chunk of every earlier stage.
-  int64_t start_delay = 0;
+  // first chunk of every earlier stage.  And its last op, the backward of a
+  // micro-batch through its chunk 0 (1F1B, interleaved and GPipe all end a
+  // stage that way), feeds the backward of that micro-batch through chunk 0
+  // of every earlier stage in turn, so stage 0 finishes (and then steps its
+  // optimizer) at least that drain later.  For uniform stages without
+  // communication the two together are the closed form (m + p - 1)(f + b).
+  // Zero-bubble schedules end a stage with a W pass that feeds nobody: no
+  // drain there.
+  const bool drains = p.pp > 1 && p.schedule != Schedule::kNaive && !zero_bubble(p.schedule);
+  int64_t start_delay = 0, drain = 0;
   for (int st = 0; st < p.pp; ++st) {
     const int64_t layers = layout.stage_layers[static_cast<size_t>(st)];
     int64_t work = s.layers_work_ps(first[static_cast<size_t>(st)], layers);
@@ -255,9 +267,11 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
     if (st == p.pp - 1) work += s.output_forward_ps + s.output_backward_ps;
     // Naive model parallel: one stage busy at a time, so the step is at least
     // the sum over stages.
-    int64_t total = start_delay + mb * work + opt(st);
-    best = std::max(best, total);
+    const int64_t done = start_delay + mb * work;
+    best = std::max(best, done + opt(st));
+    if (drains) best = std::max(best, done + drain + opt(0));
     start_delay += (layers / v) * min_fwd + (st == 0 ? s.embedding_forward_ps : 0);
+    drain += (layers / v) * min_bwd;
   }
   if (p.pp > 1 && p.schedule != Schedule::kNaive && !zero_bubble(p.schedule)) {
     // (Zero-bubble schedules fill the cool-down with W passes, so only the
@@ -280,6 +294,61 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
       sum += mb * s.layers_work_ps(first[static_cast<size_t>(st)], layers);
     }
     best = std::max(best, sum);
+  }
+  return best;
+}
+
+int64_t pipeline_step_lower_bound(const ModelSpec& m, const ClusterSpec& c, const Layout& layout, const StepCosts& s,
+                                  const std::vector<double>& stage_params,
+                                  const std::vector<double>& stage_expert_params) {
+  const int64_t basic = step_time_lower_bound(m, c, layout, s, stage_params, stage_expert_params);
+  const Plan& p = layout.plan;
+  if (p.pp <= 1 || p.schedule == Schedule::kNaive || zero_bubble(p.schedule)) return basic;
+  const int v = p.schedule == Schedule::kInterleaved ? p.vp : 1;
+  const int mb = static_cast<int>(layout.microbatches);
+  if (!check_pipeline_schedule(p.schedule, p.pp, mb, v).ok) return basic;
+  const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(layout);
+  const size_t stages = static_cast<size_t>(p.pp) * static_cast<size_t>(v);
+  std::vector<double> fwd(stages), bwd(stages);
+  int64_t empty_passes = 0;  // per micro-batch
+  for (int r = 0; r < p.pp; ++r) {
+    for (int ch = 0; ch < v; ++ch) {
+      const ChunkLayers& cl = chunks[static_cast<size_t>(r)][static_cast<size_t>(ch)];
+      int64_t f = 0, b = 0;
+      for (int i = cl.first; i < cl.first + cl.count; ++i) {
+        f += s.times_of(i).forward_ps;
+        b += s.times_of(i).backward_ps;
+      }
+      if (r == 0 && ch == 0) {
+        f += s.embedding_forward_ps;
+        b += s.embedding_backward_ps;
+      }
+      if (r == p.pp - 1 && ch == v - 1) {
+        f += s.output_forward_ps;
+        b += s.output_backward_ps;
+      }
+      // simulate_pipeline_stages needs positive times: a pass of no work
+      // takes a picosecond here (none in the lowering), so the makespan may
+      // be over by one picosecond per such pass.
+      const size_t st = static_cast<size_t>(model_chunk_stage(r, ch, p.pp));
+      fwd[st] = static_cast<double>(std::max<int64_t>(1, f));
+      bwd[st] = static_cast<double>(std::max<int64_t>(1, b));
+      empty_passes += (f <= 0 ? 1 : 0) + (b <= 0 ? 1 : 0);
+    }
+  }
+  const PipelineSchedule schedule = build_pipeline_schedule(p.schedule, p.pp, mb, v);
+  const UnitTimeRun run = simulate_pipeline_stages(schedule, v, fwd, bwd);
+  int64_t best = basic;
+  for (int r = 0; r < p.pp; ++r) {
+    const size_t ri = static_cast<size_t>(r);
+    const std::vector<PipeOp>& ops = schedule[ri];
+    if (ops.empty()) continue;
+    const PipeOp& last = ops.back();
+    const size_t st = static_cast<size_t>(model_chunk_stage(r, last.chunk, p.pp));
+    const double end = run.start[ri].back() + (last.kind == PipeOp::Kind::kForward ? fwd[st] : bwd[st]);
+    const int64_t opt = optimizer_ps(c, layout, stage_params[ri], ri < stage_expert_params.size() ? stage_expert_params[ri] : 0.0);
+    // Op times are whole picoseconds below 2^53: the sums are exact.
+    best = std::max(best, static_cast<int64_t>(end) - empty_passes * mb + opt);
   }
   return best;
 }

@@ -88,6 +88,20 @@ int64_t step_time_lower_bound(const ModelSpec& model, const ClusterSpec& cluster
                               const StepCosts& costs, const std::vector<double>& stage_params,
                               const std::vector<double>& stage_expert_params = {});
 
+// A tighter bound for a pipelined plan (pp > 1, 1F1B, GPipe or interleaved):
+// the plan's own pipeline schedule executed with each pass taking its chunk's
+// compute time (layers, plus the embedding on the first chunk and the output
+// layer on the last) and no communication, each rank then stepping its
+// optimizer; and at least step_time_lower_bound.  The lowering runs the same
+// passes in the same per-rank order with communication and slowdowns added,
+// and a fixed-order schedule's makespan only grows with its op durations, so
+// this never exceeds simulate_step's step time either (tested).  Costs
+// O(p * m * v): meant for the plans a search is about to simulate, not for
+// every candidate.  Other plans: step_time_lower_bound.
+int64_t pipeline_step_lower_bound(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                                  const StepCosts& costs, const std::vector<double>& stage_params,
+                                  const std::vector<double>& stage_expert_params = {});
+
 }  // namespace trainplan
 
 #endif  // TRAINPLAN_SIM_TASKGRAPH_STEP_COSTS_H_

@@ -1,6 +1,8 @@
 #include "simulator/taskgraph/task_graph.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "simulator/core/error.h"
 
@@ -105,6 +107,129 @@ void TaskGraph::finalize() {
   }
   edges_.clear();
   edges_.shrink_to_fit();
+}
+
+int64_t critical_path_lower_bound_ps(const TaskGraph& g) {
+  const size_t n = static_cast<size_t>(g.size());
+  // Precedences beyond the dependencies: the next task in the same program
+  // or ordered channel.
+  std::vector<int32_t> next_in_order(n * 2, -1);
+  std::vector<int32_t> indegree(n, 0);
+  for (const std::vector<int32_t>& prog : g.program) {
+    for (size_t k = 1; k < prog.size(); ++k) {
+      next_in_order[static_cast<size_t>(prog[k - 1]) * 2] = prog[k];
+      indegree[static_cast<size_t>(prog[k])] += 1;
+    }
+  }
+  for (size_t c = 0; c < g.channel_order.size(); ++c) {
+    if (c < g.channel_arrival.size() && g.channel_arrival[c]) continue;
+    const std::vector<int32_t>& order = g.channel_order[c];
+    for (size_t k = 1; k < order.size(); ++k) {
+      next_in_order[static_cast<size_t>(order[k - 1]) * 2 + 1] = order[k];
+      indegree[static_cast<size_t>(order[k])] += 1;
+    }
+  }
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    const uint32_t* s = g.successors(t);
+    for (uint32_t k = 0; k < t.succ_count; ++k) indegree[s[k]] += 1;
+  }
+  std::vector<int64_t> ready(n, 0);  // earliest start
+  std::vector<int32_t> queue;
+  queue.reserve(n);
+  for (int32_t id = 0; id < g.size(); ++id) {
+    if (indegree[static_cast<size_t>(id)] == 0) queue.push_back(id);
+  }
+  int64_t makespan = 0;
+  auto release = [&](int32_t next, int64_t finish) {
+    const size_t ni = static_cast<size_t>(next);
+    ready[ni] = std::max(ready[ni], finish);
+    if (--indegree[ni] == 0) queue.push_back(next);
+  };
+  for (size_t head = 0; head < queue.size(); ++head) {
+    const int32_t id = queue[head];
+    const Task& t = g.task(id);
+    int64_t duration = std::max<int64_t>(0, t.work_ps);
+    if (t.type == TaskType::kComm && t.wire_bytes > 0 && t.max_rate > 0) {
+      duration += static_cast<int64_t>(std::floor(t.wire_bytes / t.max_rate * 1e12));
+    }
+    const int64_t finish = ready[static_cast<size_t>(id)] + duration;
+    makespan = std::max(makespan, finish);
+    const uint32_t* s = g.successors(t);
+    for (uint32_t k = 0; k < t.succ_count; ++k) release(static_cast<int32_t>(s[k]), finish);
+    for (int w = 0; w < 2; ++w) {
+      const int32_t next = next_in_order[static_cast<size_t>(id) * 2 + static_cast<size_t>(w)];
+      if (next >= 0) release(next, finish);
+    }
+  }
+  TRAINPLAN_CHECK(queue.size() == n, "critical path of a cyclic task graph");
+  return makespan;
+}
+
+namespace {
+
+// FNV-1a over 64-bit words, finished with a SplitMix64 mix.
+class Hasher {
+ public:
+  void add(uint64_t x) {
+    h_ ^= x;
+    h_ *= 0x100000001b3ULL;
+  }
+  void add(double x) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, &x, sizeof bits);
+    add(bits);
+  }
+  uint64_t value() const {
+    uint64_t z = h_ + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+
+ private:
+  uint64_t h_ = 0xcbf29ce484222325ULL;
+};
+
+}  // namespace
+
+uint64_t fingerprint(const TaskGraph& g, const FlowNetwork& network) {
+  Hasher h;
+  h.add(static_cast<uint64_t>(g.size()));
+  h.add(static_cast<uint64_t>(g.ranks));
+  h.add(static_cast<uint64_t>(g.channels));
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    for (int64_t x : {t.work_ps, t.tp_comm_ps, t.ep_comm_ps, t.mem_alloc, t.mem_free}) h.add(static_cast<uint64_t>(x));
+    h.add(t.wire_bytes);
+    h.add(t.max_rate);
+    for (int64_t x : {int64_t{t.rank}, int64_t{t.channel}, int64_t{t.comm_index}, int64_t{t.succ_begin},
+                      int64_t{t.succ_count}, int64_t{t.member_begin}, int64_t{t.member_count}, int64_t{t.link_begin},
+                      int64_t{t.link_count}, int64_t{t.preds}, int64_t{t.microbatch}, int64_t{t.chunk},
+                      int64_t{t.layer}, int64_t{t.layer_count}, int64_t{t.extras}}) {
+      h.add(static_cast<uint64_t>(x));
+    }
+    h.add((static_cast<uint64_t>(t.type) << 16) | (static_cast<uint64_t>(t.category) << 8) |
+          static_cast<uint64_t>(t.label));
+  }
+  for (uint32_t s : g.successor_array()) h.add(uint64_t{s});
+  for (int32_t m : g.member_array()) h.add(static_cast<uint64_t>(m));
+  for (const FlowLink& l : g.link_array()) {
+    h.add(static_cast<uint64_t>(l.link));
+    h.add(static_cast<double>(l.weight));
+  }
+  for (const std::vector<int32_t>& prog : g.program) {
+    h.add(static_cast<uint64_t>(prog.size()));
+    for (int32_t id : prog) h.add(static_cast<uint64_t>(id));
+  }
+  for (size_t c = 0; c < g.channel_order.size(); ++c) {
+    h.add(static_cast<uint64_t>(g.channel_order[c].size()));
+    h.add(static_cast<uint64_t>(c < g.channel_arrival.size() ? g.channel_arrival[c] : 0));
+    for (int32_t id : g.channel_order[c]) h.add(static_cast<uint64_t>(id));
+  }
+  h.add(static_cast<uint64_t>(network.link_count()));
+  for (int32_t l = 0; l < network.link_count(); ++l) h.add(network.capacity(l));
+  return h.value();
 }
 
 }  // namespace trainplan

@@ -83,6 +83,11 @@ class TaskGraph {
   const uint32_t* successors(const Task& t) const { return succ_.data() + t.succ_begin; }
   const int32_t* members(const Task& t) const { return members_.data() + t.member_begin; }
   const FlowLink* links(const Task& t) const { return links_.data() + t.link_begin; }
+  // The successor, member and link arrays behind successors(), members()
+  // and links(), whole.
+  const std::vector<uint32_t>& successor_array() const { return succ_; }
+  const std::vector<int32_t>& member_array() const { return members_; }
+  const std::vector<FlowLink>& link_array() const { return links_; }
 
   int32_t ranks = 0;     // simulated ranks
   int32_t channels = 0;  // comm channels
@@ -100,6 +105,23 @@ class TaskGraph {
   std::vector<FlowLink> links_;
   int32_t comm_count_ = 0;
 };
+
+// A lower bound on the makespan of `g`: its critical path with every task at
+// its uncontended duration (compute: its work, which slowdowns only stretch;
+// comm: its latency plus its wire bytes at its rate cap, which sharing a link
+// only lowers), through its dependencies, each rank's program order and each
+// ordered channel's FIFO order (an arrival channel's order is left out: it
+// is the engine's).  The engine honours every one of those precedences, so
+// its makespan is never below this.  O(tasks + dependencies).
+// REQUIRES: g finalized and acyclic.
+int64_t critical_path_lower_bound_ps(const TaskGraph& g);
+
+// A 64-bit hash of everything the engine reads from `g` and `network` (every
+// task field, dependencies, members, links and their weights, programs,
+// channels, link capacities): two steps with equal fingerprints run the same
+// events to the same times (a collision between different graphs has
+// probability about 2^-64 per pair).  REQUIRES: g finalized.
+uint64_t fingerprint(const TaskGraph& g, const FlowNetwork& network);
 
 }  // namespace trainplan
 

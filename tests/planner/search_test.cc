@@ -10,6 +10,7 @@
 #include "planner/plan/plan_file.h"
 #include "planner/search/search.h"
 #include "simulator/core/error.h"
+#include "simulator/framework/framework.h"
 #include "simulator/memory/memory_model.h"
 #include "simulator/report/step_report.h"
 #include "simulator/taskgraph/step_costs.h"
@@ -18,11 +19,16 @@ using namespace trainplan;
 
 namespace {
 
-double lower_bound_s(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
-  MemoryReport mem = estimate_memory(m, c, L);
+// Each stage's parameters, as the search hands them to the bounds.
+std::vector<double> stage_params_of(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
   std::vector<double> params;
-  for (const StageMemory& st : mem.stages) params.push_back(st.params);
-  return static_cast<double>(step_time_lower_bound(m, c, L, step_costs(m, c, L.plan), params)) * 1e-12;
+  for (const StageMemory& st : estimate_memory(m, c, L).stages) params.push_back(st.params);
+  return params;
+}
+
+double lower_bound_s(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+  return static_cast<double>(step_time_lower_bound(m, c, L, step_costs(m, c, L.plan), stage_params_of(m, c, L))) *
+         1e-12;
 }
 
 }  // namespace
@@ -64,6 +70,85 @@ TEST_CASE("Search: the lower bound never exceeds the simulated step time", "[pla
     }
   }
   CHECK(checked > 40);
+}
+
+TEST_CASE("Search: the schedule and critical-path bounds never exceed the simulated step time", "[planner][search]") {
+  // Oracle: the simulator.  pipeline_step_lower_bound runs the plan's own
+  // schedule with compute times only; the lowered step's critical path adds
+  // every transfer at its uncontended time.  Both must stay at or below the
+  // simulated step for uneven stages (32 layers over 3 or 5 stages),
+  // interleaved chunks of unequal size, ZeRO-3 (per-layer gathers, with and
+  // without parameter offload), DeepSpeed's regather for full recompute and
+  // Megatron-Core's overlaps; and the schedule bound must dominate the basic
+  // one (it takes the maximum with it).
+  const ModelSpec m = load_model("llama3-8b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  int checked = 0, tighter = 0;
+  for (Framework fw : {Framework::kGeneric, Framework::kDeepSpeed, Framework::kMegatronCore}) {
+    for (int pp : {1, 3, 4, 5}) {
+      for (int vp : {1, 3}) {
+        for (int zero : {1, 3}) {
+          for (Recompute rc : {Recompute::kNone, Recompute::kFull}) {
+            for (Offload off : {Offload::kNone, Offload::kParams}) {
+              Plan p;
+              p.tp = 2;
+              p.pp = pp;
+              p.vp = vp;
+              p.zero = zero;
+              p.recompute = rc;
+              p.offload = off;
+              p.framework = fw;
+              p.schedule = vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+              p.schedule_given = true;
+              p.mbs = 1;
+              p.seq = 2048;
+              p.gbs = 120;
+              const int gpus = 2 * pp * (pp == 4 ? 2 : 4);  // a whole number of 8-GPU nodes
+              Layout L = resolve_plan(m, c, gpus, p);
+              if (!L.feasible) continue;
+              const std::vector<double> params = stage_params_of(m, c, L);
+              const StepCosts costs = step_costs(m, c, L.plan);
+              const int64_t basic = step_time_lower_bound(m, c, L, costs, params);
+              const int64_t sched = pipeline_step_lower_bound(m, c, L, costs, params);
+              LoweredStep step = lower_for_simulation(m, c, L, SimulateOptions{});
+              const int64_t path = lowered_step_lower_bound_ps(step, L);
+              const double sim = simulate_lowered(m, c, L, SimulateOptions{}, std::move(step)).step_time_s;
+              INFO(describe_plan(L.plan) << " framework " << to_string(fw));
+              CHECK(sched >= basic);
+              CHECK(static_cast<double>(sched) * 1e-12 <= sim * (1 + 1e-12));
+              CHECK(static_cast<double>(path) * 1e-12 <= sim * (1 + 1e-12));
+              if (sched > basic) ++tighter;
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(checked > 60);
+  CHECK(tighter > 10);
+}
+
+TEST_CASE("Search: every listed plan's time is its own simulation", "[planner][search]") {
+  // Oracle: simulate_step of each listed plan and of its ties, afresh.  The
+  // search runs the engine once per distinct lowered step (equal
+  // fingerprints) and prunes on bounds; neither may change a listed time.
+  const ModelSpec m = load_model("llama3-8b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  SearchOptions o;
+  o.gbs = 64;
+  o.top_k = 8;
+  SearchResult r = search_plans(m, c, 16, o);
+  REQUIRE(r.plans.size() == 8);
+  int ties = 0;
+  for (const RankedPlan& rp : r.plans) {
+    CHECK(simulate_step(m, c, rp.layout, SimulateOptions{}).step_time_s == rp.report.step_time_s);
+    for (const Layout& t : rp.ties) {
+      CHECK(simulate_step(m, c, t, SimulateOptions{}).step_time_s == rp.report.step_time_s);
+      ++ties;
+    }
+  }
+  CHECK(ties > 0);  // the case exercises equivalent plans
 }
 
 TEST_CASE("Search: branch and bound returns the brute-force top K", "[planner][search]") {

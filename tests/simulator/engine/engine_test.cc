@@ -360,3 +360,48 @@ TEST_CASE("Engine: the same graph twice gives identical times", "[sim][engine]")
 
 }  // namespace
 }  // namespace trainplan
+
+namespace trainplan {
+
+TEST_CASE("Engine: the critical path bounds the makespan, and contention is what it leaves out", "[sim][engine]") {
+  // Rank 0 runs A (10 us) then B (5 us); C, a transfer of 2 kB at a cap of
+  // 1 GB/s (2 us) after 3 us of latency, waits for A; D (4 us) on rank 1
+  // waits for C; E, a second 2 kB transfer on another channel, waits for A
+  // too.  Uncontended, C and E run 10..15 us, D 15..19 us: the critical path
+  // A -> C -> D is 19 us, and the engine's makespan equals it on links that
+  // carry both at their caps.  On one shared link of 1 GB/s the two
+  // transfers split it (0.5 GB/s each: 4 us of bytes, C ends at 17 us, D at
+  // 21 us): the engine's makespan grows, the bound does not.
+  auto build = [](TaskGraph& g, FlowNetwork& net, double link_bytes_per_s, int64_t d_work_ps) {
+    const int32_t link = net.add_link(link_bytes_per_s);
+    const int32_t ch1 = g.add_channel(), ch2 = g.add_channel();
+    const int32_t a = compute(g, 0, 10'000'000), b = compute(g, 0, 5'000'000);
+    const int32_t c = comm(g, ch1, 3'000'000, 2e3, 1e9, {0}, {FlowLink{link, 1.0f}});
+    const int32_t e = comm(g, ch2, 3'000'000, 2e3, 1e9, {0}, {FlowLink{link, 1.0f}});
+    const int32_t d = compute(g, 1, d_work_ps);
+    g.add_dep(a, b);
+    g.add_dep(a, c);
+    g.add_dep(a, e);
+    g.add_dep(c, d);
+    g.finalize();
+  };
+  TaskGraph fast = graph_with_ranks(2), shared = graph_with_ranks(2), other = graph_with_ranks(2);
+  FlowNetwork fast_net, shared_net, other_net;
+  build(fast, fast_net, 1e12, 4'000'000);
+  build(shared, shared_net, 1e9, 4'000'000);
+  build(other, other_net, 1e12, 4'000'001);
+  CHECK(critical_path_lower_bound_ps(fast) == 19'000'000);
+  CHECK(run(fast, fast_net).makespan_ps == 19'000'000);
+  CHECK(critical_path_lower_bound_ps(shared) == 19'000'000);
+  CHECK(run(shared, shared_net).makespan_ps == 21'000'000);
+  // The fingerprint: the same graph and network hash alike; a link's
+  // capacity or one task's work tells them apart.
+  TaskGraph again = graph_with_ranks(2);
+  FlowNetwork again_net;
+  build(again, again_net, 1e12, 4'000'000);
+  CHECK(fingerprint(again, again_net) == fingerprint(fast, fast_net));
+  CHECK(fingerprint(shared, shared_net) != fingerprint(fast, fast_net));
+  CHECK(fingerprint(other, other_net) != fingerprint(fast, fast_net));
+}
+
+}  // namespace trainplan

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <csignal>
+#include <functional>
 #include <map>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -349,4 +351,74 @@ TEST_CASE("PipelineSchedule: unit-time simulator detects deadlock", "[sim][taskg
 }
 
 }  // namespace
+}  // namespace trainplan
+
+namespace trainplan {
+namespace {
+
+// Oracle for simulate_pipeline_stages: the as-soon-as-possible start of an
+// op is the longest path to it in the schedule's precedence DAG (its rank's
+// previous op; F(s, mb) after F(s-1, mb); B(s, mb) after F(s, mb) and
+// B(s+1, mb)), computed here by memoised recursion over explicit
+// predecessors instead of the executor's sweeps.
+double longest_path_makespan(const PipelineSchedule& sched, int v, const std::vector<double>& f,
+                             const std::vector<double>& b) {
+  const int p = static_cast<int>(sched.size());
+  std::map<std::tuple<int, int, int>, std::pair<int, size_t>> where;  // (kind, stage, mb) -> (rank, index)
+  for (int r = 0; r < p; ++r) {
+    for (size_t i = 0; i < sched[static_cast<size_t>(r)].size(); ++i) {
+      const PipeOp& op = sched[static_cast<size_t>(r)][i];
+      where[{op.kind == PipeOp::Kind::kForward ? 0 : 1, model_chunk_stage(r, op.chunk, p), op.microbatch}] = {r, i};
+    }
+  }
+  std::map<std::pair<int, size_t>, double> finish;
+  std::function<double(int, size_t)> end = [&](int r, size_t i) -> double {
+    auto hit = finish.find({r, i});
+    if (hit != finish.end()) return hit->second;
+    const PipeOp& op = sched[static_cast<size_t>(r)][i];
+    const int s = model_chunk_stage(r, op.chunk, p);
+    double start = i > 0 ? end(r, i - 1) : 0.0;
+    auto after = [&](int kind, int stage) {
+      const auto& at = where.at({kind, stage, op.microbatch});
+      start = std::max(start, end(at.first, at.second));
+    };
+    if (op.kind == PipeOp::Kind::kForward) {
+      if (s > 0) after(0, s - 1);
+    } else {
+      after(0, s);
+      if (s + 1 < p * v) after(1, s + 1);
+    }
+    const double e = start + (op.kind == PipeOp::Kind::kForward ? f[static_cast<size_t>(s)] : b[static_cast<size_t>(s)]);
+    finish[{r, i}] = e;
+    return e;
+  };
+  double makespan = 0;
+  for (int r = 0; r < p; ++r) {
+    if (!sched[static_cast<size_t>(r)].empty()) makespan = std::max(makespan, end(r, sched[static_cast<size_t>(r)].size() - 1));
+  }
+  return makespan;
+}
+
+}  // namespace
+
+TEST_CASE("PipelineSchedule: per-stage executor runs each op as soon as the DAG allows", "[sim][taskgraph]") {
+  for (const Config& c : feasible_configs()) {
+    if (c.m > 8) continue;
+    INFO(describe(c));
+    const PipelineSchedule sched = build_pipeline_schedule(c.schedule, c.p, c.m, c.v);
+    const size_t stages = static_cast<size_t>(c.p * c.v);
+    // Uniform times: the unit-time executor's makespan.
+    const UnitTimeRun uniform = simulate_pipeline_stages(sched, c.v, std::vector<double>(stages, 1.0),
+                                                         std::vector<double>(stages, 2.0));
+    CHECK(uniform.makespan == simulate_pipeline_unit_time(sched, c.v, 1.0, 2.0).makespan);
+    // Uneven stages (whole numbers, so the sums are exact): the longest path.
+    std::vector<double> f(stages), b(stages);
+    for (size_t s = 0; s < stages; ++s) {
+      f[s] = static_cast<double>(1 + (s * 7) % 5);
+      b[s] = static_cast<double>(2 + (s * 3) % 4);
+    }
+    CHECK(simulate_pipeline_stages(sched, c.v, f, b).makespan == longest_path_makespan(sched, c.v, f, b));
+  }
+}
+
 }  // namespace trainplan
