@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <tuple>
 
@@ -569,11 +570,16 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     // 1. Lower each member; its lowered step's bound (its compute streams'
     //    and comm channels' busy time, in score units) keeps a plan it puts
     //    above the K-th score from running.
+    //    A step long enough to reach a steady state is simulated from
+    //    three short probes instead (simulate_steady_state).
     std::vector<LoweredStep> steps(n);
     std::vector<double> lowered(n, 0.0);
     std::vector<uint64_t> prints(n, 0);
+    std::vector<std::optional<StepReport>> steady(n);
     in_parallel(all, [&](size_t k) {
       Candidate& cand = candidates[batch[k]];
+      steady[k] = simulate_steady_state(m, c, cand.layout, so);
+      if (steady[k]) return;
       steps[k] = lower_for_simulation(m, c, cand.layout, so);
       lowered[k] = static_cast<double>(lowered_step_lower_bound_ps(steps[k], cand.layout)) * 1e-12 *
                    cand.score_per_step_bound;
@@ -588,12 +594,14 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     std::vector<size_t> to_run;
     std::vector<size_t> same_as(n, n);
     for (size_t k = 0; k < n; ++k) {
-      if (lowered[k] > kth_now) continue;
+      if (steady[k] || lowered[k] > kth_now) continue;
       for (const auto& [print, result] : recent_runs) {
         if (print == prints[k]) engine[k] = result.get();
       }
       for (size_t j = 0; j < k && engine[k] == nullptr && same_as[k] == n; ++j) {
-        if (lowered[j] <= kth_now && same_as[j] == n && prints[j] == prints[k] && engine[j] == nullptr) same_as[k] = j;
+        if (!steady[j] && lowered[j] <= kth_now && same_as[j] == n && prints[j] == prints[k] && engine[j] == nullptr) {
+          same_as[k] = j;
+        }
       }
       if (engine[k] == nullptr && same_as[k] == n) to_run.push_back(k);
     }
@@ -607,11 +615,12 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     // 3. Each member's report from its own lowered step and the run.
     std::vector<size_t> reported;
     for (size_t k = 0; k < n; ++k) {
-      if (engine[k] != nullptr) reported.push_back(k);
+      if (engine[k] != nullptr || steady[k]) reported.push_back(k);
     }
     in_parallel(reported, [&](size_t k) {
       Candidate& cand = candidates[batch[k]];
-      results[k] = score_of(cand, report_lowered(m, c, cand.layout, so, steps[k], *engine[k], wall[k]));
+      results[k] = score_of(cand, steady[k] ? std::move(*steady[k])
+                                            : report_lowered(m, c, cand.layout, so, steps[k], *engine[k], wall[k]));
     });
     std::vector<uint8_t> ran(n, 0);
     for (size_t k : reported) ran[k] = 1;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "simulator/core/error.h"
@@ -289,8 +290,104 @@ int64_t lowered_step_lower_bound_ps(const LoweredStep& step, const Layout& layou
   return critical_path_lower_bound_ps(step.graph);
 }
 
+namespace {
+
+void finish_report(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, StepReport* out);
+
+// The steady state of a synchronous step: how many micro-batches the three
+// probe runs take (first, first + stride, first + 2 stride).  The first is
+// past the pipeline's warm-up and cool-down (2p + 2, at least 3: the first
+// micro-batch has no prefetch and the last reduces the gradients); the
+// stride keeps the interleaved schedule's m % p == 0.
+struct SteadyProbe {
+  int64_t first = 0, stride = 1;
+};
+
+std::optional<SteadyProbe> steady_probe(const Layout& layout, const SimulateOptions& options) {
+  const Plan& p = layout.plan;
+  if (options.trace || !options.representative || p.dp_mode != DpMode::kSync || zero_bubble(p.schedule) ||
+      p.schedule == Schedule::kNaive) {
+    return std::nullopt;
+  }
+  SteadyProbe probe;
+  probe.stride = p.schedule == Schedule::kInterleaved ? p.pp : 1;
+  const int64_t warm = std::max<int64_t>(3, 2 * static_cast<int64_t>(p.pp) + 2);
+  probe.first = (warm + probe.stride - 1) / probe.stride * probe.stride;
+  // Worth it only when the probes run well under the step's micro-batches.
+  const int64_t probed = 3 * probe.first + 3 * probe.stride;
+  if (layout.microbatches <= probe.first + 2 * probe.stride || 5 * probed > 3 * layout.microbatches) return std::nullopt;
+  return probe;
+}
+
+struct ProbeRun {
+  StepReport report;
+  int64_t makespan_ps = 0;
+};
+
+ProbeRun run_probe(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                   const SimulateOptions& options, int64_t microbatches) {
+  Layout L = layout;
+  L.microbatches = microbatches;
+  L.plan.gbs = microbatches * L.plan.mbs * L.plan.dp;
+  LoweredStep step = lower_for_simulation(model, cluster, L, options);
+  double wall_s = 0;
+  const EngineResult r = run_lowered(step, &wall_s);
+  return ProbeRun{report_lowered(model, cluster, L, options, step, r, wall_s), r.makespan_ps};
+}
+
+// Whether b - a and c - b agree to rounding (sums of the same per-task
+// terms in another order), relative to the step.
+bool same_increment(double a, double b, double c, double step_s) {
+  return std::fabs((c - b) - (b - a)) <= 1e-9 * std::max(step_s, 1e-12);
+}
+
+}  // namespace
+
+std::optional<StepReport> simulate_steady_state(const ModelSpec& model, const ClusterSpec& cluster,
+                                                const Layout& layout, const SimulateOptions& options) {
+  TRAINPLAN_CHECK(layout.feasible, "simulating an infeasible layout");
+  const std::optional<SteadyProbe> probe = steady_probe(layout, options);
+  if (!probe) return std::nullopt;
+  const ProbeRun a = run_probe(model, cluster, layout, options, probe->first);
+  const ProbeRun b = run_probe(model, cluster, layout, options, probe->first + probe->stride);
+  const ProbeRun c = run_probe(model, cluster, layout, options, probe->first + 2 * probe->stride);
+  // Periodic: every `stride` more micro-batches add the same time (to the
+  // picosecond), the same events and tasks, the same time to each category,
+  // and leave each stage's simulated peak memory as it was.
+  const int64_t period = c.makespan_ps - b.makespan_ps;
+  if (period <= 0 || b.makespan_ps - a.makespan_ps != period) return std::nullopt;
+  if (c.report.events - b.report.events != b.report.events - a.report.events) return std::nullopt;
+  if (c.report.tasks - b.report.tasks != b.report.tasks - a.report.tasks) return std::nullopt;
+  const TimeBreakdown &x = a.report.breakdown, &y = b.report.breakdown, &z = c.report.breakdown;
+  const double st = c.report.step_time_s;
+  const std::pair<double TimeBreakdown::*, const char*> parts[] = {
+      {&TimeBreakdown::compute, "compute"}, {&TimeBreakdown::tp_comm, "tp"},   {&TimeBreakdown::pp_comm, "pp"},
+      {&TimeBreakdown::dp_comm, "dp"},      {&TimeBreakdown::bubble, "bubble"}, {&TimeBreakdown::optimizer, "opt"},
+      {&TimeBreakdown::ep_comm, "ep"}};
+  for (const auto& part : parts) {
+    if (!same_increment(x.*(part.first), y.*(part.first), z.*(part.first), st)) return std::nullopt;
+  }
+  for (size_t s = 0; s < c.report.stages.size(); ++s) {
+    if (a.report.stages[s].simulated_peak_bytes != c.report.stages[s].simulated_peak_bytes ||
+        b.report.stages[s].simulated_peak_bytes != c.report.stages[s].simulated_peak_bytes) {
+      return std::nullopt;
+    }
+  }
+  // Extrapolate from the last probe by the remaining periods.
+  const int64_t q = (layout.microbatches - probe->first - 2 * probe->stride) / probe->stride;
+  StepReport rep = c.report;
+  rep.step_time_s = static_cast<double>(c.makespan_ps + q * period) * 1e-12;
+  for (const auto& part : parts) rep.breakdown.*(part.first) = z.*(part.first) + static_cast<double>(q) * (z.*(part.first) - y.*(part.first));
+  rep.events = c.report.events + static_cast<uint64_t>(q) * (c.report.events - b.report.events);
+  rep.tasks = c.report.tasks + q * (c.report.tasks - b.report.tasks);
+  rep.engine_wall_s = a.report.engine_wall_s + b.report.engine_wall_s + c.report.engine_wall_s;
+  finish_report(model, cluster, layout, &rep);
+  return rep;
+}
+
 StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                          const SimulateOptions& options) {
+  if (std::optional<StepReport> steady = simulate_steady_state(model, cluster, layout, options)) return *steady;
   return simulate_lowered(model, cluster, layout, options, lower_for_simulation(model, cluster, layout, options));
 }
 
@@ -320,6 +417,40 @@ uint64_t lowered_step_fingerprint(const LoweredStep& step) {
   for (int64_t b : step.static_bytes) h = (h ^ static_cast<uint64_t>(b)) * 0x100000001b3ULL;
   return h;
 }
+
+namespace {
+
+// The fields a report derives from its step time, breakdown and simulated
+// per-stage peaks: throughput (sync), FLOP rates, fractions, the memory
+// verdict against the closed form.
+void finish_report(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, StepReport* out) {
+  StepReport& rep = *out;
+  const Plan& p = layout.plan;
+  if (!rep.async) rep.tokens_per_s = static_cast<double>(p.gbs) * static_cast<double>(p.seq) / rep.step_time_s;
+  StepFlops flops = step_flops(model, p);
+  const Dtype dt = p.precision == Precision::kBf16 ? Dtype::kBf16 : p.precision == Precision::kFp16 ? Dtype::kFp16 : Dtype::kFp32;
+  const double peak = cluster.gpu.peak.at(dt).flop_per_s();
+  rep.model_tflops_per_gpu = flops.model_flops / rep.step_time_s / layout.gpus * 1e-12;
+  rep.hw_tflops_per_gpu = flops.hardware_flops / rep.step_time_s / layout.gpus * 1e-12;
+  rep.mfu = rep.model_tflops_per_gpu * 1e12 / peak;
+  rep.hfu = rep.hw_tflops_per_gpu * 1e12 / peak;
+  rep.bubble_fraction = rep.breakdown.bubble / rep.step_time_s;
+  rep.exposed_comm_fraction =
+      (rep.breakdown.tp_comm + rep.breakdown.pp_comm + rep.breakdown.dp_comm + rep.breakdown.ep_comm) / rep.step_time_s;
+  // Memory: simulated peak per stage against the closed form.
+  MemoryReport mem = estimate_memory(model, cluster, layout);
+  rep.capacity_bytes = mem.capacity_bytes;
+  rep.stages.resize(static_cast<size_t>(p.pp));
+  rep.peak_memory_bytes = 0;
+  for (int s = 0; s < p.pp; ++s) {
+    rep.stages[static_cast<size_t>(s)].stage = s;
+    rep.stages[static_cast<size_t>(s)].closed_form_peak_bytes = mem.stages[static_cast<size_t>(s)].breakdown.total();
+  }
+  for (const StageResult& st : rep.stages) rep.peak_memory_bytes = std::max(rep.peak_memory_bytes, st.simulated_peak_bytes);
+  rep.fits = rep.peak_memory_bytes <= rep.capacity_bytes && mem.fits;
+}
+
+}  // namespace
 
 StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                           const SimulateOptions& options, const LoweredStep& step, const EngineResult& r,
@@ -374,16 +505,7 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
     rep.tokens_per_s = tokens / rep.step_time_s;
     rep.step_time_s = static_cast<double>(p.gbs) * static_cast<double>(p.seq) / rep.tokens_per_s;
     rep.staleness = async_staleness(step, r);
-  } else {
-    rep.tokens_per_s = static_cast<double>(p.gbs) * static_cast<double>(p.seq) / rep.step_time_s;
   }
-  StepFlops flops = step_flops(model, p);
-  const Dtype dt = p.precision == Precision::kBf16 ? Dtype::kBf16 : p.precision == Precision::kFp16 ? Dtype::kFp16 : Dtype::kFp32;
-  const double peak = cluster.gpu.peak.at(dt).flop_per_s();
-  rep.model_tflops_per_gpu = flops.model_flops / rep.step_time_s / layout.gpus * 1e-12;
-  rep.hw_tflops_per_gpu = flops.hardware_flops / rep.step_time_s / layout.gpus * 1e-12;
-  rep.mfu = rep.model_tflops_per_gpu * 1e12 / peak;
-  rep.hfu = rep.hw_tflops_per_gpu * 1e12 / peak;
 
   // Time breakdown per rank, averaged.
   TimeBreakdown sum;
@@ -427,24 +549,12 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
   const double n = static_cast<double>(step.ranks.size()) * (static_cast<double>(period) * 1e-12 / rep.step_time_s);
   rep.breakdown = TimeBreakdown{sum.compute / n, sum.tp_comm / n, sum.pp_comm / n, sum.dp_comm / n, sum.bubble / n,
                                 sum.optimizer / n, sum.ep_comm / n};
-  rep.bubble_fraction = rep.breakdown.bubble / rep.step_time_s;
-  rep.exposed_comm_fraction =
-      (rep.breakdown.tp_comm + rep.breakdown.pp_comm + rep.breakdown.dp_comm + rep.breakdown.ep_comm) / rep.step_time_s;
-
-  // Memory: simulated peak per stage against the closed form.
-  MemoryReport mem = estimate_memory(model, cluster, layout);
-  rep.capacity_bytes = mem.capacity_bytes;
   rep.stages.resize(static_cast<size_t>(p.pp));
-  for (int s = 0; s < p.pp; ++s) {
-    rep.stages[static_cast<size_t>(s)].stage = s;
-    rep.stages[static_cast<size_t>(s)].closed_form_peak_bytes = mem.stages[static_cast<size_t>(s)].breakdown.total();
-  }
   for (size_t i = 0; i < step.ranks.size(); ++i) {
     StageResult& st = rep.stages[static_cast<size_t>(step.ranks[i].pp)];
     st.simulated_peak_bytes = std::max(st.simulated_peak_bytes, static_cast<double>(r.peak_bytes[i]));
   }
-  for (const StageResult& st : rep.stages) rep.peak_memory_bytes = std::max(rep.peak_memory_bytes, st.simulated_peak_bytes);
-  rep.fits = rep.peak_memory_bytes <= rep.capacity_bytes && mem.fits;
+  finish_report(model, cluster, layout, &rep);
   if (options.trace) rep.trace_json = chrome_trace(step, r, p);
   return rep;
 }

@@ -13,6 +13,7 @@
 #define TRAINPLAN_SIM_REPORT_STEP_REPORT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,18 @@ struct StepReport {
 // REQUIRES: layout.feasible.
 StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                          const SimulateOptions& options);
+
+// A synchronous step in its steady state: the step simulated with three
+// micro-batch counts past the pipeline's warm-up (first, first + stride,
+// first + 2 stride; stride p for the interleaved schedule, else 1) and, when
+// each stride adds exactly the same time (to the picosecond), events, tasks
+// and time per category and leaves the peak memory as it was, the step's own
+// count reached by adding that increment; nullopt when the step is not that
+// periodic or too short to gain (then simulate_step runs it whole).  Used by
+// simulate_step for representative runs without a trace; the same results
+// as the whole run up to the rounding of the category sums (tested).
+std::optional<StepReport> simulate_steady_state(const ModelSpec& model, const ClusterSpec& cluster,
+                                                const Layout& layout, const SimulateOptions& options);
 
 // simulate_step in two halves, for a search that bounds a plan once it is
 // lowered and before it runs: lower_for_simulation(...) then
