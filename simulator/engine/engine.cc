@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <string>
 
 #include "simulator/core/error.h"
@@ -25,12 +24,15 @@ class Engine {
   Engine(const TaskGraph& g, FlowNetwork& net, const EngineOptions& opt)
       : g_(g), net_(net), opt_(opt), q_(g.ranks >= kBucketedFromRanks) {
     const size_t n = static_cast<size_t>(g.size());
-    deps_.resize(n);
+    node_.resize(n);
     version_.assign(n, 0);
     done_.assign(n, 0);
     result_.times.assign(n, TaskTime{});
     result_.last_pred.assign(n, -1);
-    for (int32_t i = 0; i < g.size(); ++i) deps_[static_cast<size_t>(i)] = g.task(i).preds;
+    for (int32_t i = 0; i < g.size(); ++i) {
+      const Task& t = g.task(i);
+      node_[static_cast<size_t>(i)] = Node{t.preds, t.type == TaskType::kCompute ? t.rank : -1 - t.channel};
+    }
     const size_t r = static_cast<size_t>(g.ranks);
     cursor_.assign(r, 0);
     running_.assign(r, -1);
@@ -45,6 +47,7 @@ class Engine {
     chan_cursor_.assign(static_cast<size_t>(g.channels), 0);
     chan_busy_.assign(static_cast<size_t>(g.channels), 0);
     arrivals_.assign(static_cast<size_t>(g.channels), {});
+    arrival_head_.assign(static_cast<size_t>(g.channels), 0);
     for (int32_t i = 0; i < g.size(); ++i) {
       const Task& t = g.task(i);
       if (t.type == TaskType::kComm && t.preds == 0 && g.channel_arrival[static_cast<size_t>(t.channel)]) {
@@ -93,7 +96,7 @@ class Engine {
     const auto& prog = g_.program[ri];
     if (cursor_[ri] >= prog.size()) return;
     int32_t t = prog[cursor_[ri]];
-    if (deps_[static_cast<size_t>(t)] > 0) return;
+    if (node_[static_cast<size_t>(t)].deps > 0) return;
     const Task& task = g_.task(t);
     running_[ri] = t;
     result_.times[static_cast<size_t>(t)].start_ps = now_;
@@ -128,14 +131,14 @@ class Engine {
     int32_t t = -1;
     if (g_.channel_arrival[ci]) {
       auto& q = arrivals_[ci];
-      if (q.empty()) return;
-      t = q.front();
-      q.pop_front();
+      size_t& head = arrival_head_[ci];
+      if (head >= q.size()) return;
+      t = q[head++];
     } else {
       const auto& order = g_.channel_order[ci];
       if (chan_cursor_[ci] >= order.size()) return;
       t = order[chan_cursor_[ci]];
-      if (deps_[static_cast<size_t>(t)] > 0) return;
+      if (node_[static_cast<size_t>(t)].deps > 0) return;
     }
     chan_busy_[ci] = 1;
     const Task& task = g_.task(t);
@@ -208,13 +211,14 @@ class Engine {
     for (uint32_t i = 0; i < task.succ_count; ++i) {
       int32_t n = static_cast<int32_t>(s[i]);
       result_.last_pred[static_cast<size_t>(n)] = t;
-      if (--deps_[static_cast<size_t>(n)] == 0) {
-        const Task& nt = g_.task(n);
-        if (nt.type == TaskType::kCompute) {
-          try_start_rank(nt.rank);
+      Node& node = node_[static_cast<size_t>(n)];
+      if (--node.deps == 0) {
+        if (node.target >= 0) {
+          try_start_rank(node.target);
         } else {
-          if (g_.channel_arrival[static_cast<size_t>(nt.channel)]) arrivals_[static_cast<size_t>(nt.channel)].push_back(n);
-          try_start_channel(nt.channel);
+          const int32_t channel = -1 - node.target;
+          if (g_.channel_arrival[static_cast<size_t>(channel)]) arrivals_[static_cast<size_t>(channel)].push_back(n);
+          try_start_channel(channel);
         }
       }
     }
@@ -228,7 +232,7 @@ class Engine {
       const Task& t = g_.task(i);
       stuck += " task " + std::to_string(i) + " (" + to_string(t.label) + ", rank " + std::to_string(t.rank) +
                ", channel " + std::to_string(t.channel) + ", mb " + std::to_string(t.microbatch) + ", waiting on " +
-               std::to_string(deps_[static_cast<size_t>(i)]) + " deps);";
+               std::to_string(node_[static_cast<size_t>(i)].deps) + " deps);";
       ++shown;
     }
     TRAINPLAN_CHECK(stuck.empty(), "task graph deadlocked:" + stuck);
@@ -239,7 +243,15 @@ class Engine {
   const EngineOptions& opt_;
   EventQueue q_;
   int64_t now_ = 0;
-  std::vector<int32_t> deps_;
+  // Per task, what complete() needs of a successor, packed (8 bytes, not
+  // the 128-byte Task: the successors of a task are scattered over the
+  // graph, and this is the engine's most frequent random access): the
+  // dependencies left, and the rank (compute, >= 0) or -1 - channel (comm).
+  struct Node {
+    int32_t deps;
+    int32_t target;
+  };
+  std::vector<Node> node_;
   std::vector<uint32_t> version_;
   std::vector<uint8_t> done_;
   std::vector<size_t> cursor_;
@@ -251,7 +263,11 @@ class Engine {
   std::vector<int64_t> mem_;
   std::vector<size_t> chan_cursor_;
   std::vector<uint8_t> chan_busy_;
-  std::vector<std::deque<int32_t>> arrivals_;
+  // Per arrival channel, its ready tasks in arrival order and the next to
+  // serve (a vector and a cursor: an empty one allocates nothing, where a
+  // std::deque allocates a block per channel).
+  std::vector<std::vector<int32_t>> arrivals_;
+  std::vector<size_t> arrival_head_;
   std::vector<int32_t> comm_task_;
   std::vector<double> flow_bytes_;
   std::vector<double> flow_rate_;
