@@ -385,12 +385,22 @@ class Lowerer {
     no_rc.recompute = Recompute::kNone;
     const bool full = p_.recompute == Recompute::kFull;
     op_index_.assign(out_.ranks.size(), {});
+    size_t longest = 0;
     for (size_t r = 0; r < out_.ranks.size(); ++r) {
-      const int s = out_.ranks[r].pp;
-      const auto& entries = entries_[static_cast<size_t>(s)];
-      auto& index = op_index_[r];
-      index.assign(static_cast<size_t>(L_.microbatches) * v_ * 3 * 2, -1);
-      for (size_t k = 0; k < entries.size(); ++k) {
+      op_index_[r].assign(static_cast<size_t>(L_.microbatches) * v_ * 3 * 2, -1);
+      longest = std::max(longest, entries_[static_cast<size_t>(out_.ranks[r].pp)].size());
+    }
+    // Position-major: the k-th pass of every rank is created before any
+    // rank's (k+1)-th, so that ranks running the same pass at the same time
+    // (every rank of a stage, in a full-rank step) have neighbouring task ids
+    // and the engine walks their tasks in memory order.  Each program is the
+    // same list in the same order either way.
+    for (size_t k = 0; k < longest; ++k) {
+      for (size_t r = 0; r < out_.ranks.size(); ++r) {
+        const int s = out_.ranks[r].pp;
+        const auto& entries = entries_[static_cast<size_t>(s)];
+        if (k >= entries.size()) continue;
+        auto& index = op_index_[r];
         const Entry& e = entries[k];
         const Chunk& ch = chunks_[static_cast<size_t>(s)][static_cast<size_t>(e.chunk)];
         const bool is_b = e.kind == PipeOp::Kind::kBackward;
@@ -465,6 +475,9 @@ class Lowerer {
         if (index[key] < 0) index[key] = id;
         index[key + 1] = id;
       }
+    }
+    for (size_t r = 0; r < out_.ranks.size(); ++r) {
+      const int s = out_.ranks[r].pp;
       // The optimizer step ends the program.
       const double params = stage_params_[static_cast<size_t>(s)];
       const int64_t opt_ps = optimizer_ps(c_, L_, params, stage_expert_params_[static_cast<size_t>(s)]);
