@@ -55,6 +55,7 @@ class Engine {
       }
     }
     const size_t c = static_cast<size_t>(g.comm_count());
+    net_.reserve_flows(c);
     comm_task_.assign(c, -1);
     flow_bytes_.assign(c, 0);
     flow_rate_.assign(c, 0);

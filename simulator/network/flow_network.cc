@@ -27,7 +27,7 @@ void FlowNetwork::start(int32_t id, double cap, const FlowLink* links, int n_lin
   f.active = true;
   f.cap = cap;
   f.rate = 0;
-  f.links.assign(links, links + n_links);
+  f.links = Links{links, n_links};
   seed_links_.clear();
   for (const FlowLink& l : f.links) {
     link_flows_[static_cast<size_t>(l.link)].push_back(id);
@@ -46,7 +46,7 @@ void FlowNetwork::stop(int32_t id) {
     v.erase(std::find(v.begin(), v.end(), id));
     seed_links_.push_back(l.link);
   }
-  f.links.clear();
+  f.links = Links{};
   recompute_from(-1);
 }
 

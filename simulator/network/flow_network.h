@@ -31,7 +31,13 @@ class FlowNetwork {
 
   // Starts flow `id` (caller-chosen, unique among active flows, >= 0) with a
   // rate cap and links.  Rates of connected flows change; changed() lists them.
+  // The links are not copied: links[0..n_links) must stay valid until
+  // stop(id) (the engine passes the task graph's own link array).
   void start(int32_t id, double cap_bytes_per_s, const FlowLink* links, int n_links);
+  // Room for flow ids below n (saves growing the flow table flow by flow).
+  void reserve_flows(size_t n) {
+    if (flows_.size() < n) flows_.resize(n);
+  }
   // Ends flow `id`.  REQUIRES: active.
   void stop(int32_t id);
   double rate(int32_t id) const { return flows_[static_cast<size_t>(id)].rate; }
@@ -41,10 +47,17 @@ class FlowNetwork {
   const std::vector<int32_t>& changed() const { return changed_; }
 
  private:
+  // The caller's links of a flow (a view: see start()).
+  struct Links {
+    const FlowLink* first = nullptr;
+    int count = 0;
+    const FlowLink* begin() const { return first; }
+    const FlowLink* end() const { return first + count; }
+  };
   struct Flow {
     double cap = 0;
     double rate = 0;
-    std::vector<FlowLink> links;
+    Links links;
     bool active = false;
     uint32_t mark = 0;
   };

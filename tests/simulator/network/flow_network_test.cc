@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <random>
 #include <vector>
 
@@ -22,8 +23,12 @@ using Catch::Matchers::WithinRel;
 constexpr double kUnlimited = 1e30;  // a cap that never binds
 constexpr double kRel = 1e-9;
 
+// The network keeps a view of a flow's links until the flow stops: the
+// helper keeps every list it was given alive for the whole test program.
 void start(FlowNetwork& net, int32_t id, double cap, std::vector<FlowLink> links) {
-  net.start(id, cap, links.data(), static_cast<int>(links.size()));
+  static std::deque<std::vector<FlowLink>> kept;
+  kept.push_back(std::move(links));
+  net.start(id, cap, kept.back().data(), static_cast<int>(kept.back().size()));
 }
 
 std::vector<int32_t> changed(const FlowNetwork& net) { return net.changed(); }
