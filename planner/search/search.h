@@ -6,10 +6,17 @@
 //    asked for).
 // 2. Reject invalid plans with the framework rules (resolve_plan), and plans
 //    that do not fit with the closed-form memory model.
-// 3. Bound: step_time_lower_bound() never exceeds the simulated step time, so
-//    plans are simulated in order of their bound and the search stops once
-//    the next bound is slower than the K-th best simulated plan: the top K is
-//    exact (branch and bound), not a heuristic.
+// 3. Bound: step_time_lower_bound() never exceeds the simulated step time.
+//    Plans reach the front of a min-heap by it; there the tighter
+//    pipeline_step_lower_bound() (the plan's own schedule at compute times)
+//    re-queues them, and they are simulated in that order.  Once lowered, a
+//    plan whose critical path without contention already exceeds the K-th
+//    best simulated score is not run.  The search stops once the smallest
+//    bound left is slower than the K-th best: the top K is exact (branch and
+//    bound), not a heuristic.  Plans that lower to the same step run the
+//    engine once; long steps use simulate_steady_state.  Batches run on the
+//    hardware threads and are taken as one at a time would take them, so the
+//    result does not depend on the thread count.
 // 4. Rank by tokens/s (equivalently step time; gbs is fixed).  Plans with
 //    exactly the same score are one entry of the top K: the simplest is
 //    listed, the others as its ties.  Deterministic.
