@@ -25,9 +25,6 @@ int global_rank(const Plan& p, int pp, int dp, int cp, int tp) {
 
 namespace {
 
-// DeepSpeed CPU-Adam updates about 1e9 parameters/s per node (AVX-512,
-// ZeRO-Offload paper Sec. 5: 6x faster than torch CPU Adam).
-constexpr double kCpuAdamParamsPerSPerNode = 1e9;
 // Async DP: iterations simulated per worker (enough for the staleness
 // distribution to settle after the start-up transient).
 constexpr int kAsyncIterations = 16;

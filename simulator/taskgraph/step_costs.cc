@@ -19,9 +19,6 @@ namespace {
 // NCCL reserves up to 32 channels = SMs for collectives; 16 channels is its
 // usual choice on NVSwitch systems, so comm kernels take ~16 of the SMs.
 constexpr double kNcclChannels = 16.0;
-// DeepSpeed CPU-Adam updates about 1e9 parameters/s per node (AVX-512,
-// ZeRO-Offload paper Sec. 5: 6x faster than torch CPU Adam).
-constexpr double kCpuAdamParamsPerSPerNode = 1e9;
 
 struct OpTimes {
   int64_t fwd = 0, bwd = 0, tp_f = 0, tp_b = 0, attn_f = 0, attn_b = 0, wgrad = 0;

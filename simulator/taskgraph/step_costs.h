@@ -71,6 +71,11 @@ StepCosts step_costs(const ModelSpec& model, const ClusterSpec& cluster, const P
 // The first global layer of each pipeline stage (balanced or explicit split).
 std::vector<int64_t> stage_first_layers(const std::vector<int>& stage_layers);
 
+// The host's Adam rate with optimizer offload, and the parameter servers'
+// (async DP): DeepSpeed CPU-Adam updates about 1e9 parameters/s per node
+// (AVX-512; ZeRO-Offload paper Sec. 5: 6x faster than torch CPU Adam).
+constexpr double kCpuAdamParamsPerSPerNode = 1e9;
+
 // Time of the optimizer step on a rank holding `stage_params` parameters
 // (sharded by ZeRO over layout.shard_degree), on the GPU or, with offload, on
 // the host.
