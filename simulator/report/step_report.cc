@@ -360,12 +360,12 @@ std::optional<StepReport> simulate_steady_state(const ModelSpec& model, const Cl
   if (c.report.tasks - b.report.tasks != b.report.tasks - a.report.tasks) return std::nullopt;
   const TimeBreakdown &x = a.report.breakdown, &y = b.report.breakdown, &z = c.report.breakdown;
   const double st = c.report.step_time_s;
-  const std::pair<double TimeBreakdown::*, const char*> parts[] = {
-      {&TimeBreakdown::compute, "compute"}, {&TimeBreakdown::tp_comm, "tp"},   {&TimeBreakdown::pp_comm, "pp"},
-      {&TimeBreakdown::dp_comm, "dp"},      {&TimeBreakdown::bubble, "bubble"}, {&TimeBreakdown::optimizer, "opt"},
-      {&TimeBreakdown::ep_comm, "ep"}};
-  for (const auto& part : parts) {
-    if (!same_increment(x.*(part.first), y.*(part.first), z.*(part.first), st)) return std::nullopt;
+  constexpr double TimeBreakdown::*parts[] = {&TimeBreakdown::compute, &TimeBreakdown::tp_comm,
+                                             &TimeBreakdown::pp_comm, &TimeBreakdown::dp_comm,
+                                             &TimeBreakdown::bubble,  &TimeBreakdown::optimizer,
+                                             &TimeBreakdown::ep_comm};
+  for (double TimeBreakdown::*part : parts) {
+    if (!same_increment(x.*part, y.*part, z.*part, st)) return std::nullopt;
   }
   for (size_t s = 0; s < c.report.stages.size(); ++s) {
     if (a.report.stages[s].simulated_peak_bytes != c.report.stages[s].simulated_peak_bytes ||
@@ -377,7 +377,7 @@ std::optional<StepReport> simulate_steady_state(const ModelSpec& model, const Cl
   const int64_t q = (layout.microbatches - probe->first - 2 * probe->stride) / probe->stride;
   StepReport rep = c.report;
   rep.step_time_s = static_cast<double>(c.makespan_ps + q * period) * 1e-12;
-  for (const auto& part : parts) rep.breakdown.*(part.first) = z.*(part.first) + static_cast<double>(q) * (z.*(part.first) - y.*(part.first));
+  for (double TimeBreakdown::*part : parts) rep.breakdown.*part = z.*part + static_cast<double>(q) * (z.*part - y.*part);
   rep.events = c.report.events + static_cast<uint64_t>(q) * (c.report.events - b.report.events);
   rep.tasks = c.report.tasks + q * (c.report.tasks - b.report.tasks);
   rep.engine_wall_s = a.report.engine_wall_s + b.report.engine_wall_s + c.report.engine_wall_s;
