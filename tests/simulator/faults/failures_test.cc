@@ -105,15 +105,19 @@ TEST_CASE("Failures: restart and load times do not move the optimum", "[sim][fau
 
 TEST_CASE("Failures: the Monte Carlo converges to the closed form", "[sim][faults][failures]") {
   // Segments are independent (memoryless failures), so E[wall] = sum of
-  // E(x_i) exactly; with 4000 runs the Monte Carlo mean is within 4 standard
-  // errors (sample SD / sqrt(4000)) of it.
+  // E(x_i) exactly; with 4000 runs the Monte Carlo mean is within 5 standard
+  // errors (sample SD / sqrt(4000)) of it.  Five, not four: the test compares
+  // 8 means for any --rng-seed, and a 4-sigma bound fails one of them in about
+  // 1 seed of 2,000 (seed 23 gives z = -4.4 here).  Over 300 seeds the z-scores
+  // of every case had mean within 0.06 of 0 and SD within 0.05 of 1 (no bias),
+  // so the wider bound still catches any error above ~0.1% of the mean.
   for (const RunModel& m : {run_model(10.0, 20000, 36000, 30, 60, 900), run_model(1.0, 50000, 3000, 5, 20, 300)}) {
     for (int64_t k : {int64_t{1}, int64_t{50}, optimal_interval_steps(m), int64_t{5000}}) {
       const MonteCarloResult mc = monte_carlo_run(m, k, 4000, Catch::rngSeed());
       const double expected = expected_run_s(m, k);
       const double se = mc.std_s / std::sqrt(4000.0);
       INFO("k " << k << " mc " << mc.mean_s << " expected " << expected << " se " << se);
-      CHECK(std::fabs(mc.mean_s - expected) < 4 * se + 1e-9 * expected);
+      CHECK(std::fabs(mc.mean_s - expected) < 5 * se + 1e-9 * expected);
       // The breakdown adds up to the wall time.
       const WallBreakdown& b = mc.breakdown;
       CHECK_THAT(b.useful + b.checkpoint + b.lost + b.downtime + b.load, WithinRel(mc.mean_s, 1e-9));
@@ -242,7 +246,8 @@ RunModel async_model(double step_s, int64_t steps, double mtbf_s, double snapsho
 TEST_CASE("Failures: async checkpointing: the Monte Carlo converges to the closed form", "[sim][faults][failures]") {
   // Oracle: the event-by-event timeline (compute, snapshot, background
   // persist, commit, wait for the previous persist, failure, rollback,
-  // downtime, load).  Its mean is within 4 standard errors of the closed
+  // downtime, load).  Its mean is within 5 standard errors (see the
+  // synchronous case above for why five) of the closed
   // form's renewal at the commits (failures.cc) for intervals shorter than
   // the persist (kT < p: the next snapshot waits), longer (kT > p), a
   // shorter last segment, k = 1 and a single interval (k >= N).  Every
@@ -259,7 +264,7 @@ TEST_CASE("Failures: async checkpointing: the Monte Carlo converges to the close
       const double expected = expected_run_s(m, k);
       const double se = mc.std_s / std::sqrt(4000.0);
       INFO("k " << k << " mc " << mc.mean_s << " expected " << expected << " se " << se);
-      CHECK(std::fabs(mc.mean_s - expected) < 4 * se + 1e-9 * expected);
+      CHECK(std::fabs(mc.mean_s - expected) < 5 * se + 1e-9 * expected);
       const WallBreakdown& b = mc.breakdown;
       CHECK_THAT(b.useful + b.checkpoint + b.lost + b.downtime + b.load, WithinRel(mc.mean_s, 1e-9));
       const WallBreakdown e = expected_breakdown(m, k);
