@@ -118,7 +118,7 @@ struct RecoveryMeasured {
   double load_s = 0;                // attempt 2: every rank ready (or first load start, if later) -> last load ends
   int resumed_from_step = 0;        // 0: no checkpoint before the fault
   int checkpoints = 0;              // written by attempt 1
-  double checkpoint_write_s = 0;    // median over them: first rank starts -> last one's training resumes
+  double checkpoint_write_s = 0;    // median over them: last rank starts -> last one's training resumes
   double checkpoint_persist_s = 0;  // async: median of last snapshot done -> last shard in place (0: sync)
   bool checkpoint_mode_async = false;  // attempt 1 logged persists
   double lost_work_s = 0;           // commit of the resumed checkpoint (or training start) -> fault
