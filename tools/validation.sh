@@ -35,7 +35,8 @@ out=docs/validation.md
   echo "caches, as a training step leaves them; a collective's cost is read off the measured curve inside the"
   echo "measured sizes (the fit outside), and the copy rate is kept by size. Verdicts: ok within 20%; small when"
   echo "both sides are under 1% of the step; noise when the miss is within the measurement's own interquartile"
-  echo "range over the steps (spread); else MISS."
+  echo "range over the steps (spread); skew for the wait of a plan without a pipeline, which the model puts at 0"
+  echo "(the ranks waiting for each other at collectives: their compute skew); else MISS."
   echo
   echo "## Calibration (excerpt)"
   echo
