@@ -17,6 +17,14 @@ namespace trainplan {
 
 namespace {
 
+// The executor runs one process per GPU: its task graph has one simulated
+// rank per GPU, TP peers included (LoweringOptions::every_gpu).
+LoweringOptions executor_lowering(const SimulateOptions& so) {
+  LoweringOptions lo = lowering_options(so);
+  lo.every_gpu = true;
+  return lo;
+}
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -56,7 +64,7 @@ class RankExecutor {
   RankExecutor(Backend& b, const ModelSpec& m, const ClusterSpec& c, const Layout& L)
       : b_(b), L_(L), p_(L.plan), dtype_(dtype_of(L.plan.precision, b)) {
     SimulateOptions so = simulate_options_for(b);
-    step_ = lower_step(m, c, L, lowering_options(so));
+    step_ = lower_step(m, c, L, executor_lowering(so));
     costs_ = step_costs(m, c, p_, so.cp_overlap);
     me_ = b.world().rank();
     const RankCoord& rc = step_.ranks[static_cast<size_t>(me_)];
@@ -474,7 +482,7 @@ SimulateOptions simulate_options_for(const std::string& backend_name) {
 
 double fault_point_time_s(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                           const std::string& backend_name, int rank) {
-  LoweredStep step = lower_step(model, cluster, layout, lowering_options(simulate_options_for(backend_name)));
+  LoweredStep step = lower_step(model, cluster, layout, executor_lowering(simulate_options_for(backend_name)));
   const std::vector<int32_t>& program = step.graph.program[static_cast<size_t>(rank)];
   const int32_t task = program[fault_point_index(program.size())];
   EngineOptions eo;

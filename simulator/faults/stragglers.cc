@@ -151,14 +151,18 @@ std::vector<RankGroup> rank_groups(const LoweredStep& step, const Layout& layout
     }
     return groups;
   }
-  // Full mode: simulated rank i is global rank i.
-  const int per = p.tp * p.cp;
-  TRAINPLAN_CHECK(static_cast<int>(step.ranks.size()) % per == 0, "full mode must simulate every rank");
+  // Full mode: simulated rank i covers global ranks [global, global +
+  // gpus_per_rank) (lowering.h), in global order, tp innermost.
+  const int gpr = step.gpus_per_rank;
+  const int per = p.tp * p.cp / gpr;
+  TRAINPLAN_CHECK(per >= 1 && static_cast<int>(step.ranks.size()) * gpr == layout.gpus &&
+                      static_cast<int>(step.ranks.size()) % per == 0,
+                  "full mode must simulate every rank");
   for (size_t first = 0; first < step.ranks.size(); first += static_cast<size_t>(per)) {
     RankGroup g;
     for (int k = 0; k < per; ++k) {
       g.sim_ranks.push_back(static_cast<int32_t>(first) + k);
-      g.gpus.push_back(step.ranks[first + static_cast<size_t>(k)].global);
+      for (int j = 0; j < gpr; ++j) g.gpus.push_back(step.ranks[first + static_cast<size_t>(k)].global + j);
     }
     groups.push_back(std::move(g));
   }

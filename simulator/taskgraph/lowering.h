@@ -35,6 +35,16 @@ namespace trainplan {
 
 struct LoweringOptions {
   bool representative = true;
+  // Full mode (representative = false): the tensor-parallel peers of a stage
+  // and DP replica run in lock-step (every layer's TP collectives join them;
+  // the straggler model gives them one work scale, the max over their GPUs)
+  // and each moves its own slice over its own GPU's links, of equal
+  // capacity, on one node (per-node degradations hit them alike).  So one
+  // simulated rank stands for them (LoweredStep::gpus_per_rank = tp): the
+  // same step, tp times fewer tasks.  every_gpu keeps one simulated rank per
+  // GPU (a backend that executes one process per GPU); so do MoE models
+  // (expert groups mix TP ranks) and TP groups that span nodes.
+  bool every_gpu = false;
   // Gradient bucket size (PyTorch DDP bucket_cap_mb = 25, i.e. 25 MiB).
   double bucket_bytes = 25.0 * 1024 * 1024;
   // Pipeline sends block the sender's next compute (Megatron's
@@ -66,6 +76,9 @@ struct LoweredStep {
   TaskGraph graph;
   FlowNetwork network;
   std::vector<RankCoord> ranks;        // simulated ranks
+  // GPUs each simulated rank stands for in full mode: its own and the tp - 1
+  // peers after it (LoweringOptions::every_gpu); 1 when every GPU is simulated.
+  int gpus_per_rank = 1;
   std::vector<int64_t> static_bytes;   // per simulated rank
   double comm_slowdown = 0;
   LayerTimes layer;

@@ -438,13 +438,73 @@ TEST_CASE("Strategies: representative and full simulation agree exactly", "[sim]
       const StepReport rep = simulate_step(m, c, l, rep_opt);
       const StepReport full = simulate_step(m, c, l, full_opt);
       REQUIRE(rep.simulated_ranks == 2);
-      REQUIRE(full.simulated_ranks == 16);
+      REQUIRE(full.simulated_ranks == 16 / p.tp);  // one simulated rank per lock-step TP group (lowering.h)
       CHECK(rep.step_time_s == full.step_time_s);
       CHECK(rep.peak_memory_bytes == full.peak_memory_bytes);
       for (int s = 0; s < 2; ++s) {
         CHECK(rep.stages[static_cast<size_t>(s)].simulated_peak_bytes ==
               full.stages[static_cast<size_t>(s)].simulated_peak_bytes);
       }
+    }
+  }
+}
+
+TEST_CASE("Strategies: one simulated rank per TP group gives the every-GPU step", "[sim][strategies]") {
+  // Oracle: the same step with every GPU simulated (LoweringOptions::
+  // every_gpu, as the executor lowers it).  TP peers run identical programs
+  // whose transfers use their own GPUs' links of equal capacity, so folding
+  // them into one simulated rank must leave the timeline unchanged to the
+  // picosecond: the step and each stage's tracked peak; the breakdown (a
+  // mean over tp times fewer ranks) to the last bits of its rounding.
+  const ModelSpec m = small_gpt();
+  const ClusterSpec c = load_cluster("dgx-a100");
+  struct Case {
+    int tp, pp, dp, cp, vp, zero, shard_group;
+  };
+  for (const Case& k : {Case{2, 2, 4, 1, 1, 1, 0}, Case{4, 2, 2, 1, 1, 3, 0}, Case{8, 1, 2, 1, 1, 0, 0},
+                        Case{2, 2, 2, 2, 1, 1, 0}, Case{2, 2, 4, 1, 2, 1, 0}, Case{2, 1, 8, 1, 1, 3, 4}}) {
+    DYNAMIC_SECTION("tp " << k.tp << " pp " << k.pp << " dp " << k.dp << " cp " << k.cp << " vp " << k.vp << " zero "
+                          << k.zero << " shard " << k.shard_group) {
+      Plan p;
+      p.tp = k.tp;
+      p.pp = k.pp;
+      p.dp = k.dp;
+      p.cp = k.cp;
+      p.vp = k.vp;
+      p.zero = k.zero;
+      p.shard_group = k.shard_group;
+      p.mbs = 1;
+      p.gbs = 8 * k.dp;
+      const Layout l = resolved(m, c, 16, p);
+      REQUIRE(l.feasible);
+      SimulateOptions so;
+      so.representative = false;
+      LoweringOptions folded = lowering_options(so), every = folded;
+      every.every_gpu = true;
+      LoweredStep a = lower_step(m, c, l, folded), b = lower_step(m, c, l, every);
+      REQUIRE(a.gpus_per_rank == k.tp);
+      REQUIRE(b.gpus_per_rank == 1);
+      REQUIRE(static_cast<int>(b.ranks.size()) == 16);
+      REQUIRE(static_cast<int>(a.ranks.size()) * k.tp == 16);
+      const int64_t tasks_every = b.graph.size();
+      const StepReport ra = simulate_lowered(m, c, l, so, std::move(a));
+      const StepReport rb = simulate_lowered(m, c, l, so, std::move(b));
+      CHECK(ra.step_time_s == rb.step_time_s);
+      CHECK_THAT(ra.breakdown.compute, WithinRel(rb.breakdown.compute, 1e-12));
+      CHECK_THAT(ra.breakdown.tp_comm, WithinRel(rb.breakdown.tp_comm, 1e-12));
+      CHECK_THAT(ra.breakdown.pp_comm, WithinRel(rb.breakdown.pp_comm, 1e-12));
+      CHECK_THAT(ra.breakdown.dp_comm, WithinRel(rb.breakdown.dp_comm, 1e-12));
+      CHECK_THAT(ra.breakdown.bubble, WithinRel(rb.breakdown.bubble, 1e-12));
+      CHECK_THAT(ra.breakdown.optimizer, WithinRel(rb.breakdown.optimizer, 1e-12));
+      CHECK(ra.peak_memory_bytes == rb.peak_memory_bytes);
+      for (size_t s = 0; s < ra.stages.size(); ++s) {
+        CHECK(ra.stages[s].simulated_peak_bytes == rb.stages[s].simulated_peak_bytes);
+      }
+      // Every task but the replicas' gradient-norm syncs (one per replica
+      // either way) exists once per TP peer.
+      CHECK(rb.tasks == tasks_every);
+      CHECK(ra.tasks < rb.tasks);
+      CHECK(rb.tasks <= k.tp * ra.tasks);
     }
   }
 }
