@@ -488,7 +488,13 @@ RecoveryMeasured supervise_recovery(const RecoveryConfig& cfg) {
     const double t = find(log, "fault");
     if (t >= 0) fault = t;
   }
-  if (fault < 0) throw std::runtime_error("no rank logged the injected fault (output: " + out1 + ")");
+  if (fault < 0) {
+    // E.g. a heartbeat timeout shorter than a step: healthy ranks were
+    // declared hung before they reached the fault.
+    throw std::runtime_error("no rank logged the injected fault: the job was declared failed first, by " +
+                             m.detected_by + " (heartbeat timeout " + std::to_string(cfg.heartbeat_timeout_s) +
+                             " s: it must exceed a step) (output: " + out1 + ")");
+  }
   const double ready1 = over_ranks(a1, "ready", -1, true), ready2 = over_ranks(a2, "ready", -1, true);
   if (ready1 < 0 || ready2 < 0) throw std::runtime_error("a rank never got ready (outputs: " + out1 + ", " + out2 + ")");
   m.launch_s = ready1 - first.spawned_at;

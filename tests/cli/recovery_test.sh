@@ -66,8 +66,10 @@ PY
 
 before=$(ls -d /tmp/trainplan-recovery-* 2>/dev/null)
 # A stopped rank: nothing exits, the heartbeat timeout detects it; it cannot
-# be detected before the timeout has passed since the last heartbeat.
-"$T" validate --backend cpu --plan "$work/pp2.json" --steps 3 --inject hang:rank=0,step=3 --heartbeat-timeout 1s \
+# be detected before the timeout has passed since the last heartbeat.  The
+# timeout must exceed a step (about 1 s on a busy 2-core machine), or healthy
+# ranks are declared hung before the fault.
+"$T" validate --backend cpu --plan "$work/pp2.json" --steps 3 --inject hang:rank=0,step=3 --heartbeat-timeout 3s \
   --json > "$work/hang.json" 2> "$work/hang.err" || { cat "$work/hang.err"; fail "hang: exit $?"; }
 python3 - "$work/hang.json" <<'PY' || fail "hang: wrong recovery report"
 import json, sys
