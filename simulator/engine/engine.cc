@@ -152,6 +152,9 @@ class Engine {
   void reschedule_flows() {
     for (int32_t fid : net_.changed()) {
       const size_t f = static_cast<size_t>(fid);
+      // A flow of the component whose rate did not change keeps its
+      // scheduled end (its bytes left are still those at its last change).
+      if (net_.active(fid) && net_.rate(fid) == flow_rate_[f]) continue;
       flow_bytes_[f] -= flow_rate_[f] * static_cast<double>(now_ - flow_last_[f]) * 1e-12;
       flow_bytes_[f] = std::max(0.0, flow_bytes_[f]);
       flow_last_[f] = now_;

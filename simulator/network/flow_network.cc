@@ -83,9 +83,9 @@ void FlowNetwork::recompute_from(int32_t seed_flow) {
   std::sort(changed_.begin(), changed_.end());
 
   // Progressive filling: raise all unfrozen rates together; freeze flows at
-  // their cap or on the first link that saturates.  Links are indexed by
-  // their rank among the component's link ids (link_local_).
-  std::sort(comp_links_.begin(), comp_links_.end());
+  // their cap or on the first link that saturates.  Links are indexed in
+  // discovery order (link_local_): each link's sums and the minimum over
+  // links do not depend on that order, so it needs no sort.
   const size_t n = comp_links_.size();
   if (link_local_.size() < capacity_.size()) link_local_.resize(capacity_.size());
   remaining_.resize(n);

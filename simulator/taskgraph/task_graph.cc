@@ -76,12 +76,26 @@ int32_t TaskGraph::add_comm(int32_t channel, int64_t latency_ps, double wire_byt
   t.category = category;
   t.label = label;
   t.comm_index = comm_count_++;
-  t.member_begin = static_cast<uint32_t>(members_.size());
-  t.member_count = static_cast<uint32_t>(members.size());
-  members_.insert(members_.end(), members.begin(), members.end());
-  t.link_begin = static_cast<uint32_t>(links_.size());
-  t.link_count = static_cast<uint32_t>(links.size());
-  links_.insert(links_.end(), links.begin(), links.end());
+  const bool same_members =
+      members.size() == last_member_count_ &&
+      std::equal(members.begin(), members.end(), members_.begin() + static_cast<std::ptrdiff_t>(last_member_begin_));
+  const bool same_links = links.size() == last_link_count_ &&
+                          std::equal(links.begin(), links.end(), links_.begin() + static_cast<std::ptrdiff_t>(last_link_begin_),
+                                     [](const FlowLink& a, const FlowLink& b) { return a.link == b.link && a.weight == b.weight; });
+  if (!same_members) {
+    last_member_begin_ = static_cast<uint32_t>(members_.size());
+    last_member_count_ = static_cast<uint32_t>(members.size());
+    members_.insert(members_.end(), members.begin(), members.end());
+  }
+  if (!same_links) {
+    last_link_begin_ = static_cast<uint32_t>(links_.size());
+    last_link_count_ = static_cast<uint32_t>(links.size());
+    links_.insert(links_.end(), links.begin(), links.end());
+  }
+  t.member_begin = last_member_begin_;
+  t.member_count = last_member_count_;
+  t.link_begin = last_link_begin_;
+  t.link_count = last_link_count_;
   tasks_.push_back(t);
   int32_t id = static_cast<int32_t>(tasks_.size() - 1);
   channel_order[static_cast<size_t>(channel)].push_back(id);

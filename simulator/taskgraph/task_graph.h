@@ -63,7 +63,10 @@ class TaskGraph {
   // of an arrival channel in the order they become ready (a server queue).
   int32_t add_channel(bool arrival_order = false);
   int32_t add_compute(int32_t rank, int64_t work_ps, Category category, TaskLabel label);
-  // members: simulated ranks whose compute is slowed while it runs.
+  // members: simulated ranks whose compute is slowed while it runs.  A task
+  // whose members and links equal the previous comm task's shares its
+  // ranges of the member and link arrays (a DP group's collectives: one copy
+  // of 1,024 members, not one per bucket).
   int32_t add_comm(int32_t channel, int64_t latency_ps, double wire_bytes, double max_rate, Category category,
                    TaskLabel label, const std::vector<int32_t>& members, const std::vector<FlowLink>& links);
   void add_dep(int32_t before, int32_t after);
@@ -104,6 +107,8 @@ class TaskGraph {
   std::vector<int32_t> members_;
   std::vector<FlowLink> links_;
   int32_t comm_count_ = 0;
+  // The last comm task's ranges of members_ and links_ (add_comm).
+  uint32_t last_member_begin_ = 0, last_member_count_ = 0, last_link_begin_ = 0, last_link_count_ = 0;
 };
 
 // A lower bound on the makespan of `g`: its critical path with every task at
