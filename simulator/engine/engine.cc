@@ -56,6 +56,8 @@ class Engine {
     }
     const size_t c = static_cast<size_t>(g.comm_count());
     net_.reserve_flows(c);
+    // Flow starts and ends of one instant are applied together (run()).
+    net_.defer_updates(true);
     comm_task_.assign(c, -1);
     flow_bytes_.assign(c, 0);
     flow_rate_.assign(c, 0);
@@ -68,7 +70,14 @@ class Engine {
   EngineResult run() {
     for (int32_t r = 0; r < g_.ranks; ++r) try_start_rank(r);
     for (int32_t c = 0; c < g_.channels; ++c) try_start_channel(c);
-    while (!q_.empty()) {
+    while (true) {
+      // Before time moves on, the rates after every flow start and end of
+      // this instant, and the new ends of the flows whose rate changed.
+      if (net_.pending() && (q_.empty() || q_.next_time() > now_)) {
+        net_.update();
+        reschedule_flows();
+      }
+      if (q_.empty()) break;
       Event e = q_.pop();
       if (e.version != version_[static_cast<size_t>(e.task)]) continue;
       now_ = e.time_ps;
@@ -81,6 +90,7 @@ class Engine {
       }
     }
     check_all_done();
+    net_.defer_updates(false);
     result_.makespan_ps = now_;
     return std::move(result_);
   }
@@ -177,15 +187,11 @@ class Engine {
     flow_rate_[f] = 0;
     flow_last_[f] = now_;
     net_.start(task.comm_index, task.max_rate, g_.links(task), static_cast<int>(task.link_count));
-    reschedule_flows();
   }
 
   void finish_comm(int32_t t) {
     const Task& task = g_.task(t);
-    if (task.wire_bytes > 0 && net_.active(task.comm_index)) {
-      net_.stop(task.comm_index);
-      reschedule_flows();
-    }
+    if (task.wire_bytes > 0 && net_.active(task.comm_index)) net_.stop(task.comm_index);
     result_.times[static_cast<size_t>(t)].end_ps = now_;
     const int32_t* m = g_.members(task);
     for (uint32_t i = 0; i < task.member_count; ++i) set_comm_active(m[i], -1);

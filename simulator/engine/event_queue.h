@@ -70,6 +70,8 @@ class EventQueue {
     ++size_;
   }
   bool empty() const { return size_ == 0; }
+  // The time of the event pop() returns next.  REQUIRES: !empty().
+  int64_t next_time() const { return bucketed_ ? times_.top() : heap_.top().time_ps; }
   // REQUIRES: !empty().
   Event pop() {
     if (!bucketed_) {

@@ -28,36 +28,33 @@ void FlowNetwork::start(int32_t id, double cap, const FlowLink* links, int n_lin
   f.cap = cap;
   f.rate = 0;
   f.links = Links{links, n_links};
-  seed_links_.clear();
-  for (const FlowLink& l : f.links) {
-    link_flows_[static_cast<size_t>(l.link)].push_back(id);
-    seed_links_.push_back(l.link);
-  }
-  recompute_from(id);
+  for (const FlowLink& l : f.links) link_flows_[static_cast<size_t>(l.link)].push_back(id);
+  seed_flows_.push_back(id);
+  if (!deferred_) recompute_seeds();
 }
 
 void FlowNetwork::stop(int32_t id) {
   Flow& f = flows_[static_cast<size_t>(id)];
   TRAINPLAN_CHECK(f.active, "stopping a flow that is not active");
   f.active = false;
-  seed_links_.clear();
   for (const FlowLink& l : f.links) {
     auto& v = link_flows_[static_cast<size_t>(l.link)];
     v.erase(std::find(v.begin(), v.end(), id));
     seed_links_.push_back(l.link);
   }
   f.links = Links{};
-  recompute_from(-1);
+  if (!deferred_) recompute_seeds();
+}
+
+void FlowNetwork::update() {
+  if (pending()) recompute_seeds();
 }
 
 // Scratch buffers are members, reused from call to call: a flow start or
 // stop allocates nothing once they have grown (issue 15).
-void FlowNetwork::recompute_from(int32_t seed_flow) {
-  // Collect the connected component (flows <-> links) around the seed.
+void FlowNetwork::recompute_seeds() {
   ++epoch_;
   changed_.clear();
-  comp_links_.clear();
-  stack_links_.clear();
   auto visit_link = [&](int32_t l) {
     if (link_mark_[static_cast<size_t>(l)] != epoch_) {
       link_mark_[static_cast<size_t>(l)] = epoch_;
@@ -72,15 +69,36 @@ void FlowNetwork::recompute_from(int32_t seed_flow) {
     changed_.push_back(fid);
     for (const FlowLink& l : f.links) visit_link(l.link);
   };
-  if (seed_flow >= 0) visit_flow(seed_flow);
-  for (int32_t l : seed_links_) visit_link(l);
-  while (!stack_links_.empty()) {
-    int32_t l = stack_links_.back();
-    stack_links_.pop_back();
-    for (int32_t fid : link_flows_[static_cast<size_t>(l)]) visit_flow(fid);
+  // Each seed's connected component (flows <-> links) not yet visited, then
+  // its rates: components are independent, so each is filled on its own,
+  // exactly as an immediate update of its last change would.
+  auto component = [&](int32_t seed_flow, int32_t seed_link) {
+    const size_t first = changed_.size();
+    comp_links_.clear();
+    stack_links_.clear();
+    if (seed_flow >= 0) visit_flow(seed_flow);
+    if (seed_link >= 0) visit_link(seed_link);
+    while (!stack_links_.empty()) {
+      int32_t l = stack_links_.back();
+      stack_links_.pop_back();
+      for (int32_t fid : link_flows_[static_cast<size_t>(l)]) visit_flow(fid);
+    }
+    if (changed_.size() > first) fill(first);
+  };
+  for (int32_t fid : seed_flows_) {
+    if (flows_[static_cast<size_t>(fid)].active && flows_[static_cast<size_t>(fid)].mark != epoch_) component(fid, -1);
   }
+  for (int32_t l : seed_links_) {
+    if (link_mark_[static_cast<size_t>(l)] != epoch_) component(-1, l);
+  }
+  seed_flows_.clear();
+  seed_links_.clear();
+  std::sort(changed_.begin(), changed_.end());  // ascending, as changed() says
+}
+
+void FlowNetwork::fill(size_t first) {
   // Deterministic order regardless of discovery order.
-  std::sort(changed_.begin(), changed_.end());
+  std::sort(changed_.begin() + static_cast<std::ptrdiff_t>(first), changed_.end());
 
   // Progressive filling: raise all unfrozen rates together; freeze flows at
   // their cap or on the first link that saturates.  Links are indexed in
@@ -95,7 +113,7 @@ void FlowNetwork::recompute_from(int32_t seed_flow) {
     remaining_[i] = capacity_[static_cast<size_t>(comp_links_[i])];
   }
   auto index_of = [&](int32_t l) { return static_cast<size_t>(link_local_[static_cast<size_t>(l)]); };
-  unfrozen_.assign(changed_.begin(), changed_.end());
+  unfrozen_.assign(changed_.begin() + static_cast<std::ptrdiff_t>(first), changed_.end());
   for (int32_t fid : unfrozen_) flows_[static_cast<size_t>(fid)].rate = 0;
   double level = 0;  // common rate of the unfrozen flows
   while (!unfrozen_.empty()) {

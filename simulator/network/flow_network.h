@@ -43,8 +43,20 @@ class FlowNetwork {
   double rate(int32_t id) const { return flows_[static_cast<size_t>(id)].rate; }
   bool active(int32_t id) const;
 
-  // Flow ids whose rate was recomputed by the last start()/stop().
+  // Flow ids whose rate was recomputed by the last start()/stop() (deferred:
+  // by the last update()), ascending.
   const std::vector<int32_t>& changed() const { return changed_; }
+
+  // Deferred updates: start() and stop() only record what changed, and
+  // update() recomputes the rates of every component they touched, each
+  // once.  An event-driven caller defers while it handles the events of one
+  // instant and updates before time moves on: a thousand DP replicas that
+  // start their sends at the same instant cost one recomputation of the
+  // component they share instead of a thousand.  The rates are those of
+  // immediate updates (each component's max-min rates from its final state).
+  void defer_updates(bool on) { deferred_ = on; }
+  bool pending() const { return !seed_flows_.empty() || !seed_links_.empty(); }
+  void update();
 
  private:
   // The caller's links of a flow (a view: see start()).
@@ -61,9 +73,12 @@ class FlowNetwork {
     bool active = false;
     uint32_t mark = 0;
   };
-  // Recomputes the rates of the component around seed_flow (-1: none) and
-  // seed_links_.
-  void recompute_from(int32_t seed_flow);
+  // Recomputes the rates of the components around seed_flows_ and
+  // seed_links_, one component at a time, and clears the seeds.
+  void recompute_seeds();
+  // Progressive filling over the component in changed_[first..] and
+  // comp_links_.
+  void fill(size_t first);
 
   std::vector<double> capacity_;
   std::vector<std::vector<int32_t>> link_flows_;  // active flows per link
@@ -71,8 +86,10 @@ class FlowNetwork {
   std::vector<Flow> flows_;
   std::vector<int32_t> changed_;
   uint32_t epoch_ = 0;
-  // Scratch of recompute_from, kept to avoid allocating per flow event.
-  std::vector<int32_t> seed_links_, comp_links_, stack_links_, link_local_, unfrozen_, next_;
+  bool deferred_ = false;
+  std::vector<int32_t> seed_flows_, seed_links_;  // since the last recomputation
+  // Scratch of recompute_seeds, kept to avoid allocating per flow event.
+  std::vector<int32_t> comp_links_, stack_links_, link_local_, unfrozen_, next_;
   std::vector<double> remaining_, load_weight_;
 };
 
