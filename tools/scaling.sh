@@ -27,13 +27,13 @@ for m in llama3-8b llama3-70b llama3-405b; do
   done
 done
 echo
-echo "| GPUs | dp | tasks | events | wall median (s) | events/s | peak RSS (GiB) |"
-echo "|---:|---:|---:|---:|---:|---:|---:|"
+echo "| GPUs | dp | simulated ranks | tasks | events | wall median (s) | events/s | peak RSS (GiB) |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
 for n in 128 1024 2048 4096 16384; do
-  reps=3; [ "$n" -ge 4096 ] && reps=1
-  out=$("$B/trainplan_bench" --nodes "$n" --gbs "$n" --repeat "$reps")
+  out=$("$B/trainplan_bench" --nodes "$n" --gbs "$n" --repeat 3)
   row=$(echo "$out" | awk '$1 == "full"')
   rss=$(echo "$out" | awk '/peak resident/ {print $(NF-1)}')
   read -r _ ranks tasks events wall rate _ <<< "$row"
-  echo "| $ranks | $((ranks / 128)) | $tasks | $events | $wall | $rate | $rss |"
+  gpus=$((n * 8))  # dgx-h100; TP8 PP16: dp = GPUs / 128, one simulated rank per TP group
+  echo "| $gpus | $((gpus / 128)) | $ranks | $tasks | $events | $wall | $rate | $rss |"
 done
