@@ -481,7 +481,7 @@ void register_simulate_command(CLI::App* app, int* status) {
   CLI::App* cmd = app->add_subcommand("simulate", "simulate one training step of a plan");
   add_plan_flags(cmd, &flags.plan);
   cmd->add_flag("--json", flags.json, "JSON output");
-  cmd->add_flag("--full", flags.full, "simulate every rank instead of one representative rank per stage");
+  cmd->add_flag("--full", flags.full, "simulate every rank (lock-step TP peers as one) instead of one representative rank per stage");
   cmd->add_option("--convergence", flags.convergence,
                   std::string("async plans: the stale-gradient convergence model (default sharpness=1,condition=1000,"
                               "lr=scaled); ") + kConvergenceGrammar);
