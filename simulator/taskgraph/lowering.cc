@@ -205,9 +205,8 @@ class Lowerer {
       for (int s = 0; s < p_.pp; ++s) out_.ranks.push_back(coord(global_rank(p_, s, 0, 0, 0)));
     } else {
       // Lock-step TP peers as one simulated rank (LoweringOptions::every_gpu).
-      tp_peers_ = !opt_.every_gpu && !m_.has_moe && p_.tp > 1 && p_.tp <= gpn && gpn % p_.tp == 0 ? p_.tp : 1;
-      out_.gpus_per_rank = tp_peers_;
-      for (int g = 0; g < L_.gpus; g += tp_peers_) out_.ranks.push_back(coord(g));
+      out_.gpus_per_rank = !opt_.every_gpu && !m_.has_moe && p_.tp > 1 && p_.tp <= gpn && gpn % p_.tp == 0 ? p_.tp : 1;
+      for (int g = 0; g < L_.gpus; g += out_.gpus_per_rank) out_.ranks.push_back(coord(g));
     }
     out_.graph.ranks = static_cast<int32_t>(out_.ranks.size());
     out_.graph.program.assign(out_.ranks.size(), {});
@@ -226,7 +225,7 @@ class Lowerer {
 
   int sim_index(int pp, int dp, int cp, int tp) const {
     if (opt_.representative) return pp;
-    if (tp_peers_ > 1) return global_rank(p_, pp, dp, cp, 0) / tp_peers_;
+    if (out_.gpus_per_rank > 1) return global_rank(p_, pp, dp, cp, 0) / out_.gpus_per_rank;
     return global_rank(p_, pp, dp, cp, tp);
   }
 
@@ -955,7 +954,6 @@ class Lowerer {
   double layer_grad_bytes_ = 4;
   double largest_tensor_params_ = 1;
   int v_ = 1;
-  int tp_peers_ = 1;  // GPUs per simulated rank in full mode (LoweringOptions::every_gpu)
   bool split_ = false;  // the schedule has W passes (zero bubble)
   std::vector<std::vector<std::vector<int32_t>>> h2d_;  // [rank][entry]: parameter offload copies
   PipelineSchedule schedule_;
