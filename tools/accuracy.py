@@ -130,8 +130,8 @@ def framework_for(row):
     return None
 
 
-def flags_for(row, trainplan):
-    """Returns (flags, metric, measured, predicted_key) or None."""
+def flags_for(row, trainplan, layout_only=False):
+    """Returns (flags, mbs, metric, measured, predicted_key) or None; with layout_only (flags, mbs)."""
     rid = row["id"]
     lay = row["layout"]
     meas = row["measured"]
@@ -191,6 +191,8 @@ def flags_for(row, trainplan):
         if sched == "1f1b-i":
             f += ["--vp", str(min(per))]
     mbs = lay.get("micro_batch")
+    if layout_only:
+        return f, mbs
     if "tflops_per_gpu" in meas:
         key = "model_tflops_per_gpu" if rid.startswith("mcore24") else "hw_tflops_per_gpu"
         return f, mbs, "TFLOP/s per GPU", meas["tflops_per_gpu"], key
@@ -412,6 +414,77 @@ def leave_one_source_out(trainplan, fit_rows, tmp):
     return out
 
 
+MEMORY_KEYS = ("memory_gib_per_gpu", "memory_gb_per_gpu")
+
+
+def memory_section(trainplan, rows, tmp):
+    """ACCURACY.md T2: every row that printed a per-GPU memory figure -> `memory --json` peak_gib at the row's
+    layout (the same flags as its throughput row); Korthikanti Fig. 1 -> stage-0 weights + gradients + optimizer
+    and stage-0 activations.  "GB" in PyTorch / DeepSpeed logs is 2^30 bytes.  Signed error (meas - pred) / meas:
+    + = trainplan predicts less memory than was measured."""
+    lines = []
+    errs = []
+    groups = {}
+    for row in rows:
+        meas = row["measured"]
+        cluster = cluster_for(row)
+        if not cluster:
+            continue
+        points = []
+        if row["kind"] == "memory_breakdown":
+            points = [("stage-0 weights+grads+optimizer (GiB)", meas["params_plus_optimizer_gib_per_gpu"], "states"),
+                      ("stage-0 activations (GiB)", meas["activations_gib_per_gpu"], "activations")]
+        else:
+            key = next((k for k in MEMORY_KEYS if meas.get(k)), None)
+            if key:
+                points = [("peak per GPU (GiB)", meas[key], "peak")]
+        if not points:
+            continue
+        mapped = flags_for(row, trainplan, layout_only=True)
+        if not mapped:
+            continue
+        flags, mbs = mapped
+        cl = derived_cluster(row, cluster, tmp)
+        args = ["memory", "--json", "--model", model_file(row, tmp), "--cluster", cl, "--mbs", str(mbs or 1)] + flags
+        out = subprocess.run([trainplan] + args, capture_output=True, text=True)
+        if out.returncode != 0:
+            lines.append("| %s | not expressible: %s |||||" % (row["id"], out.stderr.strip()))
+            continue
+        doc = json.loads(out.stdout)
+        st = doc["stages"][0]
+        for label, measured, what in points:
+            if what == "peak":
+                pred = doc["peak_gib"]
+            elif what == "states":
+                b = st["breakdown_gib"]
+                pred = b["weights"] + b["gradients"] + b["optimizer"]
+            else:
+                pred = st["breakdown_gib"]["activations"]
+            err = (measured - pred) / measured
+            errs.append(err)
+            group = row["id"].split("_")[0]
+            groups.setdefault(group, []).append(err)
+            lines.append("| %s | %s | %.4g | %.4g | %+.1f%% | %s |" % (
+                row["id"], label, measured, pred, 100 * err, "mbs=%s %s" % (mbs or 1, " ".join(flags))))
+    n = len(errs)
+    absd = sorted(abs(e) for e in errs)
+    summary = ("%d figures; MAPE %.1f%%, bias %+.1f%% (+ = predicts less memory), median |error| %.1f%%, "
+               "%d within 8%%" % (n, 100 * sum(absd) / n, 100 * sum(errs) / n, 100 * absd[n // 2],
+                                  sum(e <= 0.08 for e in absd)))
+    out = ["", "## Memory rows", "",
+           "Every row that printed a memory figure (ACCURACY.md T2), at the flags of its throughput row:",
+           "`trainplan memory --json` peak_gib (the most loaded stage), or Korthikanti Fig. 1's stage-0",
+           "breakdown. Error (meas - pred)/meas: + = trainplan predicts less memory than was measured.", "",
+           "**Summary:** " + summary, "",
+           "| source | figures | MAPE | bias |", "|---|---:|---:|---:|"]
+    for g in sorted(groups):
+        e = groups[g]
+        out.append("| %s | %d | %.1f%% | %+.1f%% |" % (g, len(e), 100 * sum(abs(x) for x in e) / len(e),
+                                                       100 * sum(e) / len(e)))
+    out += ["", "| row | figure | measured | predicted | error | flags |", "|---|---|---:|---:|---:|---|"]
+    return out + lines, summary
+
+
 def run(trainplan, args):
     out = subprocess.run([trainplan, "simulate", "--json"] + args, capture_output=True, text=True)
     if out.returncode != 0:
@@ -446,12 +519,17 @@ def main():
     ap.add_argument("--moe-reference", default=os.path.join(ROOT, "..", "shared", "reference", "published_moe_dev.json"))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "accuracy.md"))
     ap.add_argument("--moe-only", action="store_true", help="print the MoE section only (quick)")
+    ap.add_argument("--memory-only", action="store_true", help="print the memory section only (quick)")
     a = ap.parse_args()
     if a.moe_only:
         with tempfile.TemporaryDirectory() as tmp:
             print("\n".join(moe_section(a.trainplan, a.moe_reference, tmp)))
         return 0
     rows = json.load(open(a.reference))
+    if a.memory_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            print("\n".join(memory_section(a.trainplan, rows, tmp)[0]))
+        return 0
     lines = []
     errors = []
     groups = {}
@@ -498,6 +576,7 @@ def main():
                 metric, measured, pred, 100 * err,
                 "mbs=%d %s" % (res["plan"]["mbs"], " ".join(flags))))
         loso = leave_one_source_out(a.trainplan, fit_rows, tmp)
+        memory, memory_summary = memory_section(a.trainplan, rows, tmp)
         moe = moe_section(a.trainplan, a.moe_reference, tmp)
     errors.sort()
     n = len(errors)
@@ -533,12 +612,14 @@ def main():
             group, len(g), 100 * sum(abs(e) for e in errs) / len(g), 100 * sum(errs) / len(g), worst[0],
             100 * worst[1], sum(abs(e) <= 0.05 for e in errs), sum(abs(e) <= 0.10 for e in errs), rho))
     doc += ["", "Not expressible (skipped): " + (", ".join(skipped) or "none")]
+    doc += memory
     doc += loso
     doc += moe
     with open(a.out + ".tmp", "w") as f:
         f.write("\n".join(doc))
     os.replace(a.out + ".tmp", a.out)
     print(summary)
+    print("memory: " + memory_summary)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 #include "simulator/cost/layer_cost.h"
 
+#include <algorithm>
+
 #include "simulator/core/error.h"
 #include "simulator/cost/moe_routing.h"
+#include "simulator/framework/framework.h"
 
 namespace trainplan {
 
@@ -21,6 +24,10 @@ LayerShape layer_shape(const Plan& p) {
   s.ep = p.ep;
   s.etp = p.etp;
   s.moe_load = p.moe_imbalance;
+  const ExecutionProfile fw = execution_profile(p);
+  s.per_op_sac = fw.per_op_selective_recompute && p.recompute == Recompute::kSelective;
+  s.pytorch_loss = fw.pytorch_cross_entropy;
+  s.eager = fw.eager_elementwise;
   return s;
 }
 
@@ -154,6 +161,77 @@ void add_totals(LayerCost* c, double grad_e) {
 
 }  // namespace
 
+namespace {
+
+// PyTorch eager memory-bound kernels, bytes per element, forward (each
+// backward ~2x, the elementwise convention of OpCost).  RMSNorm as
+// torchtitan/models/norms.py and torch.nn.RMSNorm compute it in eager mode:
+// x.float() (read 2, write 4), pow(2) (4, 4), mean (4), x * rsqrt (4, 4),
+// type_as (4, 2), * weight (2, 2) = 36.  Rotary embedding through complex
+// fp32 (torchtitan apply_rotary_emb): .float() (2, 4), the complex multiply
+// (4, 4), type_as (4, 2) = 20.
+constexpr double kEagerRmsNormBytes = 36;
+constexpr double kEagerRopeBytes = 20;
+
+}  // namespace
+
+double layer_input_bytes(const ModelSpec& m, const LayerShape& s) {
+  const double sp_div = s.sp ? s.tp : 1;
+  return static_cast<double>(s.mbs) * static_cast<double>(s.seq) / s.cp * static_cast<double>(m.hidden) *
+         activation_bytes(s.precision) / sp_div;
+}
+
+namespace {
+
+// torchtitan's per-op SAC policy (framework.cc) over the layer's ops in
+// execution order: matmuls are counted per block and the output of every
+// odd-numbered one is saved, the even ones re-run; attention's output and
+// log-sum-exp are saved; every other op re-runs.  The fused QKV GEMM is
+// torchtitan's wq, wk, wv (1st to 3rd matmul: Q and V saved, K re-run) and
+// a SwiGLU fc1 its w1 and w3 (w1 saved, w3 re-run), each a share of the
+// fused op by output width.
+void mark_per_op_sac(LayerCost* c, const ModelSpec& m, const LayerShape& s, double e) {
+  int mm = 0;
+  const double t = s.tp;
+  for (OpCost& op : c->ops) {
+    op.sac_saved_bytes = 0;
+    op.sac_rerun_share = 0;
+    if (op.kind == OpKind::kAttention) {
+      if (op.flops > 0) {
+        const double tokens = static_cast<double>(op.m);
+        const double vd = m.attention == AttentionKind::kMla ? static_cast<double>(m.heads * m.mla.v_head_dim)
+                                                              : static_cast<double>(m.heads * m.head_dim());
+        op.sac_saved_bytes = tokens * vd / t * e + 4.0 * static_cast<double>(m.heads) / t * tokens;
+      }
+      continue;
+    }
+    if (op.kind != OpKind::kGemm) {
+      op.sac_rerun_share = 1;
+      continue;
+    }
+    std::vector<double> widths;  // output columns of each matmul the op stands for
+    const double n = static_cast<double>(op.n);
+    if (op.name == "qkv") {
+      const double qd = static_cast<double>(m.heads * m.head_dim()) / t;
+      const double kvd = static_cast<double>(m.kv_heads * m.head_dim()) / t;
+      widths = {qd, kvd, kvd};
+    } else if (m.mlp == MlpKind::kSwiglu && op.name.size() >= 3 && op.name.compare(op.name.size() - 3, 3, "fc1") == 0) {
+      widths = {n / 2, n / 2};
+    } else {
+      widths = {n};
+    }
+    double total = 0;
+    for (double w : widths) total += w;
+    const double rows = static_cast<double>(op.m) * static_cast<double>(op.groups);
+    for (double w : widths) {
+      if (++mm % 2 == 1) op.sac_saved_bytes += rows * w * e;
+      else op.sac_rerun_share += w / total;
+    }
+  }
+}
+
+}  // namespace
+
 double fp8_cast_bytes_per_element(Fp8Recipe recipe) {
   switch (recipe) {
     case Fp8Recipe::kNone: return 0;
@@ -235,8 +313,11 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
                            : 0.0);
   }
 
-  // Korthikanti Sec. 4.1: LayerNorm saves its input, 2sbh.
-  OpCost ln1 = elementwise("ln1", 2 * tp_buffer / sp_div, tp_buffer / sp_div);
+  // Korthikanti Sec. 4.1: LayerNorm saves its input, 2sbh.  A fused norm
+  // reads and writes each element once (2e B); PyTorch's eager RMSNorm
+  // (x.float(), pow, mean, x * rsqrt, type_as, * weight) moves 36 B.
+  const double norm_bytes = tp_buffer / sp_div * (s.eager && !m.bias ? kEagerRmsNormBytes / e : 2.0);
+  OpCost ln1 = elementwise("ln1", norm_bytes, tp_buffer / sp_div);
   ln1.rerun_by = kRcLayernorm;
   ln1.tp_comm_after = gather;
   ln1.tp_comm_bytes = s.sp ? tp_buffer : 0;
@@ -298,6 +379,19 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
                               tokens * kl),
                        kv_out));
   }
+  if (!mla && m.position_embedding == PositionEmbedding::kRope) {
+    // Rotary embedding of Q and K: a fused kernel reads and writes each
+    // element once (2e B; Megatron/Transformer Engine fused RoPE); PyTorch
+    // eager through complex fp32 (torchtitan apply_rotary_emb: .float(),
+    // the complex multiply, type_as) moves 20 B per element.
+    c.ops.push_back(elementwise("rope", tokens * (qd + kvd) / t * (s.eager ? kEagerRopeBytes : 2 * e), 0));
+  }
+  if (!mla && s.eager && kvd < qd) {
+    // Eager grouped-query attention expands K and V to every query head
+    // by copies (torchtitan repeat_kv; repeat_interleave): read the KV
+    // width, write the query width, for K and V.
+    c.ops.push_back(elementwise("repeat_kv", 2 * tokens * (kvd + qd) / t * e, 0));
+  }
   {
     // Core attention per rank: QK^T (d_qk per head) and attention-over-V (d_v
     // per head), 2*b*s_q*s_kv*width/t each (Korthikanti App. A counts the full
@@ -334,6 +428,9 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     c.ops.push_back(op);
     c.recompute_flops = 0;
   }
+  // Eager: the attention output [b, heads, s, d] is made contiguous in
+  // [b, s, heads*d] for the output projection, a copy.
+  if (s.eager) c.ops.push_back(elementwise("attn_out_contiguous", 2 * tokens * vd / t * e, 0));
   // Output projection saves its input 2sbh/t; then all-reduce (or
   // reduce-scatter with SP) over tp.
   OpCost proj = linear("out_proj", tokens, h, vd / t, tokens * vd / t);
@@ -356,7 +453,10 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
       c.ops.push_back(tag(elementwise(prefix + "gelu", 2 * tokens * width * e / t, tokens * width * e / t), module,
                           module, tokens * width * e / t));
     } else {
-      c.ops.push_back(tag(elementwise(prefix + "swiglu", 3 * tokens * width * e / t, 2 * tokens * width * e / t),
+      // Fused: read gate and up, write the product (3e B per element);
+      // eager: SiLU (read, write) then the product (read two, write): 5e.
+      c.ops.push_back(tag(elementwise(prefix + "swiglu", (s.eager ? 5 : 3) * tokens * width * e / t,
+                                      2 * tokens * width * e / t),
                           module, module, 2 * tokens * width * e / t));
     }
     // FC2 saves its input 2sbf/t.
@@ -366,7 +466,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     fc2.tp_comm_bytes = reduce == TpComm::kNone ? 0 : tp_buffer;
     c.ops.push_back(fc2);
   };
-  OpCost ln2 = elementwise("ln2", 2 * tp_buffer / sp_div, tp_buffer / sp_div);
+  OpCost ln2 = elementwise("ln2", norm_bytes, tp_buffer / sp_div);
   ln2.rerun_by = kRcLayernorm;
   const bool shared = moe && m.moe.shared_experts > 0;
   // The dense MLP and the shared experts run on the sequence gathered over
@@ -488,6 +588,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
   for (size_t i = 0; i + 1 < c.ops.size(); ++i) {
     if (c.ops[i].name.rfind("fp8_cast_", 0) == 0) c.ops[i].rerun_by = c.ops[i + 1].rerun_by;
   }
+  if (s.per_op_sac) mark_per_op_sac(&c, m, s, e);
   add_totals(&c, e);
 
   if (s.cp > 1) {
@@ -499,26 +600,37 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     case Recompute::kNone: break;
     case Recompute::kSelective:
       for (const OpCost& op : c.ops) {
-        if (op.rerun_by & s.recompute_modules) c.recompute_flops += op.flops;
+        if (s.per_op_sac) c.recompute_flops += op.flops * op.sac_rerun_share;
+        else if (op.rerun_by & s.recompute_modules) c.recompute_flops += op.flops;
       }
       break;
     case Recompute::kFull: c.recompute_flops = c.fwd_flops; break;
   }
   c.saved_bytes = saved_activation_bytes(c, m, s);
+  // What the backward re-materialises on top (one layer at a time): the
+  // whole layer for full recompute (only its input was kept), the tensors
+  // per-op SAC did not save.
+  if (s.recompute == Recompute::kFull || s.per_op_sac) {
+    LayerShape none = s;
+    none.recompute = Recompute::kNone;
+    none.per_op_sac = false;
+    const double all = saved_activation_bytes(c, m, none);
+    c.backward_transient_bytes = s.recompute == Recompute::kFull ? all : std::max(0.0, all - c.saved_bytes);
+  }
   return c;
 }
 
 double saved_activation_bytes(const LayerCost& c, const ModelSpec& m, const LayerShape& s) {
   switch (s.recompute) {
-    case Recompute::kFull: {
-      // Only the layer input is checkpointed: 2sbh, or 2sbh/t when SP already
-      // splits it (Korthikanti Table 2 and Sec. 5).
-      double sp_div = s.sp ? s.tp : 1;
-      return static_cast<double>(s.mbs) * static_cast<double>(s.seq) / s.cp * static_cast<double>(m.hidden) *
-             activation_bytes(s.precision) / sp_div;
-    }
+    case Recompute::kFull: return layer_input_bytes(m, s);
     case Recompute::kSelective: {
       double total = 0;
+      if (s.per_op_sac) {
+        // The block's input (its checkpoint) and the outputs the policy saves.
+        total = layer_input_bytes(m, s);
+        for (const OpCost& op : c.ops) total += op.sac_saved_bytes;
+        return total;
+      }
       for (const OpCost& op : c.ops) total += op.saved_bytes - ((op.drop_by & s.recompute_modules) ? op.dropped_bytes : 0.0);
       return total;
     }
@@ -571,8 +683,17 @@ LayerCost output_cost(const ModelSpec& m, const LayerShape& s) {
   c.ops.push_back(ln);
   c.ops.push_back(gemm("logits", tokens, v / t, h, tokens * h * e / sp_div));
   // Vocab-parallel cross entropy in fp32: reads the logits, keeps 4sbv/t.
-  c.ops.push_back(elementwise("cross_entropy", tokens * v / t * (e + 2 * 4), 4 * tokens * v / t));
+  // PyTorch's cross_entropy(logits.float()): the cast (read e, write 4) and
+  // log_softmax (two reads of 4, write 4): 16 + e B per logit.
+  c.ops.push_back(elementwise("cross_entropy", tokens * v / t * (s.pytorch_loss ? e + 16 : e + 2 * 4),
+                              4 * tokens * v / t));
   add_totals(&c, e);
+  // The loss's backward (layer_cost.h): Megatron's _VocabParallelCrossEntropy
+  // turns the saved softmax into the gradient in place and the cast back to
+  // the logits' dtype adds e B per logit; PyTorch's log_softmax backward
+  // holds its saved fp32 output, the nll_loss gradient (dense fp32) and the
+  // fp32 gradient of the logits together: 8 B per logit beyond the saved 4.
+  c.backward_transient_bytes = tokens * v / t * (s.pytorch_loss ? 8.0 : e);
   return c;
 }
 

@@ -43,6 +43,13 @@ struct LayerShape {
   int ep = 1;
   int etp = 1;
   double moe_load = 0;
+  // How the framework runs it (ExecutionProfile): selective recompute as
+  // torchtitan's per-op SAC, and the loss as PyTorch's cross_entropy on
+  // fp32-cast logits (else Megatron's fused vocab-parallel one).
+  bool per_op_sac = false;
+  bool pytorch_loss = false;
+  // Memory-bound ops as PyTorch eager kernels (ExecutionProfile::eager_elementwise).
+  bool eager = false;
 };
 
 LayerShape layer_shape(const Plan& resolved_plan);
@@ -81,6 +88,12 @@ struct OpCost {
   uint16_t rerun_by = 0;
   uint16_t drop_by = 0;
   double dropped_bytes = 0;
+  // Per-op selective activation checkpointing (LayerShape::per_op_sac):
+  // the bytes of this op's output the policy saves, and the share of its
+  // forward it re-runs in backward (a fused QKV or gate/up GEMM stands for
+  // two or three of the framework's matmuls, of which some are saved).
+  double sac_saved_bytes = 0;
+  double sac_rerun_share = 0;
   TpComm tp_comm_after = TpComm::kNone;  // collective after this op
   CommGroup comm_group = CommGroup::kTp;  // over which group
   double tp_comm_bytes = 0;      // buffer size of that collective (nccl-tests "size")
@@ -102,6 +115,10 @@ struct LayerCost {
   double expert_params = 0;      // part of params held as routed experts (sharded by ep*etp, not tp)
   bool moe = false;              // an MoE layer
   double moe_load = 1;           // the busiest EP rank's load over the mean (moe)
+  // Bytes held during this block's backward beyond its saved activations:
+  // the re-materialised tensors of full or per-op selective recompute, and
+  // for the output layer the loss's gradient buffers (output_cost).
+  double backward_transient_bytes = 0;
 };
 
 // Bytes of HBM traffic per element to quantize one bf16 tensor to FP8 for
@@ -144,8 +161,18 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
 // keeps only the layer input.
 double saved_activation_bytes(const LayerCost& c, const ModelSpec& m, const LayerShape& s);
 
+// A layer's input (= a pipeline stage's output) per micro-batch on one
+// rank: 2sbh, 2sbh/t when SP splits it (Korthikanti Table 2); what full
+// recompute checkpoints.
+double layer_input_bytes(const ModelSpec& m, const LayerShape& s);
+
 // Input embedding on the first stage and output layer + loss on the last, per
-// rank per micro-batch.
+// rank per micro-batch.  The loss keeps its fp32 probabilities (4 B per
+// logit) and its backward holds more (backward_transient_bytes): Megatron's
+// fused vocab-parallel cross entropy computes the gradient in place and
+// casts it to the activation dtype (+e B per logit); PyTorch's
+// cross_entropy(logits.float()) holds the saved log-probabilities, their
+// gradient and the logits' fp32 gradient at once (+8 B per logit).
 LayerCost embedding_cost(const ModelSpec& m, const LayerShape& s);
 LayerCost output_cost(const ModelSpec& m, const LayerShape& s);
 

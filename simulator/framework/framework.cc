@@ -9,11 +9,24 @@ namespace {
 // PyTorch DDP: bucket_cap_mb = 25 (torch/nn/parallel/distributed.py), fp32
 // gradients by default: 25 MiB / 4 B parameters per bucket; buckets are
 // all-reduced by autograd hooks as they fill, on NCCL's stream.
+//
+// Memory: FSDP2's fully_shard with MixedPrecisionPolicy(param_dtype=bf16,
+// reduce_dtype=fp32) keeps each sharded parameter, its gradient and Adam's
+// states in fp32 (torch/distributed/fsdp/_fully_shard/_fsdp_param.py: the
+// sharded parameter keeps its original dtype, the all-gather casts), and
+// DDP trains fp32 parameters under torch.autocast; the loss is
+// torch.nn.functional.cross_entropy on the fp32-cast logits (the FSDP2
+// script trainplan exports; torchtitan train.py loss_fn).
 ExecutionProfile pytorch(const Plan& p) {
   ExecutionProfile e;
   e.framework = p.framework;
   e.grad_reduce = GradReduce::kOverlapped;
   e.grad_bucket_params = 25.0 * 1024 * 1024 / grad_bytes(p.precision, p.grad_dtype);
+  e.fp32_master_is_param = p.framework != Framework::kGeneric;
+  e.pytorch_cross_entropy = p.framework != Framework::kGeneric;
+  e.keeps_stage_outputs = p.framework != Framework::kGeneric;
+  // The exported script trains the model eagerly (no torch.compile).
+  e.eager_elementwise = p.framework != Framework::kGeneric;
   return e;
 }
 
@@ -55,10 +68,22 @@ ExecutionProfile megatron_core(const Plan& p) {
 // forward (partitioned_param_coordinator release_sub_module), so the
 // activation-checkpointing recompute fetches them again before the
 // backward fetches them a third time.
+//
+// Memory: bf16 with ZeRO-1 and fp32 gradient accumulation runs
+// BF16_Optimizer (engine.py _do_optimizer_sanity_check returns BFLOAT16),
+// which accumulates into an unsharded fp32 flat buffer
+// (bf16_optimizer.py fp32_groups_gradients_flat) while the bf16 .grad
+// tensors stay allocated (clear_lp_grads zeroes them, set_to_none=False).
 ExecutionProfile deepspeed(const Plan& p) {
   ExecutionProfile e;
   e.framework = p.framework;
   e.grad_bucket_params = 5e8;
+  // runtime/pipe/engine.py: _exec_forward_pass stores the stage's outputs in
+  // pipe_buffers['outputs'][buffer_id]; _exec_backward_pass reads them.
+  e.keeps_stage_outputs = true;
+  if (p.precision == Precision::kBf16 && p.zero == 1 && p.grad_dtype == GradDtype::kFp32 && p.offload == Offload::kNone) {
+    e.lp_grad_bytes = 2;
+  }
   if (p.zero == 3) {
     e.grad_reduce = GradReduce::kOverlapped;
     e.regather_for_recompute = true;
@@ -75,10 +100,20 @@ ExecutionProfile deepspeed(const Plan& p) {
 // (torchtitan/models/llama3/infra/parallelize.py apply_fsdp: fully_shard
 // per block); activation checkpointing recomputes inside the block's
 // backward, after its unshard, so no extra gather; DDP (dp_replicate only)
-// as PyTorch's.
+// as PyTorch's.  Selective activation checkpointing is per-op SAC
+// (torchtitan/models/llama/parallelize_llama.py `_save_list` and
+// `_custom_policy`, job config `activation_checkpoint.selective_ac_option =
+// "op"`, the default of its Llama 3 train configs): the outputs of
+// aten.mm (except every second one per block), of the SDPA kernels and of
+// reduce_scatter are saved, the rest recomputed.
 ExecutionProfile torchtitan(const Plan& p) {
   ExecutionProfile e = pytorch(p);
   e.framework = p.framework;
+  e.per_op_selective_recompute = true;
+  // train_configs/llama3_*.toml: compile = false, norm_type = "rmsnorm" (the
+  // eager RMSNorm of torchtitan/models/norms.py); FP8 plans are exported
+  // with [compile] enable = true, which fuses the elementwise ops.
+  e.eager_elementwise = p.fp8_recipe == Fp8Recipe::kNone;
   return e;
 }
 

@@ -42,6 +42,45 @@ struct ExecutionProfile {
   // parameters again (a third gather per layer and micro-batch) instead of
   // using the backward's.
   bool regather_for_recompute = false;
+
+  // Memory as the framework allocates it (memory_model.h).
+  // Mixed precision with the fp32 parameter as the master copy (PyTorch
+  // FSDP2's MixedPrecisionPolicy keeps the sharded parameter in fp32 and
+  // casts to param_dtype only in the all-gather; DDP under autocast keeps
+  // fp32 parameters and caches their bf16 casts for the step): weights 4 B,
+  // gradients 4 B and Adam's m and v 8 B per parameter, plus the bf16
+  // compute copies that are not resharded.  false: a 16-bit weight, the
+  // gradient in grad_dtype and a 12-byte optimizer (fp32 master, m, v), as
+  // Megatron's and DeepSpeed's mixed-precision optimizers keep them.
+  bool fp32_master_is_param = false;
+  // Bytes per parameter of the 16-bit gradients kept beside an fp32
+  // gradient accumulation buffer for the whole step (DeepSpeed's
+  // BF16_Optimizer: 2; 0 where the gradient has one buffer).
+  double lp_grad_bytes = 0;
+  // A pipeline stage keeps each in-flight micro-batch's output tensor until
+  // that micro-batch's backward (DeepSpeed's pipe_buffers['outputs'],
+  // torch.distributed.pipelining's fwd_cache); Megatron frees its data once
+  // sent (deallocate_output_tensor; Korthikanti et al. 2022 Sec. 4.2.3).
+  bool keeps_stage_outputs = false;
+  // Selective recompute is torchtitan's per-op SAC (`selective_ac_option =
+  // "op"`): each block saves the outputs of its matmuls except every second
+  // one and of attention, and re-runs everything else in backward.  false:
+  // Megatron's --recompute-granularity selective (recompute_modules).
+  bool per_op_selective_recompute = false;
+  // The loss as PyTorch computes it on full-vocabulary logits:
+  // cross_entropy(logits.float()) keeps the fp32 log-softmax output
+  // (4 B per logit) and its backward holds that, the gradient of the
+  // log-probabilities and the gradient of the logits together (12 B per
+  // logit).  false: Megatron's fused vocab-parallel cross entropy, which
+  // keeps the fp32 softmax and computes the gradient in place in it.
+  bool pytorch_cross_entropy = false;
+  // Compute: the memory-bound ops run as PyTorch eager kernels, one per
+  // aten op (RMSNorm in fp32 as six kernels, rotary embedding through
+  // complex fp32 multiplies, SiLU and the gate product apart, grouped-query
+  // K/V expanded by copies, the attention output made contiguous;
+  // layer_cost.cc), instead of the fused kernels of Megatron / Transformer
+  // Engine / apex or a torch.compile'd model.
+  bool eager_elementwise = false;
 };
 
 // The profile of `plan.framework` for this plan (bucket sizes may depend on

@@ -5,6 +5,7 @@
 
 #include "simulator/core/error.h"
 #include "simulator/cost/layer_cost.h"
+#include "simulator/framework/framework.h"
 
 namespace trainplan {
 
@@ -30,15 +31,27 @@ constexpr double kFragmentation = 0.05;
 }  // namespace
 
 ModelStateBytes model_state_bytes(double params, Precision precision, GradDtype grad_dtype, int zero, int shard,
-                                  Offload offload) {
+                                  Offload offload, bool fp32_master_is_param) {
   TRAINPLAN_CHECK(zero >= 0 && zero <= 3 && shard >= 1, "bad ZeRO stage or shard degree");
-  const double w = weight_bytes(precision);
-  const double g = grad_bytes(precision, grad_dtype);
+  double w = weight_bytes(precision);
+  double g = grad_bytes(precision, grad_dtype);
   // Mixed precision Adam: fp32 master copy + m + v = 12 bytes; fp32 training
   // needs no master copy: m + v = 8 bytes (Rajbhandari et al. 2020, K = 12).
-  const double k = precision == Precision::kFp32 ? 8.0 : 12.0;
+  double k = precision == Precision::kFp32 ? 8.0 : 12.0;
   ModelStateBytes s;
-  s.weights = params * w / (zero >= 3 ? shard : 1);
+  int weight_shard = zero >= 3 ? shard : 1;
+  if (fp32_master_is_param && precision != Precision::kFp32) {
+    w = 4;
+    g = 4;
+    k = 8;
+    // FSDP2 shards the fp32 parameters at ZeRO-2 too; without resharding
+    // after forward it keeps the all-gathered 16-bit copies until backward.
+    // DDP (ZeRO-0/1) under autocast casts each weight once per forward and
+    // its backward holds the cast.
+    if (zero >= 2) weight_shard = shard;
+    if (zero < 3) s.weights = params * weight_bytes(precision);
+  }
+  s.weights += params * w / weight_shard;
   s.gradients = params * g / (zero >= 2 ? shard : 1);
   s.optimizer = params * k / (zero >= 1 ? shard : 1);
   if (offload == Offload::kOptimizer || offload == Offload::kParams) s.optimizer = 0;
@@ -82,17 +95,14 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
                              const LayerCost& out) {
   const Plan& p = layout.plan;
   const LayerShape shape = layer_shape(p);
-  LayerShape no_recompute = shape;
-  no_recompute.recompute = Recompute::kNone;
+  const ExecutionProfile fw = execution_profile(p);
   const double tied_copy = static_cast<double>(model.vocab) * static_cast<double>(model.hidden) / p.tp;
   // What a stage's layers hold, summed over its dense and MoE layers.
   struct StageSums {
-    double params = 0, expert_params = 0, saved = 0, weight_kept = 0, linear = 0, full_saved = 0, largest = 0;
+    double params = 0, expert_params = 0, saved = 0, weight_kept = 0, linear = 0, transient = 0, largest = 0;
   };
   std::vector<StageSums> sums(static_cast<size_t>(p.pp));
   const std::vector<std::vector<ChunkLayers>> stage_chunks = chunk_layers(layout);
-  const double full_saved_dense = saved_activation_bytes(layer, model, no_recompute);
-  const double full_saved_moe = model.has_moe ? saved_activation_bytes(moe_layer, model, no_recompute) : 0.0;
   for (int i = 0; i < p.pp; ++i) {
     StageSums& ss = sums[static_cast<size_t>(i)];
     for (const ChunkLayers& ch : stage_chunks[static_cast<size_t>(i)]) {
@@ -104,7 +114,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
         ss.saved += c.saved_bytes;
         ss.weight_kept += c.weight_grad_saved_bytes;
         ss.linear += c.linear_params;
-        ss.full_saved = std::max(ss.full_saved, is_moe ? full_saved_moe : full_saved_dense);
+        ss.transient = std::max(ss.transient, c.backward_transient_bytes);
         ss.largest = std::max(ss.largest, c.params - c.expert_params);
       }
     }
@@ -134,12 +144,12 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // over the expert data-parallel group (Megatron's distributed optimizer
     // keeps one optimizer per parallel-state group).
     ModelStateBytes ms = model_state_bytes(params - ss.expert_params, p.precision, p.grad_dtype, p.zero,
-                                           layout.shard_degree, p.offload);
+                                           layout.shard_degree, p.offload, fw.fp32_master_is_param);
     ModelStateBytes me = model_state_bytes(ss.expert_params, p.precision, p.grad_dtype, p.zero,
-                                           std::max(1, layout.expert_dp), p.offload);
+                                           std::max(1, layout.expert_dp), p.offload, fw.fp32_master_is_param);
     MemoryBreakdown& b = st.breakdown;
     b.weights = ms.weights + me.weights;
-    b.gradients = ms.gradients + me.gradients;
+    b.gradients = ms.gradients + me.gradients + fw.lp_grad_bytes * params;
     b.optimizer = ms.optimizer + me.optimizer;
     if (p.zero == 3) {
       // ZeRO-3 / FSDP gathers one layer's full (TP-sharded) weights and
@@ -155,9 +165,9 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // of the linear layers remains (the fp32 master stays in the optimizer).
     if (p.fp8_param_gather) b.weights -= ss.linear * weight_bytes(p.precision) / (p.zero >= 3 ? layout.shard_degree : 1);
     ModelStateBytes kept = model_state_bytes(params - ss.expert_params, p.precision, p.grad_dtype, p.zero,
-                                             layout.shard_degree);
+                                             layout.shard_degree, Offload::kNone, fw.fp32_master_is_param);
     ModelStateBytes kept_e = model_state_bytes(ss.expert_params, p.precision, p.grad_dtype, p.zero,
-                                               std::max(1, layout.expert_dp));
+                                               std::max(1, layout.expert_dp), Offload::kNone, fw.fp32_master_is_param);
     offloaded_per_gpu_max = std::max(offloaded_per_gpu_max, kept.total() + kept_e.total() - ms.total() - me.total());
 
     // Activations.
@@ -188,9 +198,21 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
       if (i == p.pp - 1) held += out.weight_grad_saved_bytes - out.saved_bytes;
       act += std::max(0.0, held);
     }
-    // Full recompute rematerialises one layer's activations during its
-    // backward.
-    if (p.recompute == Recompute::kFull) act += ss.full_saved;
+    // Stage outputs held until their backward (ExecutionProfile): one per
+    // in-flight micro-batch chunk but those of the chunk that ends in the
+    // loss.
+    if (fw.keeps_stage_outputs && p.pp > 1 && !zero_bubble(p.schedule)) {
+      int64_t held = chunks;
+      if (i == p.pp - 1) {
+        held = p.schedule == Schedule::kInterleaved ? chunks - (layout.microbatches == p.pp ? layout.microbatches : 1)
+                                                    : 0;
+      }
+      act += static_cast<double>(std::max<int64_t>(0, held)) * layer_input_bytes(model, shape);
+    }
+    // One layer's backward re-materialises what recompute dropped; the last
+    // stage's loss holds its gradient buffers as its backward starts (both
+    // transient, the larger one counts).
+    act += std::max(ss.transient, i == p.pp - 1 ? out.backward_transient_bytes : 0.0);
     b.activations = act;
 
     int communicators = (p.tp > 1) + (p.pp > 1) + (p.dp > 1) + (p.cp > 1) + (p.ep > 1) + (p.etp > 1 && p.etp != p.tp);

@@ -10,6 +10,9 @@
 // the micro-batches a stage holds at its peak: 1F1B stage i holds min(p-i, m),
 // GPipe all m, interleaved min(2(p-i-1) + (v-1)p + 1, m*v) model chunks
 // (Megatron's warm-up count), naive 1.
+// The backward of one layer re-materialises what full or per-op selective
+// recompute dropped (LayerCost::backward_transient_bytes), and the last
+// stage's loss holds its gradient buffers at the start of its backward.
 // "other": CUDA context, cuBLAS workspace, NCCL and bucket buffers, and a
 // fragmentation margin of the caching allocator.
 #ifndef TRAINPLAN_SIM_MEMORY_MEMORY_MODEL_H_
@@ -40,9 +43,13 @@ struct ModelStateBytes {
   double total() const { return weights + gradients + optimizer; }
 };
 // REQUIRES: zero in 0..3, shard >= 1.  Offload moves optimizer states (and
-// with kParams also the weights) to host memory.
+// with kParams also the weights) to host memory.  `fp32_master_is_param`
+// (ExecutionProfile, PyTorch FSDP2 / DDP with autocast, 16-bit precisions):
+// the fp32 parameter is the master copy, so weights are 4 B (sharded from
+// ZeRO-2 on: FSDP2) plus, below ZeRO-3, the 16-bit compute copy kept through
+// the step (2 B, unsharded), gradients 4 B and the optimizer 8 B (m and v).
 ModelStateBytes model_state_bytes(double params, Precision precision, GradDtype grad_dtype, int zero, int shard,
-                                  Offload offload = Offload::kNone);
+                                  Offload offload = Offload::kNone, bool fp32_master_is_param = false);
 
 struct StageMemory {
   int stage = 0;

@@ -154,6 +154,8 @@ class Lowerer {
     layer_ = sc_.layer;
     emb_ = sc_.embedding;
     outc_ = sc_.output;
+    keep_outputs_ = p_.pp > 1 && prof_.keeps_stage_outputs;
+    stage_output_bytes_ = layer_input_bytes(m_, shape_);
     out_.layer = sc_.layer_times;
     if (sc_.has_moe) {
       out_.moe_layer = sc_.moe_layer_times;
@@ -381,9 +383,6 @@ class Lowerer {
 
   void build_compute() {
     TaskGraph& g = out_.graph;
-    LayerShape no_rc = shape_;
-    no_rc.recompute = Recompute::kNone;
-    const bool full = p_.recompute == Recompute::kFull;
     op_index_.assign(out_.ranks.size(), {});
     size_t longest = 0;
     for (size_t r = 0; r < out_.ranks.size(); ++r) {
@@ -421,7 +420,7 @@ class Lowerer {
           ep += is_b ? lt.ep_comm_backward_ps : lt.ep_comm_forward_ps;
           alloc += lc.saved_bytes;
           kept += lc.weight_grad_saved_bytes;  // M_W, zero bubble
-          if (full) full_layer = std::max(full_layer, saved_activation_bytes(lc, m_, no_rc));
+          full_layer = std::max(full_layer, lc.backward_transient_bytes);
         }
         // Where W passes exist (zero bubble), B is the backward without the
         // weight-gradient GEMMs and W is those GEMMs alone (no TP comm).
@@ -434,6 +433,10 @@ class Lowerer {
           alloc += emb_.saved_bytes;
           kept += emb_.weight_grad_saved_bytes;
         }
+        // A framework that keeps a stage's output until its backward
+        // (ExecutionProfile::keeps_stage_outputs) holds it from the chunk's
+        // last forward.
+        if (keep_outputs_ && !ch.output && first + count == ch.layers && !split_) alloc += stage_output_bytes_;
         if (with_out) {
           work += is_b ? out_b_ : out_f_;
           tp += is_b ? out_tp_b_ : out_tp_f_;
@@ -465,8 +468,11 @@ class Lowerer {
           if (kept >= alloc) t.mem_alloc = static_cast<int64_t>(kept - alloc);
           else t.mem_free = static_cast<int64_t>(alloc - kept);
         } else {
-          // Full recompute rematerialises one layer at a time in backward.
-          const int64_t transient = full ? static_cast<int64_t>(full_layer) : 0;
+          // Recompute re-materialises one layer at a time in backward; the
+          // loss holds its gradient buffers as the backward starts
+          // (memory_model.h: the larger of the two).
+          if (with_out) full_layer = std::max(full_layer, outc_.backward_transient_bytes);
+          const int64_t transient = static_cast<int64_t>(full_layer);
           t.mem_alloc = transient;
           t.mem_free = static_cast<int64_t>(alloc) + transient;
         }
@@ -955,6 +961,8 @@ class Lowerer {
   double largest_tensor_params_ = 1;
   int v_ = 1;
   bool split_ = false;  // the schedule has W passes (zero bubble)
+  bool keep_outputs_ = false;  // stage outputs held until their backward (ExecutionProfile)
+  double stage_output_bytes_ = 0;
   std::vector<std::vector<std::vector<int32_t>>> h2d_;  // [rank][entry]: parameter offload copies
   PipelineSchedule schedule_;
   std::vector<std::vector<Chunk>> chunks_;

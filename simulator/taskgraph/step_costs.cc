@@ -64,11 +64,16 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
   const uint16_t modules = p.recompute == Recompute::kSelective
                               ? (p.recompute_modules != 0 ? p.recompute_modules : static_cast<uint16_t>(kRcCoreAttn))
                               : 0;
+  // torchtitan's per-op SAC re-runs a share of each op (LayerShape); its
+  // saved reduce-scatters are not repeated, other collectives are.
+  const bool per_op = layer_shape(p).per_op_sac;
   for (const OpCost& op : lc.ops) {
     const int64_t f = op_forward_time(cpm, op).ps();
     const int64_t b = op_backward_time(cpm, op, p.attention).ps();
-    const bool rerun = (op.rerun_by & modules) != 0;
-    if (rerun) t.rc += f;
+    const bool rerun = per_op ? op.sac_rerun_share > 0 && op.tp_comm_after != TpComm::kReduceScatter
+                              : (op.rerun_by & modules) != 0;
+    if (per_op) t.rc += static_cast<int64_t>(static_cast<double>(f) * op.sac_rerun_share);
+    else if (rerun) t.rc += f;
     t.fwd += f;
     t.bwd += b;
     t.wgrad += op_weight_grad_time(cpm, op).ps();

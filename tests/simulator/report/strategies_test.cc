@@ -555,10 +555,23 @@ TEST_CASE("Strategies: simulated peak memory matches the closed form per stage",
   };
   Plan full = pipeline_plan(Schedule::k1F1B, 4, 8);
   full.recompute = Recompute::kFull;
+  // Frameworks whose pipeline keeps stage outputs (DeepSpeed, torchtitan),
+  // per-op SAC with its re-materialisation, PyTorch's loss buffers.
+  Plan deepspeed = pipeline_plan(Schedule::k1F1B, 4, 8);
+  deepspeed.framework = Framework::kDeepSpeed;
+  Plan titan = pipeline_plan(Schedule::k1F1B, 4, 8);
+  titan.framework = Framework::kTorchtitan;
+  titan.recompute = Recompute::kSelective;
+  Plan titan_v = pipeline_plan(Schedule::kInterleaved, 4, 8, 2);
+  titan_v.framework = Framework::kTorchtitan;
+  titan_v.recompute = Recompute::kSelective;
   const Case cases[] = {{"1F1B", pipeline_plan(Schedule::k1F1B, 4, 8)},
                         {"GPipe", pipeline_plan(Schedule::kGpipe, 4, 8)},
                         {"interleaved v=2", pipeline_plan(Schedule::kInterleaved, 4, 8, 2)},
-                        {"1F1B + full recompute", full}};
+                        {"1F1B + full recompute", full},
+                        {"DeepSpeed 1F1B", deepspeed},
+                        {"torchtitan 1F1B, per-op SAC", titan},
+                        {"torchtitan interleaved v=2, per-op SAC", titan_v}};
   for (const Case& k : cases) {
     DYNAMIC_SECTION(k.name) {
       const Layout l = resolved(m, c, 4, k.plan);
