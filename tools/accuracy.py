@@ -9,7 +9,7 @@ Each row is mapped to `trainplan simulate` flags by fixed rules (below), not
 tuned per row: the model shape comes from the row; the cluster from the GPU and its fabric (Jean Zay's Omni-Path A100 nodes
 for BLOOM, a DGX A100 otherwise, a DGX H100 for H100);
 the attention kernel from the year (FlashAttention from 2023 on); the
-micro-batch from the row, else the largest power of two <= gbs/dp that fits.
+micro-batch from the row, else 1 (ACCURACY.md L3).
 """
 import argparse
 import json
@@ -190,7 +190,8 @@ def flags_for(row, trainplan, layout_only=False):
         f += ["--stage-layers", ",".join(map(str, per))]
         if sched == "1f1b-i":
             f += ["--vp", str(min(per))]
-    mbs = lay.get("micro_batch")
+    # ACCURACY.md L3: micro-batch = layout.micro_batch; null -> 1.
+    mbs = lay.get("micro_batch") or 1
     if layout_only:
         return f, mbs
     if "tflops_per_gpu" in meas:
@@ -493,14 +494,7 @@ def run(trainplan, args):
 
 
 def predict(trainplan, row, model, cluster, flags, mbs, key):
-    dp = row["hardware"]["gpus"] // ((row["layout"].get("tp") or 1) * (row["layout"].get("pp") or 1))
-    gbs = row["layout"].get("global_batch") or dp
-    candidates = [mbs] if mbs else [b for b in (16, 8, 4, 2, 1) if b <= gbs // dp and (gbs // dp) % b == 0]
-    res = None
-    for b in candidates:
-        res = run(trainplan, ["--model", model, "--cluster", cluster, "--mbs", str(b)] + flags)
-        if res.get("fits"):
-            break
+    res = run(trainplan, ["--model", model, "--cluster", cluster, "--mbs", str(mbs)] + flags)
     if not res.get("valid", True):
         return None, res
     if key == "tokens_per_s_per_gpu":

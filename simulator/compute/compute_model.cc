@@ -8,7 +8,8 @@
 namespace trainplan {
 
 namespace {
-constexpr int64_t kTile = 128;       // CUTLASS/cuBLAS output tile edge for large BF16 GEMMs
+constexpr int64_t kTileLong = 256;   // CUTLASS/cuBLAS output tile of large BF16 GEMMs: 256 x 128 or 128 x 256
+constexpr int64_t kTileShort = 128;
 constexpr double kDepthHalf = 64.0;  // k at which the main loop is half of the kernel
 }  // namespace
 
@@ -53,16 +54,22 @@ ComputeParams ComputeParams::fp8() const {
 
 namespace {
 
-double analytic_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k, int64_t groups = 1) {
-  const int64_t tm = (m + kTile - 1) / kTile;
-  const int64_t tn = (n + kTile - 1) / kTile;
+double tiled_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k, int64_t groups, int64_t tile_m,
+                        int64_t tile_n) {
+  const int64_t tm = (m + tile_m - 1) / tile_m;
+  const int64_t tn = (n + tile_n - 1) / tile_n;
   const double tile = static_cast<double>(m) * static_cast<double>(n) /
-                      (static_cast<double>(tm * kTile) * static_cast<double>(tn * kTile));
+                      (static_cast<double>(tm * tile_m) * static_cast<double>(tn * tile_n));
   const int64_t tiles = tm * tn * groups;  // a grouped GEMM schedules every group's tiles in one grid
   const int64_t waves = (tiles + p.sm_count - 1) / p.sm_count;
   const double wave = static_cast<double>(tiles) / static_cast<double>(waves * p.sm_count);
   const double depth = static_cast<double>(k) / (static_cast<double>(k) + kDepthHalf);
   return p.gemm_efficiency * tile * wave * depth;
+}
+
+double analytic_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k, int64_t groups = 1) {
+  return std::max({tiled_efficiency(p, m, n, k, groups, kTileLong, kTileShort),
+                   tiled_efficiency(p, m, n, k, groups, kTileShort, kTileLong)});
 }
 
 }  // namespace

@@ -3,8 +3,11 @@
 //
 // GEMM: FLOPs / (peak * e_max * tile * wave * depth) where e_max is the
 // best-shape efficiency (MAMF, stas00/ml-engineering; FORMULAS.md sec. 4),
-// `tile` the fraction of 128x128 output tiles that is real work, `wave` the
-// fraction of SMs busy in the last wave of tiles, `depth` = k/(k + 64) the
+// `tile` the fraction of the 256x128 (or 128x256, whichever quantizes
+// better) output tiles that is real work, `wave` the fraction of SMs busy
+// over the waves of tiles (NVIDIA Deep Learning Performance Guide, "Matrix
+// Multiplication Background": cuBLAS's large tiles, one per SM at a time;
+// MAMF's best shapes run in them), `depth` = k/(k + 64) the
 // prologue/epilogue cost of a short reduction dimension; never faster than
 // its HBM traffic allows (roofline).  Memory-bound ops: bytes / (HBM * eff).
 // Every kernel pays a fixed launch/tail overhead.

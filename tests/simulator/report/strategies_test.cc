@@ -39,10 +39,10 @@ std::string all_reasons(const Layout& l) {
 // latency and a slow GPU (10 TFLOP/s bf16).  NCCL's fixed per-call latencies
 // (6.6-14 us, collective_model.cc) remain, so the GPU is slowed until a layer
 // takes milliseconds: a p2p send then costs < 0.1% of a pipeline stage.
-// 16 SMs: every GEMM of the model (s = 1024 tokens -> 8 row tiles of 128)
-// fills whole waves, including the 8-tile logits GEMM (128-wide vocabulary),
-// so stages are even; with 132 SMs the logits GEMM runs at 8/132 of the peak
-// and makes the last stage 5% slower, which shifts the bubbles by ~5%.
+// 16 SMs: every GEMM of a layer (s = 1024 tokens -> 4 row tiles of 256)
+// fills whole waves, so stages are even; the logits GEMM (128-wide
+// vocabulary) is 4 tiles, negligible next to a layer; with 132 SMs the
+// layers' GEMMs would leave SMs idle in their last wave.
 ClusterSpec fast_links_cluster() { return testing::fast_links_cluster(); }
 
 // A small GPT: 16 layers, h = 1024, 16 heads, s = 1024, and a 128-token

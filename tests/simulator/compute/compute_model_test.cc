@@ -1,0 +1,54 @@
+// The GEMM model's tile and wave quantization (compute_model.h) against
+// closed forms: cuBLAS runs large BF16 GEMMs in 256 x 128 (or 128 x 256)
+// output tiles, one tile per SM at a time, so a GEMM's time steps with the
+// number of waves of tiles over the SMs (NVIDIA Deep Learning Performance
+// Guide, "Matrix Multiplication Background": tile quantization and wave
+// quantization, A100 with 108 SMs).
+#include <catch2/catch.hpp>
+
+#include "simulator/compute/compute_model.h"
+#include "simulator/spec/cluster.h"
+
+namespace trainplan {
+namespace {
+
+ComputeParams a100() { return compute_params(load_cluster("dgx-a100"), Precision::kBf16); }
+
+// e_max x depth = k / (k + 64): the best shape's efficiency times the
+// main loop's share of a k-long reduction.
+double depth(double k) { return k / (k + 64); }
+
+TEST_CASE("GEMM: 108 whole tiles fill one wave of an A100; one more row of tiles needs a second wave") {
+  const ComputeParams p = a100();
+  REQUIRE(p.sm_count == 108);
+  const double e = p.gemm_efficiency;
+  // 2304 x 1536 = 9 x 12 tiles of 256 x 128: exactly one wave, no padding.
+  CHECK(gemm_efficiency(p, 2304, 1536, 4096) == Approx(e * depth(4096)).epsilon(1e-12));
+  // 2560 x 1536: 10 x 12 = 120 tiles (or 20 x 6 of 128 x 256, the same):
+  // two waves of which 120/216 are busy.
+  CHECK(gemm_efficiency(p, 2560, 1536, 4096) == Approx(e * depth(4096) * 120.0 / 216).epsilon(1e-12));
+  // 2304 + 1 rows: the padded tile row is 1/256 useful; the better
+  // orientation is 128 x 256 tiles: 19 x 6 = 114 tiles, two waves,
+  // rows 2305 of 19 x 128.
+  const double util = 2305.0 / (19 * 128);
+  CHECK(gemm_efficiency(p, 2305, 1536, 4096) == Approx(e * depth(4096) * util * 114.0 / 216).epsilon(1e-12));
+}
+
+TEST_CASE("GEMM: a TP-split QKV GEMM of BLOOM's candidate loses a fifth to wave quantization at one sequence") {
+  // h = 14336 over tp 8: the QKV GEMM is (b * 2048) x 5376 x 14336.  At b = 1:
+  // 8 x 42 = 336 tiles of 256 x 128 = 3.11 waves of 108 -> 336/432 busy; at
+  // b = 8: 64 x 42 = 2688 tiles = 24.9 waves -> 2688/2700.
+  const ComputeParams p = a100();
+  const double one = gemm_efficiency(p, 2048, 5376, 14336);
+  const double eight = gemm_efficiency(p, 8 * 2048, 5376, 14336);
+  CHECK(one == Approx(p.gemm_efficiency * depth(14336) * 336.0 / 432).epsilon(1e-12));
+  CHECK(eight == Approx(p.gemm_efficiency * depth(14336) * 2688.0 / 2700).epsilon(1e-12));
+  // Time per row beyond the kernel's fixed launch overhead: the
+  // micro-batch of 8 runs 28% faster per token.
+  const double per_row_1 = (gemm_time(p, 2048, 5376, 14336) - p.kernel_overhead).s();
+  const double per_row_8 = (gemm_time(p, 8 * 2048, 5376, 14336) - p.kernel_overhead).s() / 8;
+  CHECK(per_row_1 / per_row_8 == Approx((2688.0 / 2700) / (336.0 / 432)).epsilon(1e-6));
+}
+
+}  // namespace
+}  // namespace trainplan
