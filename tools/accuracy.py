@@ -486,6 +486,42 @@ def memory_section(trainplan, rows, tmp):
     return out + lines, summary
 
 
+def zero_bubble_attention_check(trainplan, rows, tmp):
+    """Diagnostic, not the judged mapping: the Zero Bubble rows at the rules' flags (L10: flash attention, the
+    source is dated 2024) and with unfused attention, throughput and memory.  Their printed memory holds the
+    5as^2b bytes per layer of an unfused softmax (Korthikanti Table 2), which flash attention does not keep."""
+    out = ["", "## Diagnostic: the Zero Bubble rows with unfused attention", "",
+           "Not the judged mapping (rule L10 gives these 2024 rows FlashAttention): the same flags with",
+           "`--attention naive`.  The rows' own memory figures (30, 32, 59 and 40 GB for 1F1B, ZB-1p, ZB-2p and",
+           "1F1B-I) hold the s x s softmax activations of unfused attention (5as^2b bytes per layer, Korthikanti",
+           "Table 2), which FlashAttention never stores; with unfused attention memory and throughput both land",
+           "close, so the rows' optimism under L10 is the attention kernel, not per-layer compute.", "",
+           "| row | measured samples/s/GPU | flash (L10) | naive | measured GB | flash (L10) | naive |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        if not row["id"].startswith("zerobubble"):
+            continue
+        mapped = flags_for(row, trainplan)
+        if not mapped:
+            continue
+        flags, mbs, _, meas, key = mapped
+        model = model_file(row, tmp)
+        cells = []
+        for att in ("flash", "naive"):
+            f = list(flags)
+            f[f.index("--attention") + 1] = att
+            pred, _ = predict(trainplan, row, model, "dgx-a100", f, mbs, key)
+            mem = subprocess.run([trainplan, "memory", "--json", "--model", model, "--cluster", "dgx-a100",
+                                  "--mbs", str(mbs)] + f, capture_output=True, text=True)
+            cells.append((pred, json.loads(mem.stdout)["peak_gib"]))
+        mm = row["measured"]["memory_gb_per_gpu"]
+        out.append("| %s | %.1f | %.2f (%+.1f%%) | %.2f (%+.1f%%) | %d | %.1f (%+.1f%%) | %.1f (%+.1f%%) |" % (
+            row["id"], meas, cells[0][0], 100 * (cells[0][0] - meas) / meas, cells[1][0],
+            100 * (cells[1][0] - meas) / meas, mm, cells[0][1], 100 * (mm - cells[0][1]) / mm, cells[1][1],
+            100 * (mm - cells[1][1]) / mm))
+    return out
+
+
 def run(trainplan, args):
     out = subprocess.run([trainplan, "simulate", "--json"] + args, capture_output=True, text=True)
     if out.returncode != 0:
@@ -571,6 +607,7 @@ def main():
                 "mbs=%d %s" % (res["plan"]["mbs"], " ".join(flags))))
         loso = leave_one_source_out(a.trainplan, fit_rows, tmp)
         memory, memory_summary = memory_section(a.trainplan, rows, tmp)
+        memory += zero_bubble_attention_check(a.trainplan, rows, tmp)
         moe = moe_section(a.trainplan, a.moe_reference, tmp)
     errors.sort()
     n = len(errors)
