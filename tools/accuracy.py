@@ -565,6 +565,7 @@ def main():
     groups = {}
     fit_rows = []
     skipped = []
+    frameworks = {}
     with tempfile.TemporaryDirectory() as tmp:
         for row in rows:
             if row["kind"] not in ("measured_throughput", "measured_step_time", "measured_layer_time"):
@@ -575,6 +576,8 @@ def main():
                 skipped.append(row["id"])
                 continue
             flags, mbs, metric, measured, key = mapped
+            if "--framework" in flags:
+                frameworks[row["id"]] = flags[flags.index("--framework") + 1]
             base_cluster = cluster
             cluster = derived_cluster(row, cluster, tmp)
             pred, res = predict(a.trainplan, row, model_file(row, tmp), cluster, flags, mbs, key)
@@ -642,6 +645,21 @@ def main():
         doc.append("| %s | %d | %.1f%% | %+.1f%% | %s (%+.1f%%) | %d | %d | %s |" % (
             group, len(g), 100 * sum(abs(e) for e in errs) / len(g), 100 * sum(errs) / len(g), worst[0],
             100 * worst[1], sum(abs(e) <= 0.05 for e in errs), sum(abs(e) <= 0.10 for e in errs), rho))
+    # Issue 9: the same figures per framework profile (the --framework each row runs with, rule F1).
+    by_fw = {}
+    for group, g in groups.items():
+        for rid, e, _, _, _ in g:
+            by_fw.setdefault(frameworks.get(rid, "generic"), []).append((rid, e))
+    doc += ["", "## By framework", "",
+            "The rows grouped by the profile rule F1 gives them (`--framework`).", "",
+            "| framework | rows | MAPE | bias | worst row | within 10% |", "|---|---:|---:|---:|---|---:|"]
+    for fw in sorted(by_fw):
+        g = by_fw[fw]
+        errs = [e for _, e in g]
+        worst = max(g, key=lambda x: abs(x[1]))
+        doc.append("| %s | %d | %.1f%% | %+.1f%% | %s (%+.1f%%) | %d |" % (
+            fw, len(g), 100 * sum(abs(e) for e in errs) / len(g), 100 * sum(errs) / len(g), worst[0],
+            100 * worst[1], sum(abs(e) <= 0.10 for e in errs)))
     doc += ["", "Not expressible (skipped): " + (", ".join(skipped) or "none")]
     doc += memory
     doc += loso
