@@ -21,6 +21,16 @@ nlohmann::json breakdown_json(const MemoryBreakdown& b) {
           {"other", rounded(to_gib(b.other), 4)}};
 }
 
+// What `other` holds (MemoryBreakdown): inside PyTorch's allocator the
+// workspaces and its fragmentation, outside it the CUDA context and NCCL's
+// buffers.
+nlohmann::json other_parts_json(const MemoryBreakdown& b) {
+  return {{"workspace", rounded(to_gib(b.workspace), 4)},
+          {"fragmentation", rounded(to_gib(b.fragmentation), 4)},
+          {"cuda_context", rounded(to_gib(b.runtime), 4)},
+          {"nccl_buffers", rounded(to_gib(b.communication), 4)}};
+}
+
 int run_memory(const PlanFlags& flags, bool json) {
   Job job = to_job(flags);
   Layout layout = resolve_plan(job.model, job.cluster, job.gpus, job.plan);
@@ -57,6 +67,11 @@ int run_memory(const PlanFlags& flags, bool json) {
   out["fits"] = rep.fits;
   if (!rep.fits) out["reasons"] = nlohmann::json::array({rep.reason});
   out["breakdown_gib"] = breakdown_json(peak.breakdown);
+  out["other_parts_gib"] = other_parts_json(peak.breakdown);
+  // The peak stage as PyTorch's allocator reports it (torch.cuda.max_memory_allocated
+  // and max_memory_reserved; torchtitan and DeepSpeed log the reserved figure).
+  out["peak_allocated_gib"] = rounded(to_gib(peak.breakdown.allocated()), 4);
+  out["peak_reserved_gib"] = rounded(to_gib(peak.breakdown.reserved()), 4);
   out["host_offload_gib_per_node"] = rounded(to_gib(rep.host_bytes_per_node), 4);
   out["microbatches"] = layout.microbatches;
   nlohmann::json stages = nlohmann::json::array();
@@ -66,7 +81,10 @@ int run_memory(const PlanFlags& flags, bool json) {
                       {"params_per_gpu", st.params},
                       {"inflight_microbatches", st.inflight_microbatches},
                       {"peak_gib", rounded(to_gib(st.breakdown.total()), 4)},
-                      {"breakdown_gib", breakdown_json(st.breakdown)}});
+                      {"allocated_gib", rounded(to_gib(st.breakdown.allocated()), 4)},
+                      {"reserved_gib", rounded(to_gib(st.breakdown.reserved()), 4)},
+                      {"breakdown_gib", breakdown_json(st.breakdown)},
+                      {"other_parts_gib", other_parts_json(st.breakdown)}});
   }
   out["stages"] = stages;
   if (json) {
@@ -89,6 +107,12 @@ int run_memory(const PlanFlags& flags, bool json) {
               to_gib(rep.capacity_bytes),
               rep.fits ? ("fits, " + fixed(to_gib(rep.capacity_bytes - rep.peak_bytes), 2) + " GiB free").c_str()
                        : ("does not fit: " + rep.reason).c_str());
+  const MemoryBreakdown& pb = peak.breakdown;
+  std::printf("  as PyTorch's caching allocator sees stage %d: %.2f GiB allocated, %.2f GiB reserved "
+              "(max_memory_allocated / max_memory_reserved); outside it the CUDA context %.2f GiB and NCCL "
+              "buffers %.2f GiB\n",
+              rep.peak_stage, to_gib(pb.allocated()), to_gib(pb.reserved()), to_gib(pb.runtime),
+              to_gib(pb.communication));
   return 0;
 }
 

@@ -12,19 +12,22 @@ namespace trainplan {
 namespace {
 
 // CUDA context of a PyTorch process with lazy module loading (CUDA >= 11.7):
-// about 0.5 GiB as nvidia-smi reports it for an idle process.
+// about 0.5 GiB as nvidia-smi reports it for an idle process; outside
+// PyTorch's caching allocator (not in torch.cuda.memory_reserved).
 constexpr double kCudaContextBytes = 0.5 * kGiB;
 // cuBLAS workspace on Hopper (CUBLAS_WORKSPACE_CONFIG default :4096:8 * 4 +
 // Hopper's 32 MiB): 32 MiB.
 constexpr double kCublasWorkspaceBytes = 32.0 * 1024 * 1024;
 // NCCL: NCCL_BUFFSIZE 4 MiB per channel and peer direction; with ~16 channels
-// about 128 MiB per communicator in use.
+// about 128 MiB per communicator in use, allocated by NCCL itself (outside
+// PyTorch's caching allocator).
 constexpr double kNcclBytesPerCommunicator = 128.0 * 1024 * 1024;
 // Gradient reduce buckets (PyTorch DDP bucket_cap_mb = 25 MiB, double buffered).
 constexpr double kBucketBytes = 2 * 25.0 * 1024 * 1024;
 // Caching-allocator fragmentation: reserved exceeds allocated by about 5% in
 // steady-state training (PyTorch memory stats, reserved vs allocated; ZeRO
-// paper Sec. 3.2 notes OOM with >30% free in the worst case).
+// paper Sec. 3.2 notes OOM with >30% free in the worst case); a share of
+// what goes through the allocator (states, activations, workspaces).
 constexpr double kFragmentation = 0.05;
 
 
@@ -216,10 +219,11 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     b.activations = act;
 
     int communicators = (p.tp > 1) + (p.pp > 1) + (p.dp > 1) + (p.cp > 1) + (p.ep > 1) + (p.etp > 1 && p.etp != p.tp);
-    double other = kCudaContextBytes + kCublasWorkspaceBytes + communicators * kNcclBytesPerCommunicator;
-    if (p.zero >= 2 || p.dp_mode == DpMode::kAsync) other += kBucketBytes;
-    other += kFragmentation * (b.weights + b.gradients + b.optimizer + b.activations + other);
-    b.other = other;
+    b.runtime = kCudaContextBytes;
+    b.communication = communicators * kNcclBytesPerCommunicator;
+    b.workspace = kCublasWorkspaceBytes + (p.zero >= 2 || p.dp_mode == DpMode::kAsync ? kBucketBytes : 0.0);
+    b.fragmentation = kFragmentation * b.allocated();
+    b.other = b.workspace + b.fragmentation + b.runtime + b.communication;
     r.stages.push_back(st);
   }
   for (const StageMemory& st : r.stages) {

@@ -27,13 +27,27 @@
 
 namespace trainplan {
 
+// Bytes per GPU.  `other` is the sum of the four allocator-level terms
+// below it, so total() is what the device holds (nvidia-smi's figure).
 struct MemoryBreakdown {
-  double weights = 0;      // bytes
+  double weights = 0;
   double gradients = 0;
   double optimizer = 0;
   double activations = 0;
   double other = 0;
+  // The parts of `other`: buffers the framework allocates through
+  // PyTorch's caching allocator (cuBLAS workspace, gradient buckets); the
+  // allocator's reserved-but-unallocated excess (fragmentation); the CUDA
+  // context and the NCCL communicators' buffers, allocated outside it.
+  double workspace = 0;
+  double fragmentation = 0;
+  double runtime = 0;
+  double communication = 0;
   double total() const { return weights + gradients + optimizer + activations + other; }
+  // torch.cuda.max_memory_allocated's view, and max_memory_reserved's
+  // (what torchtitan and DeepSpeed log as memory).
+  double allocated() const { return weights + gradients + optimizer + activations + workspace; }
+  double reserved() const { return allocated() + fragmentation; }
 };
 
 // Bytes per GPU of weights, gradients and optimizer states for `params`

@@ -133,6 +133,15 @@ assert d["plan"]["dp"] == 8, d["plan"]                        # 8 GPUs / (tp*pp*
 # Each breakdown entry is rounded to 1e-4 GiB; their sum is the peak.
 assert abs(sum(d["breakdown_gib"].values()) - d["peak_gib"]) < 1e-3, d
 assert 0 < d["peak_gib"] < d["capacity_gib"], d
+# The allocator view: "other" is the workspaces and fragmentation inside
+# PyTorch'"'"'s caching allocator plus the CUDA context and NCCL buffers outside
+# it; reserved = allocated + fragmentation; the device total adds the rest.
+parts = d["other_parts_gib"]
+assert set(parts) == {"workspace", "fragmentation", "cuda_context", "nccl_buffers"}, parts
+assert abs(sum(parts.values()) - d["breakdown_gib"]["other"]) < 1e-3, d
+assert abs(d["peak_reserved_gib"] - d["peak_allocated_gib"] - parts["fragmentation"]) < 1e-3, d
+assert abs(d["peak_reserved_gib"] + parts["cuda_context"] + parts["nccl_buffers"] - d["peak_gib"]) < 1e-3, d
+assert parts["nccl_buffers"] > 0 and parts["cuda_context"] > 0, parts   # dp 8: one communicator
 '
 
 expect_ok "memory --json is byte-identical across runs" "${GOOD[@]}" --json --tp 2 --pp 2 --zero 1 --gbs 64
