@@ -100,6 +100,14 @@ assert len(d["slowed_step_times_s"]) == 3
 assert s["straggler_tax"]["measured"] > 0.3, s["straggler_tax"]
 assert 0.3 < s["straggler_tax"]["predicted"] <= 1.0, s["straggler_tax"]
 assert s["slowed_arrival_spread_s"]["measured"] > s["arrival_spread_s"]["measured"], s
+# The baseline jitter is fitted to the plain steps' arrival spread: inside
+# the bisection's range its simulated spread is the measured one (64 sampled
+# steps, the same draws at every sigma; within 10%).
+sigma = d["jitter_sigma"]
+assert 0 <= sigma <= 0.5, sigma
+if 0 < sigma < 0.5:
+    a = s["arrival_spread_s"]
+    assert abs(a["predicted"] - a["measured"]) <= 0.1 * a["measured"], a
 PY
 grep -q "^# injected straggler (slow:rank=1,factor=2)" "$work/slow.txt" || fail "slow: no straggler table"
 # A slow link: rank 1's transfers at a quarter of the bandwidth (dp2: the
