@@ -44,7 +44,13 @@ def cli_offers(trainplan, value):
 def model_file(row, tmp):
     m = row["model"]
     name = row["id"]
-    gpt = not row["id"].startswith("torchtitan")
+    # ACCURACY.md M1: Llama style (SwiGLU, RoPE, untied, no dropout) when the name says Llama/Nemotron, or
+    # kv_heads < heads, or ffn_hidden != 4*hidden; otherwise GPT style (GeLU, tied, dropout, learned
+    # positions; ALiBi for BLOOM rows).
+    llama = (re.search(r"llama|nemotron", m.get("name") or "", re.I) is not None
+             or (m.get("kv_heads") or m["heads"]) < m["heads"]
+             or (m.get("ffn_hidden") is not None and m["ffn_hidden"] != 4 * m["hidden"]))
+    gpt = not llama
     doc = {
         "name": name,
         "layers": m["layers"],
@@ -130,75 +136,149 @@ def framework_for(row):
     return None
 
 
+def source_year(row):
+    """ACCURACY.md L10 needs the source's date: the latest 20xx year in its source and notes, else the
+    two-digit year of the row's id prefix (mcore24 -> 2024, nemo2407 -> 2024)."""
+    text = " ".join(str(row.get(k) or "") for k in ("source", "notes"))
+    years = [int(y) for y in re.findall(r"(?<!\d)(20[0-3]\d)(?!\d)", text)]
+    if years:
+        return max(years)
+    m = re.match(r"[a-z]+(\d\d)", row["id"])
+    return 2000 + int(m.group(1)) if m else 2021
+
+
+def recompute_of(lay):
+    """L5: the first word of layout.recompute if none/selective/full; "re-materialization" -> full; anything
+    else (null, "not stated", "no recompute, ...", "sequence parallel") -> none."""
+    text = (lay.get("recompute") or "").strip().lower()
+    if text.startswith("re-materialization"):
+        return "full"
+    first = re.split(r"[^a-z]+", text)[0] if text else ""
+    return first if first in ("none", "selective", "full") else "none"
+
+
+def zero_of(lay):
+    """L2: an int as printed; FSDP that keeps parameters after forward -> 2; other FSDP / FSDP2 /
+    Megatron-FSDP / "full shard" -> 3; "DDP" -> 0; null -> 0, or 1 when the overlap field lists
+    --overlap-param-gather (Megatron allows it only with the distributed optimizer)."""
+    z = lay.get("zero_stage")
+    if isinstance(z, int):
+        return z
+    if isinstance(z, str):
+        t = z.lower()
+        if "fsdp" in t and "params kept after fwd" in t:
+            return 2
+        if "fsdp" in t or "full shard" in t:
+            return 3
+        return 0
+    return 1 if "--overlap-param-gather" in (lay.get("overlap") or "") else 0
+
+
+def global_batch_of(row):
+    """L4: layout.global_batch; else batch_size_per_dp_group * dp; else micro_batch * num_microbatches;
+    else local_batch * dp; a "<N>M tokens" string -> N*2^20/seq rounded to a multiple of dp*mbs."""
+    lay = row["layout"]
+    tp, pp, cp = lay.get("tp") or 1, lay.get("pp") or 1, lay.get("cp") or 1
+    dp = row["hardware"]["gpus"] // (tp * pp * cp)
+    mbs = lay.get("micro_batch") or 1
+    g = lay.get("global_batch")
+    if isinstance(g, int):
+        return g
+    if isinstance(g, str):
+        m = re.match(r"\s*([\d.]+)\s*M\s*tokens", g)
+        if m:
+            unit = dp * mbs
+            return max(unit, round(float(m.group(1)) * 2 ** 20 / row["model"]["seq_len"] / unit) * unit)
+    if lay.get("batch_size_per_dp_group"):
+        return lay["batch_size_per_dp_group"] * dp
+    if lay.get("num_microbatches"):
+        return mbs * lay["num_microbatches"]
+    if lay.get("local_batch"):
+        return lay["local_batch"] * dp
+    return None
+
+
 def flags_for(row, trainplan, layout_only=False):
-    """Returns (flags, mbs, metric, measured, predicted_key) or None; with layout_only (flags, mbs)."""
-    rid = row["id"]
+    """ACCURACY.md's rules, row by row: returns (flags, mbs, metric, measured, predicted_key) or None (not
+    expressible); with layout_only (flags, mbs)."""
     lay = row["layout"]
     meas = row["measured"]
-    year = 2023 if rid.startswith(("mcore24", "torchtitan", "zerobubble", "nemo24")) else 2021
-    f = ["--gpus", str(row["hardware"]["gpus"]), "--tp", str(lay.get("tp") or 1), "--pp", str(lay.get("pp") or 1)]
+    if not lay.get("tp") or not lay.get("pp"):
+        if lay.get("tp") is None or lay.get("pp") is None:
+            return None  # L1: layout not published
+    tp, pp = lay["tp"], lay["pp"]
+    f = ["--gpus", str(row["hardware"]["gpus"]), "--tp", str(tp), "--pp", str(pp)]
     if (lay.get("cp") or 1) > 1:
         f += ["--cp", str(lay["cp"])]
-    f += ["--attention", "flash" if year >= 2023 else "naive"]
-    rc = (lay.get("recompute") or "none").split()[0].lower()
-    rc = {"full": "full", "selective": "selective", "none": "none", "no": "none", "sequence": "none"}.get(rc, "none")
-    if rid.startswith("korthikanti22_t4"):
-        text = lay["recompute"]
-        rc = "full" if "full" in text else "selective" if "selective" in text else "none"
-    f += ["--recompute", rc]
-    if lay.get("sequence_parallel"):
+    # L10: naive attention for sources dated <= 2022, else flash.
+    f += ["--attention", "flash" if source_year(row) > 2022 else "naive"]
+    f += ["--recompute", recompute_of(lay)]
+    # L6: --sp when sequence_parallel is true, or null with --tp-comm-overlap in the overlap field.
+    sp = lay.get("sequence_parallel")
+    if sp or (sp is None and "--tp-comm-overlap" in (lay.get("overlap") or "")):
         f += ["--sp"]
-    z = lay.get("zero_stage")
-    if isinstance(z, str) and "FSDP" in z:
-        f += ["--zero", "3"]
-    elif isinstance(z, int) and z > 0:
+    z = zero_of(lay)
+    if z > 0:
         f += ["--zero", str(z)]
-    # ACCURACY.md L9: FP8 / float8 anywhere in precision, techniques or
-    # quantization -> --precision fp8 (the recipe is trainplan's default).
-    fp8_text = " ".join(str(lay.get(k) or "") for k in ("precision", "techniques", "quantization")).lower()
-    if "fp8" in fp8_text or "float8" in fp8_text:
+    # L9: FP8 / float8 anywhere in precision, techniques or quantization -> --precision fp8 (the recipe is
+    # trainplan's default); "fp16" -> fp16; otherwise bf16 (every GPU here has bf16 tensor cores).
+    prec_text = " ".join(str(lay.get(k) or "") for k in ("precision", "techniques", "quantization")).lower()
+    if "fp8" in prec_text or "float8" in prec_text:
+        if not cli_offers(trainplan, "fp8"):
+            return None
         f += ["--precision", "fp8"]
-    elif rid.startswith("narayanan21") or rid.startswith("bloom"):
-        f += ["--precision", "fp16" if rid.startswith("narayanan21") else "bf16"]
-    if rid.startswith("mcore24"):
-        f += ["--zero", "1"]  # Megatron-Core distributed optimizer
+    elif "fp16" in prec_text:
+        f += ["--precision", "fp16"]
+    else:
+        f += ["--precision", "bf16"]
     # F1: --framework once the CLI has it: the framework the row ran on.
     fw = framework_for(row)
     if fw and cli_offers(trainplan, fw):
         f += ["--framework", fw]
-    seq = row["model"]["seq_len"]
-    f += ["--seq", str(seq)]
-    gbs = lay.get("global_batch")
+    f += ["--seq", str(row["model"]["seq_len"])]
+    gbs = global_batch_of(row)
     if gbs:
         f += ["--gbs", str(gbs)]
-    sched = (lay.get("schedule") or "").lower()
-    if rid.startswith("zerobubble"):
-        # L7: ZB-1p/ZB-2p -> --schedule zb-1p/zb-2p when the CLI offers them.
-        zb = {"zb-1p": "zb-1p", "zb-2p": "zb-2p"}.get(sched)
-        if zb:
-            if not cli_offers(trainplan, zb):
-                return None
-            f += ["--schedule", zb]
-        elif not sched.startswith("1f1b"):
-            return None
-        layers = row["model"]["layers"]
-        pp = lay["pp"]
-        # "first/last stage one layer fewer" (Zero Bubble paper, Megatron split)
+    # L8: first/last stage one layer fewer when the notes say so.
+    layers = row["model"]["layers"]
+    per = None
+    if pp > 1 and re.search(r"first/last stage(s)? (hold )?one layer fewer", row.get("notes") or "", re.I):
         per = [(layers + 2) // pp] * pp
         per[0] -= 1
         per[-1] -= 1
         f += ["--stage-layers", ",".join(map(str, per))]
-        if sched == "1f1b-i":
-            f += ["--vp", str(min(per))]
-    # ACCURACY.md L3: micro-batch = layout.micro_batch; null -> 1.
+    # L7: schedule.
+    sched = (lay.get("schedule") or "").strip().lower()
+    vp = lay.get("vp")
+    if sched in ("zb-1p", "zb-2p"):
+        if not cli_offers(trainplan, sched):
+            return None
+        f += ["--schedule", sched]
+    elif isinstance(vp, int) and vp > 1:
+        f += ["--vp", str(vp)]
+    elif isinstance(vp, str) and "1 layer per chunk" in vp:
+        smallest = min(per) if per else layers // pp
+        if smallest < 2:
+            return None
+        f += ["--vp", str(smallest)]
+    elif isinstance(vp, str) and "interleaved" in vp.lower():
+        f += ["--vp", "2"]
+    elif sched == "gpipe":
+        f += ["--schedule", "gpipe"]
+    # L3: micro-batch = layout.micro_batch; null -> 1.
     mbs = lay.get("micro_batch") or 1
     if layout_only:
         return f, mbs
-    if "tflops_per_gpu" in meas:
-        key = "model_tflops_per_gpu" if rid.startswith("mcore24") else "hw_tflops_per_gpu"
-        return f, mbs, "TFLOP/s per GPU", meas["tflops_per_gpu"], key
+    # T1: step time when measured; else TFLOP/s per GPU (hardware FLOPs for Megatron-LM papers and BLOOM,
+    # which count recompute; model FLOPs for Megatron-Core / NeMo); else tokens/s, samples/s per GPU.
     if "step_time_s" in meas:
         return f, mbs, "step time (s)", meas["step_time_s"], "step_time_s"
+    if "tflops_per_gpu" in meas:
+        hw = fw in ("megatron-lm", "deepspeed") or recompute_of(lay) == "full"
+        key = "hw_tflops_per_gpu" if hw else "model_tflops_per_gpu"
+        return f, mbs, "TFLOP/s per GPU", meas["tflops_per_gpu"], key
+    if "model_tflops_per_gpu" in meas:
+        return f, mbs, "model TFLOP/s per GPU", meas["model_tflops_per_gpu"], "model_tflops_per_gpu"
     if "tokens_per_s_per_gpu" in meas:
         return f, mbs, "tokens/s per GPU", meas["tokens_per_s_per_gpu"], "tokens_per_s_per_gpu"
     if "samples_per_s_per_gpu" in meas:
