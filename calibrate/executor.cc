@@ -441,7 +441,10 @@ class RankExecutor {
       const Part part = zero_bubble(p_.schedule) ? Part::kInput : Part::kAll;
       if (t.extras & 2) backward_ops(costs_.output, part);
       for (int i = 0; i < t.layer_count; ++i) {
-        if (p_.recompute == Recompute::kFull) {
+        // Full recompute re-runs the layer's forward: every layer, or the
+        // first recompute_layers of its chunk (t.layer: the task's first
+        // layer within its chunk, -1 for a whole chunk).
+        if (layer_recomputed(p_, std::max<int>(0, t.layer) + i)) {
           forward_ops(costs_.layer, true);
         } else if (p_.recompute == Recompute::kSelective) {
           for (const OpCost& op : costs_.layer.ops) {

@@ -34,6 +34,10 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_option("--recompute-modules", f->recompute_modules,
                   "with --recompute selective: what to re-run, comma-separated core_attn|layernorm|mlp|moe|moe_act|"
                   "shared_experts|mla_up_proj (default core_attn; Megatron-Core --recompute-modules)");
+  app->add_option("--recompute-layers", f->recompute_layers,
+                  "with --recompute full: recompute only the first N layers of each model chunk, the others keep "
+                  "their activations (Megatron --recompute-method block --recompute-num-layers N; default: every "
+                  "layer)");
   app->add_flag("--sp", f->sp, "sequence parallel (with tp > 1)");
   app->add_option("--schedule", f->schedule,
                   "pipeline schedule gpipe|1f1b|interleaved|naive|zb-1p|zb-2p (default 1f1b, interleaved when vp > 1; "
@@ -129,7 +133,7 @@ Job to_job(const PlanFlags& f) {
   auto given = [&f](const char* flag) { return f.app != nullptr && f.app->count(flag) > 0; };
   if (!f.plan_file.empty()) {
     for (const char* flag : {"--model", "--cluster", "--nodes", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp",
-                             "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--recompute-modules", "--sp", "--schedule",
+                             "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--recompute-modules", "--recompute-layers", "--sp", "--schedule",
                              "--precision", "--fp8-recipe", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
                              "--stage-layers", "--framework", "--fp8-param-gather", "--ep", "--etp", "--moe-imbalance"}) {
       if (given(flag)) throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
@@ -167,6 +171,12 @@ Job to_job(const PlanFlags& f) {
     p.recompute_modules = parse_recompute_modules(f.recompute_modules);
     if (p.recompute != Recompute::kSelective) {
       throw_input_error("--recompute-modules", "", "needs --recompute selective", "add --recompute selective");
+    }
+  }
+  if (given("--recompute-layers")) {
+    p.recompute_layers = static_cast<int>(in_range("--recompute-layers", f.recompute_layers, 1, kMaxDegree));
+    if (p.recompute != Recompute::kFull) {
+      throw_input_error("--recompute-layers", "", "needs --recompute full", "add --recompute full");
     }
   }
   p.sp = f.sp;

@@ -35,6 +35,7 @@ struct PlanFlags {
   int64_t mbs = 1, gbs = 0, seq = 0;
   std::string recompute = "none";
   std::string recompute_modules;  // comma-separated RecomputeModule names
+  int64_t recompute_layers = 0;   // full recompute of the first N layers of each chunk (0: all)
   bool sp = false;
   std::string schedule;
   std::string precision = "bf16";

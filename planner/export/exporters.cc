@@ -95,7 +95,7 @@ std::string plan_summary(const Layout& L) {
   std::ostringstream s;
   s << "tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " cp=" << p.cp << " vp=" << p.vp << " zero=" << p.zero
     << " shard=" << L.shard_degree << " mbs=" << p.mbs << " gbs=" << p.gbs << " seq=" << p.seq
-    << " recompute=" << to_string(p.recompute) << " sp=" << (p.sp ? "on" : "off")
+    << " recompute=" << to_string(p.recompute) << recompute_layers_text(p) << " sp=" << (p.sp ? "on" : "off")
     << " schedule=" << to_string(p.schedule) << " precision=" << to_string(p.precision)
     << " grad_dtype=" << to_string(p.grad_dtype) << " attention=" << to_string(p.attention)
     << " offload=" << to_string(p.offload);
@@ -472,7 +472,14 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
     // FP8 compute weights, all-gathered in FP8 by the distributed optimizer.
     if (p.fp8_param_gather) training.flag("--fp8-param-gather");
   }
-  if (p.recompute == Recompute::kFull) {
+  if (p.recompute == Recompute::kFull && p.recompute_layers > 0) {
+    // transformer_block.py _checkpointed_forward, method "block": the first
+    // recompute_num_layers layers of each model chunk are checkpointed, the
+    // rest run without.
+    training.opt("--recompute-granularity", "full");
+    training.opt("--recompute-method", "block");
+    training.opt("--recompute-num-layers", p.recompute_layers);
+  } else if (p.recompute == Recompute::kFull) {
     training.opt("--recompute-granularity", "full");
     training.opt("--recompute-method", "uniform");
     training.opt("--recompute-num-layers", 1);
@@ -574,9 +581,26 @@ nlohmann::ordered_json deepspeed_config(const Layout& L, bool client_optimizer) 
   return j;
 }
 
+// Partial full recompute (the first N layers of each chunk) is Megatron's
+// block method; the other frameworks' checkpointing takes every layer
+// (DeepSpeed's --checkpoint-activations, the PyTorch script) or every N-th
+// block of the model (torchtitan's selective_ac_option = "N"), not the
+// first N of each pipeline stage.
+std::optional<std::string> partial_recompute_refusal(const std::string& framework, const Plan& p,
+                                                     const std::string& what) {
+  if (p.recompute != Recompute::kFull || p.recompute_layers == 0) return std::nullopt;
+  return framework + " " + what + "; recomputing the first " + std::to_string(p.recompute_layers) +
+         " layers of each model chunk is Megatron's --recompute-method block (use --to megatron, or full recompute "
+         "of every layer)";
+}
+
 ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
   const Plan& p = L.plan;
   if (auto r = async_refusal("DeepSpeed", p)) return refuse(*r);
+  if (auto r = partial_recompute_refusal("this DeepSpeed export", p,
+                                         "checkpoints every layer (--checkpoint-activations)")) {
+    return refuse(*r);
+  }
   if (m.attention == AttentionKind::kMla || m.head_dim_given > 0) {
     return refuse("Megatron-DeepSpeed's GPT model has no multi-head latent attention and this export writes no "
                   "--kv-channels; heads must be hidden/heads wide (use --to megatron)");
@@ -754,6 +778,10 @@ std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, co
   }
   if (auto r = async_refusal("torchtitan", p)) return r;
   if (auto r = fp8_refusal("torchtitan", p, false)) return r;
+  if (auto r = partial_recompute_refusal(
+          "torchtitan", p, "checkpoints every layer (mode = \"full\") or every N-th block (selective_ac_option = \"N\")")) {
+    return r;
+  }
   std::vector<std::string> not_llama;
   if (m.mlp != MlpKind::kSwiglu) not_llama.push_back("a GeLU MLP");
   if (m.position_embedding == PositionEmbedding::kLearned) not_llama.push_back("learned positions");
@@ -1417,6 +1445,7 @@ std::string py_bool(bool b) { return b ? "True" : "False"; }
 ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
   const Plan& p = L.plan;
   if (auto r = async_refusal("PyTorch DDP/FSDP2", p)) return refuse(*r);
+  if (auto r = partial_recompute_refusal("the PyTorch script", p, "checkpoints every block")) return refuse(*r);
   if (m.has_moe || m.attention == AttentionKind::kMla || m.head_dim_given > 0) {
     return refuse("the PyTorch script's model is a dense GPT/Llama block with head_dim = hidden/heads; it has no "
                   "experts, latent attention or separate head_dim (use --to megatron)");

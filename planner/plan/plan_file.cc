@@ -33,6 +33,7 @@ nlohmann::json plan_to_json(const Plan& p) {
     }
     j["recompute_modules"] = mods;
   }
+  if (p.recompute_layers > 0) j["recompute_layers"] = p.recompute_layers;
   j["sp"] = p.sp;
   j["schedule"] = to_string(p.schedule);
   j["precision"] = precision_name(p);
@@ -103,6 +104,10 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
       throw_input_error(where, "/recompute_modules", "needs \"recompute\": \"selective\"", "");
     }
   }
+  p.recompute_layers = static_cast<int>(o.optional_integer("recompute_layers", 1, kMaxDegree).value_or(0));
+  if (p.recompute_layers > 0 && p.recompute != Recompute::kFull) {
+    throw_input_error(where, "/recompute_layers", "needs \"recompute\": \"full\"", "Megatron's block method");
+  }
   p.sp = o.boolean("sp");
   p.schedule = static_cast<Schedule>(o.choice("schedule", schedule_names()));
   p.schedule_given = true;
@@ -161,6 +166,7 @@ std::string describe_plan(const Plan& p) {
   if (p.recompute == Recompute::kSelective && p.recompute_modules != 0 && p.recompute_modules != kRcCoreAttn) {
     s << "(" << recompute_modules_name(p.recompute_modules) << ")";
   }
+  s << recompute_layers_text(p);
   s
     << " sp=" << (p.sp ? "on" : "off") << " schedule=" << to_string(p.schedule)
     << " precision=" << precision_name(p);

@@ -105,13 +105,24 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     double params = 0, expert_params = 0, saved = 0, weight_kept = 0, linear = 0, transient = 0, largest = 0;
   };
   std::vector<StageSums> sums(static_cast<size_t>(p.pp));
+  // Partial full recompute (Megatron's block method): the layers of a chunk
+  // past its first recompute_layers keep every activation.
+  const bool partial = p.recompute == Recompute::kFull && p.recompute_layers > 0;
+  LayerCost plain_layer, plain_moe_layer;
+  if (partial) {
+    LayerShape none = shape;
+    none.recompute = Recompute::kNone;
+    plain_layer = transformer_layer_cost(model, none);
+    if (model.has_moe) plain_moe_layer = transformer_layer_cost(model, none, true);
+  }
   const std::vector<std::vector<ChunkLayers>> stage_chunks = chunk_layers(layout);
   for (int i = 0; i < p.pp; ++i) {
     StageSums& ss = sums[static_cast<size_t>(i)];
     for (const ChunkLayers& ch : stage_chunks[static_cast<size_t>(i)]) {
       for (int at = ch.first; at < ch.first + ch.count; ++at) {
         const bool is_moe = at < model.layers && model.is_moe_layer(at);
-        const LayerCost& c = is_moe ? moe_layer : layer;
+        const bool plain = partial && !layer_recomputed(p, at - ch.first);
+        const LayerCost& c = plain ? (is_moe ? plain_moe_layer : plain_layer) : (is_moe ? moe_layer : layer);
         ss.params += c.params;
         ss.expert_params += c.expert_params;
         ss.saved += c.saved_bytes;

@@ -182,6 +182,17 @@ std::vector<int> balance_stage_layers(int64_t layers, int pp) {
   return even;
 }
 
+bool layer_recomputed(const Plan& plan, int index_in_chunk) {
+  if (plan.recompute != Recompute::kFull) return false;
+  return plan.recompute_layers == 0 || index_in_chunk < plan.recompute_layers;
+}
+
+std::string recompute_layers_text(const Plan& plan) {
+  if (plan.recompute != Recompute::kFull || plan.recompute_layers == 0) return "";
+  return "(" + std::to_string(plan.recompute_layers) + (plan.recompute_layers == 1 ? " layer" : " layers") +
+         " per chunk)";
+}
+
 std::vector<std::vector<ChunkLayers>> chunk_layers(const Layout& layout) {
   const Plan& p = layout.plan;
   const int v = p.schedule == Schedule::kInterleaved ? std::max(1, p.vp) : 1;
@@ -297,6 +308,9 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     fail("recompute modules moe, moe_act and shared_experts need a Mixture-of-Experts model");
   if ((p.recompute_modules & kRcMlaUpProj) && model.attention != AttentionKind::kMla)
     fail("recompute module mla_up_proj needs multi-head latent attention");
+  if (p.recompute_layers < 0) fail("recompute_layers=" + str(p.recompute_layers) + " is negative (0: every layer)");
+  if (p.recompute_layers > 0 && p.recompute != Recompute::kFull)
+    fail("recompute_layers=" + str(p.recompute_layers) + " needs recompute=full (Megatron's block method)");
 
   const int64_t mp = int64_t{p.tp} * p.pp * p.cp;
   if (p.dp == 0) {
@@ -372,6 +386,17 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     }
     if (p.pp >= 2 && L.microbatches % p.pp != 0)
       fail("interleaved schedule needs microbatches=" + str(L.microbatches) + " to be a multiple of pp=" + str(p.pp));
+  }
+  if (p.recompute_layers > 0) {
+    // Megatron's block method recomputes the first N layers of each model
+    // chunk; N beyond the largest chunk is every layer, which the uniform
+    // method (recompute_layers 0) says without a count that can be wrong.
+    const int v = p.schedule == Schedule::kInterleaved ? std::max(1, p.vp) : 1;
+    int largest = 0;
+    for (int n : L.stage_layers) largest = std::max(largest, (n + v - 1) / v);
+    if (p.recompute_layers >= largest && largest > 0)
+      fail("recompute_layers=" + str(p.recompute_layers) + " covers every layer of the largest model chunk (" +
+           str(largest) + "); use full recompute of every layer (recompute_layers 0)");
   }
 
   if (p.fp8_param_gather) {

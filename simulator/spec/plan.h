@@ -96,6 +96,11 @@ struct Plan {
   int64_t seq = 0;
   Recompute recompute = Recompute::kNone;
   uint16_t recompute_modules = 0;  // selective: RecomputeModule bits; 0 = core_attn (Megatron's default)
+  // Full recompute of only the first `recompute_layers` layers of each model
+  // chunk, the others keeping every activation (Megatron's
+  // --recompute-method block --recompute-num-layers N); 0: every layer
+  // (--recompute-method uniform --recompute-num-layers 1).
+  int recompute_layers = 0;
   bool sp = false;            // sequence parallel (with tp > 1)
   Schedule schedule = Schedule::k1F1B;
   bool schedule_given = false;  // false: interleaved when vp > 1, else 1F1B
@@ -176,6 +181,13 @@ struct ChunkLayers {
   int first = 0;
   int count = 0;
 };
+// Whether the layer at `index_in_chunk` (0-based within its model chunk) is
+// fully recomputed in backward: full recompute of every layer, or of the
+// chunk's first recompute_layers (Megatron's block method).
+bool layer_recomputed(const Plan& plan, int index_in_chunk);
+// "(N layers per chunk)" for partial full recompute, else "".
+std::string recompute_layers_text(const Plan& plan);
+
 // [stage][chunk] for a resolved layout: one chunk per stage, or vp with the
 // interleaved schedule; a stage's chunks differ by at most one layer (the
 // later ones take the extra) and the layers go to virtual stages in order

@@ -172,6 +172,33 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   }
   s.moe_of_layer.resize(static_cast<size_t>(m.layers));
   for (int64_t i = 0; i < m.layers; ++i) s.moe_of_layer[static_cast<size_t>(i)] = m.is_moe_layer(i);
+  if (p.recompute == Recompute::kFull && p.recompute_layers > 0) {
+    // Megatron's block method: the first recompute_layers of each model
+    // chunk are recomputed, the rest run as without recompute.
+    Plan none = p;
+    none.recompute = Recompute::kNone;
+    none.recompute_layers = 0;
+    const LayerShape plain_shape = layer_shape(none);
+    s.plain_layer = transformer_layer_cost(m, plain_shape);
+    s.plain_layer_times = layer_times(s.plain_layer, cpm, c, lp, none, cp_overlap);
+    if (m.has_moe) {
+      s.plain_moe_layer = transformer_layer_cost(m, plain_shape, true);
+      s.plain_moe_layer_times = layer_times(s.plain_moe_layer, cpm, c, lp, none, cp_overlap);
+    }
+    Layout split;
+    split.plan = p;
+    split.stage_layers = p.stage_layers.empty() ? balance_stage_layers(m.layers, p.pp) : p.stage_layers;
+    s.recomputed_of_layer.assign(static_cast<size_t>(m.layers), false);
+    if (!split.stage_layers.empty()) {
+      for (const std::vector<ChunkLayers>& stage : chunk_layers(split)) {
+        for (const ChunkLayers& ch : stage) {
+          for (int at = ch.first; at < ch.first + ch.count && at < m.layers; ++at) {
+            s.recomputed_of_layer[static_cast<size_t>(at)] = layer_recomputed(p, at - ch.first);
+          }
+        }
+      }
+    }
+  }
   const OpTimes e = op_times(s.embedding, cpm, c, lp, p);
   s.embedding_forward_ps = e.fwd + e.tp_f;
   s.embedding_backward_ps = e.bwd + e.tp_b;

@@ -44,9 +44,25 @@ struct StepCosts {
   LayerCost moe_layer;
   LayerTimes moe_layer_times;
   std::vector<bool> moe_of_layer;
-  const LayerCost& cost_of(int64_t index) const { return moe_of_layer[static_cast<size_t>(index)] ? moe_layer : layer; }
+  // Partial full recompute (Plan::recompute_layers > 0): the layers of each
+  // chunk past the first N keep their activations: their costs and times
+  // without recompute, and which layers (by global index) are recomputed.
+  // Empty: every layer as `layer` / `moe_layer`.
+  std::vector<bool> recomputed_of_layer;
+  LayerCost plain_layer, plain_moe_layer;
+  LayerTimes plain_layer_times, plain_moe_layer_times;
+  bool plain(int64_t index) const {
+    return !recomputed_of_layer.empty() && !recomputed_of_layer[static_cast<size_t>(index)];
+  }
+  const LayerCost& cost_of(int64_t index) const {
+    const bool moe = moe_of_layer[static_cast<size_t>(index)];
+    if (plain(index)) return moe ? plain_moe_layer : plain_layer;
+    return moe ? moe_layer : layer;
+  }
   const LayerTimes& times_of(int64_t index) const {
-    return moe_of_layer[static_cast<size_t>(index)] ? moe_layer_times : layer_times;
+    const bool moe = moe_of_layer[static_cast<size_t>(index)];
+    if (plain(index)) return moe ? plain_moe_layer_times : plain_layer_times;
+    return moe ? moe_layer_times : layer_times;
   }
   // Sum of forward + backward of layers [first, first + count).
   int64_t layers_work_ps(int64_t first, int64_t count) const;
@@ -61,7 +77,8 @@ struct StepCosts {
 };
 
 // Depends only on the model, the cluster and the plan's tp, cp, sp, mbs, seq,
-// precision, attention and recompute.  `cp_overlap`: the context-parallel K/V
+// precision, attention and recompute (with recompute_layers also on its
+// stage split and vp: which layers of each chunk are recomputed).  `cp_overlap`: the context-parallel K/V
 // exchange runs beside the attention blocks (ring attention on its own
 // stream, Megatron/TE); false for a backend whose collectives block the
 // compute (the CPU backend), where all of it is exposed.

@@ -124,6 +124,28 @@ PY
 2 1 2 3 1 1f1b 0 - fp8:tensorwise
 2 2 1 1 1 1f1b 0 - fp8:delayed:param-gather
 MATRIX
+  # Partial full recompute (Megatron's block method, the first N layers of
+  # each chunk): Megatron writes --recompute-method block --recompute-num-layers
+  # N (the oracle checks it against the plan); the others refuse with the reason.
+  for vp in 1 2; do
+    plan="$work/partial.json"
+    python3 - "$rec" "$plan" "$gpus" "$vp" <<'PY'
+import json, sys
+src, dst, gpus, vp = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+p = json.load(open(src))
+p.pop("fp8_recipe", None)
+p.update(tp=2, pp=2, cp=1, dp=gpus // 4, zero=1, vp=vp, schedule="interleaved" if vp > 1 else "1f1b", shard_group=0,
+         sp=True, mbs=1, recompute="full", recompute_layers=1, precision="bf16", stage_layers=[])
+p["gbs"] = max(p["gbs"], 8 * (gpus // 4) * 2)
+json.dump(p, open(dst, "w"))
+PY
+    "$T" simulate --plan "$plan" > /dev/null 2>&1 || { fail "partial recompute vp$vp ($nodes nodes) does not simulate"; continue; }
+    export_and_check "$plan" "$nodes" "partial recompute (1 layer per chunk) vp$vp ($nodes nodes)"
+    "$T" export --plan "$plan" --to megatron 2> /dev/null | grep -q -- "--recompute-method block" ||
+      fail "partial recompute vp$vp: no --recompute-method block"
+    "$T" export --plan "$plan" --to fsdp > /dev/null 2> "$work/err" && fail "partial recompute exported to fsdp"
+    grep -q "Megatron's --recompute-method block" "$work/err" || fail "partial recompute fsdp refusal: $(cat "$work/err")"
+  done
 done
 
 # recommend --framework F lists only plans F runs: each of them (top 3, on

@@ -70,6 +70,7 @@ def load_plan(path: str) -> dict:
         "shard_group": int(p.get("shard_group", 0) or 0),
         "ep": int(p.get("ep", 1)),
         "recompute_modules": list(p.get("recompute_modules") or []),
+        "recompute_layers": int(p.get("recompute_layers", 0) or 0),
     }
     out["etp"] = int(p.get("etp", out["tp"]))
     tp, pp, cp = out["tp"], out["pp"], out["cp"]
@@ -709,6 +710,18 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
     plan_rec = {"none": None, "selective": "selective", "full": "full"}.get(plan["recompute"], plan["recompute"])
     if gran != plan_rec:
         P.add(f"megatron: --recompute-granularity {gran}, the plan has recompute={plan['recompute']}")
+    # transformer_block.py _checkpointed_forward: "uniform" checkpoints groups of recompute_num_layers (every
+    # layer recomputed), "block" the first recompute_num_layers of each model chunk only (the plan's
+    # recompute_layers); the simulated plan must be the one exported.
+    if gran == "full":
+        want = plan.get("recompute_layers", 0)
+        method, nl = ns.get("recompute_method"), ns.get("recompute_num_layers")
+        if want and (method != "block" or nl != want):
+            P.add(f"megatron: the plan recomputes the first {want} layers of each chunk, the script has "
+                  f"--recompute-method {method} --recompute-num-layers {nl} (want block {want})")
+        if not want and method == "block":
+            P.add(f"megatron: --recompute-method block recomputes only {nl} layers per chunk; the plan recomputes "
+                  "every layer")
 
     # validate_args: optimizer CPU offload needs the precision-aware optimizer.
     if ns.get("optimizer_cpu_offload") and not ns.get("use_precision_aware_optimizer"):

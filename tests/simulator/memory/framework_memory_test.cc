@@ -11,6 +11,7 @@
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
+#include "simulator/taskgraph/step_costs.h"
 
 namespace trainplan {
 namespace {
@@ -221,6 +222,61 @@ TEST_CASE("Eager PyTorch moves more bytes through a Llama block's memory-bound o
   CHECK(layer_shape(p).eager);
   p.framework = Framework::kMegatronCore;
   CHECK_FALSE(layer_shape(p).eager);
+}
+
+TEST_CASE("Partial full recompute (Megatron's block method) keeps every activation of the layers past N") {
+  // Llama 3 70B, tp 8 (SP), pp 4: 20 layers per stage, one chunk.  With
+  // --recompute full --recompute-layers 4, transformer_block.py checkpoints
+  // layers 0-3 of each chunk and runs 4-19 normally, so per in-flight
+  // micro-batch a stage keeps 4 layer inputs and 16 layers' full saved
+  // activations; the backward re-materialises one recomputed layer (the
+  // same transient as full recompute).  Against full recompute of every
+  // layer, each in-flight micro-batch holds 16 x (all - input) more.
+  const ModelSpec m = load_model("llama3-70b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan p;
+  p.tp = 8;
+  p.pp = 4;
+  p.sp = true;
+  p.zero = 1;
+  p.gbs = 64;
+  p.recompute = Recompute::kFull;
+  const Layout full = resolve_plan(m, c, 32, p);
+  p.recompute_layers = 4;
+  const Layout part = resolve_plan(m, c, 32, p);
+  REQUIRE(full.feasible);
+  REQUIRE(part.feasible);
+  LayerShape none = layer_shape(full.plan);
+  none.recompute = Recompute::kNone;
+  const double all = transformer_layer_cost(m, none).saved_bytes;
+  const double input = layer_input_bytes(m, layer_shape(full.plan));
+  const MemoryReport a = estimate_memory(m, c, part), b = estimate_memory(m, c, full);
+  for (int i = 0; i < 4; ++i) {
+    INFO("stage " << i);
+    const double inflight = static_cast<double>(a.stages[i].inflight_microbatches);  // 4 - i
+    CHECK(inflight == 4 - i);
+    CHECK_THAT(a.stages[i].breakdown.activations - b.stages[i].breakdown.activations,
+               WithinRel(inflight * 16 * (all - input), 1e-9));
+  }
+  // Time: each recomputed layer's backward re-runs its forward, the others'
+  // do not; the step costs say which by global layer index.
+  const StepCosts sc = step_costs(m, c, part.plan);
+  int recomputed = 0;
+  for (int64_t i = 0; i < m.layers; ++i) recomputed += sc.plain(i) ? 0 : 1;
+  CHECK(recomputed == 4 * 4);
+  CHECK(!sc.plain(0));
+  CHECK(sc.plain(4));
+  CHECK(!sc.plain(20));  // stage 1's first layer
+  CHECK(sc.times_of(0).recompute_ps > 0);
+  CHECK(sc.times_of(4).recompute_ps == 0);
+  CHECK(sc.times_of(4).backward_ps + sc.times_of(0).recompute_ps == sc.times_of(0).backward_ps);
+  // Counting every layer of the largest chunk is the uniform method; the
+  // plan says so rather than accept a count that could be wrong.
+  p.recompute_layers = 20;
+  CHECK_FALSE(resolve_plan(m, c, 32, p).feasible);
+  p.recompute = Recompute::kSelective;
+  p.recompute_layers = 2;
+  CHECK_FALSE(resolve_plan(m, c, 32, p).feasible);
 }
 
 }  // namespace

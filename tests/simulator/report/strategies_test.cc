@@ -559,6 +559,12 @@ TEST_CASE("Strategies: simulated peak memory matches the closed form per stage",
   // per-op SAC with its re-materialisation, PyTorch's loss buffers.
   Plan deepspeed = pipeline_plan(Schedule::k1F1B, 4, 8);
   deepspeed.framework = Framework::kDeepSpeed;
+  Plan partial = pipeline_plan(Schedule::k1F1B, 4, 8);
+  partial.recompute = Recompute::kFull;
+  partial.recompute_layers = 2;
+  Plan partial_v = pipeline_plan(Schedule::kInterleaved, 4, 8, 2);
+  partial_v.recompute = Recompute::kFull;
+  partial_v.recompute_layers = 1;
   Plan titan = pipeline_plan(Schedule::k1F1B, 4, 8);
   titan.framework = Framework::kTorchtitan;
   titan.recompute = Recompute::kSelective;
@@ -569,6 +575,8 @@ TEST_CASE("Strategies: simulated peak memory matches the closed form per stage",
                         {"GPipe", pipeline_plan(Schedule::kGpipe, 4, 8)},
                         {"interleaved v=2", pipeline_plan(Schedule::kInterleaved, 4, 8, 2)},
                         {"1F1B + full recompute", full},
+                        {"1F1B + full recompute of 2 layers per chunk", partial},
+                        {"interleaved + full recompute of 1 layer per chunk", partial_v},
                         {"DeepSpeed 1F1B", deepspeed},
                         {"torchtitan 1F1B, per-op SAC", titan},
                         {"torchtitan interleaved v=2, per-op SAC", titan_v}};
