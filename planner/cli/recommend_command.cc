@@ -131,12 +131,19 @@ std::string recommend_report(const ModelSpec& model, const ClusterSpec& cluster,
   return html_report(data);
 }
 
+// The recompute column: none, selective, full, or full:N (the first N layers
+// of each model chunk, Megatron's block method).
+std::string recompute_column(const Plan& q) {
+  if (q.recompute == Recompute::kFull && q.recompute_layers > 0) return "full:" + std::to_string(q.recompute_layers);
+  return to_string(q.recompute);
+}
+
 // The fields that tell plans of one search apart (gbs, seq, dtypes are fixed).
 std::string short_plan(const Plan& q) {
   std::ostringstream s;
   s << "tp=" << q.tp << " pp=" << q.pp << " dp=" << q.dp << " cp=" << q.cp << " vp=" << q.vp << " zero=" << q.zero;
   if (q.shard_group) s << " shard=" << q.shard_group;
-  s << " mbs=" << q.mbs << " " << to_string(q.schedule) << " recompute=" << to_string(q.recompute)
+  s << " mbs=" << q.mbs << " " << to_string(q.schedule) << " recompute=" << recompute_column(q)
     << " sp=" << (q.sp ? "on" : "off");
   if (q.dp_mode != DpMode::kSync) s << " " << to_string(q.dp_mode);
   if (q.offload != Offload::kNone) s << " offload=" << to_string(q.offload);
@@ -161,7 +168,7 @@ std::string plan_difference(const Plan& base, const Plan& other) {
   field("shard", num(base.shard_group), num(other.shard_group));
   field("mbs", num(base.mbs), num(other.mbs));
   field("schedule", to_string(base.schedule), to_string(other.schedule));
-  field("recompute", to_string(base.recompute), to_string(other.recompute));
+  field("recompute", recompute_column(base), recompute_column(other));
   field("sp", base.sp ? "on" : "off", other.sp ? "on" : "off");
   field("offload", to_string(base.offload), to_string(other.offload));
   return s.str();
@@ -423,7 +430,7 @@ int run_recommend(const RecommendFlags& f) {
       const Plan& q = p.layout.plan;
       std::printf("%4d %6d %3d %3d %5d %3d %3d %4d %4d %5lld %-9s %-3s %-11s %-5s %11.4f %12.0f %5.1f%% %9.2f", rank++,
                   p.layout.gpus, q.tp, q.pp, q.dp, q.cp, q.vp, q.zero, q.shard_group, static_cast<long long>(q.mbs),
-                  to_string(q.recompute), q.sp ? "on" : "off", to_string(q.schedule), offload_column(q.offload),
+                  recompute_column(q).c_str(), q.sp ? "on" : "off", to_string(q.schedule), offload_column(q.offload),
                   p.report.step_time_s, p.report.tokens_per_s, 100 * p.report.mfu, to_gib(p.report.peak_memory_bytes));
       if (model.has_moe) std::printf(" %4d %4d", q.ep, q.etp);
       if (tax) std::printf(" %6.1f%%", 100 * p.faults.stragglers.tax);

@@ -339,6 +339,36 @@ std::string plan_label(const Plan& p) {
   return dims;
 }
 
+namespace {
+
+// The smallest N (recomputing the first N layers of each model chunk) with
+// which the full-recompute layout `L` still fits, or 0 where none helps:
+// the layout fits without recompute (that plan is searched already), or
+// only recomputing every layer fits.  Memory falls as N grows.
+int smallest_fitting_recompute_layers(const ModelSpec& m, const ClusterSpec& c, const Layout& L, const StepCosts& sc) {
+  const int v = L.plan.schedule == Schedule::kInterleaved ? std::max(1, L.plan.vp) : 1;
+  int largest = 0;
+  for (int n : L.stage_layers) largest = std::max(largest, (n + v - 1) / v);
+  if (largest < 2) return 0;
+  auto fits = [&](int n) {
+    Layout t = L;
+    t.plan.recompute = n == 0 ? Recompute::kNone : Recompute::kFull;
+    t.plan.recompute_layers = n;
+    if (n == 0) return estimate_memory(m, c, t).fits;
+    return estimate_memory(m, c, t, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output).fits;
+  };
+  if (fits(0) || !fits(largest - 1)) return 0;
+  int lo = 1, hi = largest - 1;  // fits(hi)
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (fits(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  return hi;
+}
+
+}  // namespace
+
 SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, const SearchOptions& o) {
   if (o.gbs < 1) throw_input_error("--gbs", "", "must be >= 1", "");
   if (o.top_k < 1) throw_input_error("--top", "", "must be >= 1", "");
@@ -354,11 +384,16 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   res.evaluated = static_cast<int64_t>(plans.size());
 
   // Step costs depend on the plan's layer shape only (step_costs.h): cached by it.
-  using ShapeKey = std::tuple<int, int, bool, int64_t, int64_t, int, int, int, uint16_t, int, bool, int, int, double>;
-  auto shape_key = [](const LayerShape& x) {
+  // Partial full recompute also depends on which layers of each chunk are
+  // recomputed: the count and the plan's chunking (pp, vp, schedule).
+  using ShapeKey =
+      std::tuple<int, int, bool, int64_t, int64_t, int, int, int, uint16_t, int, bool, int, int, double, int, int, int, int>;
+  auto shape_key = [](const LayerShape& x, const Plan& p) {
+    const bool partial = p.recompute_layers > 0;
     return ShapeKey{x.tp, x.cp, x.sp, x.mbs, x.seq, static_cast<int>(x.precision), static_cast<int>(x.attention),
                     static_cast<int>(x.recompute), x.recompute_modules, static_cast<int>(x.fp8_recipe),
-                    x.fp8_saved_inputs, x.ep, x.etp, x.moe_load};
+                    x.fp8_saved_inputs, x.ep, x.etp, x.moe_load, p.recompute_layers, partial ? p.pp : 0,
+                    partial ? p.vp : 0, partial ? static_cast<int>(p.schedule) : 0};
   };
   std::map<ShapeKey, StepCosts> cost_cache;
   std::vector<Candidate> candidates;
@@ -384,7 +419,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     }
     res.valid += 1;
     const Plan& p = L.plan;
-    const ShapeKey key = shape_key(layer_shape(p));
+    const ShapeKey key = shape_key(layer_shape(p), p);
     auto cit = cost_cache.find(key);
     if (cit == cost_cache.end()) cit = cost_cache.emplace(key, step_costs(m, c, p)).first;
     const StepCosts& sc = cit->second;
@@ -410,6 +445,19 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       continue;
     }
     res.feasible += 1;
+    // Partial full recompute: where this layout fits only with full
+    // recompute, recomputing the first N layers of each chunk (Megatron's
+    // block method) with the smallest N that fits trades less recompute for
+    // the memory left; searched as one more plan (its memory falls as N
+    // grows, so a bisection finds it).
+    if (p.recompute == Recompute::kFull && p.recompute_layers == 0 && p.dp_mode == DpMode::kSync) {
+      if (const int n = smallest_fitting_recompute_layers(m, c, L, sc); n > 0) {
+        Plan partial = plans[i];
+        partial.recompute_layers = n;
+        plans.push_back(partial);
+        world_of_plan.push_back(world_of_plan[i]);
+      }
+    }
     std::vector<double> stage_params, stage_expert_params;
     for (const StageMemory& st : mem.stages) {
       stage_params.push_back(st.params);
@@ -438,6 +486,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     candidates.push_back(Candidate{i, std::move(L), lb, mem.peak_bytes, family, score_bound, &sc,
                                    std::move(stage_params), std::move(stage_expert_params), per_step});
   }
+  res.evaluated = static_cast<int64_t>(plans.size());  // with the partial-recompute plans added
   res.min_peak_bytes = std::isfinite(min_peak) ? min_peak : 0;
   res.evaluate_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

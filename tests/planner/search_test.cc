@@ -392,4 +392,38 @@ TEST_CASE("Search: nothing fits without offload, so offload is searched", "[plan
     CHECK(rule_of("tp=3 does not divide heads=32; 2x 1.5") == "tp=N does not divide heads=N; Nx N.N");
     for (const auto& [reason, n] : r.rejected) CHECK(reason.find("rtxN") == std::string::npos);
   }
+}TEST_CASE("Search: a layout that fits only with full recompute also runs with the smallest partial recompute that fits") {
+  // Llama 3 70B on 16 H100 (gbs 64): layouts that fit only with full
+  // recompute get a partial-recompute plan (Megatron's block method) with
+  // the fewest recomputed layers per chunk that fit.  Oracle: a brute force
+  // over N of the memory model (fits with N, not with N - 1, not without
+  // recompute), and the simulated partial plan beats the same layout with
+  // every layer recomputed.
+  const ModelSpec m = load_model("llama3-70b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  SearchOptions o;
+  o.gbs = 64;
+  o.top_k = 60;
+  const SearchResult r = search_plans(m, c, 16, o);
+  int partial = 0;
+  for (const RankedPlan& rp : r.plans) {
+    const Plan& q = rp.layout.plan;
+    if (q.recompute != Recompute::kFull || q.recompute_layers == 0) continue;
+    partial += 1;
+    INFO(describe_plan(q));
+    auto fits = [&](int n) {
+      Layout t = rp.layout;
+      t.plan.recompute = n == 0 ? Recompute::kNone : Recompute::kFull;
+      t.plan.recompute_layers = n;
+      return estimate_memory(m, c, t).fits;
+    };
+    CHECK(fits(q.recompute_layers));
+    CHECK_FALSE(fits(q.recompute_layers - 1));
+    Layout every = rp.layout;
+    every.plan.recompute_layers = 0;
+    CHECK(simulate_step(m, c, every, SimulateOptions{}).step_time_s > rp.report.step_time_s);
+  }
+  CHECK(partial >= 3);
 }
+
+
