@@ -203,9 +203,8 @@ def flags_for(row, trainplan, layout_only=False):
     expressible); with layout_only (flags, mbs)."""
     lay = row["layout"]
     meas = row["measured"]
-    if not lay.get("tp") or not lay.get("pp"):
-        if lay.get("tp") is None or lay.get("pp") is None:
-            return None  # L1: layout not published
+    if lay.get("tp") is None or lay.get("pp") is None:
+        return None  # L1: layout not published
     tp, pp = lay["tp"], lay["pp"]
     f = ["--gpus", str(row["hardware"]["gpus"]), "--tp", str(tp), "--pp", str(pp)]
     if (lay.get("cp") or 1) > 1:

@@ -346,16 +346,22 @@ namespace {
 // the layout fits without recompute (that plan is searched already), or
 // only recomputing every layer fits.  Memory falls as N grows.
 int smallest_fitting_recompute_layers(const ModelSpec& m, const ClusterSpec& c, const Layout& L, const StepCosts& sc) {
-  const int v = L.plan.schedule == Schedule::kInterleaved ? std::max(1, L.plan.vp) : 1;
-  int largest = 0;
-  for (int n : L.stage_layers) largest = std::max(largest, (n + v - 1) / v);
+  const int largest = largest_chunk_layers(L.plan, L.stage_layers);
   if (largest < 2) return 0;
+  // The layer costs without recompute, once for every probe (the embedding
+  // and output layer do not depend on recompute).
+  LayerShape none = layer_shape(L.plan);
+  none.recompute = Recompute::kNone;
+  const LayerCost plain = transformer_layer_cost(m, none);
+  const LayerCost plain_moe = m.has_moe ? transformer_layer_cost(m, none, true) : plain;
   auto fits = [&](int n) {
     Layout t = L;
     t.plan.recompute = n == 0 ? Recompute::kNone : Recompute::kFull;
     t.plan.recompute_layers = n;
-    if (n == 0) return estimate_memory(m, c, t).fits;
-    return estimate_memory(m, c, t, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output).fits;
+    if (n == 0) return estimate_memory(m, c, t, plain, plain_moe, sc.embedding, sc.output).fits;
+    return estimate_memory(m, c, t, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output, &plain,
+                           &plain_moe)
+        .fits;
   };
   if (fits(0) || !fits(largest - 1)) return 0;
   int lo = 1, hi = largest - 1;  // fits(hi)

@@ -95,7 +95,8 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
 
 MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                              const LayerCost& layer, const LayerCost& moe_layer, const LayerCost& emb,
-                             const LayerCost& out) {
+                             const LayerCost& out, const LayerCost* plain_layer_given,
+                             const LayerCost* plain_moe_layer_given) {
   const Plan& p = layout.plan;
   const LayerShape shape = layer_shape(p);
   const ExecutionProfile fw = execution_profile(p);
@@ -108,13 +109,18 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
   // Partial full recompute (Megatron's block method): the layers of a chunk
   // past its first recompute_layers keep every activation.
   const bool partial = p.recompute == Recompute::kFull && p.recompute_layers > 0;
-  LayerCost plain_layer, plain_moe_layer;
-  if (partial) {
+  LayerCost plain_layer_own, plain_moe_layer_own;
+  if (partial && plain_layer_given == nullptr) {
     LayerShape none = shape;
     none.recompute = Recompute::kNone;
-    plain_layer = transformer_layer_cost(model, none);
-    if (model.has_moe) plain_moe_layer = transformer_layer_cost(model, none, true);
+    plain_layer_own = transformer_layer_cost(model, none);
+    if (model.has_moe) plain_moe_layer_own = transformer_layer_cost(model, none, true);
   }
+  const LayerCost& plain_layer = plain_layer_given != nullptr ? *plain_layer_given : plain_layer_own;
+  const LayerCost& plain_moe_layer =
+      plain_moe_layer_given != nullptr ? *plain_moe_layer_given
+      : plain_layer_given != nullptr   ? *plain_layer_given
+                                       : plain_moe_layer_own;
   const std::vector<std::vector<ChunkLayers>> stage_chunks = chunk_layers(layout);
   for (int i = 0; i < p.pp; ++i) {
     StageSums& ss = sums[static_cast<size_t>(i)];

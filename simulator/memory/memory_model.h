@@ -92,9 +92,14 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
 // The same from the layer costs of layer_shape(layout.plan) computed by the
 // caller (the planner reuses them across plans of one shape): the dense
 // layer, the MoE layer (== layer for a dense model), embedding and output.
+// Partial full recompute (plan.recompute_layers > 0) also needs the layer
+// costs without recompute: `plain_layer` / `plain_moe_layer` when the
+// caller has them (REQUIRES: of layer_shape(plan) with recompute none),
+// else computed here.
 MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                              const LayerCost& layer, const LayerCost& moe_layer, const LayerCost& embedding,
-                             const LayerCost& output);
+                             const LayerCost& output, const LayerCost* plain_layer = nullptr,
+                             const LayerCost* plain_moe_layer = nullptr);
 
 }  // namespace trainplan
 

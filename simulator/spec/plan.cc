@@ -187,6 +187,13 @@ bool layer_recomputed(const Plan& plan, int index_in_chunk) {
   return plan.recompute_layers == 0 || index_in_chunk < plan.recompute_layers;
 }
 
+int largest_chunk_layers(const Plan& plan, const std::vector<int>& stage_layers) {
+  const int v = plan.schedule == Schedule::kInterleaved ? std::max(1, plan.vp) : 1;
+  int largest = 0;
+  for (int n : stage_layers) largest = std::max(largest, (n + v - 1) / v);
+  return largest;
+}
+
 std::string recompute_layers_text(const Plan& plan) {
   if (plan.recompute != Recompute::kFull || plan.recompute_layers == 0) return "";
   return "(" + std::to_string(plan.recompute_layers) + (plan.recompute_layers == 1 ? " layer" : " layers") +
@@ -391,9 +398,7 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     // Megatron's block method recomputes the first N layers of each model
     // chunk; N beyond the largest chunk is every layer, which the uniform
     // method (recompute_layers 0) says without a count that can be wrong.
-    const int v = p.schedule == Schedule::kInterleaved ? std::max(1, p.vp) : 1;
-    int largest = 0;
-    for (int n : L.stage_layers) largest = std::max(largest, (n + v - 1) / v);
+    const int largest = largest_chunk_layers(p, L.stage_layers);
     if (p.recompute_layers >= largest && largest > 0)
       fail("recompute_layers=" + str(p.recompute_layers) + " covers every layer of the largest model chunk (" +
            str(largest) + "); use full recompute of every layer (recompute_layers 0)");

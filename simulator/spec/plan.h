@@ -185,6 +185,9 @@ struct ChunkLayers {
 // fully recomputed in backward: full recompute of every layer, or of the
 // chunk's first recompute_layers (Megatron's block method).
 bool layer_recomputed(const Plan& plan, int index_in_chunk);
+// Layers of the largest model chunk of `stage_layers` under `plan`'s
+// schedule (a stage's layers over vp chunks with the interleaved one).
+int largest_chunk_layers(const Plan& plan, const std::vector<int>& stage_layers);
 // "(N layers per chunk)" for partial full recompute, else "".
 std::string recompute_layers_text(const Plan& plan);
 

@@ -410,7 +410,7 @@ class Lowerer {
         const bool with_out = ch.output && first + count == ch.layers;
         // The entry's layers, dense or MoE, summed.
         int64_t layer_wgrad = 0, work = 0, tp = 0, ep = 0;
-        double alloc = 0, kept = 0, full_layer = 0;
+        double alloc = 0, kept = 0, transient_bytes = 0;
         for (int i = ch.global_first + first; i < ch.global_first + first + count; ++i) {
           const LayerTimes& lt = sc_.times_of(i);
           const LayerCost& lc = sc_.cost_of(i);
@@ -420,7 +420,7 @@ class Lowerer {
           ep += is_b ? lt.ep_comm_backward_ps : lt.ep_comm_forward_ps;
           alloc += lc.saved_bytes;
           kept += lc.weight_grad_saved_bytes;  // M_W, zero bubble
-          full_layer = std::max(full_layer, lc.backward_transient_bytes);
+          transient_bytes = std::max(transient_bytes, lc.backward_transient_bytes);
         }
         // Where W passes exist (zero bubble), B is the backward without the
         // weight-gradient GEMMs and W is those GEMMs alone (no TP comm).
@@ -471,8 +471,8 @@ class Lowerer {
           // Recompute re-materialises one layer at a time in backward; the
           // loss holds its gradient buffers as the backward starts
           // (memory_model.h: the larger of the two).
-          if (with_out) full_layer = std::max(full_layer, outc_.backward_transient_bytes);
-          const int64_t transient = static_cast<int64_t>(full_layer);
+          if (with_out) transient_bytes = std::max(transient_bytes, outc_.backward_transient_bytes);
+          const int64_t transient = static_cast<int64_t>(transient_bytes);
           t.mem_alloc = transient;
           t.mem_free = static_cast<int64_t>(alloc) + transient;
         }
