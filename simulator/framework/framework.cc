@@ -67,7 +67,16 @@ ExecutionProfile megatron_core(const Plan& p) {
 // after the backward.  ZeRO-3 releases a module's parameters after its
 // forward (partitioned_param_coordinator release_sub_module), so the
 // activation-checkpointing recompute fetches them again before the
-// backward fetches them a third time.
+// backward fetches them a third time.  Gathers go module by module
+// (stage3 fetch_sub_module runs from each nn.Module's pre-forward and
+// pre-backward hook and all-gathers that module's own parameters,
+// partitioned_param_coordinator / partition_parameters.py
+// _all_gather -> one collective per fetch); parameters under
+// param_persistence_threshold (1e5 elements, zero/config.py) are never
+// partitioned, so a layer's biases and norms are not gathered.  A fetch
+// coalesces the parameters it prefetches into one collective
+// (all_gather_coalesced), the queue being walked until it holds
+// stage3_prefetch_bucket_size = 5e7 elements (zero/config.py).
 //
 // Memory: bf16 with ZeRO-1 and fp32 gradient accumulation runs
 // BF16_Optimizer (engine.py _do_optimizer_sanity_check returns BFLOAT16),
@@ -87,6 +96,8 @@ ExecutionProfile deepspeed(const Plan& p) {
   if (p.zero == 3) {
     e.grad_reduce = GradReduce::kOverlapped;
     e.regather_for_recompute = true;
+    e.gather_per_module = true;
+    e.gather_bucket_params = 5e7;
   } else if (p.zero >= 1 && p.pp == 1) {
     e.grad_reduce = GradReduce::kBlocking;
   } else {

@@ -42,6 +42,15 @@ struct ExecutionProfile {
   // parameters again (a third gather per layer and micro-batch) instead of
   // using the backward's.
   bool regather_for_recompute = false;
+  // ZeRO-3: each gather moves one module's parameters as its own collective
+  // (the fused QKV, the attention output, the MLP's first and second
+  // linear layers: four per dense layer, each paying the collective's
+  // latency), instead of one collective for the whole layer.  The layer's
+  // small parameters (biases, norms) stay whole on every rank and are not
+  // gathered.  Consecutive modules share one collective until it holds
+  // gather_bucket_params parameters (0: none share).
+  bool gather_per_module = false;
+  double gather_bucket_params = 0;
 
   // Memory as the framework allocates it (memory_model.h).
   // Mixed precision with the fp32 parameter as the master copy (PyTorch

@@ -33,6 +33,16 @@ constexpr double kTreeStepLatencyUs[3][3] = {
     {5.0, 8.5, 14.0}};  // network
 // hwLatencies[NVLINK][NVLS][Simple]; NVLS has no base latency.
 constexpr double kNvlsLatencyUs = 25.0;
+// PAT (NCCL 2.23+, Parallel Aggregated Trees) for all-gather and
+// reduce-scatter with one GPU per node, Simple only (ncclPatEnable): base
+// latency 8 us, a logarithmic part log2(nNodes) x netLat/3.5 with netLat =
+// hwLatencies[NET][PAT][Simple] = 14 us, a linear part 2.8 us per rank, and
+// 0.75 of the ring's bus bandwidth (tuning.cc ncclTopoTuneModel).
+constexpr double kPatBaseLatencyUs = 8.0;
+constexpr double kPatNetLatencyUs = 14.0;
+constexpr double kPatLogDivisor = 3.5;
+constexpr double kPatPerRankUs = 2.8;
+constexpr double kPatBandwidthFactor = 0.75;
 // getNetOverhead(): 1 us per network post on Intel hosts, 3x for Simple; a
 // multi-node ring pays it on every step.
 constexpr double kNetOverheadUs = 1.0;
@@ -191,6 +201,23 @@ class Model {
     return t;
   }
 
+  std::optional<Term> pat(NcclProto proto) const {
+    const int n = g_.ranks, nodes = g_.nodes;
+    if ((c_ != Collective::kAllGather && c_ != Collective::kReduceScatter) || proto != NcclProto::kSimple ||
+        nodes < 2 || g_.ranks_per_node != 1) {
+      return std::nullopt;
+    }
+    Term t;
+    double bw = intra_bytes_per_s_;
+    const double inter = inter_group_bytes_per_s(1);
+    if (inter <= bw) t.tier = LinkTier::kInterNode;
+    bw = std::min(bw, inter);
+    t.bus_bytes_per_s = kPatBandwidthFactor * bw;
+    const double net_step = us_max(kPatNetLatencyUs, p_.inter_latency);
+    t.latency_us = kPatBaseLatencyUs + floor_log2(nodes) * net_step / kPatLogDivisor + n * kPatPerRankUs;
+    return t;
+  }
+
   std::optional<Term> p2p(NcclProto proto) const {
     const int n = g_.ranks, nodes = g_.nodes, per_node = g_.ranks_per_node;
     if (proto == NcclProto::kLL128) return std::nullopt;  // NCCL p2p uses LL or Simple
@@ -307,7 +334,7 @@ CollectiveCost make_cost(Collective c, Bytes size, const GroupPlacement& g, cons
 
 bool uses_p2p(Collective c) { return c == Collective::kAllToAll || c == Collective::kSendRecv; }
 
-constexpr NcclAlgo kAlgoOrder[] = {NcclAlgo::kRing, NcclAlgo::kTree, NcclAlgo::kNvls, NcclAlgo::kP2p};
+constexpr NcclAlgo kAlgoOrder[] = {NcclAlgo::kRing, NcclAlgo::kTree, NcclAlgo::kNvls, NcclAlgo::kP2p, NcclAlgo::kPat};
 constexpr NcclProto kProtoOrder[] = {NcclProto::kLL, NcclProto::kLL128, NcclProto::kSimple};
 
 std::vector<CollectiveCost> candidates(Collective c, Bytes size, const GroupPlacement& g,
@@ -341,6 +368,7 @@ std::vector<CollectiveCost> candidates(Collective c, Bytes size, const GroupPlac
         case NcclAlgo::kTree: term = model.tree(proto); break;
         case NcclAlgo::kNvls: term = model.nvls(proto); break;
         case NcclAlgo::kP2p: term = model.p2p(proto); break;
+        case NcclAlgo::kPat: term = model.pat(proto); break;
       }
       if (term) out.push_back(make_cost(c, size, g, p, algo, proto, *term));
     }
@@ -391,6 +419,7 @@ const char* to_string(NcclAlgo a) {
     case NcclAlgo::kTree: return "Tree";
     case NcclAlgo::kNvls: return "NVLS";
     case NcclAlgo::kP2p: return "P2P";
+    case NcclAlgo::kPat: return "PAT";
   }
   return "?";
 }

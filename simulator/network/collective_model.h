@@ -34,7 +34,7 @@ namespace trainplan {
 
 // kP2p is NCCL's send/recv path, which AllToAll and SendRecv use; the other
 // collectives never use it.  NVLS is NVLink SHARP (in-switch reduction).
-enum class NcclAlgo { kRing, kTree, kNvls, kP2p };
+enum class NcclAlgo { kRing, kTree, kNvls, kP2p, kPat };
 enum class NcclProto { kLL, kLL128, kSimple };
 
 // The link class that limits the bandwidth term of a collective.

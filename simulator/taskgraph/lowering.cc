@@ -112,6 +112,7 @@ struct Entry {
   double grad_params = 0;   // parameters whose gradients this task finalises
   double grad_expert_params = 0;  // of them, routed experts (reduced over the expert data-parallel group)
   double gather_params = 0; // ZeRO-3: parameters to gather before it
+  double gather_layer_params = 0;  // of them, the layer's own (the rest: embedding / output layer)
 };
 
 class Lowerer {
@@ -173,6 +174,13 @@ class Lowerer {
       const double f = static_cast<double>(m_.ffn_hidden);
       const double glu = m_.mlp == MlpKind::kSwiglu ? 2 : 1;
       largest_tensor_params_ = std::max(h * (qd + 2 * kvd), h * f * glu) / p_.tp;
+      // The modules a framework that gathers module by module fetches one
+      // after another (ExecutionProfile::gather_per_module): the fused QKV,
+      // the attention output, the MLP's first (SwiGLU: fused gate and up)
+      // and second linear layers.  MoE and MLA layers are gathered whole.
+      if (prof_.gather_per_module && !m_.has_moe && m_.attention != AttentionKind::kMla) {
+        layer_modules_ = {h * (qd + 2 * kvd) / p_.tp, qd * h / p_.tp, h * f * glu / p_.tp, f * h / p_.tp};
+      }
       if (m_.has_moe) {
         largest_expert_tensor_params_ = h * static_cast<double>(m_.moe.expert_ffn_hidden) * glu / p_.etp;
       }
@@ -322,7 +330,10 @@ class Lowerer {
             e.grad_params = params;
             e.grad_expert_params = sc_.cost_of(ch.global_first + layer).expert_params;
           }
-          if (p_.zero == 3) e.gather_params = params;
+          if (p_.zero == 3) {
+            e.gather_params = params;
+            e.gather_layer_params = sc_.cost_of(ch.global_first + layer).params;
+          }
           entries_[static_cast<size_t>(s)].push_back(e);
         }
       }
@@ -750,17 +761,59 @@ class Lowerer {
     return group_placement(size, per_node, c_);
   }
 
+  // The parameters one ZeRO-3 gather of `params` moves per collective: all
+  // of them at once, or (gather_per_module) module by module, consecutive
+  // modules sharing a collective until it holds gather_bucket_params.  The
+  // layer's small parameters (biases, norms) stay whole and are not
+  // gathered; `params` beyond the layer's own (the embedding or output
+  // layer of the chunk's first or last layer) is one more module.
+  std::vector<double> gather_pieces(double params, double layer_params) const {
+    if (layer_modules_.empty()) return {params};
+    std::vector<double> modules;
+    if (params > layer_params) modules.push_back(params - layer_params);
+    modules.insert(modules.end(), layer_modules_.begin(), layer_modules_.end());
+    std::vector<double> pieces;
+    double open = 0;
+    for (double m : modules) {
+      open += m;
+      if (open >= prof_.gather_bucket_params) {
+        pieces.push_back(open);
+        open = 0;
+      }
+    }
+    if (open > 0) pieces.push_back(open);
+    return pieces;
+  }
+
   // `stride`: global ranks between consecutive members (0: tp, a DP group).
   int32_t add_group_comm(int32_t channel, Collective kind, TaskLabel label, double bytes, int size,
                          const std::vector<int32_t>& members, int stride = 0) {
+    return add_group_comm(channel, kind, label, std::vector<double>{bytes}, size, members, stride);
+  }
+
+  // One task for collectives issued back to back on one stream (`pieces`,
+  // bytes each): their latencies add, and so do their transfer times.
+  int32_t add_group_comm(int32_t channel, Collective kind, TaskLabel label, const std::vector<double>& pieces,
+                         int size, const std::vector<int32_t>& members, int stride = 0) {
     GroupPlacement gp = dp_placement(size, stride > 0 ? stride : p_.tp);
     // A step issues the same few collectives thousands of times (ZeRO-3:
     // every layer of every micro-batch): each size and group is costed once.
-    const Bytes size_bytes = static_cast<Bytes>(std::max(1.0, bytes));
-    const auto key = std::make_tuple(static_cast<int>(kind), size_bytes, size, stride > 0 ? stride : p_.tp);
-    auto hit = group_costs_.find(key);
-    if (hit == group_costs_.end()) hit = group_costs_.emplace(key, collective_cost(kind, size_bytes, gp, lp_)).first;
-    const CollectiveCost& cost = hit->second;
+    CollectiveCost cost;
+    double transfer_s = 0;
+    for (double bytes : pieces) {
+      const Bytes size_bytes = static_cast<Bytes>(std::max(1.0, bytes));
+      const auto key = std::make_tuple(static_cast<int>(kind), size_bytes, size, stride > 0 ? stride : p_.tp);
+      auto hit = group_costs_.find(key);
+      if (hit == group_costs_.end()) hit = group_costs_.emplace(key, collective_cost(kind, size_bytes, gp, lp_)).first;
+      const CollectiveCost& piece = hit->second;
+      cost.latency += piece.latency;
+      cost.wire_bytes_per_rank += piece.wire_bytes_per_rank;
+      if (piece.wire_bytes_per_rank > 0) transfer_s += piece.wire_bytes_per_rank / piece.bus_bandwidth.bytes_per_s();
+      cost.bus_bandwidth = piece.bus_bandwidth;
+    }
+    if (pieces.size() > 1 && transfer_s > 0) {
+      cost.bus_bandwidth = Bandwidth::bytes_per_s(cost.wire_bytes_per_rank / transfer_s);
+    }
     std::vector<FlowLink> links;
     for (int32_t mr : members) {
       if (gp.ranks_per_node > 1) links.push_back(FlowLink{intra_link_[static_cast<size_t>(mr)], 1.0f});
@@ -882,8 +935,10 @@ class Lowerer {
           // backward (recompute forward, then backward).
           const int gathers = gathers_before(e);
           for (int n = 0; n < gathers; ++n) {
-            int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kParamAllGather,
-                                        e.gather_params * gather_wbytes, shard, members);
+            std::vector<double> pieces = gather_pieces(e.gather_params, e.gather_layer_params);
+            for (double& piece : pieces) piece *= gather_wbytes;
+            int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kParamAllGather, pieces, shard,
+                                        members);
             // An offloaded shard reaches the GPU before it is gathered.
             for (int32_t mr : members) {
               if (static_cast<size_t>(mr) < h2d_.size() && !h2d_[static_cast<size_t>(mr)].empty()) {
@@ -959,6 +1014,7 @@ class Lowerer {
   int64_t out_f_ = 0, out_b_ = 0, out_tp_f_ = 0, out_tp_b_ = 0;
   double layer_grad_bytes_ = 4;
   double largest_tensor_params_ = 1;
+  std::vector<double> layer_modules_;  // gather_per_module: a dense layer's modules, parameters per TP rank
   int v_ = 1;
   bool split_ = false;  // the schedule has W passes (zero bubble)
   bool keep_outputs_ = false;  // stage outputs held until their backward (ExecutionProfile)

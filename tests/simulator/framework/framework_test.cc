@@ -117,6 +117,55 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 gathers a layer three times with full rec
   CHECK(c.count(Framework::kDeepSpeed, TaskLabel::kParamAllGather) == 2 * layers * microbatches);
 }
 
+TEST_CASE("Framework: DeepSpeed ZeRO-3 gathers module by module", "[sim][framework]") {
+  // stage3 fetch_sub_module all-gathers each module's parameters as it runs
+  // (one coalesced collective per fetch, prefetch queue walked to 5e7
+  // elements); biases and norms are under param_persistence_threshold and
+  // never partitioned.  GPT-3 1.3B (h 2048, 4h GeLU MLP): QKV 12.6M, proj
+  // 4.2M, fc1 16.8M, fc2 16.8M parameters, together 50.3M >= 5e7, so one
+  // collective per layer holding exactly the four weight matrices, and the
+  // layers whose chunk also holds the embedding (51200 x 2048 = 104.9M) add
+  // it as a collective of its own.  FSDP2 (torchtitan) gathers the whole
+  // block, biases included, in one collective.
+  Case c;
+  c.plan.zero = 3;
+  c.plan.gbs = 32;  // one micro-batch per rank
+  const double h = 2048, weights = 4 * h * h + 2 * h * 4 * h;
+  const LinkParams lp = link_params(c.cluster);
+  const GroupPlacement g = group_placement(32, 8, c.cluster);
+  const auto gather = [&](double params) { return collective_cost(Collective::kAllGather, static_cast<Bytes>(params * 2), g, lp); };
+  const LoweredStep s = lower_step(c.model, c.cluster, c.layout(Framework::kDeepSpeed), LoweringOptions{});
+  int plain = 0, with_embedding = 0;
+  for (int32_t id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    if (t.label != TaskLabel::kParamAllGather) continue;
+    const CollectiveCost one = gather(weights);
+    if (std::abs(t.wire_bytes - one.wire_bytes_per_rank) < 1) {
+      ++plain;
+      CHECK(t.work_ps == one.latency.ps());
+    } else {
+      const CollectiveCost emb = gather(51200 * h);
+      // The word embedding, plus the learned positions (2048 x 2048) or the
+      // final norm that ride with it: within 5%.
+      CHECK_THAT(t.wire_bytes, WithinRel(one.wire_bytes_per_rank + emb.wire_bytes_per_rank, 0.05));
+      CHECK(t.work_ps == one.latency.ps() + emb.latency.ps());
+      ++with_embedding;
+    }
+  }
+  // Forward and backward of 24 layers; the embedding rides with layer 0 in
+  // both, and with the last layer (tied output) in both.
+  CHECK(plain + with_embedding == 2 * 24);
+  CHECK(with_embedding == 4);
+  // FSDP2 moves the biases and norms too: one per layer, more bytes.
+  const LoweredStep t = lower_step(c.model, c.cluster, c.layout(Framework::kTorchtitan), LoweringOptions{});
+  for (int32_t id = 0; id < t.graph.size(); ++id) {
+    const Task& task = t.graph.task(id);
+    if (task.label == TaskLabel::kParamAllGather && task.layer == 5) {
+      CHECK(task.wire_bytes > gather(weights).wire_bytes_per_rank);
+    }
+  }
+}
+
 TEST_CASE("Framework: DeepSpeed ZeRO-1 reduces on the compute stream", "[sim][framework]") {
   // overlap_comm false for stage 1: the backward waits for each bucket's
   // reduction, so the step is longer than with overlapped buckets.

@@ -227,6 +227,58 @@ TEST_CASE("collective_cost: multi-node all-reduce is bounded by the node NICs", 
   }
 }
 
+TEST_CASE("collective_cost: a ring all-gather over 192 nodes with small shards is latency-bound", "[sim][network]") {
+  // A ring all-gather takes n-1 dependent steps whatever the size (NCCL
+  // tuning.cc: nsteps = nRanks-1, of which nNodes-1 cross the network); with
+  // a fixed 64 MiB output the shard per rank shrinks as 1/n, so past a few
+  // hundred ranks the step latencies, not the bytes, set the time: on DGX
+  // A100 nodes (8 GPUs, 8x HDR) each step costs at least NCCL's Simple
+  // NVLink step latency (3.4 us) and a network step 14 us.
+  const LinkParams p = link_params(dgx_a100());
+  const auto ring_ag = [&](int nodes) {
+    const auto cost = collective_cost(Collective::kAllGather, bytes(64 * kMiB), nodes_of(nodes, 8), p,
+                                      AlgoFilter{NcclAlgo::kRing, NcclProto::kSimple});
+    REQUIRE(cost.has_value());
+    return *cost;
+  };
+  const CollectiveCost n48 = ring_ag(48), n96 = ring_ag(96), n192 = ring_ag(192);
+  const int ranks = 192 * 8;
+  // Closed form of the latency floor: (n - N) intra steps + (N - 1) network steps.
+  CHECK(n192.latency.us() >= (ranks - 192) * 3.4 + 191 * 14.0);
+  // Latency-bound: the step latencies are most of the time ...
+  CHECK(n192.latency.s() > 0.5 * n192.time.s());
+  // ... and at fixed bytes the time grows with the group: the bandwidth term
+  // is the same ((n-1)/n x 64 MiB at the NIC-bound busbw), the latency
+  // doubles with n.
+  CHECK(n96.time.s() > 1.3 * n48.time.s());
+  CHECK(n192.time.s() > 1.5 * n96.time.s());
+  CHECK_THAT(n192.wire_bytes_per_rank / n48.wire_bytes_per_rank, WithinRel(1.0, 0.01));
+}
+
+TEST_CASE("collective_cost: PAT for all-gather and reduce-scatter with one GPU per node", "[sim][network]") {
+  // NCCL 2.23+ tuning.cc: PAT only for AG/RS, Simple, nNodes == nRanks;
+  // latency 8 + log2(N) x 14/3.5 + 2.8 x N us, bus bandwidth 0.75 x the ring's.
+  // Ring with one rank per node pays a 14 us network step per rank.
+  const LinkParams p = link_params(dgx_a100());
+  const GroupPlacement g = nodes_of(192, 1);
+  const auto pat = collective_cost(Collective::kAllGather, bytes(1 * kMiB), g, p, AlgoFilter{NcclAlgo::kPat, {}});
+  REQUIRE(pat.has_value());
+  CHECK(pat->proto == NcclProto::kSimple);
+  CHECK_THAT(pat->latency.us() - p.call_overhead.us(), WithinRel(8.0 + 7 * 14.0 / 3.5 + 2.8 * 192, 1e-9));
+  const auto ring = collective_cost(Collective::kAllGather, bytes(1 * kMiB), g, p,
+                                    AlgoFilter{NcclAlgo::kRing, NcclProto::kSimple});
+  REQUIRE(ring.has_value());
+  CHECK_THAT(pat->bus_bandwidth.bytes_per_s() / ring->bus_bandwidth.bytes_per_s(), WithinRel(0.75, 1e-9));
+  // Small: PAT's logarithmic latency wins; large: the ring's bandwidth does.
+  CHECK(collective_cost(Collective::kAllGather, bytes(1 * kMiB), g, p).algo == NcclAlgo::kPat);
+  CHECK(collective_cost(Collective::kReduceScatter, bytes(1 * kMiB), g, p).algo == NcclAlgo::kPat);
+  CHECK(collective_cost(Collective::kAllGather, bytes(16 * kGiB), g, p).algo == NcclAlgo::kRing);
+  // Not for all-reduce, nor for groups with several GPUs per node.
+  CHECK(!collective_cost(Collective::kAllReduce, bytes(1 * kMiB), g, p, AlgoFilter{NcclAlgo::kPat, {}}).has_value());
+  CHECK(!collective_cost(Collective::kAllGather, bytes(1 * kMiB), nodes_of(24, 8), p, AlgoFilter{NcclAlgo::kPat, {}})
+             .has_value());
+}
+
 TEST_CASE("collective_cost: H100 with 8x NDR 400 Gb/s", "[sim][network]") {
   const LinkParams p = link_params(hgx_h100());
 
