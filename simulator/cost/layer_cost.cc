@@ -682,11 +682,22 @@ LayerCost output_cost(const ModelSpec& m, const LayerShape& s) {
   ln.tp_comm_bytes = s.sp ? tokens * h * e : 0;
   c.ops.push_back(ln);
   c.ops.push_back(gemm("logits", tokens, v / t, h, tokens * h * e / sp_div));
-  // Vocab-parallel cross entropy in fp32: reads the logits, keeps 4sbv/t.
-  // PyTorch's cross_entropy(logits.float()): the cast (read e, write 4) and
-  // log_softmax (two reads of 4, write 4): 16 + e B per logit.
-  c.ops.push_back(elementwise("cross_entropy", tokens * v / t * (s.pytorch_loss ? e + 16 : e + 2 * 4),
-                              4 * tokens * v / t));
+  // The loss in fp32 on the logits, keeping 4sbv/t, as unfused kernels
+  // (bytes per logit):
+  // - Megatron's _VocabParallelCrossEntropy on logits.float()
+  //   (megatron/core/tensor_parallel/cross_entropy.py; megatron/mpu of
+  //   2021-22): the cast (read e, write 4), max (4), sub_ (8), exp out= in
+  //   place (8), sum (4), div_ (8) = e + 36 forward; backward mul_ of the
+  //   saved softmax by the output gradient (8) and the cast back to the
+  //   logits' dtype (4 + e) = 12 + e.
+  // - PyTorch's cross_entropy(logits.float()): the cast (e + 4) and
+  //   log_softmax (max, sum-of-exp and output passes: three reads of 4,
+  //   write 4) = e + 20; backward the dense nll_loss gradient (4),
+  //   log_softmax's backward (reads 8, writes 4) and the cast back (4 + e)
+  //   = 20 + e.
+  OpCost loss = elementwise("cross_entropy", tokens * v / t * (s.pytorch_loss ? e + 20 : e + 36), 4 * tokens * v / t);
+  loss.bwd_bytes = tokens * v / t * (s.pytorch_loss ? 20 + e : 12 + e);
+  c.ops.push_back(loss);
   add_totals(&c, e);
   // The loss's backward (layer_cost.h): Megatron's _VocabParallelCrossEntropy
   // turns the saved softmax into the gradient in place and the cast back to

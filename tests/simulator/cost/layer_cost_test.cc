@@ -205,6 +205,28 @@ TEST_CASE("LayerCost: the embedding and output layer add Korthikanti's extra ter
   SECTION("output layer FLOPs: logits 2BshV") {
     CHECK(output_cost(m, shape(1, false, Recompute::kNone)).fwd_flops == Approx(2 * kB * kS * kH * v).epsilon(kRel));
   }
+  SECTION("the loss's kernels move their bytes per logit, kernel by kernel") {
+    // Megatron's _VocabParallelCrossEntropy on logits.float(): cast (2 + 4),
+    // max (4), sub_ (4 + 4), exp in place (4 + 4), sum (4), div_ (4 + 4) =
+    // 38 B per logit forward; backward mul_ (4 + 4) and the cast back to
+    // bf16 (4 + 2) = 14.  PyTorch's cross_entropy(logits.float()): cast 6,
+    // log_softmax 16 = 22 forward; nll_loss's gradient 4, log_softmax's
+    // backward 12, cast back 6 = 22 backward.
+    const double logits = kB * kS * v / 8;
+    const auto loss = [&](bool pytorch) {
+      LayerShape s = shape(8, true, Recompute::kNone);
+      s.pytorch_loss = pytorch;
+      for (const OpCost& op : output_cost(m, s).ops) {
+        if (op.name == "cross_entropy") return op;
+      }
+      FAIL("no cross_entropy op");
+      return OpCost{};
+    };
+    CHECK(loss(false).bytes == Approx(38 * logits).epsilon(kRel));
+    CHECK(loss(false).bwd_bytes == Approx(14 * logits).epsilon(kRel));
+    CHECK(loss(true).bytes == Approx(22 * logits).epsilon(kRel));
+    CHECK(loss(true).bwd_bytes == Approx(22 * logits).epsilon(kRel));
+  }
 }
 
 TEST_CASE("LayerCost: TP splits matrices and column biases, not row biases and norms", "[sim][cost]") {
