@@ -90,6 +90,10 @@ ExecutionProfile deepspeed(const Plan& p) {
   // runtime/pipe/engine.py: _exec_forward_pass stores the stage's outputs in
   // pipe_buffers['outputs'][buffer_id]; _exec_backward_pass reads them.
   e.keeps_stage_outputs = true;
+  // runtime/config.py pipeline defaults: pipe_partitioned = True;
+  // engine.py _exec_forward_pass stores PartitionedTensor(first_output,
+  // slice-parallel group).data() and sets first_output.data = zeros(1).
+  e.stage_outputs_partitioned = true;
   if (p.precision == Precision::kBf16 && p.zero == 1 && p.grad_dtype == GradDtype::kFp32 && p.offload == Offload::kNone) {
     e.lp_grad_bytes = 2;
   }
@@ -129,6 +133,11 @@ ExecutionProfile torchtitan(const Plan& p) {
 }
 
 }  // namespace
+
+double kept_stage_output_share(const ExecutionProfile& profile, const Plan& plan) {
+  if (!profile.keeps_stage_outputs) return 0;
+  return profile.stage_outputs_partitioned ? 1.0 / plan.tp : 1.0;
+}
 
 const std::vector<std::string>& framework_names() {
   static const std::vector<std::string> names = {"generic",   "megatron-lm", "megatron-core",

@@ -71,6 +71,10 @@ struct ExecutionProfile {
   // torch.distributed.pipelining's fwd_cache); Megatron frees its data once
   // sent (deallocate_output_tensor; Korthikanti et al. 2022 Sec. 4.2.3).
   bool keeps_stage_outputs = false;
+  // The kept output is this rank's 1/tp slice (DeepSpeed's pipe_partitioned,
+  // default true: the output is split over the tensor-parallel group before
+  // it is sent and stored, and the full tensor's data freed).
+  bool stage_outputs_partitioned = false;
   // Selective recompute is torchtitan's per-op SAC (`selective_ac_option =
   // "op"`): each block saves the outputs of its matmuls except every second
   // one and of attention, and re-runs everything else in backward.  false:
@@ -91,6 +95,10 @@ struct ExecutionProfile {
   // Engine / apex or a torch.compile'd model.
   bool eager_elementwise = false;
 };
+
+// Share of a stage's output tensor a rank keeps per in-flight micro-batch
+// when keeps_stage_outputs (1, or 1/tp when partitioned).
+double kept_stage_output_share(const ExecutionProfile& profile, const Plan& plan);
 
 // The profile of `plan.framework` for this plan (bucket sizes may depend on
 // the plan's dp and precision).

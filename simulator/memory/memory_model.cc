@@ -227,7 +227,8 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
         held = p.schedule == Schedule::kInterleaved ? chunks - (layout.microbatches == p.pp ? layout.microbatches : 1)
                                                     : 0;
       }
-      act += static_cast<double>(std::max<int64_t>(0, held)) * layer_input_bytes(model, shape);
+      act += static_cast<double>(std::max<int64_t>(0, held)) * layer_input_bytes(model, shape) *
+             kept_stage_output_share(fw, p);
     }
     // One layer's backward re-materialises what recompute dropped; the last
     // stage's loss holds its gradient buffers as its backward starts (both

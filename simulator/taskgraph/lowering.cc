@@ -156,7 +156,7 @@ class Lowerer {
     emb_ = sc_.embedding;
     outc_ = sc_.output;
     keep_outputs_ = p_.pp > 1 && prof_.keeps_stage_outputs;
-    stage_output_bytes_ = layer_input_bytes(m_, shape_);
+    stage_output_bytes_ = layer_input_bytes(m_, shape_) * kept_stage_output_share(prof_, p_);
     out_.layer = sc_.layer_times;
     if (sc_.has_moe) {
       out_.moe_layer = sc_.moe_layer_times;

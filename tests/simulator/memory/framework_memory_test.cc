@@ -188,6 +188,18 @@ TEST_CASE("A pipeline engine that keeps stage outputs holds one 2sbh output per 
     CHECK_THAT(a.stages[i].breakdown.activations - b.stages[i].breakdown.activations,
                WithinRel(held * out, 1e-9) || WithinAbs(held * out, 1));
   }
+  // With tensor parallelism DeepSpeed keeps only this rank's slice
+  // (pipeline.pipe_partitioned, default true: PartitionedTensor over the
+  // tensor-parallel group, the full output's data freed): 1/tp of it.
+  p.tp = 2;
+  p.framework = Framework::kDeepSpeed;
+  const Layout ds2 = resolve_plan(m, c, 8, p);
+  p.framework = Framework::kMegatronLM;
+  const Layout mg2 = resolve_plan(m, c, 8, p);
+  REQUIRE((ds2.feasible && mg2.feasible));
+  const MemoryReport a2 = estimate_memory(m, c, ds2), b2 = estimate_memory(m, c, mg2);
+  CHECK_THAT(a2.stages[0].breakdown.activations - b2.stages[0].breakdown.activations,
+             WithinRel(4 * out / 2, 1e-9));
 }
 
 TEST_CASE("Eager PyTorch moves more bytes through a Llama block's memory-bound ops than fused kernels, by hand") {
