@@ -171,6 +171,11 @@ std::string plan_difference(const Plan& base, const Plan& other) {
   field("recompute", recompute_column(base), recompute_column(other));
   field("sp", base.sp ? "on" : "off", other.sp ? "on" : "off");
   field("offload", to_string(base.offload), to_string(other.offload));
+  field("ep", num(base.ep), num(other.ep));
+  field("etp", num(base.etp), num(other.etp));
+  field("recompute-modules", recompute_modules_name(base.recompute_modules),
+        recompute_modules_name(other.recompute_modules));
+  field("fp8-recipe", to_string(base.fp8_recipe), to_string(other.fp8_recipe));
   return s.str();
 }
 

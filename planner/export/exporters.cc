@@ -756,6 +756,99 @@ constexpr TitanFlavor kTitanFlavors[] = {
     {"405B", 126, 16384, 128, 8, 53248},
 };
 
+// The MoE models torchtitan v0.2.2 ships (torchtitan/models/<name>/__init__.py
+// flavors; tests/data/frameworks/torchtitan.json "moe_flavors"), matched to a
+// model by shape, and what each train spec runs: pipelining_fn set
+// (deepseek_v3 yes; qwen3 and gpt_oss None, torchtitan/train.py raises
+// "Pipeline Parallel is enabled but <name> does not support pipelining"),
+// context parallel (needs SDPA attention: qwen3 yes; deepseek_v3's 671B
+// flavor uses flex attention and its args.py raises "Context Parallel only
+// supports SDPA attention"; gpt_oss raises "CP support for gpt-oss model is
+// still in progress").
+struct TitanMoeFlavor {
+  const char* name;
+  const char* flavor;
+  int64_t layers, hidden, vocab, experts, top_k, expert_ffn_hidden, shared_experts, dense_layers;
+  bool pipeline, context_parallel;
+};
+constexpr TitanMoeFlavor kTitanMoeFlavors[] = {
+    {"deepseek_v3", "671B", 61, 7168, 129280, 256, 8, 2048, 1, 3, true, false},
+    {"qwen3", "30B-A3B", 48, 2048, 151936, 128, 8, 768, 0, 0, false, true},
+    {"qwen3", "235B-A22B", 94, 4096, 151936, 128, 8, 1536, 0, 0, false, true},
+    {"gpt_oss", "120b", 36, 2880, 201088, 128, 4, 2880, 0, 0, false, false},
+};
+
+// What the torchtitan export writes in [model]: the train spec and flavor.
+struct TitanModel {
+  std::string name, flavor;
+  bool moe = false;
+};
+
+// dp_shard x cp ranks hold one copy of sharded state; replicas across the
+// rest (ZeRO 0: replicas of one).
+std::pair<int, int> titan_dp_degrees(const Layout& L) {
+  const Plan& p = L.plan;
+  if (p.zero < 2) return {p.dp, 1};
+  const int shard = L.shard_degree / p.cp;
+  return {p.dp / shard, shard};
+}
+
+// The MoE plans torchtitan v0.2.2 cannot run, with the rule; sets *out.
+std::optional<std::string> titan_moe_refusal(const ModelSpec& m, const Layout& L, TitanModel* out) {
+  const Plan& p = L.plan;
+  const TitanMoeFlavor* f = nullptr;
+  for (const TitanMoeFlavor& t : kTitanMoeFlavors) {
+    if (t.layers == m.layers && t.hidden == m.hidden && t.vocab == m.vocab && t.experts == m.moe.experts &&
+        t.top_k == m.moe.top_k && t.expert_ffn_hidden == m.moe.expert_ffn_hidden &&
+        t.shared_experts == m.moe.shared_experts && t.dense_layers == m.moe.dense_layers) {
+      f = &t;
+    }
+  }
+  if (f == nullptr) {
+    return "torchtitan v0.2.2 trains MoE models through its own model code, and none of its MoE flavors "
+           "(deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has " + m.name + "'s shape (layers=" +
+           str(m.layers) + ", hidden=" + str(m.hidden) + ", experts=" + str(m.moe.experts) + ", top_k=" +
+           str(m.moe.top_k) + ", expert_ffn_hidden=" + str(m.moe.expert_ffn_hidden) + "; use --to megatron)";
+  }
+  out->name = f->name;
+  out->flavor = f->flavor;
+  out->moe = true;
+  if (p.pp > 1 && !f->pipeline) {
+    return std::string("torchtitan's ") + f->name + " train spec has no pipelining function (torchtitan/train.py: "
+           "\"Pipeline Parallel is enabled but " + f->name + " does not support pipelining\"); use pp 1";
+  }
+  if (p.cp > 1 && !f->context_parallel) {
+    return std::string("torchtitan's ") + f->name + " " + f->flavor + " cannot run context parallelism (" +
+           (std::string(f->name) == "gpt_oss" ? "\"CP support for gpt-oss model is still in progress\""
+                                              : "\"Context Parallel only supports SDPA attention\" and the flavor uses "
+                                                "flex attention") +
+           "); use cp 1";
+  }
+  if (p.fp8_recipe != Fp8Recipe::kNone) {
+    return std::string("torchtitan's float8 MoE training (quantize.grouped_mm.float8) is a prototype with its own "
+                       "limits (no pipeline or context parallelism, no tensorwise TP for deepseek_v3) that this export "
+                       "does not check; export the bf16 plan, or use --to megatron");
+  }
+  if (p.ep > 1 && p.etp != 1 && p.etp != p.tp) {
+    return "torchtitan supports expert tensor parallelism equal to tp or 1 (ParallelDims: \"Currently we only "
+           "support ETP=TP or ETP=1\"), not etp=" + str(p.etp) + " with tp=" + str(p.tp);
+  }
+  const auto [dp_replicate, dp_shard] = titan_dp_degrees(L);
+  (void)dp_replicate;
+  const int64_t borrowed = int64_t{dp_shard} * p.cp * p.tp;
+  if (borrowed % (int64_t{p.ep} * p.etp) != 0) {
+    return "torchtitan's expert parallelism borrows the dp_shard x cp x tp ranks (" + str(borrowed) +
+           "; ParallelDims builds the (efsdp, ep, etp) mesh from them), which ep x etp = " + str(int64_t{p.ep} * p.etp) +
+           " must divide; shard the data-parallel ranks with zero 3 or lower ep";
+  }
+  if (p.ep > 1 && p.etp == 1 && p.tp > 1 && (p.mbs * p.seq) % p.ep != 0) {
+    return "torchtitan's expert parallelism with etp 1 and tp > 1 splits each micro-batch's tokens over the ep "
+           "ranks (expert_parallel.py: \"Requires EP degree dividing batch size * seq len\"): mbs x seq = " +
+           str(p.mbs * p.seq) + " is not a multiple of ep=" + str(p.ep);
+  }
+  return std::nullopt;
+}
+
 std::string toml_string(const std::string& s) {
   std::string out = "\"";
   for (char ch : s) {
@@ -766,15 +859,12 @@ std::string toml_string(const std::string& s) {
 }
 
 // The plans torchtitan (v0.2.2 and head alike) cannot run, with the rule;
-// sets *flavor_out to the llama3 flavor of the model.
-std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, const TitanFlavor** flavor_out) {
+// sets *out to the [model] name and flavor of the model (llama3, or one of
+// the MoE train specs of v0.2.2).
+std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, TitanModel* out) {
   const Plan& p = L.plan;
   if (m.has_moe) {
-    // torchtitan trains MoE models through their own model code (deepseek_v3, qwen3, gpt_oss) with
-    // --parallelism.expert_parallel_degree; this export writes its llama3 jobs.
-    return std::string("torchtitan runs MoE models through its deepseek_v3 / qwen3 / gpt_oss model code and flavors "
-                       "(--parallelism.expert_parallel_degree N); this export writes llama3 jobs only (use --to "
-                       "megatron)");
+    if (auto r = titan_moe_refusal(m, L, out)) return r;
   }
   if (auto r = async_refusal("torchtitan", p)) return r;
   if (auto r = fp8_refusal("torchtitan", p, false)) return r;
@@ -783,25 +873,32 @@ std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, co
     return r;
   }
   std::vector<std::string> not_llama;
-  if (m.mlp != MlpKind::kSwiglu) not_llama.push_back("a GeLU MLP");
-  if (m.position_embedding == PositionEmbedding::kLearned) not_llama.push_back("learned positions");
-  if (m.position_embedding == PositionEmbedding::kAlibi) not_llama.push_back("ALiBi positions");
-  if (m.bias) not_llama.push_back("biases with LayerNorm");
+  if (m.has_moe) {
+    // titan_moe_refusal matched the model to a train spec of its own.
+  } else if (m.mlp != MlpKind::kSwiglu) {
+    not_llama.push_back("a GeLU MLP");
+  }
+  if (!m.has_moe && m.position_embedding == PositionEmbedding::kLearned) not_llama.push_back("learned positions");
+  if (!m.has_moe && m.position_embedding == PositionEmbedding::kAlibi) not_llama.push_back("ALiBi positions");
+  if (!m.has_moe && m.bias) not_llama.push_back("biases with LayerNorm");
   if (!not_llama.empty()) {
     std::string what = not_llama.front();
     for (size_t i = 1; i < not_llama.size(); ++i) what += (i + 1 == not_llama.size() ? " and " : ", ") + not_llama[i];
     return std::optional<std::string>("torchtitan ships Llama-family models only (SwiGLU, RoPE, RMSNorm, no biases); " + m.name +
                   " has " + what);
   }
-  const TitanFlavor*& flavor = *flavor_out;
-  flavor = nullptr;
+  const TitanFlavor* flavor = nullptr;
   for (const TitanFlavor& t : kTitanFlavors) {
     if (t.layers == m.layers && t.hidden == m.hidden && t.heads == m.heads && t.kv_heads == m.kv_heads &&
         t.ffn_hidden == m.ffn_hidden) {
       flavor = &t;
     }
   }
-  if (flavor == nullptr) {
+  if (!m.has_moe && flavor != nullptr) {
+    out->name = "llama3";
+    out->flavor = flavor->flavor;
+  }
+  if (!m.has_moe && flavor == nullptr) {
     return std::optional<std::string>("torchtitan picks the architecture by [model] name and flavor, and no llama3 flavor (8B, 70B, "
                   "405B) has " +
                   m.name + "'s shape (layers=" + str(m.layers) + ", hidden=" + str(m.hidden) +
@@ -869,14 +966,6 @@ std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, co
   return std::nullopt;
 }
 
-// dp_shard x cp ranks hold one copy of sharded state; replicas across the
-// rest (ZeRO 0: replicas of one).
-std::pair<int, int> titan_dp_degrees(const Layout& L) {
-  const Plan& p = L.plan;
-  if (p.zero < 2) return {p.dp, 1};
-  const int shard = L.shard_degree / p.cp;
-  return {p.dp / shard, shard};
-}
 
 const char* titan_schedule(Schedule s) {
   if (s == Schedule::kGpipe) return "GPipe";
@@ -886,8 +975,8 @@ const char* titan_schedule(Schedule s) {
 
 ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
   const Plan& p = L.plan;
-  const TitanFlavor* flavor = nullptr;
-  if (auto r = titan_refusal(m, L, &flavor)) return refuse(*r);
+  TitanModel model;
+  if (auto r = titan_refusal(m, L, &model)) return refuse(*r);
 
   const auto [dp_replicate, dp_shard] = titan_dp_degrees(L);
   const char* schedule = titan_schedule(p.schedule);
@@ -912,8 +1001,8 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
   s += "description = " + toml_string(m.name + " on " + c.name + ", " + str(L.gpus) + " GPUs (trainplan export)") +
        "\n\n";
   s += "[model]\n";
-  s += "name = \"llama3\"\n";
-  s += "flavor = " + toml_string(flavor->flavor) + "\n";
+  s += "name = " + toml_string(model.name) + "\n";
+  s += "flavor = " + toml_string(model.flavor) + "\n";
   const bool fp8 = p.fp8_recipe != Fp8Recipe::kNone;
   if (fp8) {
     // torchao float8 linears (v0.2.x registers the converter as
@@ -1003,7 +1092,14 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
     }
     s += "]\n";
   }
-  s += "context_parallel_degree = " + str(p.cp) + "\n\n";
+  s += "context_parallel_degree = " + str(p.cp) + "\n";
+  if (model.moe) {
+    s += "# The experts over ep ranks borrowed from dp_shard x cp" + std::string(p.etp == 1 ? " x tp" : "") +
+         ", each expert split over etp (= 1 or tp).\n";
+    s += "expert_parallel_degree = " + str(p.ep) + "\n";
+    s += "expert_tensor_parallel_degree = " + str(p.etp) + "\n";
+  }
+  s += "\n";
   s += "[activation_checkpoint]\n";
   if (p.recompute == Recompute::kFull) {
     s += "mode = \"full\"\n";
@@ -1027,8 +1123,12 @@ std::string py_bool(bool b);  // "True" / "False" (with the FSDP script below)
 
 ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
   const Plan& p = L.plan;
-  const TitanFlavor* flavor = nullptr;
-  if (auto r = titan_refusal(m, L, &flavor)) return refuse(*r);
+  TitanModel model;
+  if (auto r = titan_refusal(m, L, &model)) return refuse(*r);
+  if (model.moe) {
+    return refuse("the torchtitan head export writes llama3 jobs (model_registry of torchtitan.models.llama3); "
+                  "export MoE plans with --to torchtitan (v0.2.2 TOML: " + model.name + " " + model.flavor + ")");
+  }
   if (p.fp8_recipe != Fp8Recipe::kNone) {
     return refuse(
         "the torchtitan head export writes no float8 converter (Float8LinearConverter.Config at head is not among "
@@ -1063,14 +1163,14 @@ ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, cons
   s += "from torchtitan.models.llama3 import model_registry\n";
   s += "from torchtitan.trainer import Trainer\n\n\n";
   s += "def trainplan_job() -> Trainer.Config:\n";
-  s += "    model_spec = model_registry(\"" + std::string(flavor->flavor) + "\")\n";
+  s += "    model_spec = model_registry(\"" + model.flavor + "\")\n";
   s += "    return Trainer.Config(\n";
   s += "        model_spec=model_spec,\n";
   // The base loss is abstract: the plain cross entropy simulated (one
   // logits GEMM, not the chunked wrapper of torchtitan's own configs).
   s += "        loss=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(model_spec)),\n";
   s += "        dataloader=GrainDataLoader.Config(dataset=ConcatThenSplitPackingConfig(dataset=DATASETS[\"c4\"])),\n";
-  s += "        hf_assets_path=\"./assets/hf/Llama-3.1-" + std::string(flavor->flavor) + "\",\n";
+  s += "        hf_assets_path=\"./assets/hf/Llama-3.1-" + model.flavor + "\",\n";
   s += "        dump_folder=\"./outputs\",\n";
   s += "        optimizer=default_adamw(lr=" + std::string(kLearningRate) + "),\n";
   s += "        lr_scheduler=LRSchedulersContainer.Config(warmup_steps=" + str(kWarmupIters) + "),\n";

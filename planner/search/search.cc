@@ -140,7 +140,10 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
             for (int mbs : {1, 2, 4, 8, 16}) {
               if (o.gbs % (int64_t{mbs} * dp) != 0) continue;
               std::vector<std::pair<int, int>> zeros = {{0, 0}, {1, 0}};  // (stage, shard group)
-              if (pp == 1 && !m.has_moe) {  // (ZeRO-3 of expert weights is not modelled)
+              // MoE: ZeRO-2 (FSDP2 without resharding, torchtitan's MoE
+              // train specs); ZeRO-3 of expert weights is not modelled.
+              if (pp == 1 && m.has_moe) zeros.push_back({2, 0});
+              if (pp == 1 && !m.has_moe) {
                 zeros.push_back({2, 0});
                 zeros.push_back({3, 0});
                 const int in_node = c.gpus_per_node / std::min(c.gpus_per_node, tp * cp);

@@ -184,6 +184,11 @@ PY
         grep -q -- "--overlap-" "$work/fw.out" && fail "$fw plan $i: Megatron-LM 2021 has no overlap flags"
       fi
     fi
+    if [ "$target" = torchtitan ]; then
+      gpus=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["gpus"])' "$plan")
+      python3 "$TITAN" --plan "$plan" --file "$work/fw.out" --world "$gpus" > "$work/oracle" 2>&1 ||
+        fail "$fw plan $i ($model): $(cat "$work/oracle")"
+    fi
     # Another framework's target refuses it with the reason.
     other=fsdp; [ "$target" = fsdp ] && other=megatron
     "$T" export --plan "$plan" --to "$other" > /dev/null 2> "$work/fw.err"
@@ -208,6 +213,9 @@ pytorch fsdp llama3-70b dgx-h100 4
 megatron-core megatron mixtral-8x7b dgx-h100 1
 megatron-core megatron qwen3-30b-a3b dgx-h100 2
 megatron-core megatron deepseek-v3 dgx-h100 32
+torchtitan torchtitan qwen3-30b-a3b dgx-h100 2
+torchtitan torchtitan gpt-oss-120b dgx-h100 8
+torchtitan torchtitan deepseek-v3 dgx-h100 32
 FRAMEWORKS
 
 # Without --framework, recommend labels each plan with the frameworks that

@@ -142,6 +142,28 @@ assert t["model"] == {"name": "llama3", "flavor": "8B"}, t["model"]
 assert t["activation_checkpoint"]["mode"] == plan["recompute"]
 '
 
+# torchtitan v0.2.2 MoE train specs: qwen3 30B-A3B with 8-way expert parallelism
+# borrowed from the 16 FSDP2 ranks (ZeRO-2: reshard "never").
+MOE_PLAN=$EXPORT/plan_qwen3-30b-a3b_ep8.json
+expect_ok "torchtitan: qwen3-30b-a3b ep8 ZeRO-2" export --plan "$MOE_PLAN" --to torchtitan
+expect_golden torchtitan_qwen3-30b-a3b_ep8.toml
+py_check "torchtitan: the MoE train spec, flavor and expert degrees agree with the plan" "$MOE_PLAN" '
+t = tomllib.loads(text)
+par = t["parallelism"]
+assert t["model"] == {"name": "qwen3", "flavor": "30B-A3B"}, t["model"]
+assert par["expert_parallel_degree"] == plan["ep"] == 8, par
+assert par["expert_tensor_parallel_degree"] == plan["etp"] == 1, par
+assert (par["data_parallel_shard_degree"] * par["context_parallel_degree"] * par["tensor_parallel_degree"]) % (
+    par["expert_parallel_degree"] * par["expert_tensor_parallel_degree"]) == 0, par
+assert par["fsdp_reshard_after_forward"] == "never"
+'
+expect_error "torchtitan refuses an MoE model it has no flavor of" \
+  "trainplan: --to: torchtitan cannot express this plan: torchtitan v0.2.2 trains MoE models through its own model code, and none of its MoE flavors (deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has mixtral-8x7b's shape (layers=32, hidden=4096, experts=8, top_k=2, expert_ffn_hidden=14336; use --to megatron)" \
+  export --plan "$EXPORT/plan_mixtral-8x7b_ep8.json" --to torchtitan
+expect_error "the torchtitan head export refuses MoE plans" \
+  "trainplan: --to: torchtitan-py cannot express this plan: the torchtitan head export writes llama3 jobs (model_registry of torchtitan.models.llama3); export MoE plans with --to torchtitan (v0.2.2 TOML: qwen3 30B-A3B)" \
+  export --plan "$MOE_PLAN" --to torchtitan-py
+
 # ---- PyTorch FSDP2 ------------------------------------------------------------
 
 expect_ok "fsdp: llama3-8b ZeRO-3 hybrid" export --plan "$ZERO3_PLAN" --to fsdp

@@ -123,6 +123,8 @@ class Plan:
         self.fp8_recipe = plan.get("fp8_recipe")
         self.grad_dtype = plan.get("grad_dtype", "fp32")
         self.attention = plan.get("attention", "flash")
+        self.ep = int(plan.get("ep", 1))
+        self.etp = int(plan.get("etp", 0)) or (self.tp if self.model and self.model.get("moe") else 1)
         self.dp_mode = plan.get("dp_mode", "sync")
         self.offload = plan.get("offload", "none")
         sg = int(plan.get("shard_group", 0))
@@ -162,6 +164,70 @@ def plan_refusals(p: Plan) -> list[str]:
         out.append("plan: attention naive: torchtitan's llama3 uses scaled_dot_product_attention")
     if p.pp > 1 and p.schedule == "naive":
         out.append("plan: schedule naive: torchtitan has no naive pipeline schedule")
+    if p.model and p.model.get("moe") and p.precision == "fp8":
+        out.append("plan: precision fp8 with MoE: torchtitan's float8 grouped-MM training is a prototype "
+                   "(quantize.grouped_mm.float8; no pipeline or context parallelism) [components/quantization/float8.py]")
+    return out
+
+
+def check_moe_model(name: str, flavor: str, p: Plan, pp: int, cp: int) -> tuple[list[str], int]:
+    """An MoE train spec of v0.2.2: the flavor is the plan's model, and the
+    spec runs the plan's pipeline and context parallelism.  Returns
+    (problems, the flavor's layer count or 0)."""
+    moe = facts()["release"]["moe_flavors"]
+    src = f"torchtitan/models/{name}/__init__.py"
+    spec = moe[name]
+    out = []
+    if flavor not in spec["flavors"]:
+        return [f"model.flavor = {flavor!r}: not a {name} flavor trainplan knows ({sorted(spec['flavors'])}) [{src}]"], 0
+    f = spec["flavors"][flavor]
+    m = p.model or {}
+    e = m.get("moe") or {}
+    if not e:
+        out.append(f"model.name = {name!r} is an MoE train spec, the plan's model {p.model_name} has no experts")
+    want = {"layers": m.get("layers"), "hidden": m.get("hidden"), "vocab": m.get("vocab"),
+            "experts": e.get("experts"), "top_k": e.get("top_k"), "expert_ffn_hidden": e.get("expert_ffn_hidden"),
+            "shared_experts": e.get("shared_experts", 0) if e else None,
+            "dense_layers": e.get("dense_layers", 0) if e else None}
+    for key, value in want.items():
+        if value is not None and int(f[key]) != int(value):
+            out.append(f"model.flavor {name} {flavor!r} has {key}={f[key]}, the plan's model {p.model_name} has {value} "
+                       f"[{src}]")
+    if pp > 1 and not spec["pipeline"]:
+        out.append(f"parallelism.pipeline_parallel_degree = {pp}: RuntimeError 'Pipeline Parallel is enabled but "
+                   f"{name} does not support pipelining' [torchtitan/train.py]")
+    if cp > 1 and not spec["context_parallel"]:
+        out.append(f"parallelism.context_parallel_degree = {cp}: {name} {flavor} raises NotImplementedError for "
+                   f"context parallelism [torchtitan/models/{name}/model/args.py, infra/parallelize.py]")
+    return out, int(f["layers"])
+
+
+def expert_parallel(ep: Any, etp: Any, shard: int, cp: int, tp: int, p: Plan, where: str) -> list[str]:
+    """torchtitan/distributed/parallel_dims.py: the expert mesh borrows
+    dp_shard*cp*tp ranks (facts rules.expert_parallel)."""
+    src = "torchtitan/distributed/parallel_dims.py ParallelDims"
+    out = []
+    if ep < 1 or etp < 1:
+        return [f"{where}: expert_parallel_degree {ep}, expert_tensor_parallel_degree {etp} must be >= 1 [{src}]"]
+    moe = bool(p.model and p.model.get("moe"))
+    if not moe:
+        if ep > 1:
+            out.append(f"{where}.expert_parallel_degree = {ep}: no effect for the dense model {p.model_name}; "
+                       "the plan has no experts")
+        return out
+    if ep > 1 and etp not in (1, tp):
+        out.append(f"{where}: expert_tensor_parallel_degree {etp} with tensor_parallel_degree {tp}: 'Currently we "
+                   f"only support ETP=TP or ETP=1' [{src}]")
+    if (shard * cp * tp) % (ep * etp) != 0:
+        out.append(f"{where}: ep*etp = {ep * etp} does not divide dp_shard*cp*tp = {shard * cp * tp}: the (efsdp, ep, "
+                   f"etp) mesh cannot be unflattened [{src}]")
+    if ep > 1 and etp == 1 and tp > 1 and (p.mbs * p.seq) % ep != 0:
+        out.append(f"{where}: etp 1 with tp > 1 splits mbs*seq = {p.mbs * p.seq} tokens over ep = {ep}: "
+                   f"'Requires EP degree dividing batch size * seq len' [{src}]")
+    if ep != p.ep:
+        out.append(f"{where}.expert_parallel_degree = {ep}, the plan has ep={p.ep}")
+    if ep > 1 and etp != p.etp:
+        out.append(f"{where}.expert_tensor_parallel_degree = {etp}, the plan has etp={p.etp}")
     return out
 
 
@@ -523,11 +589,19 @@ def check_toml(text: str, plan: dict, world: int, warnings: list[str] | None = N
     # Model: torchtitan/protocols/train_spec.py get_train_spec, llama3 flavors
     # from torchtitan/models/llama3/__init__.py llama3_args.
     name, flavor = _get(doc, "model", "name"), _get(doc, "model", "flavor")
+    moe_layers = 0
     if name not in rel["model_names"]["values"]:
         out.append(f"model.name = {name!r}: TrainSpec is not registered [torchtitan/protocols/train_spec.py get_train_spec]")
+    elif name in rel["moe_flavors"]:
+        probs, moe_layers = check_moe_model(name, flavor, p, _get(doc, "parallelism", "pipeline_parallel_degree"),
+                                            _get(doc, "parallelism", "context_parallel_degree"))
+        out += probs
     elif name != "llama3":
-        out.append(f"model.name = {name!r}: trainplan exports llama3 flavors only")
+        out.append(f"model.name = {name!r}: trainplan exports llama3 flavors and the MoE specs "
+                   f"{sorted(k for k in rel['moe_flavors'] if k != 'source')} only")
     else:
+        if p.model and p.model.get("moe"):
+            out.append(f"model.name = 'llama3' is dense, the plan's model {p.model_name} has experts")
         out += check_flavor(flavor, rel["flavors"]["llama3"], p, "model.flavor",
                             "torchtitan/models/llama3/__init__.py llama3_args")
     if _get(doc, "model", "tokenizer_path"):
@@ -556,6 +630,8 @@ def check_toml(text: str, plan: dict, world: int, warnings: list[str] | None = N
                    f"applies only when it is the only parallelism (world {world}): RuntimeError 'DDP has not "
                    "supported > 1D parallelism' [torchtitan/models/llama3/infra/parallelize.py parallelize_llama]")
     out += fidelity_degrees(p, rep, shard, cp, tp, pp, policy, world, "parallelism")
+    out += expert_parallel(_get(doc, "parallelism", "expert_parallel_degree"),
+                           _get(doc, "parallelism", "expert_tensor_parallel_degree"), shard, cp, tp, p, "parallelism")
     if tp > 1 and not p.sp:
         # torchtitan/models/llama3/infra/parallelize.py apply_tp: always SequenceParallel norms.
         warn.append("parallelism.tensor_parallel_degree > 1 always shards norms over the sequence "
@@ -637,7 +713,7 @@ def check_toml(text: str, plan: dict, world: int, warnings: list[str] | None = N
         out.append(f"activation_checkpoint.mode = {mode!r}, the plan has recompute {p.recompute}"
                    + (" (the default mode is 'selective')" if "activation_checkpoint" not in doc else ""))
 
-    n_layers = int(rel["flavors"]["llama3"].get(flavor, {}).get("layers", 0)) or (
+    n_layers = moe_layers or int(rel["flavors"]["llama3"].get(flavor, {}).get("layers", 0)) or (
         int(p.model["layers"]) if p.model else 0)
     if pp <= 1:
         if accum is not None and local != p.mbs:

@@ -239,5 +239,21 @@ expect_bad "head: cuda graphs with pp" "$PP_PLAN" "$TMP/head_graphs.py" 8 "disab
 mutate "$TMP/pp2_head.py" "$TMP/head_output.py" 's.replace("\"lm_head\"", "\"output\"")'
 expect_bad "head: output module is lm_head" "$PP_PLAN" "$TMP/head_output.py" 8 "unknown module 'output'"
 
+# ---- MoE: qwen3 30B-A3B, ep 8 over 16 FSDP2 ranks (the golden export) ------------
+MOE_PLAN="$DATA/plan_qwen3-30b-a3b_ep8.json"
+MOE="$DATA/torchtitan_qwen3-30b-a3b_ep8.toml"
+expect_ok "golden moe toml" "$MOE_PLAN" "$MOE" 16
+mutate "$MOE" "$TMP/ep3.toml" 's.replace("expert_parallel_degree = 8", "expert_parallel_degree = 3")'
+expect_bad "ep does not divide the borrowed ranks" "$MOE_PLAN" "$TMP/ep3.toml" 16 \
+  "ep*etp = 3 does not divide dp_shard*cp*tp = 16"
+mutate "$MOE" "$TMP/etp.toml" 's.replace("expert_tensor_parallel_degree = 1", "expert_tensor_parallel_degree = 2")'
+expect_bad "etp neither 1 nor tp" "$MOE_PLAN" "$TMP/etp.toml" 16 "'Currently we only support ETP=TP or ETP=1'"
+mutate "$MOE" "$TMP/flavor.toml" 's.replace("flavor = \"30B-A3B\"", "flavor = \"235B-A22B\"")'
+expect_bad "flavor of another model" "$MOE_PLAN" "$TMP/flavor.toml" 16 "has layers=94, the plan's model qwen3-30b-a3b has 48"
+mutate "$MOE" "$TMP/pp.toml" 's.replace("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 2").replace("data_parallel_shard_degree = 16", "data_parallel_shard_degree = 8")'
+expect_bad "qwen3 has no pipelining" "$MOE_PLAN" "$TMP/pp.toml" 16 "does not support pipelining"
+mutate "$MOE" "$TMP/llama.toml" 's.replace("name = \"qwen3\"", "name = \"llama3\"")'
+expect_bad "a dense train spec for an MoE plan" "$MOE_PLAN" "$TMP/llama.toml" 16 "is dense, the plan's model qwen3-30b-a3b has experts"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
