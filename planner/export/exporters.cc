@@ -858,53 +858,45 @@ std::string toml_string(const std::string& s) {
   return out + "\"";
 }
 
+// The llama3 train spec: a Llama-family model with one of its flavors'
+// shape; sets *out.
+std::optional<std::string> titan_llama_refusal(const ModelSpec& m, TitanModel* out) {
+  std::vector<std::string> not_llama;
+  if (m.mlp != MlpKind::kSwiglu) not_llama.push_back("a GeLU MLP");
+  if (m.position_embedding == PositionEmbedding::kLearned) not_llama.push_back("learned positions");
+  if (m.position_embedding == PositionEmbedding::kAlibi) not_llama.push_back("ALiBi positions");
+  if (m.bias) not_llama.push_back("biases with LayerNorm");
+  if (!not_llama.empty()) {
+    std::string what = not_llama.front();
+    for (size_t i = 1; i < not_llama.size(); ++i) what += (i + 1 == not_llama.size() ? " and " : ", ") + not_llama[i];
+    return "torchtitan ships Llama-family models only (SwiGLU, RoPE, RMSNorm, no biases); " + m.name + " has " + what;
+  }
+  for (const TitanFlavor& t : kTitanFlavors) {
+    if (t.layers == m.layers && t.hidden == m.hidden && t.heads == m.heads && t.kv_heads == m.kv_heads &&
+        t.ffn_hidden == m.ffn_hidden) {
+      out->name = "llama3";
+      out->flavor = t.flavor;
+      return std::nullopt;
+    }
+  }
+  return "torchtitan picks the architecture by [model] name and flavor, and no llama3 flavor (8B, 70B, 405B) has " +
+         m.name + "'s shape (layers=" + str(m.layers) + ", hidden=" + str(m.hidden) + ", heads=" + str(m.heads) +
+         ", kv_heads=" + str(m.kv_heads) + ", ffn_hidden=" + str(m.ffn_hidden) +
+         "); add a flavor to torchtitan/models/llama3 first";
+}
+
 // The plans torchtitan (v0.2.2 and head alike) cannot run, with the rule;
 // sets *out to the [model] name and flavor of the model (llama3, or one of
 // the MoE train specs of v0.2.2).
 std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, TitanModel* out) {
   const Plan& p = L.plan;
-  if (m.has_moe) {
-    if (auto r = titan_moe_refusal(m, L, out)) return r;
-  }
   if (auto r = async_refusal("torchtitan", p)) return r;
   if (auto r = fp8_refusal("torchtitan", p, false)) return r;
   if (auto r = partial_recompute_refusal(
           "torchtitan", p, "checkpoints every layer (mode = \"full\") or every N-th block (selective_ac_option = \"N\")")) {
     return r;
   }
-  std::vector<std::string> not_llama;
-  if (m.has_moe) {
-    // titan_moe_refusal matched the model to a train spec of its own.
-  } else if (m.mlp != MlpKind::kSwiglu) {
-    not_llama.push_back("a GeLU MLP");
-  }
-  if (!m.has_moe && m.position_embedding == PositionEmbedding::kLearned) not_llama.push_back("learned positions");
-  if (!m.has_moe && m.position_embedding == PositionEmbedding::kAlibi) not_llama.push_back("ALiBi positions");
-  if (!m.has_moe && m.bias) not_llama.push_back("biases with LayerNorm");
-  if (!not_llama.empty()) {
-    std::string what = not_llama.front();
-    for (size_t i = 1; i < not_llama.size(); ++i) what += (i + 1 == not_llama.size() ? " and " : ", ") + not_llama[i];
-    return std::optional<std::string>("torchtitan ships Llama-family models only (SwiGLU, RoPE, RMSNorm, no biases); " + m.name +
-                  " has " + what);
-  }
-  const TitanFlavor* flavor = nullptr;
-  for (const TitanFlavor& t : kTitanFlavors) {
-    if (t.layers == m.layers && t.hidden == m.hidden && t.heads == m.heads && t.kv_heads == m.kv_heads &&
-        t.ffn_hidden == m.ffn_hidden) {
-      flavor = &t;
-    }
-  }
-  if (!m.has_moe && flavor != nullptr) {
-    out->name = "llama3";
-    out->flavor = flavor->flavor;
-  }
-  if (!m.has_moe && flavor == nullptr) {
-    return std::optional<std::string>("torchtitan picks the architecture by [model] name and flavor, and no llama3 flavor (8B, 70B, "
-                  "405B) has " +
-                  m.name + "'s shape (layers=" + str(m.layers) + ", hidden=" + str(m.hidden) +
-                  ", heads=" + str(m.heads) + ", kv_heads=" + str(m.kv_heads) + ", ffn_hidden=" + str(m.ffn_hidden) +
-                  "); add a flavor to torchtitan/models/llama3 first");
-  }
+  if (auto r = m.has_moe ? titan_moe_refusal(m, L, out) : titan_llama_refusal(m, out)) return r;
   if (p.zero == 1) {
     return std::optional<std::string>(
         "torchtitan has no optimizer-only sharding (ZeRO-1); its data parallelism is DDP "
