@@ -74,6 +74,23 @@ class RankExecutor {
     cp_ = b.split((rc.pp * p_.dp + rc.dp) * p_.tp + rc.tp, rc.cp);
     // A replica's tensor and pipeline ranks (the gradient-norm all-reduce).
     mp_ = b.split(rc.dp * p_.cp + rc.cp, rc.pp * p_.tp + rc.tp);
+    if (m.has_moe) {
+      // Megatron's parallel folding (lowering.cc expert_group_members): a
+      // stage's tp*cp*dp ranks, local = tp + tp_size*(cp + cp_size*dp),
+      // re-mapped as etp x ep x expert-dp: the expert-TP group is
+      // local / etp, the expert-parallel group ranks etp apart, the expert
+      // data-parallel group ranks ep*etp apart.
+      const int etp = std::max(1, p_.etp), block = p_.ep * etp;
+      const int local = local_index(rc);
+      etp_ = b.split(rc.pp * 1000003 + local / etp, local % etp);
+      ep_ = b.split(rc.pp * 1000003 + (local / block) * etp + local % etp, (local / etp) % p_.ep);
+      edp_ = b.split(rc.pp * 1000003 + local % block, local / block);
+      for (size_t r = 0; r < step_.ranks.size(); ++r) {
+        const RankCoord& o = step_.ranks[r];
+        if (o.pp == rc.pp && local_index(o) % block == local % block) edp_members_.push_back(static_cast<int32_t>(r));
+      }
+      std::sort(edp_members_.begin(), edp_members_.end());
+    }
     // Predecessors of every task (the graph stores successors).
     const TaskGraph& g = step_.graph;
     preds_.assign(static_cast<size_t>(g.size()), {});
@@ -86,6 +103,39 @@ class RankExecutor {
     const MemoryBreakdown& bd = mem.stages[static_cast<size_t>(rc.pp)].breakdown;
     static_bytes_ = bd.weights + bd.gradients + bd.optimizer;
     stage_params_ = mem.stages[static_cast<size_t>(rc.pp)].params;
+  }
+
+  // A rank's index among its stage's tp*cp*dp ranks (tp innermost).
+  int local_index(const RankCoord& r) const { return r.tp + p_.tp * (r.cp + p_.cp * r.dp); }
+
+  // The costs of the i-th layer a compute task runs: a dense or an MoE
+  // layer by its global index (chunk_layers, as the lowering places them).
+  const LayerCost& layer_of(const Task& t, int i) {
+    if (!costs_.has_moe) return costs_.layer;
+    if (chunks_.empty()) chunks_ = chunk_layers(L_);
+    const RankCoord& rc = step_.ranks[static_cast<size_t>(me_)];
+    const ChunkLayers& ch = chunks_[static_cast<size_t>(rc.pp)][static_cast<size_t>(std::max<int>(0, t.chunk))];
+    return costs_.cost_of(ch.first + std::max<int>(0, t.layer) + i);
+  }
+
+  // The communicator of a collective folded into a layer (CommGroup), with
+  // the list its times go to (settle_collectives).
+  std::pair<Communicator*, std::vector<double>*> layer_group(CommGroup g) {
+    switch (g) {
+      case CommGroup::kEp: return {ep_.get(), &ep_times_};
+      case CommGroup::kEtp: return {etp_.get(), &etp_times_};
+      case CommGroup::kTp: break;
+    }
+    return {tp_.get(), &tp_times_};
+  }
+
+  // Whether a DP collective is the routed experts' (over the expert
+  // data-parallel group): its members are this rank's expert-DP group.
+  bool expert_dp(const Task& t) const {
+    if (!edp_ || t.member_count != edp_members_.size()) return false;
+    std::vector<int32_t> members(step_.graph.members(t), step_.graph.members(t) + t.member_count);
+    std::sort(members.begin(), members.end());
+    return members == edp_members_;
   }
 
   // Runs one step; returns this rank's times per category.  `slow`: this
@@ -106,8 +156,11 @@ class RankExecutor {
     const TaskGraph& g = step_.graph;
     done_.assign(static_cast<size_t>(g.size()), 0);
     tp_times_.clear();
+    ep_times_.clear();
+    etp_times_.clear();
     cp_times_.clear();
     dp_times_.clear();
+    edp_times_.clear();
     mp_times_.clear();
     live_bytes_ = static_bytes_;
     peak_ = live_bytes_;
@@ -150,8 +203,13 @@ class RankExecutor {
       for (size_t i = 0; i < times.size(); ++i) *category -= times[i] - mins[i];
     };
     settle(*tp_, tp_times_, &t->tp_comm);
+    if (ep_) {
+      settle(*ep_, ep_times_, &t->ep_comm);
+      settle(*etp_, etp_times_, &t->ep_comm);
+    }
     settle(*cp_, cp_times_, &t->tp_comm);
     settle(*dp_, dp_times_, &t->dp_comm);
+    if (edp_) settle(*edp_, edp_times_, &t->dp_comm);
     settle(*mp_, mp_times_, &t->dp_comm);
   }
 
@@ -248,18 +306,19 @@ class RankExecutor {
     Collective kind = Collective::kAllReduce;
     if (t.label == TaskLabel::kDpReduceScatter) kind = Collective::kReduceScatter;
     if (t.label == TaskLabel::kDpAllGather || t.label == TaskLabel::kParamAllGather) kind = Collective::kAllGather;
-    const double factor = bus_bandwidth_factor(kind, dp_->size());
+    Communicator& dp = expert_dp(t) ? *edp_ : *dp_;
+    const double factor = bus_bandwidth_factor(kind, dp.size());
     const int64_t size = factor > 0 ? static_cast<int64_t>(t.wire_bytes / factor) : 0;
     if (size > 0 && (t.label == TaskLabel::kDpAllReduce || t.label == TaskLabel::kDpReduceScatter)) {
       arrivals_.push_back(t0 - step_t0_);
     }
     if (size > 0) {
-      dp_->run(kind, size);
-      slow_link_extra(*dp_, Group::kDp, kind, size);
+      dp.run(kind, size);
+      if (&dp == dp_.get()) slow_link_extra(dp, Group::kDp, kind, size);
     }
     const double took = now_s() - t0;
     t_->dp_comm += took;
-    if (size > 0) dp_times_.push_back(took);
+    if (size > 0) (&dp == dp_.get() ? dp_times_ : edp_times_).push_back(took);
   }
 
   enum class Group { kTp, kCp, kDp, kMp };
@@ -325,9 +384,9 @@ class RankExecutor {
     t_->compute += now_s() - w0;
     const double t0 = now_s();
     comm.run(kind, static_cast<int64_t>(bytes));
-    slow_link_extra(comm, &comm == tp_.get() ? Group::kTp : Group::kCp, kind, static_cast<int64_t>(bytes));
+    slow_link_extra(comm, &comm == cp_.get() ? Group::kCp : Group::kTp, kind, static_cast<int64_t>(bytes));
     const double took = now_s() - t0;
-    t_->tp_comm += took;
+    (times == &ep_times_ || times == &etp_times_ ? t_->ep_comm : t_->tp_comm) += took;
     times->push_back(took);
   }
 
@@ -341,15 +400,20 @@ class RankExecutor {
       const double t0 = now_s();
       run_op_forward(op);
       charge(&t_->compute, t0);
-      if (with_tp && op.tp_comm_after != TpComm::kNone && tp_->size() > 1) {
-        timed(*tp_, tp_collective(op.tp_comm_after, false), op.tp_comm_bytes, &tp_times_);
+      if (with_tp && op.tp_comm_after != TpComm::kNone) {
+        const auto [comm, times] = layer_group(op.comm_group);
+        if (comm->size() > 1) timed(*comm, tp_collective(op.tp_comm_after, false), op.tp_comm_bytes, times);
       }
     }
   }
 
   void run_op_forward(const OpCost& op) {
     switch (op.kind) {
-      case OpKind::kGemm: b_.gemm(op.m, op.n, op.k, dtype_); break;
+      case OpKind::kGemm:
+        // A grouped GEMM (MoE experts) runs one GEMM per group, as
+        // Transformer Engine's GroupedLinear does.
+        for (int64_t g = 0; g < op.groups; ++g) b_.gemm(op.m, op.n, op.k, dtype_);
+        break;
       case OpKind::kAttention: {
         // QK^T and attention-over-V as GEMMs of the op's shape, plus its
         // memory traffic.
@@ -373,7 +437,9 @@ class RankExecutor {
     if (part == Part::kWeight) {
       const double t0 = now_s();
       for (auto it = lc.ops.rbegin(); it != lc.ops.rend(); ++it) {
-        if (it->kind == OpKind::kGemm) b_.gemm(it->n, it->k, it->m, dtype_);
+        if (it->kind == OpKind::kGemm) {
+          for (int64_t g = 0; g < it->groups; ++g) b_.gemm(it->n, it->k, it->m, dtype_);
+        }
       }
       // The embedding's weight gradient is its whole backward (its input is
       // token ids): the scatter of the output gradient into the table.
@@ -387,14 +453,17 @@ class RankExecutor {
     }
     for (auto it = lc.ops.rbegin(); it != lc.ops.rend(); ++it) {
       const OpCost& op = *it;
-      if (op.tp_comm_after != TpComm::kNone && tp_->size() > 1) {
-        timed(*tp_, tp_collective(op.tp_comm_after, true), op.tp_comm_bytes, &tp_times_);
+      if (op.tp_comm_after != TpComm::kNone) {
+        const auto [comm, times] = layer_group(op.comm_group);
+        if (comm->size() > 1) timed(*comm, tp_collective(op.tp_comm_after, true), op.tp_comm_bytes, times);
       }
       const double t0 = now_s();
       switch (op.kind) {
         case OpKind::kGemm:
-          b_.gemm(op.m, op.k, op.n, dtype_);
-          if (part == Part::kAll) b_.gemm(op.n, op.k, op.m, dtype_);
+          for (int64_t g = 0; g < op.groups; ++g) {
+            b_.gemm(op.m, op.k, op.n, dtype_);
+            if (part == Part::kAll) b_.gemm(op.n, op.k, op.m, dtype_);
+          }
           break;
         case OpKind::kAttention:
           // Backward = 2x the forward FLOPs (2.5x with flash: S recomputed).
@@ -437,11 +506,11 @@ class RankExecutor {
     const bool backward = t.label == TaskLabel::kBackward;
     if (t.label == TaskLabel::kWeightGrad) {
       if (t.extras & 2) backward_ops(costs_.output, Part::kWeight);
-      for (int i = 0; i < t.layer_count; ++i) backward_ops(costs_.layer, Part::kWeight);
+      for (int i = 0; i < t.layer_count; ++i) backward_ops(layer_of(t, i), Part::kWeight);
       if (t.extras & 1) backward_ops(costs_.embedding, Part::kWeight);
     } else if (!backward) {
       if (t.extras & 1) forward_ops(costs_.embedding, true);
-      for (int i = 0; i < t.layer_count; ++i) forward_ops(costs_.layer, true);
+      for (int i = 0; i < t.layer_count; ++i) forward_ops(layer_of(t, i), true);
       if (t.extras & 2) forward_ops(costs_.output, true);
     } else {
       const Part part = zero_bubble(p_.schedule) ? Part::kInput : Part::kAll;
@@ -450,17 +519,18 @@ class RankExecutor {
         // Full recompute re-runs the layer's forward: every layer, or the
         // first recompute_layers of its chunk (t.layer: the task's first
         // layer within its chunk, -1 for a whole chunk).
+        const LayerCost& lc = layer_of(t, i);
         if (layer_recomputed(p_, std::max<int>(0, t.layer) + i)) {
-          forward_ops(costs_.layer, true);
+          forward_ops(lc, true);
         } else if (p_.recompute == Recompute::kSelective) {
-          for (const OpCost& op : costs_.layer.ops) {
+          for (const OpCost& op : lc.ops) {
             if (op.kind != OpKind::kAttention) continue;
             const double t0 = now_s();
             run_op_forward(op);
             charge(&t_->compute, t0);
           }
         }
-        backward_ops(costs_.layer, part);
+        backward_ops(lc, part);
       }
       if (t.extras & 1) backward_ops(costs_.embedding, part);
     }
@@ -475,7 +545,11 @@ class RankExecutor {
   StepCosts costs_;
   int me_ = 0;
   std::unique_ptr<Communicator> tp_, dp_, cp_, mp_;
+  std::unique_ptr<Communicator> ep_, etp_, edp_;  // MoE: expert-parallel, expert-TP and expert-DP groups
+  std::vector<int32_t> edp_members_;              // simulated ranks of this rank's expert-DP group, sorted
+  std::vector<std::vector<ChunkLayers>> chunks_;  // layer_of: each stage's chunks
   std::vector<double> tp_times_, cp_times_, dp_times_, mp_times_;  // this step's collectives, in call order
+  std::vector<double> ep_times_, etp_times_, edp_times_;
   std::vector<std::vector<int32_t>> preds_;
   std::vector<uint8_t> done_;
   TimeBreakdown* t_ = nullptr;
@@ -527,7 +601,7 @@ MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const Cluste
   RankExecutor ex(backend, model, cluster, layout);
   if (options.ready) options.ready();
   MeasuredStep m;
-  std::vector<double> compute, tp, pp, dp, opt, wait, arrivals, slowed_arrivals;
+  std::vector<double> compute, tp, pp, dp, opt, ep, wait, arrivals, slowed_arrivals;
   const int timed_end = options.warmup + options.steps;
   const bool injected = options.slow_rank >= 0 || options.link_rank >= 0;
   const int total = timed_end + (injected ? options.steps : 0);
@@ -560,7 +634,7 @@ MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const Cluste
     // is (step_report.cc averages its ranks); the maximum would take each
     // category from a different rank (a pipeline's compute from the heavier
     // stage, its wait from the lighter one).
-    std::vector<double> sums{t.compute, t.tp_comm, t.pp_comm, t.dp_comm, t.optimizer};
+    std::vector<double> sums{t.compute, t.tp_comm, t.pp_comm, t.dp_comm, t.optimizer, t.ep_comm};
     world.reduce_each(&sums, Communicator::Reduce::kSum);
     const double n = world.size();
     compute.push_back(sums[0] / n);
@@ -568,7 +642,8 @@ MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const Cluste
     pp.push_back(sums[2] / n);
     dp.push_back(sums[3] / n);
     opt.push_back(sums[4] / n);
-    wait.push_back(std::max(0.0, step - (sums[0] + sums[1] + sums[3] + sums[4]) / n));
+    ep.push_back(sums[5] / n);
+    wait.push_back(std::max(0.0, step - (sums[0] + sums[1] + sums[3] + sums[4] + sums[5]) / n));
     m.peak_bytes = world.max(peak);
   }
   if (backend.name() == "cpu") {
@@ -587,14 +662,16 @@ MeasuredStep execute_plan(Backend& backend, const ModelSpec& model, const Cluste
   m.breakdown.pp_comm = median(pp);
   m.breakdown.dp_comm = median(dp);
   m.breakdown.optimizer = median(opt);
+  m.breakdown.ep_comm = median(ep);
   m.spread.compute = interquartile_range(compute);
   m.spread.tp_comm = interquartile_range(tp);
   m.spread.pp_comm = interquartile_range(pp);
   m.spread.dp_comm = interquartile_range(dp);
   m.spread.optimizer = interquartile_range(opt);
+  m.spread.ep_comm = interquartile_range(ep);
   m.spread.bubble = interquartile_range(wait);
   m.breakdown.bubble = std::max(0.0, m.step_time_s - m.breakdown.compute - m.breakdown.tp_comm - m.breakdown.pp_comm -
-                                         m.breakdown.dp_comm - m.breakdown.optimizer);
+                                         m.breakdown.dp_comm - m.breakdown.optimizer - m.breakdown.ep_comm);
   return m;
 }
 

@@ -74,10 +74,12 @@ double time_collective(Backend& backend, Communicator& comm, Collective c, int64
 }
 
 // The collectives a layer runs on tensors it just wrote (tensor-, context-
-// and sequence-parallel): also timed on warm buffers, up to kWarmMaxBytes
-// (beyond a few last-level caches a buffer is cold either way).
+// and sequence-parallel, and MoE's token all-to-all after the permutation):
+// also timed on warm buffers, up to kWarmMaxBytes (beyond a few last-level
+// caches a buffer is cold either way).
 bool timed_warm(Collective c) {
-  return c == Collective::kAllReduce || c == Collective::kAllGather || c == Collective::kReduceScatter;
+  return c == Collective::kAllReduce || c == Collective::kAllGather || c == Collective::kReduceScatter ||
+         c == Collective::kAllToAll;
 }
 constexpr int64_t kWarmMaxBytes = int64_t{64} << 20;
 
@@ -181,10 +183,18 @@ std::vector<std::array<int64_t, 3>> training_gemm_shapes(const std::vector<Model
         s.tp = tp;
         s.mbs = b;
         s.seq = seq > 0 ? seq : model.seq_len;
-        LayerCost layer = transformer_layer_cost(model, s);
-        LayerCost out = output_cost(model, s);
-        for (const LayerCost* lc : {&layer, &out}) {
-          for (const OpCost& op : lc->ops) {
+        std::vector<LayerCost> costs = {transformer_layer_cost(model, s), output_cost(model, s)};
+        // MoE layers: the expert GEMMs' rows depend on ep (each rank runs
+        // its experts on the tokens routed to them from the ep group).
+        for (int ep : {1, 2, 4, 8}) {
+          if (!model.has_moe || model.moe.experts % ep != 0) continue;
+          LayerShape e = s;
+          e.ep = ep;
+          e.etp = 1;
+          costs.push_back(transformer_layer_cost(model, e, true));
+        }
+        for (const LayerCost& lc : costs) {
+          for (const OpCost& op : lc.ops) {
             if (op.kind != OpKind::kGemm && op.kind != OpKind::kAttention) continue;
             add(op.m, op.n, op.k);  // forward
             add(op.m, op.k, op.n);  // data gradient

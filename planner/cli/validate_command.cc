@@ -64,12 +64,6 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
                       "fp16, fp32 or tf32 (precision fp8)",
                       "validate the same layout with precision bf16");
   }
-  if (model.has_moe) {
-    throw_input_error("--plan", "",
-                      "validate cannot execute Mixture-of-Experts layers yet: the executors run dense layers only "
-                      "(model " + model.name + " has a \"moe\" block)",
-                      "validate a dense model's layout, or compare with a measured run via calibrate --from-runs");
-  }
   if (layout.plan.dp_mode == DpMode::kAsync) {
     throw_input_error("--plan", "",
                       "validate executes synchronous plans only: the executors have no parameter servers to push "
@@ -188,6 +182,8 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
                       // for the other stage (bubble): compare them together.
                       {"pp_wait_s", pb.pp_comm + pb.bubble, mb.pp_comm + mb.bubble, sb.bubble},
                       {"dp_comm_s", pb.dp_comm, mb.dp_comm, sb.dp_comm},
+                      // MoE: token all-to-all and expert-TP collectives.
+                      {"ep_comm_s", pb.ep_comm, mb.ep_comm, sb.ep_comm},
                       {"optimizer_s", pb.optimizer, mb.optimizer, sb.optimizer},
                       // Tracked by the executor from the task graph, not
                       // allocated: it checks the bookkeeping, not the model.

@@ -19,9 +19,15 @@ plan() {  # name tp pp cp zero seq
 JSON
 }
 plan dp2 1 1 1 0 128; plan tp2 2 1 1 0 128; plan pp2 1 2 1 0 128; plan cp2 1 1 2 0 256; plan zero3 1 1 1 3 128
+# An MoE plan: gpt-tiny-moe's 4 experts over ep=2 (token all-to-all each layer).
+cat > "$work/moe_ep2.json" <<JSON
+{"model": "gpt-tiny-moe", "cluster": "cpu-local", "gpus": 2, "tp": 1, "pp": 1, "dp": 2, "cp": 1, "ep": 2, "etp": 1,
+ "vp": 1, "zero": 0, "mbs": 2, "gbs": 8, "seq": 128, "recompute": "none", "sp": false, "schedule": "1f1b",
+ "precision": "fp32", "grad_dtype": "fp32", "attention": "flash"}
+JSON
 
 calibrate() {
-  "${MPI[@]}" "$T" calibrate --backend cpu --out "$work/cal.json" -e 4M --iters 10 --model gpt-tiny --mbs 2 \
+  "${MPI[@]}" "$T" calibrate --backend cpu --out "$work/cal.json" -e 4M --iters 10 --model gpt-tiny --model gpt-tiny-moe --mbs 2 \
     > "$work/cal.txt" 2>&1 || { cat "$work/cal.txt"; fail "calibrate exited non-zero"; }
 }
 calibrate
@@ -42,7 +48,7 @@ assert len(c["gemm_table"]) > 10 and c["peak"].endswith("TFLOP/s")
 PY
 
 # --tolerance: validate exits 1 when the step time misses by more, 0 within.
-for n in dp2 tp2 pp2 cp2 zero3; do
+for n in dp2 tp2 pp2 cp2 zero3 moe_ep2; do
   ok=0
   for attempt in 1 2 3 4; do
     # A calibration taken during a burst of other work skews every later
@@ -65,6 +71,12 @@ for n in dp2 tp2 pp2 cp2 zero3; do
   # The executor's memory is tracked, not allocated: named so (issue 13).
   grep -q "^peak_memory_tracked_gib" "$work/$n.txt" || fail "$n: memory row not named tracked"
 done
+# The MoE plan ran its token all-to-all for real and the model predicted it.
+python3 - "$work/moe_ep2.out.json" <<'PY' || fail "moe_ep2: no all-to-all measured or predicted"
+import json, sys
+r = json.load(open(sys.argv[1]))["results"]["ep_comm_s"]
+assert r["measured"] > 0 and r["predicted"] > 0, r
+PY
 
 # recommend -> validate: the plan the search picks for this machine (with its
 # calibration) runs and meets the tolerance (retried on a noisy machine).
