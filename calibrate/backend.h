@@ -38,10 +38,6 @@ class Communicator {
   // reduce-scatter input of `bytes`; all-to-all of `bytes`.  Element type
   // float.  Returns when complete.
   virtual void run(Collective c, int64_t bytes) = 0;
-  // Writes the first `bytes` of the buffer run() works on, as the op that
-  // produces a collective's input does just before it (a tensor-parallel
-  // all-reduce reads the GEMM output just written, still in cache).
-  virtual void write_input(int64_t bytes) = 0;
   // Checks that the last run() produced the expected values (each rank fills
   // its buffer with rank-dependent data first); returns the number of wrong
   // elements.

@@ -89,12 +89,6 @@ class CpuCommunicator : public Communicator {
 #endif
   }
 
-  void write_input(int64_t bytes) override {
-    const int64_t count = std::max<int64_t>(size_, bytes / 4 / size_ * size_);
-    ensure(count);
-    std::fill(buf_.begin(), buf_.begin() + count, 1.0f / static_cast<float>(size_));
-  }
-
   int64_t check(Collective c, int64_t bytes) override {
     const int64_t count = std::max<int64_t>(size_, bytes / 4 / size_ * size_);
     ensure(count);

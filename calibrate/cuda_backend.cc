@@ -238,13 +238,6 @@ class CudaCommunicator : public Communicator {
     wait(stream_);
   }
 
-  void write_input(int64_t bytes) override {
-    const size_t count = element_count(bytes);
-    ensure(count);
-    CUDA_CHECK(cudaMemsetAsync(buf_.get(), 0, count * sizeof(float), stream_));
-    wait(stream_);
-  }
-
   int64_t check(Collective c, int64_t bytes) override {
     registry_->issue_all_sends(nullptr);
     const size_t count = element_count(bytes);

@@ -374,14 +374,8 @@ class RankExecutor {
   }
 
   // Runs one collective on `comm`, timed into the TP/CP category and the
-  // group's list of collective times (settle_collectives).  Its input is
-  // the tensor the op before it just wrote: written first, as part of that
-  // op's compute (the model charges the write in the op's bytes, and costs
-  // TP/CP collectives on warm buffers, step_costs.cc).
+  // group's list of collective times (settle_collectives).
   void timed(Communicator& comm, Collective kind, double bytes, std::vector<double>* times) {
-    const double w0 = now_s();
-    comm.write_input(static_cast<int64_t>(bytes));
-    t_->compute += now_s() - w0;
     const double t0 = now_s();
     comm.run(kind, static_cast<int64_t>(bytes));
     slow_link_extra(comm, &comm == cp_.get() ? Group::kCp : Group::kTp, kind, static_cast<int64_t>(bytes));

@@ -89,10 +89,10 @@ LineFit robust_line_fit(const std::vector<double>& x, const std::vector<double>&
 }
 
 std::vector<CollectiveFitResult> fit_collectives(const std::vector<CollectiveSample>& samples) {
-  std::map<std::tuple<int, bool, int, bool>, std::pair<std::vector<double>, std::vector<double>>> groups;
+  std::map<std::tuple<int, bool, int>, std::pair<std::vector<double>, std::vector<double>>> groups;
   for (const CollectiveSample& s : samples) {
     if (s.time_s <= 0 || s.wrong != 0) continue;
-    auto& g = groups[std::make_tuple(static_cast<int>(s.collective), s.inter_node, s.ranks, s.warm)];
+    auto& g = groups[std::make_tuple(static_cast<int>(s.collective), s.inter_node, s.ranks)];
     g.first.push_back(bus_bandwidth_factor(s.collective, s.ranks) * static_cast<double>(s.bytes));
     g.second.push_back(s.time_s);
   }
@@ -104,7 +104,6 @@ std::vector<CollectiveFitResult> fit_collectives(const std::vector<CollectiveSam
     r.collective = static_cast<Collective>(std::get<0>(key));
     r.inter_node = std::get<1>(key);
     r.ranks = std::get<2>(key);
-    r.warm = std::get<3>(key);
     r.latency_s = f.intercept;
     // A zero slope (all samples latency-bound) means "no bandwidth limit
     // seen": report the fastest observed rate instead of infinity.
@@ -159,9 +158,9 @@ std::vector<std::string> poor_fits(const Calibration& c) {
   for (const CollectiveFitResult& f : c.collectives) {
     if (f.residual_rms <= kPoorFitResidual) continue;
     char buf[160];
-    std::snprintf(buf, sizeof buf, "%s %s %d ranks%s: residual %.1f%% rms over %d sizes (> %.0f%%)",
-                  collective_file_name(f.collective), f.inter_node ? "inter" : "intra", f.ranks,
-                  f.warm ? " (warm buffers)" : "", 100 * f.residual_rms, f.samples, 100 * kPoorFitResidual);
+    std::snprintf(buf, sizeof buf, "%s %s %d ranks: residual %.1f%% rms over %d sizes (> %.0f%%)",
+                  collective_file_name(f.collective), f.inter_node ? "inter" : "intra", f.ranks, 100 * f.residual_rms,
+                  f.samples, 100 * kPoorFitResidual);
     out.push_back(buf);
   }
   return out;

@@ -45,26 +45,24 @@ const char* redop_of(Collective c) {
 
 int root_of(Collective c) { return c == Collective::kBroadcast ? 0 : -1; }
 
-bool have_sample(const Calibration& cal, Collective c, bool inter, int ranks, int64_t bytes, bool warm) {
+bool have_sample(const Calibration& cal, Collective c, bool inter, int ranks, int64_t bytes) {
   for (const CollectiveSample& s : cal.collective_samples) {
-    if (s.collective == c && s.inter_node == inter && s.ranks == ranks && s.bytes == bytes && s.warm == warm) return true;
+    if (s.collective == c && s.inter_node == inter && s.ranks == ranks && s.bytes == bytes) return true;
   }
   return false;
 }
 
 // Times one collective size: warm-up, then `iters` calls, each started
-// together (barrier), the slowest rank's mean.  Cold: caches evicted before
-// each call, as in a training step where compute ran since a gradient bucket
-// was last touched.  Warm: back to back on the same buffer, as nccl-tests
-// times, and as a tensor-parallel collective finds the activation the GEMM
-// before it just wrote.  (On a GPU the two agree; on a CPU the warm buffer
-// sits in cache and is several times faster for small sizes.)
-double time_collective(Backend& backend, Communicator& comm, Collective c, int64_t bytes, int warmup, int iters,
-                       bool warm) {
+// together (barrier) from cold caches, as in a training step where compute
+// ran since the buffer was last touched; the slowest rank's mean.
+// (nccl-tests times back-to-back calls on a hot buffer: on a GPU the two
+// agree, on a CPU the hot buffer sits in cache and looks several times
+// faster than a step's collectives.)
+double time_collective(Backend& backend, Communicator& comm, Collective c, int64_t bytes, int warmup, int iters) {
   for (int i = 0; i < warmup; ++i) comm.run(c, bytes);
   double total = 0;
   for (int i = 0; i < iters; ++i) {
-    if (!warm) backend.evict_caches();
+    backend.evict_caches();
     comm.barrier();
     const double t0 = now_s();
     comm.run(c, bytes);
@@ -72,16 +70,6 @@ double time_collective(Backend& backend, Communicator& comm, Collective c, int64
   }
   return comm.max(total / iters);
 }
-
-// The collectives a layer runs on tensors it just wrote (tensor-, context-
-// and sequence-parallel, and MoE's token all-to-all after the permutation):
-// also timed on warm buffers, up to kWarmMaxBytes (beyond a few last-level
-// caches a buffer is cold either way).
-bool timed_warm(Collective c) {
-  return c == Collective::kAllReduce || c == Collective::kAllGather || c == Collective::kReduceScatter ||
-         c == Collective::kAllToAll;
-}
-constexpr int64_t kWarmMaxBytes = int64_t{64} << 20;
 
 // Per-call time of a copy from cold caches (evicted before each call): the
 // median of `reps` calls, each started together on every rank (barrier), as
@@ -102,67 +90,55 @@ double cold_median_time(Backend& backend, Op op, int reps) {
   return t[t.size() / 2];
 }
 
-// One collective's size sweep on cold or warm buffers (time_collective).
-void sweep_collective(Backend& backend, Communicator& comm, bool inter, Collective c, bool warm, const SweepConfig& cfg,
-                      Calibration* cal, std::FILE* out, bool print, int64_t* wrong_total) {
-  const int n = comm.size();
-  if (c == Collective::kSendRecv && n < 2) return;
-  if (print && !cfg.json) {
-    std::fprintf(out, "#\n# Collective test: %s_perf, %s-node, %d ranks, %s buffers\n", collective_file_name(c),
-                 inter ? "inter" : "intra", n, warm ? "warm" : "cold");
-    std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop", "root",
-                 "time", "algbw", "busbw", "#wrong");
-    std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "", "(us)",
-                 "(GB/s)", "(GB/s)", "");
-  }
-  double busbw_sum = 0;
-  int rows = 0;
-  const int64_t max_bytes = warm ? std::min(cfg.max_bytes, kWarmMaxBytes) : cfg.max_bytes;
-  for (int64_t bytes = cfg.min_bytes; bytes <= max_bytes; bytes *= cfg.factor) {
-    const int64_t unit = 4 * static_cast<int64_t>(n);  // float elements, divisible by ranks
-    const int64_t size = std::max(unit, bytes / unit * unit);
-    if (have_sample(*cal, c, inter, n, size, warm)) continue;
-    const double t = time_collective(backend, comm, c, size, cfg.warmup, cfg.iters, warm);
-    int64_t wrong = cfg.check ? comm.check(c, size) : 0;
-    wrong = static_cast<int64_t>(comm.max(static_cast<double>(wrong)));
-    *wrong_total += wrong;
-    const double algbw = static_cast<double>(size) / t * 1e-9;
-    const double busbw = algbw * bus_bandwidth_factor(c, n);
-    busbw_sum += busbw;
-    ++rows;
-    cal->collective_samples.push_back(CollectiveSample{c, inter, n, size, t, wrong, warm});
-    if (print) {
-      if (cfg.json) {
-        std::fprintf(out,
-                     "{\"collective\": \"%s\", \"scope\": \"%s\", \"buffers\": \"%s\", \"ranks\": %d, \"size\": %lld, \"count\": %lld, "
-                     "\"type\": \"float\", \"redop\": \"%s\", \"root\": %d, \"time\": %.3f, \"algbw\": %.4f, "
-                     "\"busbw\": %.4f, \"wrong\": %lld}\n",
-                     collective_file_name(c), inter ? "inter" : "intra", warm ? "warm" : "cold", n,
-                     static_cast<long long>(size),
-                     static_cast<long long>(size / 4), redop_of(c), root_of(c), t * 1e6, algbw, busbw,
-                     static_cast<long long>(wrong));
-      } else {
-        std::fprintf(out, "  %10lld  %12lld  %8s  %6s  %6d  %7.2f  %6.2f  %6.2f  %6lld\n",
-                     static_cast<long long>(size), static_cast<long long>(size / 4), "float", redop_of(c), root_of(c),
-                     t * 1e6, algbw, busbw, static_cast<long long>(wrong));
-      }
-      std::fflush(out);
-    }
-  }
-  if (print && !cfg.json && rows > 0) std::fprintf(out, "# Avg bus bandwidth    : %g\n", busbw_sum / rows);
-}
-
 void sweep_collectives(Backend& backend, Communicator& comm, bool inter, const SweepConfig& cfg, Calibration* cal, std::FILE* out,
                        bool print, int64_t* wrong_total, const std::function<void(const Calibration&)>& checkpoint) {
+  const int n = comm.size();
   for (Collective c : cfg.collectives) {
-    for (bool warm : {false, true}) {
-      if (warm && !timed_warm(c)) continue;
-      sweep_collective(backend, comm, inter, c, warm, cfg, cal, out, print, wrong_total);
-      if (print) checkpoint(*cal);
+    if (c == Collective::kSendRecv && n < 2) continue;
+    if (print && !cfg.json) {
+      std::fprintf(out, "#\n# Collective test: %s_perf, %s-node, %d ranks\n", collective_file_name(c),
+                   inter ? "inter" : "intra", n);
+      std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop", "root",
+                   "time", "algbw", "busbw", "#wrong");
+      std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "", "(us)",
+                   "(GB/s)", "(GB/s)", "");
     }
+    double busbw_sum = 0;
+    int rows = 0;
+    for (int64_t bytes = cfg.min_bytes; bytes <= cfg.max_bytes; bytes *= cfg.factor) {
+      const int64_t unit = 4 * static_cast<int64_t>(n);  // float elements, divisible by ranks
+      const int64_t size = std::max(unit, bytes / unit * unit);
+      if (have_sample(*cal, c, inter, n, size)) continue;
+      const double t = time_collective(backend, comm, c, size, cfg.warmup, cfg.iters);
+      int64_t wrong = cfg.check ? comm.check(c, size) : 0;
+      wrong = static_cast<int64_t>(comm.max(static_cast<double>(wrong)));
+      *wrong_total += wrong;
+      const double algbw = static_cast<double>(size) / t * 1e-9;
+      const double busbw = algbw * bus_bandwidth_factor(c, n);
+      busbw_sum += busbw;
+      ++rows;
+      cal->collective_samples.push_back(CollectiveSample{c, inter, n, size, t, wrong});
+      if (print) {
+        if (cfg.json) {
+          std::fprintf(out,
+                       "{\"collective\": \"%s\", \"scope\": \"%s\", \"ranks\": %d, \"size\": %lld, \"count\": %lld, "
+                       "\"type\": \"float\", \"redop\": \"%s\", \"root\": %d, \"time\": %.3f, \"algbw\": %.4f, "
+                       "\"busbw\": %.4f, \"wrong\": %lld}\n",
+                       collective_file_name(c), inter ? "inter" : "intra", n, static_cast<long long>(size),
+                       static_cast<long long>(size / 4), redop_of(c), root_of(c), t * 1e6, algbw, busbw,
+                       static_cast<long long>(wrong));
+        } else {
+          std::fprintf(out, "  %10lld  %12lld  %8s  %6s  %6d  %7.2f  %6.2f  %6.2f  %6lld\n",
+                       static_cast<long long>(size), static_cast<long long>(size / 4), "float", redop_of(c), root_of(c),
+                       t * 1e6, algbw, busbw, static_cast<long long>(wrong));
+        }
+        std::fflush(out);
+      }
+    }
+    if (print && !cfg.json && rows > 0) std::fprintf(out, "# Avg bus bandwidth    : %g\n", busbw_sum / rows);
+    if (print) checkpoint(*cal);
   }
 }
-
 
 }  // namespace
 

@@ -72,12 +72,12 @@ int64_t parse_size(const std::string& flag, const std::string& text) {
 
 void print_fits(const Calibration& c) {
   std::printf("#\n# Fit: time = latency + busbw_factor(n) * size / busbw (robust relative least squares)\n");
-  std::printf("# %-15s %6s %7s %6s %12s %12s %10s %8s\n", "collective", "scope", "buffers", "ranks", "latency(us)",
-              "busbw(GB/s)", "resid_rms", "samples");
+  std::printf("# %-15s %6s %6s %12s %12s %10s %8s\n", "collective", "scope", "ranks", "latency(us)", "busbw(GB/s)",
+              "resid_rms", "samples");
   for (const CollectiveFitResult& f : c.collectives) {
-    std::printf("  %-15s %6s %7s %6d %12.2f %12.3f %10.3f %8d\n", collective_file_name(f.collective),
-                f.inter_node ? "inter" : "intra", f.warm ? "warm" : "cold", f.ranks, f.latency_s * 1e6,
-                f.bus_bytes_per_s * 1e-9, f.residual_rms, f.samples);
+    std::printf("  %-15s %6s %6d %12.2f %12.3f %10.3f %8d\n", collective_file_name(f.collective),
+                f.inter_node ? "inter" : "intra", f.ranks, f.latency_s * 1e6, f.bus_bytes_per_s * 1e-9, f.residual_rms,
+                f.samples);
   }
   if (c.peak_flop_per_s > 0) {
     std::printf("# GEMM: best %.4f TFLOP/s (%s) over %zu shapes; memory copy %.2f GB/s traffic, %.2f us per call\n",

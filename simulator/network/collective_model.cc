@@ -514,13 +514,8 @@ namespace {
 // A calibrated alpha-beta fit for this collective and scope, if any.
 std::optional<CollectiveCost> calibrated_cost(Collective c, Bytes size, const GroupPlacement& g, const LinkParams& p) {
   const bool inter = g.nodes > 1;
-  // The fit measured on buffers as warm as these, else any for the collective.
-  const auto matches = [&](const CalibratedCollective& k) { return k.collective == c && k.inter_node == inter; };
-  const bool have_warmth = std::any_of(p.calibrated.begin(), p.calibrated.end(), [&](const CalibratedCollective& k) {
-    return matches(k) && k.warm == p.warm_buffers;
-  });
   for (const CalibratedCollective& k : p.calibrated) {
-    if (!matches(k) || (have_warmth && k.warm != p.warm_buffers)) continue;
+    if (k.collective != c || k.inter_node != inter) continue;
     CollectiveCost cost;
     cost.algo = c == Collective::kAllToAll || c == Collective::kSendRecv ? NcclAlgo::kP2p : NcclAlgo::kRing;
     cost.proto = NcclProto::kSimple;
@@ -559,11 +554,6 @@ std::optional<CollectiveCost> calibrated_cost(Collective c, Bytes size, const Gr
 }
 
 }  // namespace
-
-LinkParams warm_buffers(LinkParams p) {
-  p.warm_buffers = true;
-  return p;
-}
 
 CollectiveCost collective_cost(Collective c, Bytes size, const GroupPlacement& g, const LinkParams& p) {
   if (auto k = calibrated_cost(c, size, g, p)) return *k;

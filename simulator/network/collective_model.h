@@ -103,14 +103,7 @@ struct LinkParams {
   // Measured alpha-beta fits from a calibration file; when one matches the
   // collective and scope it replaces NCCL's model.
   std::vector<CalibratedCollective> calibrated;
-  // The buffers were just written (a tensor- or context-parallel collective
-  // right after the op that produced them): a calibration's warm-buffer
-  // fits are used where it has them, its cold ones otherwise.
-  bool warm_buffers = false;
 };
-
-// The same parameters for collectives on buffers just written (warm_buffers).
-LinkParams warm_buffers(LinkParams p);
 
 // Returns the parameters of `cluster`.  The GPU generation (from the GPU name,
 // else the NVLink bandwidth) selects NCCL's per-generation constants.

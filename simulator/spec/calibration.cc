@@ -74,7 +74,6 @@ std::string calibration_json(const Calibration& c) {
                     {"bus_bandwidth", with_unit(f.bus_bytes_per_s * 1e-9, "GB/s")},
                     {"residual_rms", f.residual_rms},
                     {"samples", f.samples}});
-    if (f.warm) fits.back()["buffers"] = "warm";
   }
   j["collectives"] = fits;
   nlohmann::json cs = nlohmann::json::array();
@@ -85,7 +84,6 @@ std::string calibration_json(const Calibration& c) {
                   {"size", with_unit(static_cast<double>(s.bytes), "B")},
                   {"time", with_unit(s.time_s * 1e6, "us")},
                   {"wrong", s.wrong}});
-    if (s.warm) cs.back()["buffers"] = "warm";
   }
   nlohmann::json gs = nlohmann::json::array();
   for (const GemmSample& s : c.gemm_samples) {
@@ -207,7 +205,6 @@ Calibration parse_calibration(const std::string& text, const std::string& where)
     r.bus_bytes_per_s = f.quantity("bus_bandwidth", Dimension::kByteRate, kMinRate, kMaxRate);
     r.residual_rms = f.optional_number_in("residual_rms", 0, 1e9).value_or(0);
     r.samples = static_cast<int>(f.integer("samples", 1, 1 << 30));
-    r.warm = f.optional_choice("buffers", {"cold", "warm"}).value_or(0) == 1;
     f.finish();
     c.collectives.push_back(r);
   }
@@ -222,7 +219,6 @@ Calibration parse_calibration(const std::string& text, const std::string& where)
     x.bytes = static_cast<int64_t>(s.quantity("size", Dimension::kBytes, 1, kMaxSampleBytes));
     x.time_s = s.quantity("time", Dimension::kDuration, 1e-12, kMaxSampleTime);
     x.wrong = s.optional_integer("wrong", 0, int64_t{1} << 62).value_or(0);
-    x.warm = s.optional_choice("buffers", {"cold", "warm"}).value_or(0) == 1;
     s.finish();
     c.collective_samples.push_back(x);
   }
@@ -353,11 +349,10 @@ void apply_calibration(const Calibration& c, const std::string& flag, ClusterSpe
     k.latency = Duration::seconds(f.latency_s);
     k.bus_bandwidth = Bandwidth::bytes_per_s(f.bus_bytes_per_s);
     k.ranks = f.ranks;
-    k.warm = f.warm;
     std::map<int64_t, std::vector<double>> times;
     for (const CollectiveSample& s : c.collective_samples) {
-      if (s.collective == f.collective && s.inter_node == f.inter_node && s.ranks == f.ranks && s.warm == f.warm &&
-          s.bytes > 0 && s.time_s > 0) {
+      if (s.collective == f.collective && s.inter_node == f.inter_node && s.ranks == f.ranks && s.bytes > 0 &&
+          s.time_s > 0) {
         times[s.bytes].push_back(s.time_s);
       }
     }

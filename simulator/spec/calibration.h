@@ -27,10 +27,6 @@ struct CollectiveSample {
   int64_t bytes = 0;     // nccl-tests "size"
   double time_s = 0;     // per operation
   int64_t wrong = 0;
-  // Timed back to back on a buffer still in cache (a tensor-parallel
-  // collective right after the GEMM that wrote it); false: caches evicted
-  // before each call (a gradient bucket, cold by the time it is reduced).
-  bool warm = false;
 };
 
 struct GemmSample {
@@ -53,7 +49,6 @@ struct CollectiveFitResult {
   double bus_bytes_per_s = 0;
   double residual_rms = 0;   // relative, over the samples used
   int samples = 0;
-  bool warm = false;         // fitted to warm-buffer samples (CollectiveSample::warm)
 };
 
 // Multipliers a fit to measured training runs (`calibrate --from-runs`)

@@ -45,7 +45,6 @@ struct CalibratedCollective {
   Duration latency;         // the alpha-beta fit
   Bandwidth bus_bandwidth;
   int ranks = 0;            // group size of the measurements below
-  bool warm = false;        // measured on warm buffers (CollectiveSample::warm)
   // Measured (nccl-tests size in bytes, seconds per call), ascending by size
   // (the median of repeated sizes): between the smallest and largest size a
   // cost is read off this curve (log-log), outside it from the fit.

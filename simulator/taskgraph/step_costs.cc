@@ -163,9 +163,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   s.embedding = embedding_cost(m, s.shape);
   s.output = output_cost(m, s.shape);
   const ComputeParams cpm = compute_params(c, p.precision);
-  // A layer's TP, expert and CP collectives move tensors the op before them
-  // just wrote.
-  const LinkParams lp = warm_buffers(link_params(c));
+  const LinkParams lp = link_params(c);
   s.layer_times = layer_times(s.layer, cpm, c, lp, p, cp_overlap);
   s.has_moe = m.has_moe;
   if (m.has_moe) {

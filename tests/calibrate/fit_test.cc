@@ -1,7 +1,6 @@
 // The calibration fits and the nccl-tests reader, without a device.
 #include <catch2/catch.hpp>
 
-#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -201,55 +200,4 @@ TEST_CASE("Calibration: every file calibrate can write reads back (--resume)", "
   c.gemm_table.push_back(GemmPoint{64, 64, 64, 1.0});
   const Calibration d = parse_calibration(calibration_json(c), "c.json");
   CHECK(calibration_json(d) == calibration_json(c));
-}
-
-TEST_CASE("Calibration: warm-buffer collectives fit apart and serve the layer's TP/CP collectives", "[calibrate][spec]") {
-  // The cpu backend times all-reduce twice: caches evicted before each call
-  // (a gradient bucket) and back to back (an activation the GEMM just
-  // wrote).  Oracle: two exact lines, cold t = 20us + 1.75 size / 2 GB/s,
-  // warm t = 10us + 1.75 size / 6 GB/s over 8 ranks; each fit recovers its
-  // own, the file keeps them apart, and a cost on warm buffers
-  // (warm_buffers, what step_costs passes for TP/EP/CP collectives) reads
-  // the warm line while the default (DP) reads the cold one.
-  std::vector<CollectiveSample> s;
-  for (int i = 12; i < 24; ++i) {
-    const int64_t bytes = int64_t{1} << i;
-    s.push_back(CollectiveSample{Collective::kAllReduce, false, 8, bytes, 20e-6 + 1.75 * bytes / 2e9, 0, false});
-    s.push_back(CollectiveSample{Collective::kAllReduce, false, 8, bytes, 10e-6 + 1.75 * bytes / 6e9, 0, true});
-  }
-  Calibration c;
-  c.tool = "trainplan test";
-  c.backend = "cuda";
-  c.versions = "CUDA 13.0";
-  c.device = "NVIDIA H100 80GB HBM3";
-  c.gpu_type = gpu_type_of(c.device);
-  c.ranks = 8;
-  c.nodes = 1;
-  c.complete = true;
-  c.collective_samples = s;
-  c.collectives = fit_collectives(s);
-  REQUIRE(c.collectives.size() == 2);
-  for (const CollectiveFitResult& f : c.collectives) {
-    CHECK(f.bus_bytes_per_s == Approx(f.warm ? 6e9 : 2e9).epsilon(1e-3));
-    CHECK(f.latency_s == Approx(f.warm ? 10e-6 : 20e-6).epsilon(1e-3));
-  }
-  const Calibration d = parse_calibration(calibration_json(c), "c.json");
-  CHECK(calibration_json(d) == calibration_json(c));
-  ClusterSpec h100 = load_cluster("dgx-h100");
-  apply_calibration(d, "--calibration", &h100);
-  const GroupPlacement g = group_placement(8, 8, h100);
-  const LinkParams cold = link_params(h100);
-  // 3 MiB: between measured sizes, on each curve.
-  const int64_t size = 3 << 20;
-  const double cold_s = collective_cost(Collective::kAllReduce, size, g, cold).time.s();
-  const double warm_s = collective_cost(Collective::kAllReduce, size, g, warm_buffers(cold)).time.s();
-  CHECK(cold_s == Approx(20e-6 + 1.75 * size / 2e9).epsilon(0.02));
-  CHECK(warm_s == Approx(10e-6 + 1.75 * size / 6e9).epsilon(0.02));
-  // A collective measured only cold serves warm buffers too.
-  LinkParams only_cold = cold;
-  only_cold.calibrated.erase(std::remove_if(only_cold.calibrated.begin(), only_cold.calibrated.end(),
-                                            [](const CalibratedCollective& k) { return k.warm; }),
-                             only_cold.calibrated.end());
-  REQUIRE(only_cold.calibrated.size() == 1);
-  CHECK(collective_cost(Collective::kAllReduce, size, g, warm_buffers(only_cold)).time.s() == Approx(cold_s));
 }
