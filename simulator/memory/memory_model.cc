@@ -176,6 +176,16 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
       // prefetches the next: two layers unsharded in 16-bit.
       double largest = std::max(ss.largest, i == p.pp - 1 ? out.params : 0.0);
       b.weights += 2 * largest * weight_bytes(p.precision);
+      if (fw.fp32_master_is_param) {
+        // FSDP2's backward: a block's unsharded gradients in the parameter
+        // dtype while the previous block's reduce-scatter input, the full
+        // unsharded size in reduce_dtype (fp32), is kept until the next
+        // reduce-scatter is issued (torch/distributed/fsdp/_fully_shard/
+        // _fsdp_collectives.py foreach_reduce: reduce_scatter_input of
+        // world_size * padded shard elements in reduce_dtype;
+        // _fsdp_param_group.py keeps it as reduce_scatter_state).
+        b.gradients += largest * (weight_bytes(p.precision) + grad_bytes(p.precision, p.grad_dtype));
+      }
     }
     // Transformer Engine keeps each linear layer's weight quantized to FP8
     // beside the bf16 weight for the whole run (its FP8 workspaces; not
