@@ -99,6 +99,13 @@ class RankExecutor {
       const uint32_t* s = g.successors(task);
       for (uint32_t i = 0; i < task.succ_count; ++i) preds_[s[i]].push_back(t);
     }
+    // Which DP collectives run on the expert-DP group, decided once.
+    if (edp_) {
+      expert_dp_.assign(static_cast<size_t>(g.size()), 0);
+      for (int32_t t = 0; t < g.size(); ++t) {
+        if (g.task(t).type == TaskType::kComm) expert_dp_[static_cast<size_t>(t)] = is_expert_dp(g.task(t));
+      }
+    }
     MemoryReport mem = estimate_memory(m, c, L);
     const MemoryBreakdown& bd = mem.stages[static_cast<size_t>(rc.pp)].breakdown;
     static_bytes_ = bd.weights + bd.gradients + bd.optimizer;
@@ -131,7 +138,7 @@ class RankExecutor {
 
   // Whether a DP collective is the routed experts' (over the expert
   // data-parallel group): its members are this rank's expert-DP group.
-  bool expert_dp(const Task& t) const {
+  bool is_expert_dp(const Task& t) const {
     if (!edp_ || t.member_count != edp_members_.size()) return false;
     std::vector<int32_t> members(step_.graph.members(t), step_.graph.members(t) + t.member_count);
     std::sort(members.begin(), members.end());
@@ -306,7 +313,7 @@ class RankExecutor {
     Collective kind = Collective::kAllReduce;
     if (t.label == TaskLabel::kDpReduceScatter) kind = Collective::kReduceScatter;
     if (t.label == TaskLabel::kDpAllGather || t.label == TaskLabel::kParamAllGather) kind = Collective::kAllGather;
-    Communicator& dp = expert_dp(t) ? *edp_ : *dp_;
+    Communicator& dp = !expert_dp_.empty() && expert_dp_[static_cast<size_t>(id)] ? *edp_ : *dp_;
     const double factor = bus_bandwidth_factor(kind, dp.size());
     const int64_t size = factor > 0 ? static_cast<int64_t>(t.wire_bytes / factor) : 0;
     if (size > 0 && (t.label == TaskLabel::kDpAllReduce || t.label == TaskLabel::kDpReduceScatter)) {
@@ -541,6 +548,7 @@ class RankExecutor {
   std::unique_ptr<Communicator> tp_, dp_, cp_, mp_;
   std::unique_ptr<Communicator> ep_, etp_, edp_;  // MoE: expert-parallel, expert-TP and expert-DP groups
   std::vector<int32_t> edp_members_;              // simulated ranks of this rank's expert-DP group, sorted
+  std::vector<uint8_t> expert_dp_;                // per task: a DP collective over the expert-DP group
   std::vector<std::vector<ChunkLayers>> chunks_;  // layer_of: each stage's chunks
   std::vector<double> tp_times_, cp_times_, dp_times_, mp_times_;  // this step's collectives, in call order
   std::vector<double> ep_times_, etp_times_, edp_times_;

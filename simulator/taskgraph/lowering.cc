@@ -785,35 +785,50 @@ class Lowerer {
     return pieces;
   }
 
+  // The cost of one collective of `bytes` over a group of `size` ranks
+  // `stride` global ranks apart.  A step issues the same few collectives
+  // thousands of times (ZeRO-3: every layer of every micro-batch): each size
+  // and group is costed once.
+  const CollectiveCost& group_cost(Collective kind, double bytes, int size, int stride, const GroupPlacement& gp) {
+    const Bytes size_bytes = static_cast<Bytes>(std::max(1.0, bytes));
+    const auto key = std::make_tuple(static_cast<int>(kind), size_bytes, size, stride);
+    auto hit = group_costs_.find(key);
+    if (hit == group_costs_.end()) hit = group_costs_.emplace(key, collective_cost(kind, size_bytes, gp, lp_)).first;
+    return hit->second;
+  }
+
   // `stride`: global ranks between consecutive members (0: tp, a DP group).
   int32_t add_group_comm(int32_t channel, Collective kind, TaskLabel label, double bytes, int size,
                          const std::vector<int32_t>& members, int stride = 0) {
-    return add_group_comm(channel, kind, label, std::vector<double>{bytes}, size, members, stride);
+    if (stride <= 0) stride = p_.tp;
+    const GroupPlacement gp = dp_placement(size, stride);
+    return add_group_task(channel, label, group_cost(kind, bytes, size, stride, gp), gp, members);
   }
 
   // One task for collectives issued back to back on one stream (`pieces`,
   // bytes each): their latencies add, and so do their transfer times.
   int32_t add_group_comm(int32_t channel, Collective kind, TaskLabel label, const std::vector<double>& pieces,
                          int size, const std::vector<int32_t>& members, int stride = 0) {
-    GroupPlacement gp = dp_placement(size, stride > 0 ? stride : p_.tp);
-    // A step issues the same few collectives thousands of times (ZeRO-3:
-    // every layer of every micro-batch): each size and group is costed once.
+    if (pieces.size() == 1) return add_group_comm(channel, kind, label, pieces.front(), size, members, stride);
+    if (stride <= 0) stride = p_.tp;
+    const GroupPlacement gp = dp_placement(size, stride);
     CollectiveCost cost;
     double transfer_s = 0;
     for (double bytes : pieces) {
-      const Bytes size_bytes = static_cast<Bytes>(std::max(1.0, bytes));
-      const auto key = std::make_tuple(static_cast<int>(kind), size_bytes, size, stride > 0 ? stride : p_.tp);
-      auto hit = group_costs_.find(key);
-      if (hit == group_costs_.end()) hit = group_costs_.emplace(key, collective_cost(kind, size_bytes, gp, lp_)).first;
-      const CollectiveCost& piece = hit->second;
+      const CollectiveCost& piece = group_cost(kind, bytes, size, stride, gp);
       cost.latency += piece.latency;
       cost.wire_bytes_per_rank += piece.wire_bytes_per_rank;
       if (piece.wire_bytes_per_rank > 0) transfer_s += piece.wire_bytes_per_rank / piece.bus_bandwidth.bytes_per_s();
       cost.bus_bandwidth = piece.bus_bandwidth;
     }
-    if (pieces.size() > 1 && transfer_s > 0) {
-      cost.bus_bandwidth = Bandwidth::bytes_per_s(cost.wire_bytes_per_rank / transfer_s);
-    }
+    if (transfer_s > 0) cost.bus_bandwidth = Bandwidth::bytes_per_s(cost.wire_bytes_per_rank / transfer_s);
+    return add_group_task(channel, label, cost, gp, members);
+  }
+
+  // The comm task of a DP-side collective: its members' intra-node links
+  // and, across nodes, their share of the NICs.
+  int32_t add_group_task(int32_t channel, TaskLabel label, const CollectiveCost& cost, const GroupPlacement& gp,
+                         const std::vector<int32_t>& members) {
     std::vector<FlowLink> links;
     for (int32_t mr : members) {
       if (gp.ranks_per_node > 1) links.push_back(FlowLink{intra_link_[static_cast<size_t>(mr)], 1.0f});
