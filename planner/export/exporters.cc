@@ -158,17 +158,18 @@ int64_t vocab_divisor(int64_t vocab, int tp) {
   return 1;
 }
 
-// Layers of each virtual pipeline stage in execution order: chunk v of
-// pipeline rank r is virtual stage v*pp + r (Megatron and
-// torch.distributed.pipelining loop the same way); a rank's layers are
-// split over its vp chunks as evenly as possible, the extra ones first.
+// Layers of each virtual pipeline stage in model order, as the simulator
+// placed them (chunk_layers: virtual_stage gives each rank's chunks their
+// place, the loop of Megatron and torch.distributed.pipelining or zb-v's V).
 std::vector<int> virtual_stage_layers(const Layout& L) {
-  const int pp = L.plan.pp;
-  const int vp = L.plan.vp;
-  std::vector<int> out(static_cast<size_t>(pp * vp), 0);
-  for (int r = 0; r < pp; ++r) {
-    const int n = L.stage_layers[static_cast<size_t>(r)];
-    for (int v = 0; v < vp; ++v) out[static_cast<size_t>(v * pp + r)] = n / vp + (v < n % vp ? 1 : 0);
+  const Plan& p = L.plan;
+  const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(L);
+  std::vector<int> out(static_cast<size_t>(p.pp * chunks_per_rank(p)), 0);
+  for (int r = 0; r < p.pp; ++r) {
+    for (size_t c = 0; c < chunks[static_cast<size_t>(r)].size(); ++c) {
+      out[static_cast<size_t>(virtual_stage(p.schedule, p.pp, r, static_cast<int>(c)))] =
+          chunks[static_cast<size_t>(r)][c].count;
+    }
   }
   return out;
 }
@@ -260,6 +261,14 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
     return refuse(
         "Megatron-LM has no naive pipeline schedule (one micro-batch in flight); its pipeline schedules are 1F1B and "
         "interleaved 1F1B (use schedule 1f1b)");
+  }
+  if (p.schedule == Schedule::kZbv) {
+    // The fork's ZB-V (--zero-bubble-v-schedule, megatron/core/zbpp_utils.py)
+    // is its own greedy schedule, not PyTorch's fixed order simulated here.
+    return refuse(
+        "Megatron-LM has no zb-v schedule; Zero Bubble's fork of it (sail-sg/zero-bubble-pipeline-parallelism) runs "
+        "its own ZB-V variant with --zero-bubble-v-schedule on its local (non-Transformer-Engine) layers, which this "
+        "export does not target; the zb-v simulated here is PyTorch's ScheduleZBVZeroBubble (export to torchtitan)");
   }
   if (zero_bubble(p.schedule)) {
     // Upstream Megatron-LM / Megatron-Core ships no zero-bubble schedule; the
@@ -935,7 +944,7 @@ std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, Ti
         "torchtitan's llama3 attention is scaled_dot_product_attention (fused kernels); it has no unfused attention "
         "(use attention flash)");
   }
-  if (zero_bubble(p.schedule)) {
+  if (zero_bubble_automatic(p.schedule)) {
     // torch/distributed/pipelining/schedules.py: ScheduleInterleavedZeroBubble
     // ("the ZB1P schedule in the paper") and ScheduleZBVZeroBubble are
     // multi-stage schedules, and torchtitan's pipeline_llm requires at least 2
@@ -943,7 +952,7 @@ std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, Ti
     return std::optional<std::string>(std::string("torchtitan has no ") + to_string(p.schedule) +
                   " schedule with one stage per rank: its zero-bubble schedules (InterleavedZeroBubble, "
                   "ZBVZeroBubble) run 2 or more stages per rank (\"Multi-stage schedule requires at least 2 stages "
-                  "per rank\"); use schedule 1f1b or interleaved");
+                  "per rank\"); use schedule zb-v, 1f1b or interleaved");
   }
   if (p.pp > 1 && p.schedule == Schedule::kNaive) {
     return std::optional<std::string>(
@@ -962,6 +971,7 @@ std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, Ti
 const char* titan_schedule(Schedule s) {
   if (s == Schedule::kGpipe) return "GPipe";
   if (s == Schedule::kInterleaved) return "Interleaved1F1B";
+  if (s == Schedule::kZbv) return "ZBVZeroBubble";
   return "1F1B";
 }
 
@@ -1060,8 +1070,10 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
   if (p.pp > 1) {
     s += "pipeline_parallel_schedule = " + toml_string(schedule) + "\n";
     s += "pipeline_parallel_microbatch_size = " + str(p.mbs) + "\n";
-    // The modules of each virtual stage, in stage order (stage v*pp + r is
-    // chunk v of pipeline rank r): the plan's split exactly.  torchtitan's
+    // The modules of each virtual stage, in model order (stage v*pp + r is
+    // chunk v of pipeline rank r; ZBVZeroBubble places them in a V, stages r
+    // and 2pp-1-r on rank r, pipeline_module_split style "v"): the plan's
+    // split exactly.  torchtitan's
     // pipeline_parallel_layers_per_stage would let it choose the split
     // itself, counting the embedding and the output as layers
     // (torchtitan/distributed/pipeline_parallel.py,
@@ -1069,6 +1081,10 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
     const std::vector<int> stages = virtual_stage_layers(L);
     s += "# Virtual stages of " + join(stages, ", ") + " transformer layers; the embedding on the first,\n"
          "# the final norm and output on the last.\n";
+    if (p.schedule == Schedule::kZbv) {
+      s += "# ZBVZeroBubble places them in a V: pipeline rank r runs stages r and " + str(2 * p.pp - 1) +
+           " - r,\n# so rank 0 holds the first and the last.\n";
+    }
     s += "module_fqns_per_model_part = [\n";
     int next = 0;
     for (size_t i = 0; i < stages.size(); ++i) {

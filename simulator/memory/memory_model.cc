@@ -6,6 +6,7 @@
 #include "simulator/core/error.h"
 #include "simulator/cost/layer_cost.h"
 #include "simulator/framework/framework.h"
+#include "simulator/schedule/pipeline_schedule.h"
 
 namespace trainplan {
 
@@ -81,6 +82,10 @@ int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp,
       // The scheduler starts an F only while the rank holds fewer than its
       // limit's worth of micro-batches (build_zero_bubble_schedule).
       return std::min<int64_t>(zero_bubble_activation_limit(schedule, pp), microbatches);
+    case Schedule::kZbv:
+      // Two chunks per rank: the peak chunk activations of the V order
+      // (2(p - r) - 1 of chunk 0 and r of chunk 1 live, plus one).
+      return std::min<int64_t>(2 * int64_t{pp}, 2 * microbatches);
   }
   return 1;
 }
@@ -104,6 +109,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
   // What a stage's layers hold, summed over its dense and MoE layers.
   struct StageSums {
     double params = 0, expert_params = 0, saved = 0, weight_kept = 0, linear = 0, transient = 0, largest = 0;
+    std::vector<double> chunk_saved, chunk_kept;  // M_B and M_W per model chunk
   };
   std::vector<StageSums> sums(static_cast<size_t>(p.pp));
   // Partial full recompute (Megatron's block method): the layers of a chunk
@@ -125,6 +131,8 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
   for (int i = 0; i < p.pp; ++i) {
     StageSums& ss = sums[static_cast<size_t>(i)];
     for (const ChunkLayers& ch : stage_chunks[static_cast<size_t>(i)]) {
+      ss.chunk_saved.push_back(0.0);
+      ss.chunk_kept.push_back(0.0);
       for (int at = ch.first; at < ch.first + ch.count; ++at) {
         const bool is_moe = at < model.layers && model.is_moe_layer(at);
         const bool plain = partial && !layer_recomputed(p, at - ch.first);
@@ -133,12 +141,26 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
         ss.expert_params += c.expert_params;
         ss.saved += c.saved_bytes;
         ss.weight_kept += c.weight_grad_saved_bytes;
+        ss.chunk_saved.back() += c.saved_bytes;
+        ss.chunk_kept.back() += c.weight_grad_saved_bytes;
         ss.linear += c.linear_params;
         ss.transient = std::max(ss.transient, c.backward_transient_bytes);
         ss.largest = std::max(ss.largest, c.params - c.expert_params);
       }
     }
   }
+
+  // ZB-V: the embedding (virtual stage 0) and the output (the last) are
+  // both on rank 0; each rank's peak is read off its pass order.
+  PipelineSchedule zbv_order;
+  if (p.schedule == Schedule::kZbv) {
+    zbv_order = build_pipeline_schedule(p.schedule, p.pp, static_cast<int>(layout.microbatches), 2);
+    sums[0].chunk_saved[0] += emb.saved_bytes;
+    sums[0].chunk_kept[0] += emb.weight_grad_saved_bytes;
+    sums[0].chunk_saved[1] += out.saved_bytes;
+    sums[0].chunk_kept[1] += out.weight_grad_saved_bytes;
+  }
+  const int output_rank = rank_chunk_of(p.schedule, p.pp, p.pp * chunks_per_rank(p) - 1).rank;
 
   MemoryReport r;
   r.capacity_bytes = static_cast<double>(cluster.gpu.memory);
@@ -147,7 +169,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
   auto stage_activation = [&](int i) {
     double a = sums[static_cast<size_t>(i)].saved;
     if (i == 0) a += emb.saved_bytes;
-    if (i == p.pp - 1) a += out.saved_bytes;
+    if (i == output_rank) a += out.saved_bytes;
     return a;
   };
   for (int i = 0; i < p.pp; ++i) {
@@ -157,7 +179,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     st.layers = layout.stage_layers[i];
     double params = ss.params;
     if (i == 0) params += emb.params;
-    if (i == p.pp - 1) params += out.params - (model.tied_embeddings && p.pp == 1 ? tied_copy : 0.0);
+    if (i == output_rank) params += out.params - (model.tied_embeddings && p.pp == 1 ? tied_copy : 0.0);
     st.params = params;
     st.expert_params = ss.expert_params;
     // Dense parameters shard over the shard degree; routed experts' states
@@ -174,7 +196,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     if (p.zero == 3) {
       // ZeRO-3 / FSDP gathers one layer's full (TP-sharded) weights and
       // prefetches the next: two layers unsharded in 16-bit.
-      double largest = std::max(ss.largest, i == p.pp - 1 ? out.params : 0.0);
+      double largest = std::max(ss.largest, i == output_rank ? out.params : 0.0);
       b.weights += 2 * largest * weight_bytes(p.precision);
       if (fw.fp32_master_is_param) {
         // FSDP2's backward: a block's unsharded gradients in the parameter
@@ -214,7 +236,9 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
       int64_t mb = p.schedule == Schedule::kInterleaved ? 1 : chunks;
       act += static_cast<double>(mb) * out.saved_bytes;
     }
-    if (zero_bubble(p.schedule)) {
+    if (p.schedule == Schedule::kZbv) {
+      act = peak_activation_bytes(zbv_order[static_cast<size_t>(i)], ss.chunk_saved, ss.chunk_kept);
+    } else if (zero_bubble(p.schedule)) {
       // The scheduler holds at most limit x max(M_B of stages 0 and 1) on
       // every stage (build_zero_bubble_schedule), and at most all m
       // micro-batches.
@@ -243,7 +267,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // One layer's backward re-materialises what recompute dropped; the last
     // stage's loss holds its gradient buffers as its backward starts (both
     // transient, the larger one counts).
-    act += std::max(ss.transient, i == p.pp - 1 ? out.backward_transient_bytes : 0.0);
+    act += std::max(ss.transient, i == output_rank ? out.backward_transient_bytes : 0.0);
     b.activations = act;
 
     int communicators = (p.tp > 1) + (p.pp > 1) + (p.dp > 1) + (p.cp > 1) + (p.ep > 1) + (p.etp > 1 && p.etp != p.tp);

@@ -102,7 +102,7 @@ std::string compute_name(const Task& t, const Plan& p) {
   }
   std::string name = what;
   if (t.microbatch >= 0) name += " mb " + std::to_string(t.microbatch);
-  if (p.schedule == Schedule::kInterleaved && t.chunk >= 0) name += " chunk " + std::to_string(t.chunk);
+  if (chunks_per_rank(p) > 1 && t.chunk >= 0) name += " chunk " + std::to_string(t.chunk);
   if (t.layer >= 0) {
     name += " layer " + std::to_string(t.layer);
   } else if (t.layer_count > 0) {
@@ -286,7 +286,9 @@ LoweredStep lower_for_simulation(const ModelSpec& model, const ClusterSpec& clus
 }
 
 int64_t lowered_step_lower_bound_ps(const LoweredStep& step, const Layout& layout) {
-  if (zero_bubble(layout.plan.schedule) || !step.async.empty() || layout.plan.dp_mode == DpMode::kAsync) return 0;
+  if (zero_bubble_automatic(layout.plan.schedule) || !step.async.empty() || layout.plan.dp_mode == DpMode::kAsync) {
+    return 0;
+  }
   return critical_path_lower_bound_ps(step.graph);
 }
 
@@ -477,7 +479,7 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
     }
   }
   // Each rank's step is the window [window_start, window_start + period).
-  // Zero-bubble schedules run with optimizer post-validation (Qi et al.
+  // Zero Bubble's automatic schedules run with optimizer post-validation (Qi et al.
   // Sec. 4: the step's global synchronisations, the gradient-norm and
   // NaN/Inf all-reduces, are checked after the update instead), so
   // consecutive steps overlap across stages and the period is the longest
@@ -485,7 +487,7 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
   // Elsewhere the step ends in a synchronisation: the period is the makespan.
   std::vector<int64_t> window_start(step.ranks.size(), 0);
   int64_t period = r.makespan_ps;
-  if (zero_bubble(p.schedule) && step.async.empty()) {
+  if (zero_bubble_automatic(p.schedule) && step.async.empty()) {
     period = 0;
     for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
       const auto& prog = g.program[rank];

@@ -25,6 +25,7 @@ const char* to_string(Schedule s) {
     case Schedule::kNaive: return "naive";
     case Schedule::kZb1p: return "zb-1p";
     case Schedule::kZb2p: return "zb-2p";
+    case Schedule::kZbv: return "zb-v";
   }
   return "?";
 }
@@ -44,10 +45,11 @@ std::string recompute_modules_name(uint16_t modules) {
 }
 
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "naive", "zb-1p", "zb-2p"};
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "naive", "zb-1p", "zb-2p", "zb-v"};
   return names;
 }
-bool zero_bubble(Schedule s) { return s == Schedule::kZb1p || s == Schedule::kZb2p; }
+bool zero_bubble(Schedule s) { return zero_bubble_automatic(s) || s == Schedule::kZbv; }
+bool zero_bubble_automatic(Schedule s) { return s == Schedule::kZb1p || s == Schedule::kZb2p; }
 int zero_bubble_activation_limit(Schedule s, int pp) {
   if (s == Schedule::kZb1p) return pp;
   if (s == Schedule::kZb2p) return 2 * pp;
@@ -187,8 +189,42 @@ bool layer_recomputed(const Plan& plan, int index_in_chunk) {
   return plan.recompute_layers == 0 || index_in_chunk < plan.recompute_layers;
 }
 
+std::vector<int> balance_v_stage_layers(int64_t layers, int pp) {
+  TRAINPLAN_CHECK(pp >= 1 && layers >= 1, "balance_v_stage_layers needs pp >= 1 and layers >= 1");
+  // The embedding and the loss count as a layer each, as in
+  // balance_stage_layers, and both sit on rank 0 in the V.
+  const int64_t units = layers + 2;
+  std::vector<int> out(static_cast<size_t>(pp), static_cast<int>(units / pp));
+  for (int64_t k = 0; k < units % pp; ++k) out[static_cast<size_t>(pp - 1 - k)] += 1;
+  out[0] -= 2;
+  if (pp > 1 && out[0] >= 2) return out;
+  // Too few layers for that: the layers alone, extras after rank 0.
+  std::vector<int> even(static_cast<size_t>(pp), static_cast<int>(layers / pp));
+  for (int64_t k = 0; k < layers % pp; ++k) even[static_cast<size_t>(pp - 1 - k)] += 1;
+  return even;
+}
+
+int chunks_per_rank(const Plan& plan) {
+  if (plan.schedule == Schedule::kInterleaved) return std::max(1, plan.vp);
+  return plan.schedule == Schedule::kZbv ? 2 : 1;
+}
+
+int virtual_stage(Schedule s, int pp, int rank, int chunk) {
+  TRAINPLAN_CHECK(rank >= 0 && rank < pp && chunk >= 0 && (s != Schedule::kZbv || chunk < 2),
+                  "rank " + std::to_string(rank) + ", chunk " + std::to_string(chunk) + " out of range for pp = " +
+                      std::to_string(pp));
+  if (s == Schedule::kZbv) return chunk == 0 ? rank : 2 * pp - 1 - rank;
+  return chunk * pp + rank;
+}
+
+RankChunk rank_chunk_of(Schedule s, int pp, int stage) {
+  TRAINPLAN_CHECK(pp >= 1 && stage >= 0, "virtual stage " + std::to_string(stage) + " out of range");
+  if (s == Schedule::kZbv) return stage < pp ? RankChunk{stage, 0} : RankChunk{2 * pp - 1 - stage, 1};
+  return RankChunk{stage % pp, stage / pp};
+}
+
 int largest_chunk_layers(const Plan& plan, const std::vector<int>& stage_layers) {
-  const int v = plan.schedule == Schedule::kInterleaved ? std::max(1, plan.vp) : 1;
+  const int v = chunks_per_rank(plan);
   int largest = 0;
   for (int n : stage_layers) largest = std::max(largest, (n + v - 1) / v);
   return largest;
@@ -202,19 +238,18 @@ std::string recompute_layers_text(const Plan& plan) {
 
 std::vector<std::vector<ChunkLayers>> chunk_layers(const Layout& layout) {
   const Plan& p = layout.plan;
-  const int v = p.schedule == Schedule::kInterleaved ? std::max(1, p.vp) : 1;
+  const int v = chunks_per_rank(p);
   std::vector<std::vector<ChunkLayers>> out(static_cast<size_t>(p.pp), std::vector<ChunkLayers>(static_cast<size_t>(v)));
   for (int s = 0; s < p.pp; ++s) {
     const int n = layout.stage_layers[static_cast<size_t>(s)];
     for (int c = 0; c < v; ++c) out[static_cast<size_t>(s)][static_cast<size_t>(c)].count = n / v + (c >= v - n % v ? 1 : 0);
   }
   int at = 0;
-  for (int c = 0; c < v; ++c) {
-    for (int s = 0; s < p.pp; ++s) {
-      ChunkLayers& ch = out[static_cast<size_t>(s)][static_cast<size_t>(c)];
-      ch.first = at;
-      at += ch.count;
-    }
+  for (int vs = 0; vs < p.pp * v; ++vs) {
+    const RankChunk rc = rank_chunk_of(p.schedule, p.pp, vs);
+    ChunkLayers& ch = out[static_cast<size_t>(rc.rank)][static_cast<size_t>(rc.chunk)];
+    ch.first = at;
+    at += ch.count;
   }
   return out;
 }
@@ -366,6 +401,8 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     } else {
       L.stage_layers = p.stage_layers;
     }
+  } else if (p.pp <= model.layers && p.schedule == Schedule::kZbv) {
+    L.stage_layers = balance_v_stage_layers(model.layers, p.pp);
   } else if (p.pp <= model.layers) {
     L.stage_layers = balance_stage_layers(model.layers, p.pp);
     if (L.stage_layers.empty()) fail("pp=" + str(p.pp) + " leaves a stage without layers");
@@ -417,8 +454,18 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (zero_bubble(p.schedule)) {
     // Qi et al. 2024 run ZB-1p/ZB-2p with one model chunk per rank (the
     // authors' Megatron fork refuses --enable-zero-bubble with a virtual
-    // pipeline; ZB-V is a different schedule).
+    // pipeline); ZB-V runs exactly two (PyTorch ScheduleZBVZeroBubble: "ZBV
+    // requires exactly 2 stages per rank"), implied by the schedule.
     if (p.pp < 2) fail(std::string("the ") + to_string(p.schedule) + " schedule needs pp >= 2");
+    if (p.schedule == Schedule::kZbv) {
+      for (int n : L.stage_layers) {
+        if (n < 2) {
+          fail("the zb-v schedule places two model chunks on every pipeline rank; a rank with " + str(n) +
+               " layer(s) cannot hold both (use a smaller pp)");
+          break;
+        }
+      }
+    }
     // The deferred W pass of a layer needs the inputs of its linear layers
     // and their output gradients: under full recompute those are
     // rematerialised in B and held until W, which no framework schedules.

@@ -38,12 +38,15 @@ enum RecomputeModule : uint16_t {
 const std::vector<std::string>& recompute_module_names();
 // "core_attn,layernorm": the names of the set bits, comma-separated.
 std::string recompute_modules_name(uint16_t modules);
-// Pipeline schedules (simulator/taskgraph/pipeline_schedule.h).  kZb1p and
+// Pipeline schedules (simulator/schedule/pipeline_schedule.h).  kZb1p and
 // kZb2p are Zero Bubble's automatic schedules (Qi et al., ICLR 2024): the
 // backward split into input-gradient (B) and weight-gradient (W) passes, W
 // deferred into the bubbles, under an activation limit of p (ZB-1p, 1F1B's
-// peak) or 2p (ZB-2p) micro-batches.
-enum class Schedule { kGpipe, k1F1B, kInterleaved, kNaive, kZb1p, kZb2p };
+// peak) or 2p (ZB-2p) micro-batches.  kZbv is ZB-V (Qi et al. Sec. 6) as
+// PyTorch's ScheduleZBVZeroBubble orders it: two model chunks per rank placed
+// in a V (rank r holds virtual stages r and 2p-1-r), backward split the same
+// way, a fixed order per rank.
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kNaive, kZb1p, kZb2p, kZbv };
 enum class Precision { kBf16, kFp16, kFp32 };
 enum class GradDtype { kBf16, kFp32 };
 enum class Attention { kFlash, kNaive };
@@ -74,6 +77,10 @@ const char* to_string(Fp8Recipe r);
 const std::vector<std::string>& schedule_names();
 // True for the schedules that split the backward into B and W passes.
 bool zero_bubble(Schedule s);
+// True for Zero Bubble's automatic schedules (kZb1p, kZb2p): built from the
+// stage times by the authors' heuristic, with optimizer post-validation in
+// place of the synchronisation before the step (Qi et al. Sec. 4).
+bool zero_bubble_automatic(Schedule s);
 // The activation limit of a zero-bubble schedule on `pp` ranks, in
 // micro-batches of the rank's activation memory M_B: pp for kZb1p (1F1B's
 // peak), 2*pp for kZb2p (Qi et al. Sec. 3.1); 0 for the other schedules.
@@ -174,6 +181,12 @@ int gpus_of_nodes(const ClusterSpec& cluster, int64_t nodes);
 // 126 layers over 16 stages give 7, 8 x 14, 7), the remainder going to the
 // middle stages first.  Returns an empty vector if some stage would get none.
 std::vector<int> balance_stage_layers(int64_t layers, int pp);
+// Transformer layers per pipeline rank for zb-v, whose rank 0 holds both the
+// embedding and the loss: those count as a layer each (as above), the units
+// split evenly over the ranks with the remainder to the last ranks, rank 0's
+// two units taken from its layers; if that leaves rank 0 fewer than two
+// layers, the layers alone split evenly, extras to the last ranks.
+std::vector<int> balance_v_stage_layers(int64_t layers, int pp);
 
 // The layers of one model chunk of a pipeline stage: global indices
 // [first, first + count).
@@ -191,10 +204,28 @@ int largest_chunk_layers(const Plan& plan, const std::vector<int>& stage_layers)
 // "(N layers per chunk)" for partial full recompute, else "".
 std::string recompute_layers_text(const Plan& plan);
 
-// [stage][chunk] for a resolved layout: one chunk per stage, or vp with the
-// interleaved schedule; a stage's chunks differ by at most one layer (the
-// later ones take the extra) and the layers go to virtual stages in order
-// (virtual stage chunk*pp + stage), as Megatron assigns them.
+// Model chunks per pipeline rank: vp with the interleaved schedule, 2 with
+// zb-v, else 1.
+int chunks_per_rank(const Plan& plan);
+// The virtual stage (model order) of chunk `chunk` on pipeline rank `rank`
+// of `pp`: chunk*pp + rank, the "loop" placement of Megatron's virtual
+// pipeline and torchtitan's looped schedules; for zb-v the "v" placement,
+// chunk 0 at stage rank and chunk 1 at stage 2pp-1-rank (torchtitan
+// pipeline_module_split style "v", PyTorch generate_stage_to_rank_mapping):
+// the first and the last stage, embedding and loss, on rank 0.
+// REQUIRES: 0 <= rank < pp, 0 <= chunk (< 2 for zb-v).
+int virtual_stage(Schedule s, int pp, int rank, int chunk);
+// The inverse: {rank, chunk} of virtual stage `stage` (0 <= stage < pp*v).
+struct RankChunk {
+  int rank = 0;
+  int chunk = 0;
+};
+RankChunk rank_chunk_of(Schedule s, int pp, int stage);
+
+// [stage][chunk] for a resolved layout: one chunk per stage, vp with the
+// interleaved schedule, two with zb-v; a stage's chunks differ by at most one
+// layer (the later ones take the extra) and the layers go to virtual stages
+// in model order (virtual_stage), as Megatron and torchtitan assign them.
 std::vector<std::vector<ChunkLayers>> chunk_layers(const Layout& layout);
 
 // "fp8" for a plan with FP8 GEMMs, else to_string(plan.precision).

@@ -15,7 +15,7 @@
 #include "simulator/memory/memory_model.h"
 #include "simulator/network/collective_model.h"
 #include "simulator/network/topology.h"
-#include "simulator/taskgraph/pipeline_schedule.h"
+#include "simulator/schedule/pipeline_schedule.h"
 
 namespace trainplan {
 
@@ -253,7 +253,7 @@ class Lowerer {
 
   // ---- pipeline schedule and compute tasks ----
   void build_schedule() {
-    const int v = p_.schedule == Schedule::kInterleaved ? p_.vp : 1;
+    const int v = chunks_per_rank(p_);
     v_ = v;
     split_ = zero_bubble(p_.schedule);
     chunks_.assign(static_cast<size_t>(p_.pp), {});
@@ -267,15 +267,19 @@ class Lowerer {
         ch.global_first = layers_of[static_cast<size_t>(s)][static_cast<size_t>(c)].first;
         ch.first_layer = first;
         first += ch.layers;
-        ch.embedding = s == 0 && c == 0;
-        ch.output = s == p_.pp - 1 && c == v - 1;
+        const int vs = virtual_stage(p_.schedule, p_.pp, s, c);
+        ch.embedding = vs == 0;
+        ch.output = vs == p_.pp * v - 1;
         chunks_[static_cast<size_t>(s)].push_back(ch);
       }
     }
     Feasibility f = check_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v);
     TRAINPLAN_CHECK(f.ok, "infeasible pipeline schedule reached lowering: " + f.reason);
-    if (split_) {
-      schedule_ = build_zero_bubble_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), stage_op_times());
+    if (zero_bubble_automatic(p_.schedule)) {
+      // Ordered as the authors' runtime orders it (median stage times), run
+      // on the real stage times.
+      schedule_ = build_zero_bubble_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches),
+                                             zero_bubble_planning_times(stage_op_times()));
     } else {
       schedule_ = build_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v);
     }
@@ -605,12 +609,20 @@ class Lowerer {
       const RankCoord& rc = out_.ranks[r];
       for (const PipeOp& op : schedule_[static_cast<size_t>(rc.pp)]) {
         if (op.kind == PipeOp::Kind::kWeight) continue;  // W sends nothing
-        const int vs = op.chunk * p_.pp + rc.pp;
+        const int vs = virtual_stage(p_.schedule, p_.pp, rc.pp, op.chunk);
         const bool fwd = op.kind == PipeOp::Kind::kForward;
         const int to = fwd ? vs + 1 : vs - 1;
         if (to < 0 || to >= stages) continue;
-        const int to_stage = to % p_.pp, to_chunk = to / p_.pp;
+        const RankChunk to_rc = rank_chunk_of(p_.schedule, p_.pp, to);
+        const int to_stage = to_rc.rank, to_chunk = to_rc.chunk;
         const size_t dst = static_cast<size_t>(sim_index(to_stage, rc.dp, rc.cp, rc.tp));
+        const int32_t producer = task_of(r, op.microbatch, op.chunk, op.kind, true);
+        if (to_stage == rc.pp) {
+          // The turn of zb-v's V: both stages on this rank, the activation
+          // (or its gradient) handed over in memory, no transfer.
+          g.add_dep(producer, task_of(dst, op.microbatch, to_chunk, op.kind, false));
+          continue;
+        }
         const int dst_global = global_rank(p_, to_stage, rc.dp, rc.cp, rc.tp);
         const P2pCost pc = p2p_cost(rc.global, dst_global);
         const Route& route = pc.route;
@@ -624,7 +636,6 @@ class Lowerer {
                                 {static_cast<int32_t>(r)}, links);
         g.task(id).microbatch = op.microbatch;
         g.task(id).chunk = static_cast<int16_t>(op.chunk);
-        const int32_t producer = task_of(r, op.microbatch, op.chunk, op.kind, true);
         g.add_dep(producer, id);
         g.add_dep(id, task_of(dst, op.microbatch, to_chunk, op.kind, false));
         // Megatron's non-interleaved schedules send and receive with blocking
@@ -673,10 +684,11 @@ class Lowerer {
   // one sync task per replica (ranks of one dp and cp index), after every
   // member's gradients are final, before every member's optimizer.  The
   // Zero Bubble schedules validate after the step instead (optimizer
-  // post-validation, Qi et al. 2024 Sec. 4), so they have none.
+  // post-validation, Qi et al. 2024 Sec. 4), so they have none; PyTorch's
+  // ZB-V runs under torchtitan's ordinary clip_grad_norm_, so it has one.
   void build_grad_norm_sync() {
     const int n = p_.tp * p_.pp;
-    if (n <= 1 || split_) return;
+    if (n <= 1 || zero_bubble_automatic(p_.schedule)) return;
     TaskGraph& g = out_.graph;
     std::map<int, std::vector<int32_t>> replicas;  // dp*cp index -> simulated ranks
     for (size_t r = 0; r < out_.ranks.size(); ++r) {

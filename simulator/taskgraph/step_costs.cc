@@ -1,6 +1,6 @@
 #include "simulator/taskgraph/step_costs.h"
 
-#include "simulator/taskgraph/pipeline_schedule.h"
+#include "simulator/schedule/pipeline_schedule.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 #include "simulator/compute/compute_model.h"
 #include "simulator/network/collective_model.h"
-#include "simulator/taskgraph/pipeline_schedule.h"
+#include "simulator/schedule/pipeline_schedule.h"
 
 namespace trainplan {
 
@@ -263,7 +263,9 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
                               const std::vector<double>& stage_params, const std::vector<double>& stage_expert_params) {
   const Plan& p = layout.plan;
   const int64_t mb = layout.microbatches;
-  const int v = p.schedule == Schedule::kInterleaved ? p.vp : 1;
+  const int v = chunks_per_rank(p);
+  // The rank that runs the output layer and loss (the last virtual stage).
+  const int output_rank = rank_chunk_of(p.schedule, p.pp, p.pp * v - 1).rank;
   auto opt = [&](int st) {
     const size_t i = static_cast<size_t>(st);
     return optimizer_ps(c, layout, stage_params[i], i < stage_expert_params.size() ? stage_expert_params[i] : 0.0);
@@ -293,7 +295,7 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
     const int64_t layers = layout.stage_layers[static_cast<size_t>(st)];
     int64_t work = s.layers_work_ps(first[static_cast<size_t>(st)], layers);
     if (st == 0) work += s.embedding_forward_ps + s.embedding_backward_ps;
-    if (st == p.pp - 1) work += s.output_forward_ps + s.output_backward_ps;
+    if (st == output_rank) work += s.output_forward_ps + s.output_backward_ps;
     // Naive model parallel: one stage busy at a time, so the step is at least
     // the sum over stages.
     const int64_t done = start_delay + mb * work;
@@ -333,7 +335,7 @@ int64_t pipeline_step_lower_bound(const ModelSpec& m, const ClusterSpec& c, cons
   const int64_t basic = step_time_lower_bound(m, c, layout, s, stage_params, stage_expert_params);
   const Plan& p = layout.plan;
   if (p.pp <= 1 || p.schedule == Schedule::kNaive || zero_bubble(p.schedule)) return basic;
-  const int v = p.schedule == Schedule::kInterleaved ? p.vp : 1;
+  const int v = chunks_per_rank(p);
   const int mb = static_cast<int>(layout.microbatches);
   if (!check_pipeline_schedule(p.schedule, p.pp, mb, v).ok) return basic;
   const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(layout);

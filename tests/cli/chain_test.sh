@@ -123,6 +123,8 @@ PY
 1 1 1 3 1 1f1b 8 - fp8:rowwise
 2 1 2 3 1 1f1b 0 - fp8:tensorwise
 2 2 1 1 1 1f1b 0 - fp8:delayed:param-gather
+2 2 1 2 1 zb-v 0 -
+1 4 1 2 1 zb-v 0 6,8,9,9
 MATRIX
   # Partial full recompute (Megatron's block method, the first N layers of
   # each chunk): Megatron writes --recompute-method block --recompute-num-layers

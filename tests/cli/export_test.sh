@@ -157,6 +157,19 @@ assert (par["data_parallel_shard_degree"] * par["context_parallel_degree"] * par
     par["expert_parallel_degree"] * par["expert_tensor_parallel_degree"]) == 0, par
 assert par["fsdp_reshard_after_forward"] == "never"
 '
+# zb-v: PyTorch's ScheduleZBVZeroBubble, two stages per rank in a V, the plan's
+# split in model order; the torchtitan oracle checks the schedule, the stage
+# count per rank and the layers.
+ZBV_PLAN=$EXPORT/plan_llama3-8b_pp4_zbv.json
+expect_ok "torchtitan: llama3-8b pp4 zb-v" export --plan "$ZBV_PLAN" --to torchtitan
+expect_golden torchtitan_llama3-8b_pp4_zbv.toml
+CHECKS=$((CHECKS + 1))
+echo "check $CHECKS: torchtitan oracle accepts the zb-v export"
+python3 "$(dirname "$0")/../export/torchtitan_rules.py" --plan "$ZBV_PLAN" --file "$TMP/out" --world 8 > "$TMP/oracle" 2>&1 ||
+  fail "zb-v torchtitan export: $(cat "$TMP/oracle")"
+expect_error "Megatron refuses zb-v with the reason" \
+  "trainplan: --to: megatron cannot express this plan: Megatron-LM has no zb-v schedule; Zero Bubble's fork of it (sail-sg/zero-bubble-pipeline-parallelism) runs its own ZB-V variant with --zero-bubble-v-schedule on its local (non-Transformer-Engine) layers, which this export does not target; the zb-v simulated here is PyTorch's ScheduleZBVZeroBubble (export to torchtitan)" \
+  export --plan "$ZBV_PLAN" --to megatron
 expect_error "torchtitan refuses an MoE model it has no flavor of" \
   "trainplan: --to: torchtitan cannot express this plan: torchtitan v0.2.2 trains MoE models through its own model code, and none of its MoE flavors (deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has mixtral-8x7b's shape (layers=32, hidden=4096, experts=8, top_k=2, expert_ffn_hidden=14336; use --to megatron)" \
   export --plan "$EXPORT/plan_mixtral-8x7b_ep8.json" --to torchtitan

@@ -19,6 +19,8 @@ plan() {  # name tp pp cp zero seq
 JSON
 }
 plan dp2 1 1 1 0 128; plan tp2 2 1 1 0 128; plan pp2 1 2 1 0 128; plan cp2 1 1 2 0 256; plan zero3 1 1 1 3 128
+# ZB-V: two chunks per rank in a V (the hand-over at the turn stays on rank 1).
+sed 's/"schedule": "1f1b"/"schedule": "zb-v"/' "$work/pp2.json" > "$work/zbv2.json"
 # An MoE plan: gpt-tiny-moe's 4 experts over ep=2 (token all-to-all each layer).
 cat > "$work/moe_ep2.json" <<JSON
 {"model": "gpt-tiny-moe", "cluster": "cpu-local", "gpus": 2, "tp": 1, "pp": 1, "dp": 2, "cp": 1, "ep": 2, "etp": 1,
@@ -48,7 +50,7 @@ assert len(c["gemm_table"]) > 10 and c["peak"].endswith("TFLOP/s")
 PY
 
 # --tolerance: validate exits 1 when the step time misses by more, 0 within.
-for n in dp2 tp2 pp2 cp2 zero3 moe_ep2; do
+for n in dp2 tp2 pp2 zbv2 cp2 zero3 moe_ep2; do
   ok=0
   for attempt in 1 2 3 4; do
     # A calibration taken during a burst of other work skews every later

@@ -80,17 +80,36 @@ def balance_stage_layers(layers: int, pp: int) -> list[int]:
     return even if min(even) >= 1 else []
 
 
-def virtual_stage_layers(stage_layers: list[int], pp: int, vp: int) -> list[int]:
-    """Port of trainplan: planner/export/exporters.cc virtual_stage_layers.
+def balance_v_stage_layers(layers: int, pp: int) -> list[int]:
+    """Port of trainplan: simulator/spec/plan.cc balance_v_stage_layers (zb-v:
+    rank 0 holds the embedding and the loss, a layer's weight each)."""
+    units = layers + 2
+    out = [units // pp] * pp
+    for k in range(units % pp):
+        out[pp - 1 - k] += 1
+    out[0] -= 2
+    if pp > 1 and out[0] >= 2:
+        return out
+    even = [layers // pp] * pp
+    for k in range(layers % pp):
+        even[pp - 1 - k] += 1
+    return even
 
-    Chunk v of pipeline rank r is virtual stage v*pp + r; a rank's layers are
-    split over its vp chunks as evenly as possible, the extra ones first.
+
+def virtual_stage_layers(stage_layers: list[int], pp: int, vp: int, v_style: bool = False) -> list[int]:
+    """Port of trainplan: simulator/spec/plan.cc chunk_layers / virtual_stage.
+
+    A rank's layers are split over its vp chunks as evenly as possible, the
+    later chunks taking the extra ones; chunk v of pipeline rank r is virtual
+    stage v*pp + r, or with the V placement (zb-v, vp = 2) stage r for chunk 0
+    and 2*pp-1-r for chunk 1.
     """
     out = [0] * (pp * vp)
     for r in range(pp):
         n = stage_layers[r]
         for v in range(vp):
-            out[v * pp + r] = n // vp + (1 if v < n % vp else 0)
+            stage = (r if v == 0 else 2 * pp - 1 - r) if v_style else v * pp + r
+            out[stage] = n // vp + (1 if v >= vp - n % vp else 0)
     return out
 
 
@@ -131,14 +150,17 @@ class Plan:
         self.shard_degree = sg if sg else (self.dp * self.cp if self.zero > 0 else 1)
         self.microbatches = max(1, self.gbs // max(1, self.mbs * self.dp))
         layers = int(self.model["layers"]) if self.model else 0
+        v_style = self.schedule == "zb-v"
         if plan.get("stage_layers"):
             self.stage_layers = [int(x) for x in plan["stage_layers"]]
+        elif layers and v_style:
+            self.stage_layers = balance_v_stage_layers(layers, self.pp)
         elif layers:
             self.stage_layers = balance_stage_layers(layers, self.pp)
         else:
             self.stage_layers = []
         self.virtual_stages = (
-            virtual_stage_layers(self.stage_layers, self.pp, self.vp)
+            virtual_stage_layers(self.stage_layers, self.pp, 2 if v_style else self.vp, v_style)
             if len(self.stage_layers) == self.pp else []
         )
 
@@ -417,7 +439,8 @@ def interleaved_rounds(schedule: str, n_mb: int, pp: int, where: str) -> list[st
 
 
 def expected_schedule(p: Plan) -> str | None:
-    return {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}.get(p.schedule)
+    return {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B",
+            "zb-v": "ZBVZeroBubble"}.get(p.schedule)
 
 
 def check_flavor(flavor: str, table: dict, p: Plan, where: str, source: str) -> list[str]:
@@ -748,6 +771,11 @@ def check_toml(text: str, plan: dict, world: int, warnings: list[str] | None = N
         elif n_mb != p.microbatches:
             out.append(f"training: {n_mb} pipeline microbatches per step, the plan has {p.microbatches}")
         out += interleaved_rounds(schedule, n_mb, pp, "parallelism")
+    no_compile = facts()["release"]["schedules_detail"]["no_compile"]
+    if canon in no_compile and _get(doc, "compile", "enable") and "model" in _get(doc, "compile", "components"):
+        out.append(f"parallelism.pipeline_parallel_schedule = {schedule!r} with compile.enable: {canon} splits the "
+                   f"backward into input and weight passes, which PyTorch refuses on compiled stages "
+                   f"[{facts()['release']['schedules_detail']['no_compile_source']}]")
     fqns = doc.get("parallelism", {}).get("module_fqns_per_model_part")
     probs, stages = pipeline_stages(
         pp, schedule, n_layers, _get(doc, "parallelism", "pipeline_parallel_layers_per_stage"), fqns,

@@ -499,6 +499,26 @@ TEST_CASE("Export: torchtitan TOML for llama3-8b ZeRO-3 over two DGX H100s", "[p
   CHECK(v.at("activation_checkpoint.mode") == "\"full\"");
 }
 
+TEST_CASE("Export: torchtitan ZBVZeroBubble for a zb-v plan", "[planner][export]") {
+  // PyTorch's ScheduleZBVZeroBubble needs exactly two stages per rank
+  // (torchtitan pipeline_module_split style "v": rank r runs stages r and
+  // 2pp-1-r); the stages are listed in model order, the plan's split:
+  // llama3-8b's 32 layers + embedding + loss = 34 units over 4 ranks give
+  // 6, 8, 9, 9 layers, halved per rank (the later chunk takes the extra):
+  // stages 0..7 = 3, 4, 4, 4 (rank 3 chunk 0) | 5, 5, 4, 3 (chunks 1 of ranks 3..0).
+  const Job j = job_from_file("plan_llama3-8b_pp4_zbv.json");
+  const std::string text = exported(ExportTarget::kTorchtitan, j);
+  check_golden("torchtitan_llama3-8b_pp4_zbv.toml", text);
+  const auto v = toml_values(text);
+  CHECK(v.at("parallelism.pipeline_parallel_schedule") == "\"ZBVZeroBubble\"");
+  CHECK(text.find("# Virtual stages of 3, 4, 4, 4, 5, 5, 4, 3 transformer layers") != std::string::npos);
+  CHECK(text.find("[\"layers.29\", \"layers.30\", \"layers.31\", \"norm\", \"output\"],") != std::string::npos);
+  // No torch.compile with the B/W split (_check_torch_compile_compatibility).
+  CHECK(text.find("[compile]") == std::string::npos);
+  // (torchtitan's float8 runs under FSDP2, ZeRO-3, which the zero-bubble
+  // schedules refuse: no zb-v plan compiles.)
+}
+
 TEST_CASE("Export: torchtitan head Python config for llama3-8b ZeRO-3 over two DGX H100s", "[planner][export]") {
   // torchtitan head reads a zero-argument function returning Trainer.Config
   // (config/manager.py ConfigManager._load_config); the token counts are
@@ -661,7 +681,7 @@ TEST_CASE("Export: refusals name the framework's rule", "[planner][export]") {
     CHECK(refusal(ExportTarget::kTorchtitan, j) ==
           "torchtitan has no zb-2p schedule with one stage per rank: its zero-bubble schedules "
           "(InterleavedZeroBubble, ZBVZeroBubble) run 2 or more stages per rank (\"Multi-stage schedule requires at "
-          "least 2 stages per rank\"); use schedule 1f1b or interleaved");
+          "least 2 stages per rank\"); use schedule zb-v, 1f1b or interleaved");
     CHECK(refusal(ExportTarget::kDeepSpeed, j) ==
           "DeepSpeed's pipeline engine runs one 1F1B schedule (TrainSchedule) with one model chunk per stage; it has "
           "no zb-2p schedule (use schedule 1f1b)");

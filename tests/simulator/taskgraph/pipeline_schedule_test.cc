@@ -1,6 +1,6 @@
 // Tests of the pipeline schedules against Megatron-LM's op order and against
 // closed-form bubble and activation-memory results (FORMULAS.md §2.4).
-#include "simulator/taskgraph/pipeline_schedule.h"
+#include "simulator/schedule/pipeline_schedule.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

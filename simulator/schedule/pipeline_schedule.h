@@ -17,8 +17,8 @@
 //    each rank executes its list in order.
 // Dependencies and timing belong to the simulator; simulate_pipeline_unit_time
 // is a small reference executor for tests and cross-checks.
-#ifndef TRAINPLAN_SIM_TASKGRAPH_PIPELINE_SCHEDULE_H_
-#define TRAINPLAN_SIM_TASKGRAPH_PIPELINE_SCHEDULE_H_
+#ifndef TRAINPLAN_SIM_SCHEDULE_PIPELINE_SCHEDULE_H_
+#define TRAINPLAN_SIM_SCHEDULE_PIPELINE_SCHEDULE_H_
 
 #include <string>
 #include <vector>
@@ -50,7 +50,7 @@ struct Feasibility {
 //  - p, m, v must be >= 1;
 //  - kGpipe, k1F1B, kNaive, kZb1p and kZb2p have one chunk per rank: v must
 //    be 1;
-//  - kZb1p and kZb2p need p >= 2;
+//  - kZb1p, kZb2p and kZbv need p >= 2; kZbv needs v == 2;
 //  - kInterleaved needs p >= 2 (Megatron parallel_state: "pipeline-model-
 //    parallel size should be greater than 1 with interleaved schedule"; older
 //    versions required p > 2) and m % p == 0 (megatron/schedules.py
@@ -68,13 +68,18 @@ Feasibility check_pipeline_schedule(Schedule s, int p, int m, int v);
 //                pipeline.py fence()/depend(); arXiv 2004.09910 §3.2.1).
 //  k1F1B:        warm-up w = min(p-r-1, m) forwards, then m-w (F, B) pairs,
 //                then w backwards.
+//  kZbv:         PyTorch's ScheduleZBVZeroBubble order (v = 2, V placement,
+//                B and W passes): warm-up 2(p-r)-1 F0, r (F1 F0), p-r
+//                (F1 B1 W1); steady (F0 B0 W0 F1 B1 W1); cool-down r (B0 B1),
+//                p-r (B0 W0), then the pending W1s and W0s; built for
+//                max(2p-1, m) micro-batches, those >= m dropped.
 //  kInterleaved: over virtual microbatches k = 0..m*v-1, forward k runs chunk
 //                (k mod p*v) / p on microbatch (k / (p*v))*p + k mod p and
 //                backward k runs chunk v-1 minus that.  Warm-up is all m*v
 //                forwards when m == p, else min(2(p-r-1) + (v-1)p, m*v); then
 //                (F, B) pairs; then the remaining backwards.
-// REQUIRES: check_pipeline_schedule(s, p, m, v).ok and s is not a
-// zero-bubble schedule (TRAINPLAN_CHECK aborts).
+// REQUIRES: check_pipeline_schedule(s, p, m, v).ok and s is not kZb1p or
+// kZb2p (TRAINPLAN_CHECK aborts).
 PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v);
 
 // What a zero-bubble schedule is built from: per rank, the durations of its
@@ -106,13 +111,31 @@ struct StageOpTimes {
 // times as documented (TRAINPLAN_CHECK aborts).
 PipelineSchedule build_zero_bubble_schedule(Schedule s, int p, int m, const StageOpTimes& times);
 
+// The times Zero Bubble's runtime plans with: every rank's F, B and W set to
+// the median over the ranks (sorted[p / 2]), the p2p time and memory as
+// given.  The authors' runtime profiles each stage but orders the passes for
+// uniform stages ("Using uniform f/b/w timing for now", scheduler() in
+// sail-sg/zero-bubble-pipeline-parallelism megatron/core/pipeline_parallel/
+// zerobubble/runtime.py); the order then runs on the real, uneven stages
+// (first and last with the embedding and the loss).
+// REQUIRES: the three time vectors have the same size > 0.
+StageOpTimes zero_bubble_planning_times(const StageOpTimes& measured);
+
 // The peak activation memory of `ops` in units of M_B, counting F +1, B
 // -(1 - w) and W -w when the ops contain W passes, else B -1.
 double peak_activation_units(const std::vector<PipeOp>& ops, double weight_memory_share);
 
-// Returns the global virtual stage of `chunk` on `rank`: chunk*p + rank.
+// The peak activation bytes of a rank running `ops`: the F of a chunk-c
+// micro-batch adds held[c] (M_B); where the ops have W passes its B swaps
+// that for kept[c] (M_W) and its W frees kept[c], else its B frees held[c].
+// REQUIRES: held and kept sized to the rank's chunks.
+double peak_activation_bytes(const std::vector<PipeOp>& ops, const std::vector<double>& held,
+                             const std::vector<double>& kept);
+
+// Returns the global virtual stage of `chunk` on `rank`: chunk*p + rank, or
+// the V placement of kZbv (virtual_stage in simulator/spec/plan.h).
 // REQUIRES: 0 <= rank < p, chunk >= 0.
-int model_chunk_stage(int rank, int chunk, int p);
+int model_chunk_stage(int rank, int chunk, int p, Schedule s = Schedule::k1F1B);
 
 // Returns the largest number of (microbatch, chunk) activations one rank holds
 // at once: walking `ops`, +1 at each F and -1 at its B.  Megatron values:
@@ -161,8 +184,14 @@ UnitTimeRun simulate_pipeline_unit_time(const PipelineSchedule& schedule, int v,
 // per-rank order, as-soon-as-possible starts).
 // REQUIRES: as simulate_pipeline_unit_time; the schedule has no W passes.
 UnitTimeRun simulate_pipeline_stages(const PipelineSchedule& schedule, int v, const std::vector<double>& forward,
-                                     const std::vector<double>& backward);
+                                     const std::vector<double>& backward, Schedule kind = Schedule::k1F1B);
+
+// As simulate_pipeline with `times` given per virtual stage (size p*v, index
+// model_chunk_stage(rank, chunk, p, kind)), for schedules of v chunks per
+// rank, W passes included (kZbv).
+UnitTimeRun simulate_pipeline_virtual(const PipelineSchedule& schedule, Schedule kind, int v,
+                                      const StageOpTimes& times);
 
 }  // namespace trainplan
 
-#endif  // TRAINPLAN_SIM_TASKGRAPH_PIPELINE_SCHEDULE_H_
+#endif  // TRAINPLAN_SIM_SCHEDULE_PIPELINE_SCHEDULE_H_

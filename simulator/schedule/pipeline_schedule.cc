@@ -1,4 +1,4 @@
-#include "simulator/taskgraph/pipeline_schedule.h"
+#include "simulator/schedule/pipeline_schedule.h"
 
 #include <algorithm>
 #include <limits>
@@ -63,6 +63,60 @@ std::vector<PipeOp> interleaved_rank(int p, int m, int v, int rank) {
   return ops;
 }
 
+PipeOp weight(int microbatch, int chunk) {
+  return PipeOp{PipeOp::Kind::kWeight, microbatch, chunk};
+}
+
+// PyTorch's ScheduleZBVZeroBubble._calculate_single_rank_operations
+// (torch/distributed/pipelining/schedules.py), restated: the order is built
+// for n = max(2p - 1, m) micro-batches and the passes of micro-batches >= m
+// are dropped (there the runtime idles).  Chunk 0 is stage r, chunk 1 stage
+// 2p-1-r.
+std::vector<PipeOp> zbv_rank(int p, int m, int rank) {
+  const int n = std::max(2 * p - 1, m);
+  std::vector<PipeOp> ops;
+  int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+  // Warm-up: 2(p-r)-1 forwards of chunk 0; r pairs F1 F0; p-r triples F1 B1 W1.
+  for (int i = 0; i < 2 * (p - rank) - 1; ++i) ops.push_back(forward(f0++, 0));
+  for (int i = 0; i < rank; ++i) {
+    ops.push_back(forward(f1++, 1));
+    ops.push_back(forward(f0++, 0));
+  }
+  for (int i = 0; i < p - rank; ++i) {
+    ops.push_back(forward(f1++, 1));
+    ops.push_back(backward(b1, 1));
+    ops.push_back(weight(b1++, 1));
+  }
+  // Steady state: F0 B0 W0 F1 B1 W1 (no F0 once all are out).
+  while (f1 < f0 || f0 < n) {
+    if (f0 < n) ops.push_back(forward(f0++, 0));
+    ops.push_back(backward(b0, 0));
+    ops.push_back(weight(b0++, 0));
+    ops.push_back(forward(f1++, 1));
+    ops.push_back(backward(b1, 1));
+    ops.push_back(weight(b1++, 1));
+  }
+  // Cool-down: r pairs B0 B1, then p-r pairs B0 W0, then the pending Ws of
+  // chunk 1 and of chunk 0.
+  int w0 = b0, w1 = b1;
+  for (int i = 0; i < rank; ++i) {
+    ops.push_back(backward(b0++, 0));
+    ops.push_back(backward(b1++, 1));
+  }
+  for (int i = 0; i < p - rank; ++i) {
+    ops.push_back(backward(b0++, 0));
+    ops.push_back(weight(w0++, 0));
+  }
+  while (w1 < b1) ops.push_back(weight(w1++, 1));
+  while (w0 < b0) ops.push_back(weight(w0++, 0));
+  TRAINPLAN_CHECK(f0 == n && b0 == n && w0 == n && f1 == n && b1 == n && w1 == n, "zb-v order is incomplete");
+  std::vector<PipeOp> kept;
+  for (const PipeOp& op : ops) {
+    if (op.microbatch < m) kept.push_back(op);
+  }
+  return kept;
+}
+
 }  // namespace
 
 bool operator==(const PipeOp& a, const PipeOp& b) {
@@ -76,6 +130,13 @@ Feasibility check_pipeline_schedule(Schedule s, int p, int m, int v) {
   if (v < 1) return no("model chunks per rank v must be >= 1 (got " + std::to_string(v) + ")");
   if (zero_bubble(s) && p < 2) {
     return no(std::string(to_string(s)) + " schedule needs pipeline size p >= 2 (got p = " + std::to_string(p) + ")");
+  }
+  if (s == Schedule::kZbv) {
+    if (v != 2) {
+      return no("zb-v schedule runs exactly two model chunks per rank in a V; got v = " + std::to_string(v) +
+                " (PyTorch ScheduleZBVZeroBubble: ZBV requires exactly 2 stages per rank)");
+    }
+    return Feasibility{};
   }
   if (s != Schedule::kInterleaved) {
     if (v != 1) {
@@ -99,7 +160,7 @@ Feasibility check_pipeline_schedule(Schedule s, int p, int m, int v) {
 PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v) {
   const Feasibility f = check_pipeline_schedule(s, p, m, v);
   TRAINPLAN_CHECK(f.ok, f.reason);
-  TRAINPLAN_CHECK(!zero_bubble(s), std::string(to_string(s)) + " is built by build_zero_bubble_schedule");
+  TRAINPLAN_CHECK(!zero_bubble_automatic(s), std::string(to_string(s)) + " is built by build_zero_bubble_schedule");
   PipelineSchedule schedule(static_cast<size_t>(p));
   for (int rank = 0; rank < p; ++rank) {
     std::vector<PipeOp>& ops = schedule[static_cast<size_t>(rank)];
@@ -120,6 +181,9 @@ PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v) {
           ops.push_back(backward(i, 0));
         }
         break;
+      case Schedule::kZbv:
+        ops = zbv_rank(p, m, rank);
+        break;
       case Schedule::kZb1p:
       case Schedule::kZb2p:
         break;  // refused above
@@ -128,12 +192,7 @@ PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v) {
   return schedule;
 }
 
-int model_chunk_stage(int rank, int chunk, int p) {
-  TRAINPLAN_CHECK(rank >= 0 && rank < p && chunk >= 0,
-                  "rank " + std::to_string(rank) + ", chunk " + std::to_string(chunk) +
-                      " out of range for p = " + std::to_string(p));
-  return chunk * p + rank;
-}
+int model_chunk_stage(int rank, int chunk, int p, Schedule s) { return virtual_stage(s, p, rank, chunk); }
 
 int peak_microbatches_in_flight(const std::vector<PipeOp>& ops) {
   std::set<std::pair<int, int>> live;  // (microbatch, chunk)
@@ -171,7 +230,7 @@ OpDurations per_stage(OpDurations d, int v) {
   return d;
 }
 
-UnitTimeRun execute(const PipelineSchedule& schedule, int v, const OpDurations& d) {
+UnitTimeRun execute(const PipelineSchedule& schedule, int v, const OpDurations& d, Schedule placement = Schedule::k1F1B) {
   const int p = static_cast<int>(schedule.size());
   TRAINPLAN_CHECK(p >= 1 && v >= 1, "need p >= 1 and v >= 1");
   const size_t stage_count = static_cast<size_t>(p) * static_cast<size_t>(v);
@@ -223,7 +282,7 @@ UnitTimeRun execute(const PipelineSchedule& schedule, int v, const OpDurations& 
       size_t& i = next[static_cast<size_t>(r)];
       while (i < ops.size()) {
         const PipeOp& op = ops[i];
-        const int s = model_chunk_stage(r, op.chunk, p);
+        const int s = model_chunk_stage(r, op.chunk, p, placement);
         const int mb = op.microbatch;
         double ready = free_at[static_cast<size_t>(r)];
         bool blocked = false;
@@ -473,6 +532,19 @@ PipelineSchedule build_zero_bubble_schedule(Schedule s, int p, int m, const Stag
   return best.schedule;
 }
 
+StageOpTimes zero_bubble_planning_times(const StageOpTimes& measured) {
+  TRAINPLAN_CHECK(!measured.forward.empty() && measured.backward_input.size() == measured.forward.size() &&
+                      measured.backward_weight.size() == measured.forward.size(),
+                  "stage op times must be given for every rank");
+  StageOpTimes t = measured;
+  for (std::vector<double>* v : {&t.forward, &t.backward_input, &t.backward_weight}) {
+    std::vector<double> sorted = *v;
+    std::sort(sorted.begin(), sorted.end());
+    v->assign(v->size(), sorted[sorted.size() / 2]);
+  }
+  return t;
+}
+
 double peak_activation_units(const std::vector<PipeOp>& ops, double weight_memory_share) {
   bool split = false;
   for (const PipeOp& op : ops) split = split || op.kind == PipeOp::Kind::kWeight;
@@ -481,6 +553,23 @@ double peak_activation_units(const std::vector<PipeOp>& ops, double weight_memor
     if (op.kind == PipeOp::Kind::kForward) live += 1.0;
     if (op.kind == PipeOp::Kind::kBackward) live -= split ? 1.0 - weight_memory_share : 1.0;
     if (op.kind == PipeOp::Kind::kWeight) live -= weight_memory_share;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+double peak_activation_bytes(const std::vector<PipeOp>& ops, const std::vector<double>& held,
+                             const std::vector<double>& kept) {
+  TRAINPLAN_CHECK(held.size() == kept.size(), "held and kept bytes must be given per chunk");
+  bool split = false;
+  for (const PipeOp& op : ops) split = split || op.kind == PipeOp::Kind::kWeight;
+  double live = 0, peak = 0;
+  for (const PipeOp& op : ops) {
+    TRAINPLAN_CHECK(op.chunk >= 0 && static_cast<size_t>(op.chunk) < held.size(), op_text(op) + " has no chunk bytes");
+    const size_t c = static_cast<size_t>(op.chunk);
+    if (op.kind == PipeOp::Kind::kForward) live += held[c];
+    if (op.kind == PipeOp::Kind::kBackward) live += split ? kept[c] - held[c] : -held[c];
+    if (op.kind == PipeOp::Kind::kWeight) live -= kept[c];
     peak = std::max(peak, live);
   }
   return peak;
@@ -527,11 +616,17 @@ UnitTimeRun simulate_pipeline_unit_time(const PipelineSchedule& schedule, int v,
 }
 
 UnitTimeRun simulate_pipeline_stages(const PipelineSchedule& schedule, int v, const std::vector<double>& forward,
-                                     const std::vector<double>& backward) {
+                                     const std::vector<double>& backward, Schedule kind) {
   const size_t stages = schedule.size() * static_cast<size_t>(std::max(v, 1));
   TRAINPLAN_CHECK(forward.size() == stages && backward.size() == stages,
                   "op times must be given for each of the " + std::to_string(stages) + " virtual stages");
-  return execute(schedule, v, OpDurations{forward, backward, std::vector<double>(stages, 0.0), 0.0});
+  return execute(schedule, v, OpDurations{forward, backward, std::vector<double>(stages, 0.0), 0.0}, kind);
+}
+
+UnitTimeRun simulate_pipeline_virtual(const PipelineSchedule& schedule, Schedule kind, int v,
+                                      const StageOpTimes& times) {
+  const size_t stages = schedule.size() * static_cast<size_t>(std::max(v, 1));
+  return execute(schedule, v, durations_of(times, stages), kind);
 }
 
 }  // namespace trainplan
