@@ -359,6 +359,7 @@ int run_recommend(const RecommendFlags& f) {
     out["ranked_by"] = "step time";
   }
   out["rejected"] = r.rejected;
+  out["rejected_examples"] = r.rejected_example;
   nlohmann::json fam = nlohmann::json::array();
   for (const FamilyVerdict& v : r.families) fam.push_back({{"family", v.family}, {"verdict", v.verdict}});
   out["families"] = fam;
@@ -485,8 +486,19 @@ int run_recommend(const RecommendFlags& f) {
     }
   }
   std::printf("why the others lose:\n");
+  // A kind of reason with numbers in it ("tp=N does not divide ...") is
+  // shown by one of its reasons verbatim: N in a message reads as a name
+  // ("zb-Np", "use zero N or N").
   for (const auto& [reason, count] : r.rejected) {
-    if (count > 0) std::printf("  %8lld  %s\n", static_cast<long long>(count), reason.c_str());
+    if (count <= 0) continue;
+    auto ex = r.rejected_example.find(reason);
+    if (ex == r.rejected_example.end() || reason.find('N') == std::string::npos || rule_of(ex->second) == ex->second) {
+      std::printf("  %8lld  %s\n", static_cast<long long>(count), reason.c_str());
+      continue;
+    }
+    const std::string head = reason.substr(0, reason.size() - rule_of(ex->second).size());
+    std::printf("  %8lld  %s%s%s\n", static_cast<long long>(count), head.c_str(), count > 1 ? "e.g. " : "",
+                ex->second.c_str());
   }
   for (const FamilyVerdict& v : r.families) std::printf("  %s: %s\n", v.family.c_str(), v.verdict.c_str());
   if (!f.save.empty()) std::printf("saved the best plan to %s\n", f.save.c_str());

@@ -418,13 +418,15 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     plans[i].framework = o.framework;
     Layout L = resolve_plan(m, c, world_of_plan[i], plans[i]);
     if (!L.feasible) {
-      res.rejected["invalid: " + rule_of(L.reasons.front())] += 1;
+      const std::string key = "invalid: " + rule_of(L.reasons.front());
+      if (res.rejected[key]++ == 0) res.rejected_example[key] = L.reasons.front();
       continue;
     }
     // The framework's own rules (its exporter's refusals).
     if (o.framework != Framework::kGeneric) {
       if (std::optional<std::string> why = framework_refusal(m, c, L)) {
-        res.rejected[std::string(to_string(o.framework)) + " cannot run it: " + rule_of(*why)] += 1;
+        const std::string key = std::string(to_string(o.framework)) + " cannot run it: " + rule_of(*why);
+        if (res.rejected[key]++ == 0) res.rejected_example[key] = *why;
         continue;
       }
     }

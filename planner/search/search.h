@@ -118,7 +118,9 @@ struct SearchResult {
   double elapsed_s = 0;
   double evaluate_s = 0;     // enumeration, validity, memory and bound of every plan (before simulation)
   std::vector<RankedPlan> plans;               // best first, at most top_k
-  std::map<std::string, int64_t> rejected;     // reason -> count
+  std::map<std::string, int64_t> rejected;     // reason (numbers as N: rule_of) -> count
+  // A reason of that kind verbatim (the first met), for reasons with numbers.
+  std::map<std::string, std::string> rejected_example;
   std::vector<FamilyVerdict> families;         // why the other families lose
   std::vector<WorldBest> worlds;               // with failures: best per world size, most GPUs first
   double min_peak_bytes = 0;                   // nearest miss when nothing fits

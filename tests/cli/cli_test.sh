@@ -211,6 +211,23 @@ if command -v ldd >/dev/null; then
     fail "trainplan links a backend library: $(ldd "$BIN" | grep -E 'libmpi|libcuda|libcublas|libnccl')"
   fi
 fi
+# "why the others lose" counts reasons of one kind together but shows one of
+# them verbatim: a message with its numbers made N ("use schedule zb-v, Nf1b
+# or interleaved", "zb-Np") reads as nonsense (issue 13: digits replaced in a
+# name).
+expect_ok "recommend --framework: rejection reasons keep their numbers" \
+  recommend --model llama3-70b --cluster dgx-h100 --nodes 4 --framework torchtitan --strategies zero-bubble --top 1
+grep -q "torchtitan cannot run it: e.g. torchtitan has no zb-1p schedule with one stage per rank" "$TMP/out" ||
+  fail "no verbatim example of the zb-1p refusal: $(sed -n '/why the others/,$p' "$TMP/out")"
+sed -n '/why the others/,$p' "$TMP/out" | grep -E "zb-Np|Nf1b|ZeRO-N|zero N" &&
+  fail "a rejection reason with its numbers replaced by N"
+expect_ok "recommend --json keeps the rule counts and a verbatim example of each" \
+  recommend --model llama3-70b --cluster dgx-h100 --nodes 4 --framework torchtitan --strategies zero-bubble --top 1 --json
+json_check "rejected_examples" '
+assert set(d["rejected_examples"]) <= set(d["rejected"]), d["rejected_examples"]
+assert any("zb-1p" in e for e in d["rejected_examples"].values()), d["rejected_examples"]
+'
+
 mkdir -p "$TMP/alone" && cp "$BIN" "$TMP/alone/trainplan"
 CHECKS=$((CHECKS + 1))
 echo "check $CHECKS: calibrate without trainplan-backends"
