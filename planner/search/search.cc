@@ -142,9 +142,13 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
             for (int mbs : {1, 2, 4, 8, 16}) {
               if (o.gbs % (int64_t{mbs} * dp) != 0) continue;
               std::vector<std::pair<int, int>> zeros = {{0, 0}, {1, 0}};  // (stage, shard group)
-              // MoE: ZeRO-2 (FSDP2 without resharding, torchtitan's MoE
-              // train specs); ZeRO-3 of expert weights is not modelled.
-              if (pp == 1 && m.has_moe) zeros.push_back({2, 0});
+              // MoE: ZeRO-2 (FSDP2 without resharding) and ZeRO-3 (FSDP2,
+              // the routed experts sharded over the expert data-parallel
+              // group: torchtitan's MoE train specs, Megatron-FSDP).
+              if (pp == 1 && m.has_moe) {
+                zeros.push_back({2, 0});
+                zeros.push_back({3, 0});
+              }
               if (pp == 1 && !m.has_moe) {
                 zeros.push_back({2, 0});
                 zeros.push_back({3, 0});

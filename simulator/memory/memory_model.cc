@@ -109,6 +109,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
   // What a stage's layers hold, summed over its dense and MoE layers.
   struct StageSums {
     double params = 0, expert_params = 0, saved = 0, weight_kept = 0, linear = 0, transient = 0, largest = 0;
+    double largest_expert = 0;  // a layer's routed experts on this GPU (their own FSDP unit)
     std::vector<double> chunk_saved, chunk_kept;  // M_B and M_W per model chunk
   };
   std::vector<StageSums> sums(static_cast<size_t>(p.pp));
@@ -146,6 +147,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
         ss.linear += c.linear_params;
         ss.transient = std::max(ss.transient, c.backward_transient_bytes);
         ss.largest = std::max(ss.largest, c.params - c.expert_params);
+        ss.largest_expert = std::max(ss.largest_expert, c.expert_params);
       }
     }
   }
@@ -195,9 +197,14 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     b.optimizer = ms.optimizer + me.optimizer;
     if (p.zero == 3) {
       // ZeRO-3 / FSDP gathers one layer's full (TP-sharded) weights and
-      // prefetches the next: two layers unsharded in 16-bit.
+      // prefetches the next: two layers unsharded in 16-bit.  An MoE layer's
+      // routed experts are a unit of their own, gathered over the expert
+      // data-parallel group with the rest of their block (torchtitan
+      // apply_fsdp: fully_shard(transformer_block.moe.experts, mesh =
+      // dp_shard_mod_ep) inside the block's unit).
       double largest = std::max(ss.largest, i == output_rank ? out.params : 0.0);
-      b.weights += 2 * largest * weight_bytes(p.precision);
+      b.weights += 2 * (largest + ss.largest_expert) * weight_bytes(p.precision);
+      largest = std::max(largest, ss.largest_expert);
       if (fw.fp32_master_is_param) {
         // FSDP2's backward: a block's unsharded gradients in the parameter
         // dtype while the previous block's reduce-scatter input, the full

@@ -313,7 +313,6 @@ void resolve_experts(const ModelSpec& model, Layout* L, Fail fail) {
   // Megatron validate_args: "When using MoE and tensor parallelism, sequence
   // parallelism must be used" -- an MoE plan with tp > 1 runs SP.
   if (p.tp > 1) p.sp = true;
-  if (p.zero == 3) fail("ZeRO-3 / FSDP of expert weights is not modelled (use zero 0, 1 or 2 with MoE)");
   if (p.shard_group != 0) fail("a shard group with MoE is not modelled");
   if (p.dp_mode == DpMode::kAsync) fail("async data parallel with MoE is not modelled");
   if (p.moe_imbalance != 0 && p.moe_imbalance < 1) fail("moe imbalance is the busiest rank's load over the mean, >= 1");

@@ -113,6 +113,7 @@ struct Entry {
   double grad_expert_params = 0;  // of them, routed experts (reduced over the expert data-parallel group)
   double gather_params = 0; // ZeRO-3: parameters to gather before it
   double gather_layer_params = 0;  // of them, the layer's own (the rest: embedding / output layer)
+  double gather_expert_params = 0;  // of them, routed experts (gathered over the expert data-parallel group)
 };
 
 class Lowerer {
@@ -337,6 +338,7 @@ class Lowerer {
           if (p_.zero == 3) {
             e.gather_params = params;
             e.gather_layer_params = sc_.cost_of(ch.global_first + layer).params;
+            e.gather_expert_params = sc_.cost_of(ch.global_first + layer).expert_params;
           }
           entries_[static_cast<size_t>(s)].push_back(e);
         }
@@ -957,15 +959,19 @@ class Lowerer {
         const Entry& e = entries[k];
         // The parameters this group reduces: the routed experts, or the rest.
         const double grad_params = experts ? e.grad_expert_params : e.grad_params - e.grad_expert_params;
-        if (!experts && e.gather_params > 0) {
+        // ZeRO-3: the layer's routed experts are gathered over the expert
+        // group (one unit), the rest over the shard group.
+        const double gather = experts ? e.gather_expert_params : e.gather_params - e.gather_expert_params;
+        if (gather > 0) {
           // DeepSpeed with full recompute gathers a layer twice for its
           // backward (recompute forward, then backward).
           const int gathers = gathers_before(e);
           for (int n = 0; n < gathers; ++n) {
-            std::vector<double> pieces = gather_pieces(e.gather_params, e.gather_layer_params);
+            std::vector<double> pieces =
+                experts ? std::vector<double>{gather} : gather_pieces(gather, e.gather_layer_params - e.gather_expert_params);
             for (double& piece : pieces) piece *= gather_wbytes;
             int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kParamAllGather, pieces, shard,
-                                        members);
+                                        members, stride);
             // An offloaded shard reaches the GPU before it is gathered.
             for (int32_t mr : members) {
               if (static_cast<size_t>(mr) < h2d_.size() && !h2d_[static_cast<size_t>(mr)].empty()) {
