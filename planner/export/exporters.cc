@@ -270,6 +270,14 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
         "its own ZB-V variant with --zero-bubble-v-schedule on its local (non-Transformer-Engine) layers, which this "
         "export does not target; the zb-v simulated here is PyTorch's ScheduleZBVZeroBubble (export to torchtitan)");
   }
+  if (p.schedule == Schedule::kDualPipeV) {
+    // Megatron-Core has no DualPipe schedule; its EP overlap is batch-level
+    // in 1F1B (--overlap-moe-expert-parallel-comm, MoE README v0.14).
+    return refuse(
+        "Megatron-LM has no dualpipe-v schedule (its expert-parallel overlap is --overlap-moe-expert-parallel-comm "
+        "within 1F1B / interleaved 1F1B); the dualpipe-v simulated here is PyTorch's ScheduleDualPipeV (export to "
+        "torchtitan)");
+  }
   if (zero_bubble(p.schedule)) {
     // Upstream Megatron-LM / Megatron-Core ships no zero-bubble schedule; the
     // authors' fork (sail-sg/zero-bubble-pipeline-parallelism) adds one on
@@ -944,6 +952,12 @@ std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, Ti
         "torchtitan's llama3 attention is scaled_dot_product_attention (fused kernels); it has no unfused attention "
         "(use attention flash)");
   }
+  if (p.schedule == Schedule::kDualPipeV && p.ep > 1 && p.recompute != Recompute::kNone) {
+    // torchtitan/distributed/dual_pipe_v.py get_dual_pipe_v_flag.
+    return std::optional<std::string>(
+        "torchtitan raises NotImplementedError for expert parallelism with DualPipeV and activation checkpointing "
+        "(\"cannot be used together\"); use recompute none with dualpipe-v, or schedule zb-v");
+  }
   if (zero_bubble_automatic(p.schedule)) {
     // torch/distributed/pipelining/schedules.py: ScheduleInterleavedZeroBubble
     // ("the ZB1P schedule in the paper") and ScheduleZBVZeroBubble are
@@ -972,6 +986,7 @@ const char* titan_schedule(Schedule s) {
   if (s == Schedule::kGpipe) return "GPipe";
   if (s == Schedule::kInterleaved) return "Interleaved1F1B";
   if (s == Schedule::kZbv) return "ZBVZeroBubble";
+  if (s == Schedule::kDualPipeV) return "DualPipeV";
   return "1F1B";
 }
 
@@ -1081,8 +1096,12 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
     const std::vector<int> stages = virtual_stage_layers(L);
     s += "# Virtual stages of " + join(stages, ", ") + " transformer layers; the embedding on the first,\n"
          "# the final norm and output on the last.\n";
-    if (p.schedule == Schedule::kZbv) {
-      s += "# ZBVZeroBubble places them in a V: pipeline rank r runs stages r and " + str(2 * p.pp - 1) +
+    if (p.schedule == Schedule::kDualPipeV && p.ep > 1) {
+      s += "# DualPipeV overlaps one micro-batch's expert all-to-alls with the other's compute, as simulated.\n";
+      s += "pipeline_parallel_expert_parallel_overlap = true\n";
+    }
+    if (v_shape(p.schedule)) {
+      s += "# " + std::string(schedule) + " places them in a V: pipeline rank r runs stages r and " + str(2 * p.pp - 1) +
            " - r,\n# so rank 0 holds the first and the last.\n";
     }
     s += "module_fqns_per_model_part = [\n";

@@ -134,8 +134,12 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
             if (pp > 1 && o.zero_bubble) {
               schedules.push_back(Schedule::kZb1p);
               schedules.push_back(Schedule::kZb2p);
-              // ZB-V's two chunks per rank are implied by the schedule.
-              if (2 * pp <= m.layers) schedules.push_back(Schedule::kZbv);
+              // ZB-V's and DualPipeV's two chunks per rank are implied by
+              // the schedule.
+              if (2 * pp <= m.layers) {
+                schedules.push_back(Schedule::kZbv);
+                schedules.push_back(Schedule::kDualPipeV);
+              }
             }
           }
           for (Schedule sched : schedules) {

@@ -129,6 +129,15 @@ ExecutionProfile torchtitan(const Plan& p) {
   // eager RMSNorm of torchtitan/models/norms.py); FP8 plans are exported
   // with [compile] enable = true, which fuses the elementwise ops.
   e.eager_elementwise = p.fp8_recipe == Fp8Recipe::kNone;
+  e.dualpipe_ep_overlap = p.schedule == Schedule::kDualPipeV && p.ep > 1 && p.recompute == Recompute::kNone;
+  return e;
+}
+
+// Without a framework: DualPipe as its authors run it, all-to-alls
+// overlapped in the paired passes whatever the recompute.
+ExecutionProfile generic(const Plan& p) {
+  ExecutionProfile e = pytorch(p);
+  e.dualpipe_ep_overlap = p.schedule == Schedule::kDualPipeV && p.ep > 1;
   return e;
 }
 
@@ -149,7 +158,7 @@ const char* to_string(Framework f) { return framework_names()[static_cast<size_t
 
 ExecutionProfile execution_profile(const Plan& p) {
   switch (p.framework) {
-    case Framework::kGeneric: return pytorch(p);
+    case Framework::kGeneric: return generic(p);
     case Framework::kMegatronLM: return megatron_lm(p);
     case Framework::kMegatronCore: return megatron_core(p);
     case Framework::kDeepSpeed: return deepspeed(p);

@@ -94,6 +94,13 @@ struct ExecutionProfile {
   // layer_cost.cc), instead of the fused kernels of Megatron / Transformer
   // Engine / apex or a torch.compile'd model.
   bool eager_elementwise = false;
+  // DualPipe's overlap (DeepSeek-V3 report Sec. 3.2.1): in each paired
+  // forward and full backward of the dualpipe-v schedule, one micro-batch's
+  // expert-parallel all-to-alls run under the other's compute.  torchtitan
+  // does it with pipeline_parallel_expert_parallel_overlap (default true;
+  // DualPipeV with ep > 1, not with activation checkpointing:
+  // torchtitan/distributed/dual_pipe_v.py get_dual_pipe_v_flag).
+  bool dualpipe_ep_overlap = false;
 };
 
 // Share of a stage's output tensor a rank keeps per in-flight micro-batch

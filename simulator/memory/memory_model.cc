@@ -83,6 +83,7 @@ int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp,
       // limit's worth of micro-batches (build_zero_bubble_schedule).
       return std::min<int64_t>(zero_bubble_activation_limit(schedule, pp), microbatches);
     case Schedule::kZbv:
+    case Schedule::kDualPipeV:
       // Two chunks per rank: the peak chunk activations of the V order
       // (2(p - r) - 1 of chunk 0 and r of chunk 1 live, plus one).
       return std::min<int64_t>(2 * int64_t{pp}, 2 * microbatches);
@@ -152,11 +153,11 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     }
   }
 
-  // ZB-V: the embedding (virtual stage 0) and the output (the last) are
+  // V schedules: the embedding (virtual stage 0) and the output (the last) are
   // both on rank 0; each rank's peak is read off its pass order.
-  PipelineSchedule zbv_order;
-  if (p.schedule == Schedule::kZbv) {
-    zbv_order = build_pipeline_schedule(p.schedule, p.pp, static_cast<int>(layout.microbatches), 2);
+  PipelineSchedule v_order;
+  if (v_shape(p.schedule)) {
+    v_order = build_pipeline_schedule(p.schedule, p.pp, static_cast<int>(layout.microbatches), 2);
     sums[0].chunk_saved[0] += emb.saved_bytes;
     sums[0].chunk_kept[0] += emb.weight_grad_saved_bytes;
     sums[0].chunk_saved[1] += out.saved_bytes;
@@ -243,8 +244,8 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
       int64_t mb = p.schedule == Schedule::kInterleaved ? 1 : chunks;
       act += static_cast<double>(mb) * out.saved_bytes;
     }
-    if (p.schedule == Schedule::kZbv) {
-      act = peak_activation_bytes(zbv_order[static_cast<size_t>(i)], ss.chunk_saved, ss.chunk_kept);
+    if (v_shape(p.schedule)) {
+      act = peak_activation_bytes(v_order[static_cast<size_t>(i)], ss.chunk_saved, ss.chunk_kept);
     } else if (zero_bubble(p.schedule)) {
       // The scheduler holds at most limit x max(M_B of stages 0 and 1) on
       // every stage (build_zero_bubble_schedule), and at most all m

@@ -117,6 +117,75 @@ std::vector<PipeOp> zbv_rank(int p, int m, int rank) {
   return kept;
 }
 
+// PyTorch's ScheduleDualPipeV._calculate_single_rank_operations
+// (torch/distributed/pipelining/schedules.py), restated.  Chunk 0 is stage r,
+// chunk 1 stage 2p-1-r.  A BACKWARD_INPUT queues its W, popped oldest first
+// where the order asks for one; a FULL_BACKWARD is B followed by its W.
+std::vector<PipeOp> dualpipev_rank(int p, int m, int rank) {
+  std::vector<PipeOp> ops;
+  int f[2] = {0, 0}, b[2] = {0, 0};
+  std::vector<PipeOp> pending;  // W passes of B-only backwards, oldest first
+  auto fwd = [&](int c, bool paired = false) {
+    PipeOp op = forward(f[c]++, c);
+    op.overlapped = paired;
+    ops.push_back(op);
+  };
+  auto input_only = [&](int c) {
+    ops.push_back(backward(b[c], c));
+    pending.push_back(weight(b[c]++, c));
+  };
+  auto full = [&](int c, bool paired = false) {
+    PipeOp op = backward(b[c], c);
+    op.overlapped = paired;
+    ops.push_back(op);
+    ops.push_back(weight(b[c]++, c));
+  };
+  auto pop_weight = [&] {
+    if (pending.empty()) return;
+    ops.push_back(pending.front());
+    pending.erase(pending.begin());
+  };
+  for (int i = 0; i < (p - rank - 1) * 2; ++i) fwd(0);
+  for (int i = 0; i < rank + 1; ++i) {
+    fwd(0);
+    fwd(1);
+  }
+  for (int i = 0; i < p - rank - 1; ++i) {
+    input_only(1);
+    pop_weight();
+    fwd(1);
+  }
+  for (int i = 0; i < m - 2 * p + rank + 1; ++i) {
+    // The last rank's first pair is not overlapped (a shorter bubble).
+    const bool paired = !(i == 0 && rank == p - 1);
+    fwd(0, paired);
+    full(1, paired);
+    fwd(1, true);
+    full(0, true);
+  }
+  for (int i = 0; i < p - rank - 1; ++i) {
+    full(1);
+    fwd(1, true);
+    full(0, true);
+  }
+  const int half = rank + 1;
+  bool zero_bubble = false;
+  for (int i = 0; i < half; ++i) {
+    if (i == half / 2 && rank % 2 == 1) zero_bubble = true;
+    zero_bubble ? input_only(1) : full(1);
+    if (i == half / 2 && rank % 2 == 0) zero_bubble = true;
+    zero_bubble ? input_only(0) : full(0);
+  }
+  for (int i = 0; i < p - rank - 1; ++i) {
+    pop_weight();
+    zero_bubble ? input_only(0) : full(0);
+  }
+  for (int i = 0; i < rank + 1; ++i) pop_weight();
+  TRAINPLAN_CHECK(f[0] == m && f[1] == m && b[0] == m && b[1] == m && pending.empty(),
+                  "dualpipe-v order is incomplete");
+  return ops;
+}
+
 }  // namespace
 
 bool operator==(const PipeOp& a, const PipeOp& b) {
@@ -131,10 +200,14 @@ Feasibility check_pipeline_schedule(Schedule s, int p, int m, int v) {
   if (zero_bubble(s) && p < 2) {
     return no(std::string(to_string(s)) + " schedule needs pipeline size p >= 2 (got p = " + std::to_string(p) + ")");
   }
-  if (s == Schedule::kZbv) {
+  if (v_shape(s)) {
     if (v != 2) {
-      return no("zb-v schedule runs exactly two model chunks per rank in a V; got v = " + std::to_string(v) +
-                " (PyTorch ScheduleZBVZeroBubble: ZBV requires exactly 2 stages per rank)");
+      return no(std::string(to_string(s)) + " schedule runs exactly two model chunks per rank in a V; got v = " +
+                std::to_string(v) + " (PyTorch: ZBV requires exactly 2 stages per rank)");
+    }
+    if (s == Schedule::kDualPipeV && m < 2 * p) {
+      return no("dualpipe-v schedule needs m >= 2p micro-batches (got m = " + std::to_string(m) + ", p = " +
+                std::to_string(p) + "; PyTorch: DualPipeV requires at least as many microbatches as stages)");
     }
     return Feasibility{};
   }
@@ -183,6 +256,9 @@ PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v) {
         break;
       case Schedule::kZbv:
         ops = zbv_rank(p, m, rank);
+        break;
+      case Schedule::kDualPipeV:
+        ops = dualpipev_rank(p, m, rank);
         break;
       case Schedule::kZb1p:
       case Schedule::kZb2p:

@@ -34,6 +34,9 @@ struct PipeOp {
   Kind kind = Kind::kForward;
   int microbatch = 0;  // 0..m-1
   int chunk = 0;       // virtual stage index on this rank, 0..v-1
+  // kDualPipeV: a forward and the full backward (B, then its W) that follows
+  // it run as one overlapped pair (PyTorch OVERLAP_F_B); both F and B carry it.
+  bool overlapped = false;
 };
 bool operator==(const PipeOp& a, const PipeOp& b);
 
@@ -50,7 +53,8 @@ struct Feasibility {
 //  - p, m, v must be >= 1;
 //  - kGpipe, k1F1B, kNaive, kZb1p and kZb2p have one chunk per rank: v must
 //    be 1;
-//  - kZb1p, kZb2p and kZbv need p >= 2; kZbv needs v == 2;
+//  - kZb1p, kZb2p, kZbv and kDualPipeV need p >= 2; kZbv and kDualPipeV
+//    need v == 2, kDualPipeV m >= 2p;
 //  - kInterleaved needs p >= 2 (Megatron parallel_state: "pipeline-model-
 //    parallel size should be greater than 1 with interleaved schedule"; older
 //    versions required p > 2) and m % p == 0 (megatron/schedules.py
@@ -68,6 +72,13 @@ Feasibility check_pipeline_schedule(Schedule s, int p, int m, int v);
 //                pipeline.py fence()/depend(); arXiv 2004.09910 §3.2.1).
 //  k1F1B:        warm-up w = min(p-r-1, m) forwards, then m-w (F, B) pairs,
 //                then w backwards.
+//  kDualPipeV:   PyTorch's ScheduleDualPipeV order (v = 2, V placement,
+//                m >= 2p): warm-up 2(p-r-1) F0, r+1 (F0 F1), p-r-1
+//                (B1 W F1); steady m-2p+r+1 pairs [F0 + full B1]
+//                [F1 + full B0] (the first pair of the last rank not
+//                overlapped); p-r-1 (full B1, [F1 + full B0]); cool-down
+//                r+1 (B1 B0) turning zero-bubble (B without W) half-way,
+//                p-r-1 (W, B0), r+1 W.  A full backward is B then its W.
 //  kZbv:         PyTorch's ScheduleZBVZeroBubble order (v = 2, V placement,
 //                B and W passes): warm-up 2(p-r)-1 F0, r (F1 F0), p-r
 //                (F1 B1 W1); steady (F0 B0 W0 F1 B1 W1); cool-down r (B0 B1),

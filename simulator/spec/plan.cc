@@ -26,6 +26,7 @@ const char* to_string(Schedule s) {
     case Schedule::kZb1p: return "zb-1p";
     case Schedule::kZb2p: return "zb-2p";
     case Schedule::kZbv: return "zb-v";
+    case Schedule::kDualPipeV: return "dualpipe-v";
   }
   return "?";
 }
@@ -45,10 +46,11 @@ std::string recompute_modules_name(uint16_t modules) {
 }
 
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "naive", "zb-1p", "zb-2p", "zb-v"};
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "naive", "zb-1p", "zb-2p", "zb-v", "dualpipe-v"};
   return names;
 }
-bool zero_bubble(Schedule s) { return zero_bubble_automatic(s) || s == Schedule::kZbv; }
+bool zero_bubble(Schedule s) { return zero_bubble_automatic(s) || v_shape(s); }
+bool v_shape(Schedule s) { return s == Schedule::kZbv || s == Schedule::kDualPipeV; }
 bool zero_bubble_automatic(Schedule s) { return s == Schedule::kZb1p || s == Schedule::kZb2p; }
 int zero_bubble_activation_limit(Schedule s, int pp) {
   if (s == Schedule::kZb1p) return pp;
@@ -191,7 +193,8 @@ bool layer_recomputed(const Plan& plan, int index_in_chunk) {
 
 std::vector<int> balance_v_stage_layers(int64_t layers, int pp) {
   TRAINPLAN_CHECK(pp >= 1 && layers >= 1, "balance_v_stage_layers needs pp >= 1 and layers >= 1");
-  // The embedding and the loss count as a layer each, as in
+  if (layers % pp == 0) return std::vector<int>(static_cast<size_t>(pp), static_cast<int>(layers / pp));
+  // Otherwise the embedding and the loss count as a layer each, as in
   // balance_stage_layers, and both sit on rank 0 in the V.
   const int64_t units = layers + 2;
   std::vector<int> out(static_cast<size_t>(pp), static_cast<int>(units / pp));
@@ -206,20 +209,20 @@ std::vector<int> balance_v_stage_layers(int64_t layers, int pp) {
 
 int chunks_per_rank(const Plan& plan) {
   if (plan.schedule == Schedule::kInterleaved) return std::max(1, plan.vp);
-  return plan.schedule == Schedule::kZbv ? 2 : 1;
+  return v_shape(plan.schedule) ? 2 : 1;
 }
 
 int virtual_stage(Schedule s, int pp, int rank, int chunk) {
-  TRAINPLAN_CHECK(rank >= 0 && rank < pp && chunk >= 0 && (s != Schedule::kZbv || chunk < 2),
+  TRAINPLAN_CHECK(rank >= 0 && rank < pp && chunk >= 0 && (!v_shape(s) || chunk < 2),
                   "rank " + std::to_string(rank) + ", chunk " + std::to_string(chunk) + " out of range for pp = " +
                       std::to_string(pp));
-  if (s == Schedule::kZbv) return chunk == 0 ? rank : 2 * pp - 1 - rank;
+  if (v_shape(s)) return chunk == 0 ? rank : 2 * pp - 1 - rank;
   return chunk * pp + rank;
 }
 
 RankChunk rank_chunk_of(Schedule s, int pp, int stage) {
   TRAINPLAN_CHECK(pp >= 1 && stage >= 0, "virtual stage " + std::to_string(stage) + " out of range");
-  if (s == Schedule::kZbv) return stage < pp ? RankChunk{stage, 0} : RankChunk{2 * pp - 1 - stage, 1};
+  if (v_shape(s)) return stage < pp ? RankChunk{stage, 0} : RankChunk{2 * pp - 1 - stage, 1};
   return RankChunk{stage % pp, stage / pp};
 }
 
@@ -400,7 +403,7 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     } else {
       L.stage_layers = p.stage_layers;
     }
-  } else if (p.pp <= model.layers && p.schedule == Schedule::kZbv) {
+  } else if (p.pp <= model.layers && v_shape(p.schedule)) {
     L.stage_layers = balance_v_stage_layers(model.layers, p.pp);
   } else if (p.pp <= model.layers) {
     L.stage_layers = balance_stage_layers(model.layers, p.pp);
@@ -456,15 +459,21 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     // pipeline); ZB-V runs exactly two (PyTorch ScheduleZBVZeroBubble: "ZBV
     // requires exactly 2 stages per rank"), implied by the schedule.
     if (p.pp < 2) fail(std::string("the ") + to_string(p.schedule) + " schedule needs pp >= 2");
-    if (p.schedule == Schedule::kZbv) {
+    if (v_shape(p.schedule)) {
       for (int n : L.stage_layers) {
         if (n < 2) {
-          fail("the zb-v schedule places two model chunks on every pipeline rank; a rank with " + str(n) +
+          fail(std::string("the ") + to_string(p.schedule) +
+               " schedule places two model chunks on every pipeline rank; a rank with " + str(n) +
                " layer(s) cannot hold both (use a smaller pp)");
           break;
         }
       }
     }
+    // PyTorch ScheduleDualPipeV: "DualPipeV requires at least as many
+    // microbatches as stages".
+    if (p.schedule == Schedule::kDualPipeV && L.microbatches < 2 * p.pp)
+      fail("the dualpipe-v schedule needs at least as many micro-batches as its 2*pp = " + str(2 * p.pp) +
+           " stages (got " + str(L.microbatches) + ")");
     // The deferred W pass of a layer needs the inputs of its linear layers
     // and their output gradients: under full recompute those are
     // rematerialised in B and held until W, which no framework schedules.

@@ -45,8 +45,12 @@ std::string recompute_modules_name(uint16_t modules);
 // peak) or 2p (ZB-2p) micro-batches.  kZbv is ZB-V (Qi et al. Sec. 6) as
 // PyTorch's ScheduleZBVZeroBubble orders it: two model chunks per rank placed
 // in a V (rank r holds virtual stages r and 2p-1-r), backward split the same
-// way, a fixed order per rank.
-enum class Schedule { kGpipe, k1F1B, kInterleaved, kNaive, kZb1p, kZb2p, kZbv };
+// way, a fixed order per rank.  kDualPipeV is DeepSeek-V3's DualPipe in
+// its V form as PyTorch's ScheduleDualPipeV orders it (same placement): in
+// its steady state each rank runs a forward of one chunk paired with the full
+// backward of the other, and torchtitan overlaps their expert-parallel
+// all-to-alls with each other's compute.
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kNaive, kZb1p, kZb2p, kZbv, kDualPipeV };
 enum class Precision { kBf16, kFp16, kFp32 };
 enum class GradDtype { kBf16, kFp32 };
 enum class Attention { kFlash, kNaive };
@@ -81,6 +85,9 @@ bool zero_bubble(Schedule s);
 // stage times by the authors' heuristic, with optimizer post-validation in
 // place of the synchronisation before the step (Qi et al. Sec. 4).
 bool zero_bubble_automatic(Schedule s);
+// True for the schedules that place two model chunks per rank in a V
+// (kZbv, kDualPipeV; virtual_stage).
+bool v_shape(Schedule s);
 // The activation limit of a zero-bubble schedule on `pp` ranks, in
 // micro-batches of the rank's activation memory M_B: pp for kZb1p (1F1B's
 // peak), 2*pp for kZb2p (Qi et al. Sec. 3.1); 0 for the other schedules.
@@ -181,8 +188,9 @@ int gpus_of_nodes(const ClusterSpec& cluster, int64_t nodes);
 // 126 layers over 16 stages give 7, 8 x 14, 7), the remainder going to the
 // middle stages first.  Returns an empty vector if some stage would get none.
 std::vector<int> balance_stage_layers(int64_t layers, int pp);
-// Transformer layers per pipeline rank for zb-v, whose rank 0 holds both the
-// embedding and the loss: those count as a layer each (as above), the units
+// Transformer layers per pipeline rank for the V schedules, whose rank 0 holds both the
+// embedding and the loss: layers % pp == 0, an even split (as above);
+// otherwise those two count as a layer each (as above), the units
 // split evenly over the ranks with the remainder to the last ranks, rank 0's
 // two units taken from its layers; if that leaves rank 0 fewer than two
 // layers, the layers alone split evenly, extras to the last ranks.
@@ -205,15 +213,15 @@ int largest_chunk_layers(const Plan& plan, const std::vector<int>& stage_layers)
 std::string recompute_layers_text(const Plan& plan);
 
 // Model chunks per pipeline rank: vp with the interleaved schedule, 2 with
-// zb-v, else 1.
+// the V schedules (zb-v, dualpipe-v), else 1.
 int chunks_per_rank(const Plan& plan);
 // The virtual stage (model order) of chunk `chunk` on pipeline rank `rank`
 // of `pp`: chunk*pp + rank, the "loop" placement of Megatron's virtual
-// pipeline and torchtitan's looped schedules; for zb-v the "v" placement,
+// pipeline and torchtitan's looped schedules; for the V schedules the "v" placement,
 // chunk 0 at stage rank and chunk 1 at stage 2pp-1-rank (torchtitan
 // pipeline_module_split style "v", PyTorch generate_stage_to_rank_mapping):
 // the first and the last stage, embedding and loss, on rank 0.
-// REQUIRES: 0 <= rank < pp, 0 <= chunk (< 2 for zb-v).
+// REQUIRES: 0 <= rank < pp, 0 <= chunk (< 2 for the V schedules).
 int virtual_stage(Schedule s, int pp, int rank, int chunk);
 // The inverse: {rank, chunk} of virtual stage `stage` (0 <= stage < pp*v).
 struct RankChunk {

@@ -114,6 +114,9 @@ struct Entry {
   double gather_params = 0; // ZeRO-3: parameters to gather before it
   double gather_layer_params = 0;  // of them, the layer's own (the rest: embedding / output layer)
   double gather_expert_params = 0;  // of them, routed experts (gathered over the expert data-parallel group)
+  // dualpipe-v: the share of its expert-parallel all-to-all time hidden
+  // under the paired pass's compute (ExecutionProfile::dualpipe_ep_overlap).
+  double ep_hidden_share = 0;
 };
 
 class Lowerer {
@@ -300,6 +303,7 @@ class Lowerer {
       for (size_t k = 0; k < ops.size(); ++k) {
         const PipeOp& op = ops[k];
         const Chunk& ch = chunks_[static_cast<size_t>(s)][static_cast<size_t>(op.chunk)];
+        const double ep_hidden = ep_hidden_share(s, ops, k);
         const bool is_b = op.kind != PipeOp::Kind::kForward;  // B or W: layers in reverse
         const bool last = finalizes(op.kind) && last_b[static_cast<size_t>(op.chunk)] == static_cast<int>(k);
         const bool per_layer = p_.zero == 3 || (last && p_.dp * p_.cp > 1 && p_.dp_mode == DpMode::kSync);
@@ -309,6 +313,7 @@ class Lowerer {
           e.mb = op.microbatch;
           e.chunk = op.chunk;
           e.last_backward = last;
+          e.ep_hidden_share = ep_hidden;
           if (last) {
             for (int i = 0; i < ch.layers; ++i) {
               e.grad_params += sc_.cost_of(ch.global_first + i).params;
@@ -328,6 +333,7 @@ class Lowerer {
           e.chunk = op.chunk;
           e.layer = layer;
           e.last_backward = last;
+          e.ep_hidden_share = ep_hidden;
           double params = sc_.cost_of(ch.global_first + layer).params;
           if (ch.embedding && layer == 0) params += emb_.params;
           if (ch.output && layer == ch.layers - 1) params += outc_.params;
@@ -344,6 +350,35 @@ class Lowerer {
         }
       }
     }
+  }
+
+  // dualpipe-v with the framework's overlap: a paired forward's all-to-all
+  // time is hidden under its partner full backward's compute (B and W, less
+  // their communication) and the backward's under the forward's, each up to
+  // the other's compute (DeepSeek-V3 report Sec. 3.2.1, Fig. 4).  The pair
+  // is the forward and the backward after it in the rank's order.
+  double ep_hidden_share(int s, const std::vector<PipeOp>& ops, size_t k) const {
+    if (!prof_.dualpipe_ep_overlap || !ops[k].overlapped || ops[k].kind == PipeOp::Kind::kWeight) return 0;
+    const bool fwd = ops[k].kind == PipeOp::Kind::kForward;
+    const size_t partner = fwd ? k + 1 : k - 1;
+    TRAINPLAN_CHECK(partner < ops.size() && ops[partner].overlapped, "dualpipe-v pair without its partner");
+    auto sums = [&](const PipeOp& op, bool forward) {
+      const Chunk& ch = chunks_[static_cast<size_t>(s)][static_cast<size_t>(op.chunk)];
+      double compute = 0, ep = 0;
+      for (int i = ch.global_first; i < ch.global_first + ch.layers; ++i) {
+        const LayerTimes& lt = sc_.times_of(i);
+        const int64_t all = forward ? lt.forward_ps : lt.backward_ps;
+        const int64_t tp = forward ? lt.tp_comm_forward_ps : lt.tp_comm_backward_ps;
+        const int64_t e = forward ? lt.ep_comm_forward_ps : lt.ep_comm_backward_ps;
+        compute += static_cast<double>(all - tp - e);
+        ep += static_cast<double>(e);
+      }
+      return std::make_pair(compute, ep);
+    };
+    const auto own = sums(ops[k], fwd);
+    const auto other = sums(ops[partner], !fwd);
+    if (own.second <= 0) return 0;
+    return std::min(1.0, other.first / own.second);
   }
 
   // Per-stage F, B (input gradient) and W times and the p2p time the
@@ -461,6 +496,11 @@ class Lowerer {
           kept += outc_.weight_grad_saved_bytes;
         }
         if (is_b) work -= wgrad;
+        if (e.ep_hidden_share > 0 && !is_w) {
+          const int64_t hidden = static_cast<int64_t>(static_cast<double>(ep) * e.ep_hidden_share);
+          work -= hidden;
+          ep -= hidden;
+        }
         if (is_w) {
           work = wgrad;
           tp = 0;

@@ -125,6 +125,7 @@ PY
 2 2 1 1 1 1f1b 0 - fp8:delayed:param-gather
 2 2 1 2 1 zb-v 0 -
 1 4 1 2 1 zb-v 0 6,8,9,9
+2 2 1 2 1 dualpipe-v 0 -
 MATRIX
   # Partial full recompute (Megatron's block method, the first N layers of
   # each chunk): Megatron writes --recompute-method block --recompute-num-layers

@@ -170,6 +170,20 @@ python3 "$(dirname "$0")/../export/torchtitan_rules.py" --plan "$ZBV_PLAN" --fil
 expect_error "Megatron refuses zb-v with the reason" \
   "trainplan: --to: megatron cannot express this plan: Megatron-LM has no zb-v schedule; Zero Bubble's fork of it (sail-sg/zero-bubble-pipeline-parallelism) runs its own ZB-V variant with --zero-bubble-v-schedule on its local (non-Transformer-Engine) layers, which this export does not target; the zb-v simulated here is PyTorch's ScheduleZBVZeroBubble (export to torchtitan)" \
   export --plan "$ZBV_PLAN" --to megatron
+# dualpipe-v: PyTorch's ScheduleDualPipeV for DeepSeek-V3 (torchtitan's deepseek_v3
+# train spec), its expert all-to-alls overlapped in the paired passes as simulated.
+DPV_PLAN=$EXPORT/plan_deepseek-v3_pp8_ep32_dualpipev.json
+expect_ok "torchtitan: deepseek-v3 pp8 ep32 dualpipe-v" export --plan "$DPV_PLAN" --to torchtitan
+grep -q '^pipeline_parallel_schedule = "DualPipeV"$' "$TMP/out" || fail "dualpipe-v: no DualPipeV schedule"
+grep -q '^pipeline_parallel_expert_parallel_overlap = true$' "$TMP/out" || fail "dualpipe-v: no EP overlap"
+CHECKS=$((CHECKS + 1))
+echo "check $CHECKS: torchtitan oracle accepts the dualpipe-v export"
+python3 "$(dirname "$0")/../export/torchtitan_rules.py" --plan "$DPV_PLAN" --file "$TMP/out" --world 256 > "$TMP/oracle" 2>&1 ||
+  fail "dualpipe-v torchtitan export: $(cat "$TMP/oracle")"
+sed 's/"recompute": "none"/"recompute": "selective"/' "$DPV_PLAN" > "$TMP/dpv_ac.json"
+expect_error "torchtitan refuses DualPipeV with expert parallelism and activation checkpointing" \
+  "trainplan: --to: torchtitan cannot express this plan: torchtitan raises NotImplementedError for expert parallelism with DualPipeV and activation checkpointing (\"cannot be used together\"); use recompute none with dualpipe-v, or schedule zb-v" \
+  export --plan "$TMP/dpv_ac.json" --to torchtitan
 expect_error "torchtitan refuses an MoE model it has no flavor of" \
   "trainplan: --to: torchtitan cannot express this plan: torchtitan v0.2.2 trains MoE models through its own model code, and none of its MoE flavors (deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has mixtral-8x7b's shape (layers=32, hidden=4096, experts=8, top_k=2, expert_ffn_hidden=14336; use --to megatron)" \
   export --plan "$EXPORT/plan_mixtral-8x7b_ep8.json" --to torchtitan

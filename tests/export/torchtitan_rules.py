@@ -83,6 +83,8 @@ def balance_stage_layers(layers: int, pp: int) -> list[int]:
 def balance_v_stage_layers(layers: int, pp: int) -> list[int]:
     """Port of trainplan: simulator/spec/plan.cc balance_v_stage_layers (zb-v:
     rank 0 holds the embedding and the loss, a layer's weight each)."""
+    if layers % pp == 0:
+        return [layers // pp] * pp
     units = layers + 2
     out = [units // pp] * pp
     for k in range(units % pp):
@@ -150,7 +152,7 @@ class Plan:
         self.shard_degree = sg if sg else (self.dp * self.cp if self.zero > 0 else 1)
         self.microbatches = max(1, self.gbs // max(1, self.mbs * self.dp))
         layers = int(self.model["layers"]) if self.model else 0
-        v_style = self.schedule == "zb-v"
+        v_style = self.schedule in ("zb-v", "dualpipe-v")
         if plan.get("stage_layers"):
             self.stage_layers = [int(x) for x in plan["stage_layers"]]
         elif layers and v_style:
@@ -440,7 +442,7 @@ def interleaved_rounds(schedule: str, n_mb: int, pp: int, where: str) -> list[st
 
 def expected_schedule(p: Plan) -> str | None:
     return {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B",
-            "zb-v": "ZBVZeroBubble"}.get(p.schedule)
+            "zb-v": "ZBVZeroBubble", "dualpipe-v": "DualPipeV"}.get(p.schedule)
 
 
 def check_flavor(flavor: str, table: dict, p: Plan, where: str, source: str) -> list[str]:
@@ -771,6 +773,17 @@ def check_toml(text: str, plan: dict, world: int, warnings: list[str] | None = N
         elif n_mb != p.microbatches:
             out.append(f"training: {n_mb} pipeline microbatches per step, the plan has {p.microbatches}")
         out += interleaved_rounds(schedule, n_mb, pp, "parallelism")
+    if canon == "DualPipeV":
+        # torchtitan/distributed/dual_pipe_v.py get_dual_pipe_v_flag; PyTorch
+        # ScheduleDualPipeV.__init__ (n_microbatches >= num_stages).
+        ep_deg = _get(doc, "parallelism", "expert_parallel_degree")
+        if (isinstance(ep_deg, int) and ep_deg > 1 and _get(doc, "parallelism", "pipeline_parallel_expert_parallel_overlap")
+                and _get(doc, "activation_checkpoint", "mode") != "none"):
+            out.append("DualPipeV with expert parallelism and activation_checkpoint.mode != 'none': torchtitan raises "
+                       "NotImplementedError [torchtitan/distributed/dual_pipe_v.py get_dual_pipe_v_flag]")
+        if n_mb is not None and n_mb < 2 * pp:
+            out.append(f"DualPipeV: {n_mb} microbatches < {2 * pp} stages [torch/distributed/pipelining/schedules.py "
+                       "ScheduleDualPipeV: requires at least as many microbatches as stages]")
     no_compile = facts()["release"]["schedules_detail"]["no_compile"]
     if canon in no_compile and _get(doc, "compile", "enable") and "model" in _get(doc, "compile", "components"):
         out.append(f"parallelism.pipeline_parallel_schedule = {schedule!r} with compile.enable: {canon} splits the "

@@ -503,16 +503,17 @@ TEST_CASE("Export: torchtitan ZBVZeroBubble for a zb-v plan", "[planner][export]
   // PyTorch's ScheduleZBVZeroBubble needs exactly two stages per rank
   // (torchtitan pipeline_module_split style "v": rank r runs stages r and
   // 2pp-1-r); the stages are listed in model order, the plan's split:
-  // llama3-8b's 32 layers + embedding + loss = 34 units over 4 ranks give
-  // 6, 8, 9, 9 layers, halved per rank (the later chunk takes the extra):
-  // stages 0..7 = 3, 4, 4, 4 (rank 3 chunk 0) | 5, 5, 4, 3 (chunks 1 of ranks 3..0).
+  // llama3-8b's 32 layers over 4 ranks, 8 each (layers % pp == 0: even, as
+  // Megatron's split), halved per rank: eight stages of 4, the embedding in
+  // stage 0 and the norm and output in stage 7, both on rank 0.
   const Job j = job_from_file("plan_llama3-8b_pp4_zbv.json");
   const std::string text = exported(ExportTarget::kTorchtitan, j);
   check_golden("torchtitan_llama3-8b_pp4_zbv.toml", text);
   const auto v = toml_values(text);
   CHECK(v.at("parallelism.pipeline_parallel_schedule") == "\"ZBVZeroBubble\"");
-  CHECK(text.find("# Virtual stages of 3, 4, 4, 4, 5, 5, 4, 3 transformer layers") != std::string::npos);
-  CHECK(text.find("[\"layers.29\", \"layers.30\", \"layers.31\", \"norm\", \"output\"],") != std::string::npos);
+  CHECK(text.find("# Virtual stages of 4, 4, 4, 4, 4, 4, 4, 4 transformer layers") != std::string::npos);
+  CHECK(text.find("[\"layers.28\", \"layers.29\", \"layers.30\", \"layers.31\", \"norm\", \"output\"],") !=
+        std::string::npos);
   // No torch.compile with the B/W split (_check_torch_compile_compatibility).
   CHECK(text.find("[compile]") == std::string::npos);
   // (torchtitan's float8 runs under FSDP2, ZeRO-3, which the zero-bubble

@@ -272,8 +272,8 @@ TEST_CASE("ZeroBubble: the runtime orders passes for median stage times", "[sim]
 // V (rank r: stages r and 2p-1-r), backward split into B and W.
 TEST_CASE("ZeroBubble: zb-v runs every pass once and is zero-bubble for equal passes", "[sim][taskgraph][zb]") {
   CHECK(check_pipeline_schedule(Schedule::kZbv, 4, 8, 1).reason ==
-        "zb-v schedule runs exactly two model chunks per rank in a V; got v = 1 (PyTorch "
-        "ScheduleZBVZeroBubble: ZBV requires exactly 2 stages per rank)");
+        "zb-v schedule runs exactly two model chunks per rank in a V; got v = 1 (PyTorch: ZBV requires exactly 2 "
+        "stages per rank)");
   CHECK(check_pipeline_schedule(Schedule::kZbv, 1, 8, 2).reason == "zb-v schedule needs pipeline size p >= 2 (got p = 1)");
   // The V: chunk 0 of rank r is stage r, chunk 1 stage 2p-1-r.
   CHECK(virtual_stage(Schedule::kZbv, 4, 0, 1) == 7);
@@ -367,6 +367,111 @@ TEST_CASE("ZeroBubble: zb-v plans place embedding and loss on rank 0 and hold 1F
   // ZB-V fills most of it.
   CHECK(z.step_time_s < 0.93 * r1.step_time_s);
   CHECK_THAT(z.breakdown.compute, WithinRel(r1.breakdown.compute, 0.01));
+}
+
+// DualPipeV as PyTorch's ScheduleDualPipeV orders it: the V placement,
+// forwards paired with the other chunk's full backward in the steady state.
+TEST_CASE("ZeroBubble: dualpipe-v runs every pass once, pairs F with a full backward, and needs m >= 2p",
+          "[sim][taskgraph][zb]") {
+  CHECK(check_pipeline_schedule(Schedule::kDualPipeV, 4, 7, 2).reason ==
+        "dualpipe-v schedule needs m >= 2p micro-batches (got m = 7, p = 4; PyTorch: DualPipeV requires at least as "
+        "many microbatches as stages)");
+  for (int p : {2, 3, 4, 8}) {
+    for (int m : {2 * p, 2 * p + 1, 3 * p, 32}) {
+      INFO("p=" << p << " m=" << m);
+      const PipelineSchedule s = build_pipeline_schedule(Schedule::kDualPipeV, p, m, 2);
+      for (int r = 0; r < p; ++r) {
+        const std::vector<PipeOp>& ops = s[static_cast<size_t>(r)];
+        std::vector<int> seen(static_cast<size_t>(6 * m), 0);
+        int paired_f = 0, paired_b = 0;
+        for (size_t i = 0; i < ops.size(); ++i) {
+          const PipeOp& op = ops[i];
+          const int k = static_cast<int>(op.kind);
+          const size_t at = static_cast<size_t>((op.microbatch * 2 + op.chunk) * 3);
+          if (k > 0) CHECK(seen[at + static_cast<size_t>(k - 1)] == 1);
+          CHECK(seen[at + static_cast<size_t>(k)] == 0);
+          seen[at + static_cast<size_t>(k)] = 1;
+          if (op.overlapped && op.kind == PipeOp::Kind::kForward) {
+            // The pair: this F, then a full backward of the other chunk (its
+            // B immediately followed by its W).
+            ++paired_f;
+            REQUIRE(i + 2 < ops.size());
+            CHECK(ops[i + 1].kind == PipeOp::Kind::kBackward);
+            CHECK(ops[i + 1].overlapped);
+            CHECK(ops[i + 1].chunk != op.chunk);
+            CHECK(ops[i + 2].kind == PipeOp::Kind::kWeight);
+            CHECK(ops[i + 2].microbatch == ops[i + 1].microbatch);
+          }
+          if (op.overlapped && op.kind == PipeOp::Kind::kBackward) ++paired_b;
+        }
+        CHECK(std::count(seen.begin(), seen.end(), 1) == 6 * m);
+        // Steady state: m - 2p + r + 1 rounds of two pairs, the last rank's
+        // first forward unpaired; then p - r - 1 more pairs.
+        const int pairs = 2 * (m - 2 * p + r + 1) - (r == p - 1 ? 1 : 0) + (p - r - 1);
+        CHECK(paired_f == pairs);
+        CHECK(paired_b == pairs);
+      }
+      // Equal passes, free transfers: the same bound as ZB-V, reached.
+      StageOpTimes t;
+      t.forward.assign(static_cast<size_t>(2 * p), 1.0);
+      t.backward_input = t.forward;
+      t.backward_weight = t.forward;
+      CHECK_THAT(simulate_pipeline_virtual(s, Schedule::kDualPipeV, 2, t).makespan, WithinAbs(6.0 * m + p - 1, 1e-9));
+    }
+  }
+}
+
+TEST_CASE("ZeroBubble: dualpipe-v hides the paired passes' all-to-alls", "[sim][taskgraph][zb]") {
+  // Mixtral 8x7B on 4 DGX H100 nodes, pp 4 (8 layers per rank, chunks of 4),
+  // ep 8, torchtitan's profile with recompute none: in a pair, the forward's
+  // all-to-alls run under the full backward's compute and the backward's
+  // under the forward's (DeepSeek-V3 report Sec. 3.2.1); each pass's compute
+  // here exceeds its partner's all-to-all time, so a paired pass exposes
+  // none.  Exposed all-to-all time per rank is then that of the unpaired
+  // passes: (2m - paired F) * a + (2m - paired B) * b over the rank's two
+  // chunks, with a and b a chunk's forward and backward all-to-all time,
+  // against 2m * (a + b) in zb-v, which runs the same passes unpaired.
+  const ModelSpec model = load_model("mixtral-8x7b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan plan;
+  plan.pp = 4;
+  plan.ep = 8;
+  plan.zero = 1;
+  plan.mbs = 1;
+  plan.gbs = 256;
+  plan.recompute = Recompute::kNone;
+  plan.framework = Framework::kTorchtitan;
+  plan.schedule_given = true;
+  auto run = [&](Schedule s) {
+    Plan q = plan;
+    q.schedule = s;
+    const Layout L = resolve_plan(model, c, 32, q);
+    REQUIRE(L.feasible);
+    return std::make_pair(L, simulate_step(model, c, L, SimulateOptions{}));
+  };
+  const auto [Lz, zbv] = run(Schedule::kZbv);
+  const auto [Ld, dpv] = run(Schedule::kDualPipeV);
+  const int p = 4;
+  const int m = static_cast<int>(Ld.microbatches);
+  REQUIRE(m == 32);
+  const StepCosts sc = step_costs(model, c, Ld.plan);
+  const LayerTimes& lt = sc.times_of(0);  // every Mixtral layer is an MoE layer
+  const double a = 4.0 * static_cast<double>(lt.ep_comm_forward_ps);
+  const double b = 4.0 * static_cast<double>(lt.ep_comm_backward_ps);
+  REQUIRE(a > 0);
+  REQUIRE(b > 0);
+  // Every pass's compute exceeds any all-to-all (so the hidden share is 1).
+  CHECK(4.0 * static_cast<double>(lt.forward_ps - lt.ep_comm_forward_ps - lt.tp_comm_forward_ps) > b);
+  CHECK(4.0 * static_cast<double>(lt.backward_ps - lt.ep_comm_backward_ps - lt.tp_comm_backward_ps) > a);
+  double exposed = 0;
+  for (int r = 0; r < p; ++r) {
+    const int paired = 2 * (m - 2 * p + r + 1) - (r == p - 1 ? 1 : 0) + (p - r - 1);
+    exposed += (2 * m - paired) * (a + b);
+  }
+  exposed /= p;
+  CHECK_THAT(zbv.breakdown.ep_comm, WithinRel(2 * m * (a + b) * 1e-12, 0.02));
+  CHECK_THAT(dpv.breakdown.ep_comm, WithinRel(exposed * 1e-12, 0.02));
+  CHECK(dpv.step_time_s < zbv.step_time_s);
 }
 
 }  // namespace
