@@ -75,19 +75,16 @@ class RankExecutor {
     // A replica's tensor and pipeline ranks (the gradient-norm all-reduce).
     mp_ = b.split(rc.dp * p_.cp + rc.cp, rc.pp * p_.tp + rc.tp);
     if (m.has_moe) {
-      // Megatron's parallel folding (lowering.cc expert_group_members): a
-      // stage's tp*cp*dp ranks, local = tp + tp_size*(cp + cp_size*dp),
-      // re-mapped as etp x ep x expert-dp: the expert-TP group is
-      // local / etp, the expert-parallel group ranks etp apart, the expert
-      // data-parallel group ranks ep*etp apart.
-      const int etp = std::max(1, p_.etp), block = p_.ep * etp;
-      const int local = local_index(rc);
-      etp_ = b.split(rc.pp * 1000003 + local / etp, local % etp);
-      ep_ = b.split(rc.pp * 1000003 + (local / block) * etp + local % etp, (local / etp) % p_.ep);
-      edp_ = b.split(rc.pp * 1000003 + local % block, local / block);
+      // Megatron's parallel folding (expert_folding, simulator/spec/plan.h).
+      const ExpertFolding f = expert_folding(p_, rc.tp, rc.cp, rc.dp);
+      etp_ = b.split(rc.pp * 1000003 + f.etp_group, f.etp_rank);
+      ep_ = b.split(rc.pp * 1000003 + f.ep_group, f.ep_rank);
+      edp_ = b.split(rc.pp * 1000003 + f.edp_group, f.edp_rank);
       for (size_t r = 0; r < step_.ranks.size(); ++r) {
         const RankCoord& o = step_.ranks[r];
-        if (o.pp == rc.pp && local_index(o) % block == local % block) edp_members_.push_back(static_cast<int32_t>(r));
+        if (o.pp == rc.pp && expert_folding(p_, o.tp, o.cp, o.dp).edp_group == f.edp_group) {
+          edp_members_.push_back(static_cast<int32_t>(r));
+        }
       }
       std::sort(edp_members_.begin(), edp_members_.end());
     }
@@ -111,9 +108,6 @@ class RankExecutor {
     static_bytes_ = bd.weights + bd.gradients + bd.optimizer;
     stage_params_ = mem.stages[static_cast<size_t>(rc.pp)].params;
   }
-
-  // A rank's index among its stage's tp*cp*dp ranks (tp innermost).
-  int local_index(const RankCoord& r) const { return r.tp + p_.tp * (r.cp + p_.cp * r.dp); }
 
   // The costs of the i-th layer a compute task runs: a dense or an MoE
   // layer by its global index (chunk_layers, as the lowering places them).

@@ -239,6 +239,23 @@ std::string recompute_layers_text(const Plan& plan) {
          " per chunk)";
 }
 
+ExpertFolding expert_folding(const Plan& plan, int tp, int cp, int dp) {
+  const int etp = std::max(1, plan.etp), block = std::max(1, plan.ep) * etp;
+  ExpertFolding f;
+  f.local = tp + plan.tp * (cp + plan.cp * dp);
+  f.etp_group = f.local / etp;
+  f.etp_rank = f.local % etp;
+  f.ep_group = (f.local / block) * etp + f.local % etp;
+  f.ep_rank = (f.local / etp) % std::max(1, plan.ep);
+  f.edp_group = f.local % block;
+  f.edp_rank = f.local / block;
+  return f;
+}
+
+StageCoord stage_coord(const Plan& plan, int local) {
+  return StageCoord{local % plan.tp, (local / plan.tp) % plan.cp, local / (plan.tp * plan.cp)};
+}
+
 std::vector<std::vector<ChunkLayers>> chunk_layers(const Layout& layout) {
   const Plan& p = layout.plan;
   const int v = chunks_per_rank(p);

@@ -230,6 +230,29 @@ struct RankChunk {
 };
 RankChunk rank_chunk_of(Schedule s, int pp, int stage);
 
+// Megatron-Core's parallel folding of the MoE layers: a pipeline stage's
+// tp*cp*dp ranks in their dense order, local = tp + tp_size*(cp +
+// cp_size*dp), re-mapped as etp x ep x expert-dp (expert rank order
+// tp-ep-dp-pp): an expert-TP group is etp consecutive locals, an
+// expert-parallel group the locals etp apart within a block of ep*etp, an
+// expert data-parallel group the locals ep*etp apart.  Groups are numbered
+// within the stage.
+struct ExpertFolding {
+  int local = 0;
+  int etp_group = 0, etp_rank = 0;
+  int ep_group = 0, ep_rank = 0;
+  int edp_group = 0, edp_rank = 0;
+};
+// REQUIRES: 0 <= tp < plan.tp, 0 <= cp < plan.cp, 0 <= dp < plan.dp, ep and
+// etp >= 1.
+ExpertFolding expert_folding(const Plan& plan, int tp, int cp, int dp);
+// The (tp, cp, dp) coordinates of stage-local index `local` (the inverse of
+// ExpertFolding::local).
+struct StageCoord {
+  int tp = 0, cp = 0, dp = 0;
+};
+StageCoord stage_coord(const Plan& plan, int local);
+
 // [stage][chunk] for a resolved layout: one chunk per stage, vp with the
 // interleaved schedule, two with zb-v; a stage's chunks differ by at most one
 // layer (the later ones take the extra) and the layers go to virtual stages

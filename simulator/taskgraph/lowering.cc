@@ -910,11 +910,11 @@ class Lowerer {
   std::vector<int32_t> expert_group_members(const RankCoord& leader) const {
     if (opt_.representative) return {static_cast<int32_t>(sim_index(leader.pp, 0, 0, 0))};
     const int block = p_.ep * p_.etp;
-    const int local = leader.tp + p_.tp * (leader.cp + p_.cp * leader.dp);
+    const ExpertFolding f = expert_folding(p_, leader.tp, leader.cp, leader.dp);
     std::vector<int32_t> members;
     for (int k = 0; k < L_.expert_dp; ++k) {
-      const int g = local % block + k * block;
-      members.push_back(sim_index(leader.pp, g / (p_.tp * p_.cp), (g / p_.tp) % p_.cp, g % p_.tp));
+      const StageCoord sc = stage_coord(p_, f.edp_group + k * block);
+      members.push_back(sim_index(leader.pp, sc.dp, sc.cp, sc.tp));
     }
     return members;
   }
@@ -957,7 +957,9 @@ class Lowerer {
       // (shard) group.
       const int idx = rc.dp * p_.cp + rc.cp;
       if (experts) {
-        if (!opt_.representative && rc.tp + p_.tp * idx >= p_.ep * p_.etp) continue;
+        // One leader per expert data-parallel group: the locals of the first
+        // ep*etp block.
+        if (!opt_.representative && expert_folding(p_, rc.tp, rc.cp, rc.dp).edp_rank != 0) continue;
       } else {
         if (idx % shard != 0) continue;
         if (!opt_.representative && !hybrid && idx != 0) continue;

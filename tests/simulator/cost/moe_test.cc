@@ -4,6 +4,7 @@
 // closed form of the token all-to-all, a Monte Carlo of top-k routing, and a
 // hand derivation of the memory of an expert-parallel plan.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -278,6 +279,45 @@ TEST_CASE("Memory per GPU of a ZeRO-3 expert-parallel plan equals the hand deriv
   }
   CHECK_THAT(expert_wire, WithinRel(2.0 * 2 * 32 * 176160768.0 * 2 * 0.5, 1e-6));
   CHECK(dense_wire > 0);
+}
+
+TEST_CASE("Expert folding ranks a stage's ranks in Megatron-Core's expert order tp-ep-dp") {
+  // megatron/core/parallel_state.py builds the expert groups with
+  // RankGenerator(tp=etp, ep=ep, dp=edp, order="tp-ep-dp-pp"): within a
+  // stage, local = etp_rank + etp * (ep_rank + ep * edp_rank), tp fastest.
+  // Every local has one (etp, ep, edp) coordinate, the groups partition the
+  // stage, and a group's members share everything but their own rank.
+  for (auto [tp, cp, dp, ep, etp] : {std::array<int, 5>{2, 1, 4, 4, 2}, std::array<int, 5>{1, 2, 8, 8, 1},
+                                     std::array<int, 5>{4, 1, 4, 2, 4}, std::array<int, 5>{2, 2, 2, 4, 1}}) {
+    Plan p;
+    p.tp = tp;
+    p.cp = cp;
+    p.dp = dp;
+    p.ep = ep;
+    p.etp = etp;
+    const int n = tp * cp * dp, edp = n / (ep * etp);
+    std::vector<int> seen(static_cast<size_t>(n), 0);
+    for (int d = 0; d < dp; ++d) {
+      for (int c = 0; c < cp; ++c) {
+        for (int t = 0; t < tp; ++t) {
+          const ExpertFolding f = expert_folding(p, t, c, d);
+          CHECK(f.local == t + tp * (c + cp * d));
+          CHECK(f.local == f.etp_rank + etp * (f.ep_rank + ep * f.edp_rank));
+          CHECK(f.etp_rank < etp);
+          CHECK(f.ep_rank < ep);
+          CHECK(f.edp_rank < edp);
+          // The group ids: what the rank shares with its group's members.
+          CHECK(f.etp_group == f.ep_rank + ep * f.edp_rank);
+          CHECK(f.ep_group == f.etp_rank + etp * f.edp_rank);
+          CHECK(f.edp_group == f.etp_rank + etp * f.ep_rank);
+          const StageCoord back = stage_coord(p, f.local);
+          CHECK((back.tp == t && back.cp == c && back.dp == d));
+          ++seen[static_cast<size_t>(f.local)];
+        }
+      }
+    }
+    CHECK(std::count(seen.begin(), seen.end(), 1) == n);
+  }
 }
 
 TEST_CASE("Expert-parallel plan rules follow Megatron-Core's parallel folding") {
