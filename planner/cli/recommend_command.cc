@@ -470,9 +470,12 @@ int run_recommend(const RecommendFlags& f) {
         std::printf("\n");
       }
     }
+    const bool v_listed = std::any_of(r.plans.begin(), r.plans.end(),
+                                      [](const RankedPlan& rp) { return v_shape(rp.layout.plan.schedule); });
     std::printf("# shrd: ZeRO-3 shard group (0 = all dp*cp ranks; smaller = hybrid shard, replicated across groups); "
-                "vp: model chunks per pipeline rank (interleaved 1F1B); offl: offload to host memory (opt = optimizer "
-                "states, param = parameters too)\n");
+                "vp: model chunks per pipeline rank (interleaved 1F1B%s); offl: offload to host memory (opt = optimizer "
+                "states, param = parameters too)\n",
+                v_listed ? "; zb-v and dualpipe-v always run 2, placed in a V" : "");
   }
   if (!r.worlds.empty() && !r.plans.empty()) {
     std::printf("best plan per world size (a larger world fails more often):\n");
