@@ -270,6 +270,11 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
         "its own ZB-V variant with --zero-bubble-v-schedule on its local (non-Transformer-Engine) layers, which this "
         "export does not target; the zb-v simulated here is PyTorch's ScheduleZBVZeroBubble (export to torchtitan)");
   }
+  if (p.schedule == Schedule::kInterleavedZb) {
+    return refuse(
+        "Megatron-LM has no interleaved-zb schedule (its interleaved schedule runs full backwards); the "
+        "interleaved-zb simulated here is PyTorch's ScheduleInterleavedZeroBubble (export to torchtitan)");
+  }
   if (p.schedule == Schedule::kDualPipeV) {
     // Megatron-Core has no DualPipe schedule; its EP overlap is batch-level
     // in 1F1B (--overlap-moe-expert-parallel-comm, MoE README v0.14).
@@ -987,6 +992,7 @@ const char* titan_schedule(Schedule s) {
   if (s == Schedule::kInterleaved) return "Interleaved1F1B";
   if (s == Schedule::kZbv) return "ZBVZeroBubble";
   if (s == Schedule::kDualPipeV) return "DualPipeV";
+  if (s == Schedule::kInterleavedZb) return "InterleavedZeroBubble";
   return "1F1B";
 }
 

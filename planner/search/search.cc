@@ -127,6 +127,7 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
           std::vector<Schedule> schedules;
           if (vp > 1) {
             schedules.push_back(Schedule::kInterleaved);
+            if (o.zero_bubble) schedules.push_back(Schedule::kInterleavedZb);
           } else {
             schedules.push_back(Schedule::k1F1B);
             if (pp > 1 && o.gpipe) schedules.push_back(Schedule::kGpipe);

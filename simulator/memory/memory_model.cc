@@ -82,6 +82,11 @@ int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp,
       // The scheduler starts an F only while the rank holds fewer than its
       // limit's worth of micro-batches (build_zero_bubble_schedule).
       return std::min<int64_t>(zero_bubble_activation_limit(schedule, pp), microbatches);
+    case Schedule::kInterleavedZb:
+      // Warm-up (v-1)*R + p-1-r forward chunks, R = m / max(1, m / p), then
+      // one more (each B frees what its F held but for the W's share).
+      return std::min<int64_t>(int64_t{vp - 1} * (microbatches / std::max<int64_t>(1, microbatches / pp)) + pp - stage,
+                               microbatches * vp);
     case Schedule::kZbv:
     case Schedule::kDualPipeV:
       // Two chunks per rank: the peak chunk activations of the V order
@@ -153,17 +158,21 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     }
   }
 
-  // V schedules: the embedding (virtual stage 0) and the output (the last) are
-  // both on rank 0; each rank's peak is read off its pass order.
-  PipelineSchedule v_order;
-  if (v_shape(p.schedule)) {
-    v_order = build_pipeline_schedule(p.schedule, p.pp, static_cast<int>(layout.microbatches), 2);
+  // The fixed-order schedules with W passes (zb-v, dualpipe-v,
+  // interleaved-zb): each rank's peak is read off its pass order, with the
+  // embedding on virtual stage 0 and the output on the last (both on rank 0
+  // in a V).
+  const RankChunk out_at = rank_chunk_of(p.schedule, p.pp, p.pp * chunks_per_rank(p) - 1);
+  const int output_rank = out_at.rank;
+  const bool ordered = zero_bubble(p.schedule) && !zero_bubble_automatic(p.schedule);
+  PipelineSchedule fixed_order;
+  if (ordered) {
+    fixed_order = build_pipeline_schedule(p.schedule, p.pp, static_cast<int>(layout.microbatches), chunks_per_rank(p));
     sums[0].chunk_saved[0] += emb.saved_bytes;
     sums[0].chunk_kept[0] += emb.weight_grad_saved_bytes;
-    sums[0].chunk_saved[1] += out.saved_bytes;
-    sums[0].chunk_kept[1] += out.weight_grad_saved_bytes;
+    sums[static_cast<size_t>(out_at.rank)].chunk_saved[static_cast<size_t>(out_at.chunk)] += out.saved_bytes;
+    sums[static_cast<size_t>(out_at.rank)].chunk_kept[static_cast<size_t>(out_at.chunk)] += out.weight_grad_saved_bytes;
   }
-  const int output_rank = rank_chunk_of(p.schedule, p.pp, p.pp * chunks_per_rank(p) - 1).rank;
 
   MemoryReport r;
   r.capacity_bytes = static_cast<double>(cluster.gpu.memory);
@@ -244,8 +253,8 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
       int64_t mb = p.schedule == Schedule::kInterleaved ? 1 : chunks;
       act += static_cast<double>(mb) * out.saved_bytes;
     }
-    if (v_shape(p.schedule)) {
-      act = peak_activation_bytes(v_order[static_cast<size_t>(i)], ss.chunk_saved, ss.chunk_kept);
+    if (ordered) {
+      act = peak_activation_bytes(fixed_order[static_cast<size_t>(i)], ss.chunk_saved, ss.chunk_kept);
     } else if (zero_bubble(p.schedule)) {
       // The scheduler holds at most limit x max(M_B of stages 0 and 1) on
       // every stage (build_zero_bubble_schedule), and at most all m

@@ -117,6 +117,56 @@ std::vector<PipeOp> zbv_rank(int p, int m, int rank) {
   return kept;
 }
 
+// PyTorch's ScheduleInterleavedZeroBubble._calculate_single_rank_operations
+// with _get_warmup_ops(multiply_factor = 1) and _get_1f1b_rank_ops(
+// num_1f1b_microbatches = rank, enable_zero_bubble = True), restated: with R
+// micro-batches per round (m / max(1, m / p)), warm-up (v-1)R + p-1-r
+// forwards (at most v*m); step k's forward runs chunk (k / R) mod v, its
+// backward (from the warm-up on) chunk v-1-((k - warm-up) / R) mod v; after
+// the rank's first r backwards each backward is followed by the oldest
+// pending W; the rest of the Ws run at the end.
+std::vector<PipeOp> interleaved_zb_rank(int p, int m, int v, int rank) {
+  const int rounds = std::max(1, m / p);
+  const int per_round = m / rounds;
+  const int total = v * m;
+  const int warmup = std::min((v - 1) * per_round + (p - 1 - rank), total);
+  const int fwd_bwd = total - warmup;
+  std::vector<int> f(static_cast<size_t>(v), 0), b(static_cast<size_t>(v), 0), w(static_cast<size_t>(v), 0);
+  std::vector<int> backward_chunks;  // chunk of each backward, in order
+  size_t weights = 0;
+  std::vector<PipeOp> ops;
+  auto fwd_chunk = [&](int k) { return (k / per_round) % v; };
+  auto bwd_chunk = [&](int k) { return v - 1 - ((k - warmup) / per_round) % v; };
+  auto put_f = [&](int k) {
+    const int c = fwd_chunk(k);
+    ops.push_back(forward(f[static_cast<size_t>(c)]++, c));
+  };
+  auto put_b = [&](int k) {
+    const int c = bwd_chunk(k);
+    ops.push_back(backward(b[static_cast<size_t>(c)]++, c));
+    backward_chunks.push_back(c);
+    if (k - warmup >= rank) {
+      const int wc = backward_chunks[weights++];
+      ops.push_back(weight(w[static_cast<size_t>(wc)]++, wc));
+    }
+  };
+  for (int k = 0; k < warmup + fwd_bwd + warmup; ++k) {
+    if (k < warmup) {
+      put_f(k);
+    } else if (k < warmup + fwd_bwd) {
+      put_f(k);
+      put_b(k);
+    } else {
+      put_b(k);
+    }
+  }
+  while (weights < backward_chunks.size()) {
+    const int wc = backward_chunks[weights++];
+    ops.push_back(weight(w[static_cast<size_t>(wc)]++, wc));
+  }
+  return ops;
+}
+
 // PyTorch's ScheduleDualPipeV._calculate_single_rank_operations
 // (torch/distributed/pipelining/schedules.py), restated.  Chunk 0 is stage r,
 // chunk 1 stage 2p-1-r.  A BACKWARD_INPUT queues its W, popped oldest first
@@ -211,6 +261,18 @@ Feasibility check_pipeline_schedule(Schedule s, int p, int m, int v) {
     }
     return Feasibility{};
   }
+  if (s == Schedule::kInterleavedZb) {
+    if (v < 2) {
+      return no("interleaved-zb schedule runs two or more model chunks per rank; got v = " + std::to_string(v) +
+                " (torchtitan: Multi-stage schedule requires at least 2 stages per rank)");
+    }
+    const int rounds = std::max(1, m / p);
+    if (m % rounds != 0) {
+      return no("interleaved-zb schedule needs m to be a multiple of its rounds max(1, m / p) = " +
+                std::to_string(rounds) + " (got m = " + std::to_string(m) + ")");
+    }
+    return Feasibility{};
+  }
   if (s != Schedule::kInterleaved) {
     if (v != 1) {
       return no(std::string(to_string(s)) + " schedule runs one model chunk per rank; got v = " +
@@ -259,6 +321,9 @@ PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v) {
         break;
       case Schedule::kDualPipeV:
         ops = dualpipev_rank(p, m, rank);
+        break;
+      case Schedule::kInterleavedZb:
+        ops = interleaved_zb_rank(p, m, v, rank);
         break;
       case Schedule::kZb1p:
       case Schedule::kZb2p:

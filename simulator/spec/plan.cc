@@ -27,6 +27,7 @@ const char* to_string(Schedule s) {
     case Schedule::kZb2p: return "zb-2p";
     case Schedule::kZbv: return "zb-v";
     case Schedule::kDualPipeV: return "dualpipe-v";
+    case Schedule::kInterleavedZb: return "interleaved-zb";
   }
   return "?";
 }
@@ -46,10 +47,12 @@ std::string recompute_modules_name(uint16_t modules) {
 }
 
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "naive", "zb-1p", "zb-2p", "zb-v", "dualpipe-v"};
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "naive", "zb-1p", "zb-2p", "zb-v", "dualpipe-v",
+                                                 "interleaved-zb"};
   return names;
 }
-bool zero_bubble(Schedule s) { return zero_bubble_automatic(s) || v_shape(s); }
+bool zero_bubble(Schedule s) { return zero_bubble_automatic(s) || v_shape(s) || s == Schedule::kInterleavedZb; }
+bool interleaved(Schedule s) { return s == Schedule::kInterleaved || s == Schedule::kInterleavedZb; }
 bool v_shape(Schedule s) { return s == Schedule::kZbv || s == Schedule::kDualPipeV; }
 bool zero_bubble_automatic(Schedule s) { return s == Schedule::kZb1p || s == Schedule::kZb2p; }
 int zero_bubble_activation_limit(Schedule s, int pp) {
@@ -208,7 +211,7 @@ std::vector<int> balance_v_stage_layers(int64_t layers, int pp) {
 }
 
 int chunks_per_rank(const Plan& plan) {
-  if (plan.schedule == Schedule::kInterleaved) return std::max(1, plan.vp);
+  if (interleaved(plan.schedule)) return std::max(1, plan.vp);
   return v_shape(plan.schedule) ? 2 : 1;
 }
 
@@ -429,11 +432,12 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (L.stage_layers.empty()) L.stage_layers.assign(p.pp, static_cast<int>(std::max<int64_t>(1, model.layers / p.pp)));
 
   // Schedule rules.
-  if (p.vp > 1 && p.schedule != Schedule::kInterleaved)
+  if (p.vp > 1 && !interleaved(p.schedule))
     fail("vp=" + str(p.vp) + " needs the interleaved schedule, not " + to_string(p.schedule));
-  if (p.schedule == Schedule::kInterleaved) {
-    if (p.pp < 2) fail("the interleaved schedule needs pp >= 2");
-    if (p.vp < 2) fail("the interleaved schedule needs vp >= 2");
+  if (interleaved(p.schedule)) {
+    const std::string name = to_string(p.schedule);
+    if (p.pp < 2) fail("the " + name + " schedule needs pp >= 2");
+    if (p.vp < 2) fail("the " + name + " schedule needs vp >= 2");
     // Megatron needs vp | layers per stage; with auto-balanced uneven stages
     // (Llama 3 405B: 7 and 8 layers) the chunks differ by at most one layer.
     const bool even = model.layers % p.pp == 0 && p.stage_layers.empty();
@@ -447,8 +451,15 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
         break;
       }
     }
-    if (p.pp >= 2 && L.microbatches % p.pp != 0)
+    if (p.schedule == Schedule::kInterleaved && p.pp >= 2 && L.microbatches % p.pp != 0)
       fail("interleaved schedule needs microbatches=" + str(L.microbatches) + " to be a multiple of pp=" + str(p.pp));
+    // PyTorch ScheduleInterleavedZeroBubble: rounds = max(1, m // pp), "Zero
+    // bubble requires the number of microbatches to be a multiple of the
+    // number of rounds".
+    const int64_t rounds = std::max<int64_t>(1, L.microbatches / std::max(1, p.pp));
+    if (p.schedule == Schedule::kInterleavedZb && L.microbatches % rounds != 0)
+      fail("the interleaved-zb schedule needs microbatches=" + str(L.microbatches) + " to be a multiple of its " +
+           str(rounds) + " rounds (max(1, microbatches / pp))");
   }
   if (p.recompute_layers > 0) {
     // Megatron's block method recomputes the first N layers of each model

@@ -50,7 +50,10 @@ std::string recompute_modules_name(uint16_t modules);
 // its steady state each rank runs a forward of one chunk paired with the full
 // backward of the other, and torchtitan overlaps their expert-parallel
 // all-to-alls with each other's compute.
-enum class Schedule { kGpipe, k1F1B, kInterleaved, kNaive, kZb1p, kZb2p, kZbv, kDualPipeV };
+// kInterleavedZb is PyTorch's ScheduleInterleavedZeroBubble (torchtitan's
+// "InterleavedZeroBubble"): the looped placement of the interleaved
+// schedule, vp chunks per rank, backward split into B and W.
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kNaive, kZb1p, kZb2p, kZbv, kDualPipeV, kInterleavedZb };
 enum class Precision { kBf16, kFp16, kFp32 };
 enum class GradDtype { kBf16, kFp32 };
 enum class Attention { kFlash, kNaive };
@@ -88,6 +91,9 @@ bool zero_bubble_automatic(Schedule s);
 // True for the schedules that place two model chunks per rank in a V
 // (kZbv, kDualPipeV; virtual_stage).
 bool v_shape(Schedule s);
+// True for the schedules that run the plan's vp chunks per rank in Megatron's
+// loop placement (kInterleaved, kInterleavedZb).
+bool interleaved(Schedule s);
 // The activation limit of a zero-bubble schedule on `pp` ranks, in
 // micro-batches of the rank's activation memory M_B: pp for kZb1p (1F1B's
 // peak), 2*pp for kZb2p (Qi et al. Sec. 3.1); 0 for the other schedules.
@@ -212,8 +218,9 @@ int largest_chunk_layers(const Plan& plan, const std::vector<int>& stage_layers)
 // "(N layers per chunk)" for partial full recompute, else "".
 std::string recompute_layers_text(const Plan& plan);
 
-// Model chunks per pipeline rank: vp with the interleaved schedule, 2 with
-// the V schedules (zb-v, dualpipe-v), else 1.
+// Model chunks per pipeline rank: vp with the interleaved schedules
+// (interleaved, interleaved-zb), 2 with the V schedules (zb-v, dualpipe-v),
+// else 1.
 int chunks_per_rank(const Plan& plan);
 // The virtual stage (model order) of chunk `chunk` on pipeline rank `rank`
 // of `pp`: chunk*pp + rank, the "loop" placement of Megatron's virtual

@@ -126,6 +126,7 @@ PY
 2 2 1 2 1 zb-v 0 -
 1 4 1 2 1 zb-v 0 6,8,9,9
 2 2 1 2 1 dualpipe-v 0 -
+2 2 1 2 2 interleaved-zb 0 -
 MATRIX
   # Partial full recompute (Megatron's block method, the first N layers of
   # each chunk): Megatron writes --recompute-method block --recompute-num-layers

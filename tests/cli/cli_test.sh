@@ -55,7 +55,7 @@ expect_error "--recompute bogus" \
   "${GOOD[@]}" --recompute bogus
 
 expect_error "--schedule bogus" \
-  "trainplan: --schedule: unknown value \"bogus\"; allowed: gpipe, 1f1b, interleaved, naive, zb-1p, zb-2p, zb-v, dualpipe-v" \
+  "trainplan: --schedule: unknown value \"bogus\"; allowed: gpipe, 1f1b, interleaved, naive, zb-1p, zb-2p, zb-v, dualpipe-v, interleaved-zb" \
   "${GOOD[@]}" --schedule bogus
 
 expect_error "--zero 4" \

@@ -442,7 +442,8 @@ def interleaved_rounds(schedule: str, n_mb: int, pp: int, where: str) -> list[st
 
 def expected_schedule(p: Plan) -> str | None:
     return {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B",
-            "zb-v": "ZBVZeroBubble", "dualpipe-v": "DualPipeV"}.get(p.schedule)
+            "zb-v": "ZBVZeroBubble", "dualpipe-v": "DualPipeV",
+            "interleaved-zb": "InterleavedZeroBubble"}.get(p.schedule)
 
 
 def check_flavor(flavor: str, table: dict, p: Plan, where: str, source: str) -> list[str]:
