@@ -19,6 +19,8 @@ plan() {  # name tp pp cp zero seq
 JSON
 }
 plan dp2 1 1 1 0 128; plan tp2 2 1 1 0 128; plan pp2 1 2 1 0 128; plan cp2 1 1 2 0 256; plan zero3 1 1 1 3 128
+# ZB-V: two chunks per rank in a V (PyTorch's ScheduleZBVZeroBubble order).
+sed 's/"schedule": "1f1b"/"schedule": "zb-v"/' "$work/pp2.json" > "$work/zbv2.json"
 # An MoE plan: gpt-tiny-moe's 4 experts over ep=2.
 cat > "$work/moe_ep2.json" <<JSON
 {"model": "gpt-tiny-moe", "cluster": "cpu-local", "gpus": 2, "tp": 1, "pp": 1, "dp": 2, "cp": 1, "ep": 2, "etp": 1,
@@ -50,7 +52,7 @@ out=docs/validation.md
   echo "\$ mpirun --allow-run-as-root --oversubscribe -np 2 trainplan calibrate --backend cpu -e 32M --iters 20 --model gpt-tiny --model gpt-tiny-moe --mbs 1,2"
   grep -E '^# (trainplan|nRanks|Fit|GEMM:|WARNING|OK)|^  (all_reduce|all_gather|reduce_scatter|alltoall|broadcast|sendrecv) ' "$work/calibrate.txt" || true
   echo '```'
-  for n in dp2 tp2 pp2 cp2 zero3 moe_ep2; do
+  for n in dp2 tp2 pp2 zbv2 cp2 zero3 moe_ep2; do
     echo
     echo "## ${n^^}"
     echo
