@@ -83,15 +83,12 @@ int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp,
       // limit's worth of micro-batches (build_zero_bubble_schedule).
       return std::min<int64_t>(zero_bubble_activation_limit(schedule, pp), microbatches);
     case Schedule::kInterleavedZb:
-      // Warm-up (v-1)*R + p-1-r forward chunks, R = m / max(1, m / p), then
-      // one more (each B frees what its F held but for the W's share).
-      return std::min<int64_t>(int64_t{vp - 1} * (microbatches / std::max<int64_t>(1, microbatches / pp)) + pp - stage,
-                               microbatches * vp);
     case Schedule::kZbv:
     case Schedule::kDualPipeV:
-      // Two chunks per rank: the peak chunk activations of the V order
-      // (2(p - r) - 1 of chunk 0 and r of chunk 1 live, plus one).
-      return std::min<int64_t>(2 * int64_t{pp}, 2 * microbatches);
+      // Fixed orders: read off the rank's passes.
+      return peak_microbatches_in_flight(
+          build_pipeline_schedule(schedule, pp, static_cast<int>(microbatches), interleaved(schedule) ? vp : 2)
+              [static_cast<size_t>(stage)]);
   }
   return 1;
 }
@@ -240,7 +237,8 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     offloaded_per_gpu_max = std::max(offloaded_per_gpu_max, kept.total() + kept_e.total() - ms.total() - me.total());
 
     // Activations.
-    int64_t chunks = inflight_chunks(p.schedule, p.pp, layout.microbatches, p.vp, i);
+    int64_t chunks = ordered ? peak_microbatches_in_flight(fixed_order[static_cast<size_t>(i)])
+                             : inflight_chunks(p.schedule, p.pp, layout.microbatches, p.vp, i);
     st.inflight_microbatches = chunks;
     double layer_equiv = p.schedule == Schedule::kInterleaved ? static_cast<double>(chunks) * st.layers / p.vp
                                                               : static_cast<double>(chunks) * st.layers;

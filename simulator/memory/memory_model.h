@@ -84,7 +84,8 @@ struct MemoryReport {
   std::string reason;            // why it does not fit, if so
 };
 
-// Microbatch-chunks whose activations stage `stage` holds at its peak.
+// Microbatch-chunks whose activations stage `stage` holds at its peak (for
+// the fixed-order schedules with W passes, counted over the rank's order).
 int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp, int stage);
 
 // REQUIRES: layout resolved by resolve_plan (its reasons are not re-checked).

@@ -55,6 +55,25 @@ void check_complete(const PipelineSchedule& s, int p, int m) {
   }
 }
 
+// A schedule of v chunks per rank with W passes: every rank runs F, B and W
+// of each (micro-batch, chunk) exactly once, B after its F, W after its B.
+void check_every_pass_once(const PipelineSchedule& s, int p, int m, int v) {
+  REQUIRE(s.size() == static_cast<size_t>(p));
+  for (int r = 0; r < p; ++r) {
+    std::vector<int> seen(static_cast<size_t>(3 * m * v), 0);
+    for (const PipeOp& op : s[static_cast<size_t>(r)]) {
+      const int k = static_cast<int>(op.kind);
+      REQUIRE(op.chunk >= 0);
+      REQUIRE(op.chunk < v);
+      const size_t at = static_cast<size_t>((op.microbatch * v + op.chunk) * 3);
+      if (k > 0) CHECK(seen[at + static_cast<size_t>(k - 1)] == 1);
+      CHECK(seen[at + static_cast<size_t>(k)] == 0);
+      seen[at + static_cast<size_t>(k)] = 1;
+    }
+    CHECK(std::count(seen.begin(), seen.end(), 1) == 3 * m * v);
+  }
+}
+
 TEST_CASE("ZeroBubble: feasibility", "[sim][taskgraph][zb]") {
   CHECK(check_pipeline_schedule(Schedule::kZb1p, 1, 4, 1).reason ==
         "zb-1p schedule needs pipeline size p >= 2 (got p = 1)");
@@ -284,21 +303,7 @@ TEST_CASE("ZeroBubble: zb-v runs every pass once and is zero-bubble for equal pa
     for (int m : {1, 2, 3, 5, 8, 2 * p, 3 * p + 1, 32}) {
       INFO("p=" << p << " m=" << m);
       const PipelineSchedule s = build_pipeline_schedule(Schedule::kZbv, p, m, 2);
-      REQUIRE(s.size() == static_cast<size_t>(p));
-      for (int r = 0; r < p; ++r) {
-        // F, B, W of each (micro-batch, chunk) once, B after F, W after B.
-        std::vector<int> seen(static_cast<size_t>(6 * m), 0);
-        for (const PipeOp& op : s[static_cast<size_t>(r)]) {
-          const int k = static_cast<int>(op.kind);
-          REQUIRE(op.chunk >= 0);
-          REQUIRE(op.chunk < 2);
-          const size_t at = static_cast<size_t>((op.microbatch * 2 + op.chunk) * 3);
-          if (k > 0) CHECK(seen[at + static_cast<size_t>(k - 1)] == 1);
-          CHECK(seen[at + static_cast<size_t>(k)] == 0);
-          seen[at + static_cast<size_t>(k)] = 1;
-        }
-        CHECK(std::count(seen.begin(), seen.end(), 1) == 6 * m);
-      }
+      check_every_pass_once(s, p, m, 2);
       // With F = B = W = 1 per chunk and free transfers, rank p-1 cannot
       // start before micro-batch 0 has gone through chunk 0 of the p-1 ranks
       // before it, and then has 6m passes to run: makespan >= 6m + p - 1.
@@ -380,17 +385,12 @@ TEST_CASE("ZeroBubble: dualpipe-v runs every pass once, pairs F with a full back
     for (int m : {2 * p, 2 * p + 1, 3 * p, 32}) {
       INFO("p=" << p << " m=" << m);
       const PipelineSchedule s = build_pipeline_schedule(Schedule::kDualPipeV, p, m, 2);
+      check_every_pass_once(s, p, m, 2);
       for (int r = 0; r < p; ++r) {
         const std::vector<PipeOp>& ops = s[static_cast<size_t>(r)];
-        std::vector<int> seen(static_cast<size_t>(6 * m), 0);
         int paired_f = 0, paired_b = 0;
         for (size_t i = 0; i < ops.size(); ++i) {
           const PipeOp& op = ops[i];
-          const int k = static_cast<int>(op.kind);
-          const size_t at = static_cast<size_t>((op.microbatch * 2 + op.chunk) * 3);
-          if (k > 0) CHECK(seen[at + static_cast<size_t>(k - 1)] == 1);
-          CHECK(seen[at + static_cast<size_t>(k)] == 0);
-          seen[at + static_cast<size_t>(k)] = 1;
           if (op.overlapped && op.kind == PipeOp::Kind::kForward) {
             // The pair: this F, then a full backward of the other chunk (its
             // B immediately followed by its W).
@@ -404,7 +404,6 @@ TEST_CASE("ZeroBubble: dualpipe-v runs every pass once, pairs F with a full back
           }
           if (op.overlapped && op.kind == PipeOp::Kind::kBackward) ++paired_b;
         }
-        CHECK(std::count(seen.begin(), seen.end(), 1) == 6 * m);
         // Steady state: m - 2p + r + 1 rounds of two pairs, the last rank's
         // first forward unpaired; then p - r - 1 more pairs.
         const int pairs = 2 * (m - 2 * p + r + 1) - (r == p - 1 ? 1 : 0) + (p - r - 1);
@@ -435,17 +434,7 @@ TEST_CASE("ZeroBubble: interleaved-zb runs every pass once and reaches the start
       for (int m : {p, 2 * p, 3 * p, 32}) {
         INFO("p=" << p << " v=" << v << " m=" << m);
         const PipelineSchedule s = build_pipeline_schedule(Schedule::kInterleavedZb, p, m, v);
-        for (int r = 0; r < p; ++r) {
-          std::vector<int> seen(static_cast<size_t>(3 * m * v), 0);
-          for (const PipeOp& op : s[static_cast<size_t>(r)]) {
-            const int k = static_cast<int>(op.kind);
-            const size_t at = static_cast<size_t>((op.microbatch * v + op.chunk) * 3);
-            if (k > 0) CHECK(seen[at + static_cast<size_t>(k - 1)] == 1);
-            CHECK(seen[at + static_cast<size_t>(k)] == 0);
-            seen[at + static_cast<size_t>(k)] = 1;
-          }
-          CHECK(std::count(seen.begin(), seen.end(), 1) == 3 * m * v);
-        }
+        check_every_pass_once(s, p, m, v);
         // Equal passes, free transfers: rank p-1 starts after micro-batch 0's
         // forward through chunk 0 of the p-1 ranks before it and then has 3vm
         // passes, so makespan >= 3vm + p - 1; the schedule reaches it
