@@ -102,6 +102,16 @@ ExecutionProfile deepspeed(const Plan& p) {
     e.regather_for_recompute = true;
     e.gather_per_module = true;
     e.gather_bucket_params = 5e7;
+    // ZeRO-3 as DeepSpeed ran it through v0.5.4 (2021; the published runs at
+    // scale, Narayanan et al. 2021 Table 2): each parameter's gather
+    // (partition_parameters.py _allgather_param) builds a Python list of
+    // world_size narrow() views of the flat output and passes it to
+    // torch.distributed.all_gather, whose ProcessGroupNCCL runs the
+    // collective into its own flat buffer and copies it out to each of the
+    // world_size views; each reduce-scatter (_reduce_scatter_gradient) builds
+    // world_size input views the same way, copied into a flat buffer before
+    // the collective.  v0.5.5 moved gathers to one flat _all_gather_base.
+    e.collective_calls_per_member = 2;
   } else if (p.zero >= 1 && p.pp == 1) {
     e.grad_reduce = GradReduce::kBlocking;
   } else {

@@ -51,6 +51,13 @@ struct ExecutionProfile {
   // gather_bucket_params parameters (0: none share).
   bool gather_per_module = false;
   double gather_bucket_params = 0;
+  // ZeRO-3 collectives through torch.distributed's list API: per member of
+  // the group, this many PyTorch calls issued one at a time (a Python view
+  // of the member's slice, and the copy between that slice and the flat
+  // buffer NCCL works on), each costing one kernel overhead
+  // (ComputeParams::kernel_overhead): a latency that grows with the group,
+  // however small each member's slice.  0: one flat buffer, no per-member work.
+  double collective_calls_per_member = 0;
 
   // Memory as the framework allocates it (memory_model.h).
   // Mixed precision with the fp32 parameter as the master copy (PyTorch

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <cmath>
 
+#include "simulator/compute/compute_model.h"
 #include "simulator/core/error.h"
 #include "simulator/cost/layer_cost.h"
 #include "simulator/framework/framework.h"
@@ -155,6 +156,7 @@ class Lowerer {
  private:
   void prepare_costs() {
     sc_ = step_costs(m_, c_, p_, opt_.cp_overlap);
+    member_call_ = compute_params(c_, p_.precision).kernel_overhead;
     shape_ = sc_.shape;
     layer_ = sc_.layer;
     emb_ = sc_.embedding;
@@ -851,12 +853,23 @@ class Lowerer {
     return hit->second;
   }
 
+  // The per-member work of `collectives` ZeRO-3 collectives over `size`
+  // ranks issued through a list API (ExecutionProfile::collective_calls_per_member).
+  Duration list_api_latency(TaskLabel label, size_t collectives, int size) const {
+    const bool zero3 = label == TaskLabel::kParamAllGather || (label == TaskLabel::kDpReduceScatter && p_.zero == 3);
+    if (!zero3 || prof_.collective_calls_per_member <= 0) return Duration();
+    return member_call_.scaled(prof_.collective_calls_per_member * static_cast<double>(size) *
+                               static_cast<double>(collectives));
+  }
+
   // `stride`: global ranks between consecutive members (0: tp, a DP group).
   int32_t add_group_comm(int32_t channel, Collective kind, TaskLabel label, double bytes, int size,
                          const std::vector<int32_t>& members, int stride = 0) {
     if (stride <= 0) stride = p_.tp;
     const GroupPlacement gp = dp_placement(size, stride);
-    return add_group_task(channel, label, group_cost(kind, bytes, size, stride, gp), gp, members);
+    CollectiveCost cost = group_cost(kind, bytes, size, stride, gp);
+    cost.latency += list_api_latency(label, 1, size);
+    return add_group_task(channel, label, cost, gp, members);
   }
 
   // One task for collectives issued back to back on one stream (`pieces`,
@@ -876,6 +889,7 @@ class Lowerer {
       cost.bus_bandwidth = piece.bus_bandwidth;
     }
     if (transfer_s > 0) cost.bus_bandwidth = Bandwidth::bytes_per_s(cost.wire_bytes_per_rank / transfer_s);
+    cost.latency += list_api_latency(label, pieces.size(), size);
     return add_group_task(channel, label, cost, gp, members);
   }
 
@@ -1085,6 +1099,7 @@ class Lowerer {
   LayerShape shape_;
   LayerCost layer_, emb_, outc_;
   StepCosts sc_;
+  Duration member_call_;  // one PyTorch call of a list-API collective (the kernel overhead)
   int64_t emb_f_ = 0, emb_b_ = 0, emb_tp_f_ = 0, emb_tp_b_ = 0;
   int64_t out_f_ = 0, out_b_ = 0, out_tp_f_ = 0, out_tp_b_ = 0;
   double layer_grad_bytes_ = 4;
