@@ -297,6 +297,11 @@ class RankExecutor {
       mp_times_.push_back(took);
       return;
     }
+    if (t.label == TaskLabel::kHostWork) {
+      // A list-API collective's per-member calls: the executor's collectives
+      // take flat buffers, so there is nothing to run.
+      return;
+    }
     if (t.label == TaskLabel::kHostToDevice) {
       // Parameter offload: the shard copied from host memory (a copy of n
       // bytes is the executor's stand-in for the PCIe transfer).

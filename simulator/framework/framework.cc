@@ -103,15 +103,22 @@ ExecutionProfile deepspeed(const Plan& p) {
     e.gather_per_module = true;
     e.gather_bucket_params = 5e7;
     // ZeRO-3 as DeepSpeed ran it through v0.5.4 (2021; the published runs at
-    // scale, Narayanan et al. 2021 Table 2): each parameter's gather
-    // (partition_parameters.py _allgather_param) builds a Python list of
-    // world_size narrow() views of the flat output and passes it to
-    // torch.distributed.all_gather, whose ProcessGroupNCCL runs the
-    // collective into its own flat buffer and copies it out to each of the
-    // world_size views; each reduce-scatter (_reduce_scatter_gradient) builds
-    // world_size input views the same way, copied into a flat buffer before
-    // the collective.  v0.5.5 moved gathers to one flat _all_gather_base.
-    e.collective_calls_per_member = 2;
+    // scale, Narayanan et al. 2021 Table 2), counted in v0.3.14: each
+    // parameter's gather (partition_parameters.py _allgather_param) loops
+    // over the world in Python, a narrow() view of the flat output and a
+    // torch.distributed.get_rank(group) per member, and passes the list to
+    // torch.distributed.all_gather, whose ProcessGroupNCCL gathers into its
+    // own flat buffer and copies it out member by member (a select and a
+    // copy_ each); each reduce-scatter (_reduce_scatter_gradient) builds a
+    // view(-1).narrow() per member and ProcessGroupNCCL copies each into its
+    // flat input (a select and a copy_): four calls per member either way.
+    // v0.5.5 moved gathers to one flat _all_gather_base.
+    e.collective_calls_per_member = 4;
+    // _allgather_param starts with torch.cuda.synchronize() and a fetch ends
+    // with one (stage3.py _synchronize_communication), so the host's calls
+    // run with the device idle; the backward's reductions come from the
+    // same hooks, between a module's backward and the next module's fetch.
+    e.gather_syncs_device = true;
   } else if (p.zero >= 1 && p.pp == 1) {
     e.grad_reduce = GradReduce::kBlocking;
   } else {

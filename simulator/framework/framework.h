@@ -52,12 +52,18 @@ struct ExecutionProfile {
   bool gather_per_module = false;
   double gather_bucket_params = 0;
   // ZeRO-3 collectives through torch.distributed's list API: per member of
-  // the group, this many PyTorch calls issued one at a time (a Python view
-  // of the member's slice, and the copy between that slice and the flat
-  // buffer NCCL works on), each costing one kernel overhead
+  // the group, this many PyTorch calls issued one at a time (Python views of
+  // the member's slice, the copy between it and the flat buffer NCCL works
+  // on), each costing one kernel overhead
   // (ComputeParams::kernel_overhead): a latency that grows with the group,
   // however small each member's slice.  0: one flat buffer, no per-member work.
   double collective_calls_per_member = 0;
+  // ZeRO-3: the device is synchronized before each gather is issued, so the
+  // host work of each gather and reduce-scatter (its per-member calls) runs
+  // with the device idle: after the previous compute, before the next.  The
+  // NCCL part still runs behind the previous layer's compute (one step of
+  // prefetch).
+  bool gather_syncs_device = false;
 
   // Memory as the framework allocates it (memory_model.h).
   // Mixed precision with the fp32 parameter as the master copy (PyTorch

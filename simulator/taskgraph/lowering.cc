@@ -855,9 +855,17 @@ class Lowerer {
 
   // The per-member work of `collectives` ZeRO-3 collectives over `size`
   // ranks issued through a list API (ExecutionProfile::collective_calls_per_member).
+  // A gather's part is host work of its own when the framework synchronizes
+  // the device before gathers (gather_host_latency), not the collective's.
   Duration list_api_latency(TaskLabel label, size_t collectives, int size) const {
     const bool zero3 = label == TaskLabel::kParamAllGather || (label == TaskLabel::kDpReduceScatter && p_.zero == 3);
-    if (!zero3 || prof_.collective_calls_per_member <= 0) return Duration();
+    return zero3 && !prof_.gather_syncs_device ? member_calls(collectives, size) : Duration();
+  }
+  Duration gather_host_latency(size_t collectives, int size) const {
+    return prof_.gather_syncs_device ? member_calls(collectives, size) : Duration();
+  }
+  Duration member_calls(size_t collectives, int size) const {
+    if (prof_.collective_calls_per_member <= 0) return Duration();
     return member_call_.scaled(prof_.collective_calls_per_member * static_cast<double>(size) *
                                static_cast<double>(collectives));
   }
@@ -982,6 +990,7 @@ class Lowerer {
       const int32_t channel = g.add_channel();
       const auto& entries = entries_[static_cast<size_t>(rc.pp)];
       std::vector<int32_t> reductions;
+      int32_t host_channel = -1;  // gather_syncs_device: the host work's FIFO
       double bucket = 0;
       auto task_at = [&](int32_t member, size_t k) { return g.program[static_cast<size_t>(member)][k]; };
       // The rank's last backward pass (its program ends with the optimizer).
@@ -996,6 +1005,19 @@ class Lowerer {
                                     bytes, shard, members, stride);
         if (blocking) blocking_comm_.push_back(id);
         const size_t after = after_backward ? last_backward : k;
+        // ZeRO-3 with the device synchronized at every fetch: the list
+        // API's calls run on the host between this backward and the next.
+        const Duration host = p_.zero == 3 ? gather_host_latency(1, shard) : Duration();
+        if (host > Duration()) {
+          if (host_channel < 0) host_channel = g.add_channel();
+          const int32_t h =
+              g.add_comm(host_channel, host.ps(), 0, 0, Category::kDpComm, TaskLabel::kHostWork, members, {});
+          for (int32_t mr : members) {
+            g.add_dep(task_at(mr, after), h);
+            if (after + 1 < g.program[static_cast<size_t>(mr)].size()) g.add_dep(h, task_at(mr, after + 1));
+            g.add_dep(h, id);
+          }
+        }
         for (int32_t mr : members) {
           g.add_dep(task_at(mr, after), id);
           dp_member_preds_[id].push_back(task_at(mr, after));
@@ -1010,7 +1032,6 @@ class Lowerer {
           reductions.push_back(ar);
         }
       };
-      std::vector<int32_t> gathered;  // ZeRO-3 gathers, by program index
       for (size_t k = 0; k < entries.size(); ++k) {
         const Entry& e = entries[k];
         // The parameters this group reduces: the routed experts, or the rest.
@@ -1028,6 +1049,18 @@ class Lowerer {
             for (double& piece : pieces) piece *= gather_wbytes;
             int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kParamAllGather, pieces, shard,
                                         members, stride);
+            // Host work with the device synchronized: after the previous
+            // compute, before this one (ExecutionProfile::gather_syncs_device).
+            const Duration host = gather_host_latency(pieces.size(), shard);
+            if (host > Duration()) {
+              if (host_channel < 0) host_channel = g.add_channel();
+              const int32_t h =
+                  g.add_comm(host_channel, host.ps(), 0, 0, Category::kDpComm, TaskLabel::kHostWork, members, {});
+              for (int32_t mr : members) {
+                if (k >= 1) g.add_dep(task_at(mr, k - 1), h);
+                g.add_dep(h, task_at(mr, k));
+              }
+            }
             // An offloaded shard reaches the GPU before it is gathered.
             for (int32_t mr : members) {
               if (static_cast<size_t>(mr) < h2d_.size() && !h2d_[static_cast<size_t>(mr)].empty()) {

@@ -28,7 +28,8 @@ enum class TaskLabel : uint8_t {
   kDpAllGather, kParamAllGather, kPsPush, kPsPull, kPsUpdate, kIteration,
   kWeightGrad,  // the weight-gradient pass W of a zero-bubble schedule
   kHostToDevice,  // parameter offload: a layer's parameter shard copied from host memory
-  kGradNormSync   // the gradient-norm all-reduce over a replica's model-parallel ranks before the update
+  kGradNormSync,  // the gradient-norm all-reduce over a replica's model-parallel ranks before the update
+  kHostWork       // host work with the device synchronized (a list-API collective's per-member calls)
 };
 const char* to_string(TaskLabel l);
 
