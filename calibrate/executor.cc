@@ -297,6 +297,11 @@ class RankExecutor {
       mp_times_.push_back(took);
       return;
     }
+    if (t.label == TaskLabel::kTpCollective) {
+      // A pass's TP collectives: the executor runs them inside the pass,
+      // op by op, where they fall.
+      return;
+    }
     if (t.label == TaskLabel::kHostWork) {
       // A list-API collective's per-member calls: the executor's collectives
       // take flat buffers, so there is nothing to run.

@@ -23,9 +23,24 @@ double overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
 }
 
 // Splits the idle gap [from, to) before `task` by what it waited for.
-void classify_gap(const TaskGraph& g, const EngineResult& r, int32_t task, int64_t from, int64_t to,
+void classify_gap(const TaskGraph& g, const EngineResult& r, int32_t prev, int32_t task, int64_t from, int64_t to,
                   TimeBreakdown* b) {
   if (to <= from) return;
+  // First the previous pass's own TP collectives (a link task right after
+  // it): TP communication.
+  if (prev >= 0) {
+    const Task& pt = g.task(prev);
+    const uint32_t* succ = g.successors(pt);
+    for (uint32_t k = 0; k < pt.succ_count; ++k) {
+      const Task& s = g.task(static_cast<int32_t>(succ[k]));
+      if (s.type != TaskType::kComm || s.label != TaskLabel::kTpCollective) continue;
+      const TaskTime& st = r.times[succ[k]];
+      const int64_t end = std::min(to, std::max(from, st.end_ps));
+      b->tp_comm += static_cast<double>(overlap(from, end, st.start_ps, st.end_ps)) * 1e-12;
+      from = end;
+    }
+    if (to <= from) return;
+  }
   const double gap = static_cast<double>(to - from);
   const int32_t pred = task >= 0 ? r.last_pred[static_cast<size_t>(task)] : -1;
   double comm = 0;
@@ -47,6 +62,9 @@ void classify_gap(const TaskGraph& g, const EngineResult& r, int32_t task, int64
     // communication, the wait for the other stage to produce it is bubble.
     b->pp_comm += comm * 1e-12;
     b->bubble += (gap - comm) * 1e-12;
+  } else if (cat == Category::kTpComm || cat == Category::kCpComm) {
+    // Waiting for the rank's own TP collectives (after its pass).
+    b->tp_comm += gap * 1e-12;
   } else if (cat == Category::kDpComm) {
     // Waiting on the DP channel (ZeRO-3 gathers, gradient reductions queued
     // behind each other): all of it is exposed DP communication.
@@ -147,6 +165,7 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
   for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
     const int pid = step.ranks[rank].global;
     int64_t prev_end = 0;
+    int32_t prev_id = -1;
     int64_t live = rank < step.static_bytes.size() ? step.static_bytes[rank] : 0;
     std::snprintf(buf, sizeof buf, ",\n{\"ph\":\"C\",\"name\":\"memory allocated (GiB)\",\"pid\":%d,\"ts\":0,"
                   "\"args\":{\"GiB\":%.6f}}", pid, static_cast<double>(live) / kGiB);
@@ -158,9 +177,10 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
         // The idle gap split as the time breakdown splits it (classify_gap):
         // bubble first, then the part spent on the transfer waited for.
         TimeBreakdown gap;
-        classify_gap(g, r, id, prev_end, tt.start_ps, &gap);
+        classify_gap(g, r, prev_id, id, prev_end, tt.start_ps, &gap);
         int64_t at = prev_end;
-        const std::pair<const char*, double> parts[] = {{"bubble", gap.bubble},
+        const std::pair<const char*, double> parts[] = {{"waiting for TP collectives", gap.tp_comm},
+                                                        {"bubble", gap.bubble},
                                                         {"waiting for a pipeline transfer", gap.pp_comm},
                                                         {"waiting for a DP collective", gap.dp_comm}};
         for (const auto& [name, seconds] : parts) {
@@ -213,6 +233,7 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
         out << buf;
       }
       prev_end = tt.end_ps;
+      prev_id = id;
     }
   }
   // Communication, with flow arrows from each pipeline send to the compute
@@ -221,15 +242,21 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
     const Task& t = g.task(id);
     if (t.type == TaskType::kCompute) continue;
     const TaskTime& tt = r.times[static_cast<size_t>(id)];
-    const int tid = t.category == Category::kPpComm ? kPpT : kDpT;
+    const int tid = t.category == Category::kPpComm ? kPpT : t.category == Category::kTpComm ? kTpT : kDpT;
     const int32_t* m = g.members(t);
     for (uint32_t k = 0; k < t.member_count; ++k) {
       std::snprintf(buf, sizeof buf,
                     ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-                    "\"args\":{\"microbatch\":%d,\"chunk\":%d,\"wire_MB\":%.6f}}",
+                    "\"args\":{\"microbatch\":%d,\"chunk\":%d,\"wire_MB\":%.6f",
                     to_string(t.label), to_string(t.category), step.ranks[static_cast<size_t>(m[k])].global, tid,
                     us(tt.start_ps), us(tt.end_ps - tt.start_ps), t.microbatch, t.chunk, t.wire_bytes * 1e-6);
       out << buf;
+      if (t.label == TaskLabel::kTpCollective) {
+        // Each layer's collectives: group, kind, size and NCCL algorithm.
+        out << ",\"dense_layer\":\"" << step.layer.collectives << "\"";
+        if (!step.moe_layer.collectives.empty()) out << ",\"moe_layer\":\"" << step.moe_layer.collectives << "\"";
+      }
+      out << "}}";
     }
     // A collective's members, linked by flow arrows from its first member
     // (ids after the p2p ones: g.size() * k + id is unique for k >= 1).
@@ -515,10 +542,11 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
     TimeBreakdown b;
     const int64_t window_end = window_start[rank] + period;
     int64_t prev_end = window_start[rank];
+    int32_t prev_id = -1;
     for (int32_t id : g.program[rank]) {
       const Task& t = g.task(id);
       const TaskTime& tt = r.times[static_cast<size_t>(id)];
-      classify_gap(g, r, id, prev_end, tt.start_ps, &b);
+      classify_gap(g, r, prev_id, id, prev_end, tt.start_ps, &b);
       const double busy = static_cast<double>(tt.end_ps - tt.start_ps) * 1e-12;
       if (t.category == Category::kOptimizer) {
         b.optimizer += busy;
@@ -530,6 +558,7 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
         b.compute += busy - tp - ep;
       }
       prev_end = tt.end_ps;
+      prev_id = id;
     }
     // After the rank's last task: waiting for trailing DP all-gathers, or for
     // slower stages (pipeline imbalance).

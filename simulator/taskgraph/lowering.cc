@@ -245,6 +245,47 @@ class Lowerer {
     return global_rank(p_, pp, dp, cp, tp);
   }
 
+  // Whether other traffic can share the ports the TP collectives load: a
+  // TP group smaller than a node leaves its NVLink ports to the DP, CP and
+  // pipeline groups of the node's other ranks; one spanning nodes shares
+  // their NICs.  A TP group that fills its node alone owns its ports (DP
+  // and PP leave the node through the NICs).
+  // Other traffic loads them only around some passes: a gradient reduction
+  // starts when a chunk's last backward ends, ZeRO-3 gathers and reduces
+  // around every layer, and a pipeline neighbour on the same node sends
+  // over NVLink after every pass.
+  bool tp_port_shared(const Entry& e) const {
+    const int gpn = c_.gpus_per_node;
+    if (p_.tp == gpn) return false;
+    if (p_.tp < gpn && static_cast<int64_t>(p_.tp) * p_.cp * p_.dp * p_.pp == p_.tp) return false;
+    const bool p2p_on_node = p_.pp > 1 && static_cast<int64_t>(p_.tp) * p_.cp * p_.dp < gpn;
+    return p_.zero == 3 || p2p_on_node || (e.kind != PipeOp::Kind::kForward && e.last_backward);
+  }
+
+  // The TP link task after compute task `id`, or -1.
+  int32_t tp_after(int32_t id) const {
+    return static_cast<size_t>(id) < tp_after_.size() ? tp_after_[static_cast<size_t>(id)] : -1;
+  }
+
+  // One FIFO per simulated rank for its TP collectives (their stream).
+  int32_t tp_channel(size_t r) {
+    if (tp_channel_.empty()) tp_channel_.assign(out_.ranks.size(), -1);
+    if (tp_channel_[r] < 0) tp_channel_[r] = out_.graph.add_channel();
+    return tp_channel_[r];
+  }
+
+  // The links a TP collective of simulated rank r loads: its NVLink port,
+  // and its share of the node's NICs when the group spans nodes.
+  std::vector<FlowLink> tp_links(size_t r) const {
+    const GroupPlacement gp = group_placement(p_.tp, std::min(p_.tp, c_.gpus_per_node), c_);
+    std::vector<FlowLink> links;
+    if (gp.ranks_per_node > 1) links.push_back(FlowLink{intra_link_[r], 1.0f});
+    if (gp.nodes > 1 && nic_link_[r] >= 0) {
+      links.push_back(FlowLink{nic_link_[r], 1.0f / static_cast<float>(gp.ranks_per_node)});
+    }
+    return links;
+  }
+
   void build_links() {
     for (size_t i = 0; i < out_.ranks.size(); ++i) {
       intra_link_.push_back(out_.network.add_link(lp_.intra_bandwidth.bytes_per_s() * lp_.intra_efficiency));
@@ -465,9 +506,11 @@ class Lowerer {
         // The entry's layers, dense or MoE, summed.
         int64_t layer_wgrad = 0, work = 0, tp = 0, ep = 0;
         double alloc = 0, kept = 0, transient_bytes = 0;
+        CommTotals tp_link;  // the layers' TP collectives, run as a link task after the pass
         for (int i = ch.global_first + first; i < ch.global_first + first + count; ++i) {
           const LayerTimes& lt = sc_.times_of(i);
           const LayerCost& lc = sc_.cost_of(i);
+          tp_link.add(is_b ? lt.tp_backward : lt.tp_forward);
           layer_wgrad += lt.weight_grad_ps;
           work += is_b ? lt.backward_ps : lt.forward_ps;
           tp += is_b ? lt.tp_comm_backward_ps : lt.tp_comm_forward_ps;
@@ -507,9 +550,34 @@ class Lowerer {
           work = wgrad;
           tp = 0;
           ep = 0;
+          tp_link = CommTotals{};
+        }
+        // The layers' TP collectives leave the compute task for a link task
+        // on this rank's TP port, right after it (serial: no framework
+        // profile here overlaps them with the GEMMs), so that they share
+        // the port's bandwidth with DP and PP traffic; what is left in tp
+        // is the exposed CP exchange and the embedding's and output
+        // layer's collectives.  Where nothing else can load the port the
+        // same time stays in the compute task (fewer tasks, same step).
+        int64_t tp_link_ps = 0;
+        if (tp_link.count > 0 && tp_port_shared(e)) {
+          tp_link_ps = std::min(tp, tp_link.latency_ps + static_cast<int64_t>(std::llround(tp_link.transfer_s * 1e12)));
+          work -= tp_link_ps;
+          tp -= tp_link_ps;
         }
         const TaskLabel label = is_w ? TaskLabel::kWeightGrad : is_b ? TaskLabel::kBackward : TaskLabel::kForward;
         int32_t id = g.add_compute(static_cast<int32_t>(r), std::max<int64_t>(0, work), Category::kCompute, label);
+        if (tp_link_ps > 0) {
+          const int32_t tc = g.add_comm(tp_channel(r), tp_link.latency_ps, tp_link.wire_bytes, tp_link.rate(),
+                                        Category::kTpComm, TaskLabel::kTpCollective, {static_cast<int32_t>(r)},
+                                        tp_links(r));
+          g.add_dep(id, tc);
+          if (tp_after_.size() <= static_cast<size_t>(tc)) tp_after_.resize(static_cast<size_t>(tc) + 1, -1);
+          tp_after_[static_cast<size_t>(id)] = tc;
+          g.task(tc).microbatch = e.mb;
+          g.task(tc).chunk = static_cast<int16_t>(e.chunk);
+          g.task(tc).layer = static_cast<int16_t>(e.layer);
+        }
         Task& t = g.task(id);
         t.tp_comm_ps = tp;
         t.ep_comm_ps = ep;
@@ -549,6 +617,14 @@ class Lowerer {
       int32_t opt = g.add_compute(static_cast<int32_t>(r), opt_ps, Category::kOptimizer, TaskLabel::kOptimizer);
       optimizer_task_.push_back(opt);
       optimizer_inputs_.emplace_back();
+    }
+    // A pass's TP collectives hold the rank's next compute (the layer's
+    // output, or its input gradient, is ready once they end).
+    for (const auto& prog : g.program) {
+      for (size_t k = 0; k + 1 < prog.size(); ++k) {
+        const int32_t tc = tp_after(prog[k]);
+        if (tc >= 0) g.add_dep(tc, prog[k + 1]);
+      }
     }
   }
 
@@ -661,10 +737,11 @@ class Lowerer {
         const int to_stage = to_rc.rank, to_chunk = to_rc.chunk;
         const size_t dst = static_cast<size_t>(sim_index(to_stage, rc.dp, rc.cp, rc.tp));
         const int32_t producer = task_of(r, op.microbatch, op.chunk, op.kind, true);
+        const int32_t produced = tp_after(producer) >= 0 ? tp_after(producer) : producer;
         if (to_stage == rc.pp) {
           // The turn of zb-v's V: both stages on this rank, the activation
           // (or its gradient) handed over in memory, no transfer.
-          g.add_dep(producer, task_of(dst, op.microbatch, to_chunk, op.kind, false));
+          g.add_dep(produced, task_of(dst, op.microbatch, to_chunk, op.kind, false));
           continue;
         }
         const int dst_global = global_rank(p_, to_stage, rc.dp, rc.cp, rc.tp);
@@ -680,7 +757,7 @@ class Lowerer {
                                 {static_cast<int32_t>(r)}, links);
         g.task(id).microbatch = op.microbatch;
         g.task(id).chunk = static_cast<int16_t>(op.chunk);
-        g.add_dep(producer, id);
+        g.add_dep(produced, id);
         g.add_dep(id, task_of(dst, op.microbatch, to_chunk, op.kind, false));
         // Megatron's non-interleaved schedules send and receive with blocking
         // batched isend/irecv + wait (send_forward_recv_backward): the sender's
@@ -1132,6 +1209,8 @@ class Lowerer {
   LayerShape shape_;
   LayerCost layer_, emb_, outc_;
   StepCosts sc_;
+  std::vector<int32_t> tp_after_;    // compute task id -> its TP link task (or -1)
+  std::vector<int32_t> tp_channel_;  // per simulated rank
   Duration member_call_;  // one PyTorch call of a list-API collective (the kernel overhead)
   int64_t emb_f_ = 0, emb_b_ = 0, emb_tp_f_ = 0, emb_tp_b_ = 0;
   int64_t out_f_ = 0, out_b_ = 0, out_tp_f_ = 0, out_tp_b_ = 0;

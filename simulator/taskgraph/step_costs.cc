@@ -26,6 +26,7 @@ struct OpTimes {
   // Selective recompute: the forward time of the re-run ops, and the TP and
   // expert collectives they re-run.
   int64_t rc = 0, rc_tp = 0, rc_ep = 0;
+  CommTotals tp_f_totals, tp_b_totals, rc_tp_totals;  // the TP collectives, as link work
   std::string collectives;  // the forward collectives, described (LayerTimes::collectives)
 };
 
@@ -49,10 +50,16 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
   // Forward collectives by (group, kind, size, algorithm): how many per layer.
   std::map<std::string, int> seen;
   std::vector<std::string> order;
+  CommTotals last;  // the last collective costed, for the TP totals
   auto coll = [&](Collective kind, double bytes, CommGroup g, bool forward) {
     const auto [size, gp] = placement(g);
+    last = CommTotals{};
     if (size <= 1 || bytes <= 0) return int64_t{0};
     const CollectiveCost cost = collective_cost(kind, static_cast<Bytes>(bytes), gp, lp);
+    last.latency_ps = cost.latency.ps();
+    last.wire_bytes = cost.wire_bytes_per_rank;
+    last.transfer_s = cost.wire_bytes_per_rank > 0 ? cost.wire_bytes_per_rank / cost.bus_bandwidth.bytes_per_s() : 0;
+    last.count = 1;
     if (forward) {
       char buf[160];
       std::snprintf(buf, sizeof buf, "%s %s %.3g MiB over %d (%s/%s)", g == CommGroup::kTp ? "tp" : g == CommGroup::kEp ? "ep" : "etp",
@@ -91,11 +98,18 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
                             : fk == Collective::kReduceScatter ? Collective::kAllGather
                                                                : fk;
       const int64_t cf = coll(fk, op.tp_comm_bytes, op.comm_group, true);
+      const CommTotals tf = last;
       const int64_t cb = coll(bk, op.tp_comm_bytes, op.comm_group, false);
+      const CommTotals tb = last;
       if (op.comm_group == CommGroup::kTp) {
         t.tp_f += cf;
         t.tp_b += cb;
-        if (rerun) t.rc_tp += cf;
+        t.tp_f_totals.add(tf);
+        t.tp_b_totals.add(tb);
+        if (rerun) {
+          t.rc_tp += cf;
+          t.rc_tp_totals.add(tf);
+        }
       } else {
         t.ep_f += cf;
         t.ep_b += cb;
@@ -146,6 +160,10 @@ LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const C
   t.backward_ps = lt.bwd + lt.tp_b + cp_b + lt.ep_b + recompute;
   t.tp_comm_forward_ps = lt.tp_f + cp_f;
   t.tp_comm_backward_ps = lt.tp_b + cp_b + recompute_tp;
+  t.tp_forward = lt.tp_f_totals;
+  t.tp_backward = lt.tp_b_totals;
+  if (p.recompute == Recompute::kFull) t.tp_backward.add(lt.tp_f_totals);
+  else if (p.recompute == Recompute::kSelective) t.tp_backward.add(lt.rc_tp_totals);
   t.ep_comm_forward_ps = lt.ep_f;
   t.ep_comm_backward_ps = lt.ep_b + recompute_ep;
   t.recompute_ps = recompute;

@@ -17,6 +17,23 @@
 namespace trainplan {
 
 // Per-layer figures the report shows.
+// Collectives issued back to back on one stream: their latencies and
+// transfer times add.  wire_bytes in nccl-tests busbw units per rank.
+struct CommTotals {
+  int64_t latency_ps = 0;
+  double wire_bytes = 0;
+  double transfer_s = 0;  // sum of wire_bytes / bus_bandwidth
+  int count = 0;
+  // The bus bandwidth the collectives reach together (0 when no bytes).
+  double rate() const { return transfer_s > 0 ? wire_bytes / transfer_s : 0; }
+  void add(const CommTotals& o) {
+    latency_ps += o.latency_ps;
+    wire_bytes += o.wire_bytes;
+    transfer_s += o.transfer_s;
+    count += o.count;
+  }
+};
+
 struct LayerTimes {
   int64_t forward_ps = 0;    // one layer, one micro-batch, including TP/CP comm
   int64_t backward_ps = 0;   // including recomputation
@@ -28,6 +45,10 @@ struct LayerTimes {
   // expert-TP collectives, part of forward_ps / backward_ps.
   int64_t ep_comm_forward_ps = 0;
   int64_t ep_comm_backward_ps = 0;
+  // The tensor-parallel collectives (CommGroup::kTp) of one layer's forward
+  // and backward (recompute included): part of tp_comm_*_ps, which also
+  // holds the exposed CP exchange.
+  CommTotals tp_forward, tp_backward;
   // The forward pass's TP/CP/expert collectives of one layer: count, group,
   // kind, size and NCCL algorithm/protocol, e.g. "2x tp all_reduce 64 MiB
   // over 8 (NVLS/Simple)" (the backward runs the same or their transposes).

@@ -38,6 +38,7 @@ const char* to_string(TaskLabel l) {
     case TaskLabel::kWeightGrad: return "W";
     case TaskLabel::kHostToDevice: return "H2D";
     case TaskLabel::kHostWork: return "host";
+    case TaskLabel::kTpCollective: return "tp-collectives";
     case TaskLabel::kGradNormSync: return "grad-norm";
   }
   return "?";
