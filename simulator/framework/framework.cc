@@ -96,6 +96,11 @@ ExecutionProfile deepspeed(const Plan& p) {
   e.stage_outputs_partitioned = true;
   if (p.precision == Precision::kBf16 && p.zero == 1 && p.grad_dtype == GradDtype::kFp32 && p.offload == Offload::kNone) {
     e.lp_grad_bytes = 2;
+    // pipe/engine.py _exec_backward_pass (v0.6.5+, "bf16+pipeline
+    // parallelism" #1801, the BLOOM setup): optimizer.update_hp_grads()
+    // after every micro-batch's backward; the engine's non-pipeline
+    // backward does the same through BF16_Optimizer.backward.
+    e.hp_grad_accumulation_per_microbatch = true;
   }
   if (p.zero == 3) {
     e.grad_reduce = GradReduce::kOverlapped;

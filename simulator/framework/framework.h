@@ -114,6 +114,14 @@ struct ExecutionProfile {
   // DualPipeV with ep > 1, not with activation checkpointing:
   // torchtitan/distributed/dual_pipe_v.py get_dual_pipe_v_flag).
   bool dualpipe_ep_overlap = false;
+  // Mixed precision that accumulates each micro-batch's 16-bit gradients
+  // into the fp32 gradients right after its backward, parameter by
+  // parameter (DeepSpeed's BF16_Optimizer under the pipeline engine:
+  // pipe/engine.py _exec_backward_pass calls update_hp_grads, which adds
+  // lp.grad.to(fp32) into the fp32 gradient of every parameter): a
+  // memory-bound pass over the stage's parameters per micro-batch, however
+  // small the micro-batch.
+  bool hp_grad_accumulation_per_microbatch = false;
 };
 
 // Share of a stage's output tensor a rank keeps per in-flight micro-batch

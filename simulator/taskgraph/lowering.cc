@@ -476,8 +476,39 @@ class Lowerer {
     return (ch.embedding ? emb_.params : 0.0) + (ch.output ? outc_.params : 0.0);
   }
 
+  // ExecutionProfile::hp_grad_accumulation_per_microbatch: per stage, the
+  // time of one pass adding the 16-bit gradients into the fp32 ones, and
+  // which entries end a micro-batch's backward (it runs after them).
+  // update_hp_grads per parameter: lp.grad.to(fp32) (read 2 B, write 4 B)
+  // and hp_grad.add_ (read 4 + 4 B, write 4 B) = 18 B per parameter, two
+  // kernels per parameter tensor (a GPT layer's tensors: two norms and
+  // four linear layers, each a weight and, with biases, a bias).
+  void plan_hp_grad_accumulation() {
+    hp_update_ps_.assign(static_cast<size_t>(p_.pp), 0);
+    ends_microbatch_.assign(static_cast<size_t>(p_.pp), {});
+    if (!prof_.hp_grad_accumulation_per_microbatch) return;
+    const ComputeParams cpm = compute_params(c_, p_.precision);
+    const int per_layer = 6 * (m_.bias ? 2 : 1);
+    for (int s = 0; s < p_.pp; ++s) {
+      const auto& entries = entries_[static_cast<size_t>(s)];
+      const int layers = static_cast<size_t>(s) < L_.stage_layers.size() ? L_.stage_layers[static_cast<size_t>(s)]
+                                                                         : static_cast<int>(m_.layers);
+      const double params = stage_params_[static_cast<size_t>(s)];
+      const Duration pass = memory_time(cpm, 18.0 * params) + cpm.kernel_overhead * (2 * per_layer * layers - 1);
+      hp_update_ps_[static_cast<size_t>(s)] = pass.ps();
+      std::map<int, size_t> last;
+      for (size_t k = 0; k < entries.size(); ++k) {
+        if (entries[k].kind != PipeOp::Kind::kForward) last[entries[k].mb] = k;
+      }
+      auto& ends = ends_microbatch_[static_cast<size_t>(s)];
+      ends.assign(entries.size(), false);
+      for (const auto& [mb, k] : last) ends[k] = true;
+    }
+  }
+
   void build_compute() {
     TaskGraph& g = out_.graph;
+    plan_hp_grad_accumulation();
     op_index_.assign(out_.ranks.size(), {});
     size_t longest = 0;
     for (size_t r = 0; r < out_.ranks.size(); ++r) {
@@ -541,6 +572,9 @@ class Lowerer {
           kept += outc_.weight_grad_saved_bytes;
         }
         if (is_b) work -= wgrad;
+        if (!ends_microbatch_[static_cast<size_t>(s)].empty() && ends_microbatch_[static_cast<size_t>(s)][k]) {
+          work += hp_update_ps_[static_cast<size_t>(s)];
+        }
         if (e.ep_hidden_share > 0 && !is_w) {
           const int64_t hidden = static_cast<int64_t>(static_cast<double>(ep) * e.ep_hidden_share);
           work -= hidden;
@@ -1210,6 +1244,8 @@ class Lowerer {
   LayerCost layer_, emb_, outc_;
   StepCosts sc_;
   std::vector<int32_t> tp_after_;    // compute task id -> its TP link task (or -1)
+  std::vector<int64_t> hp_update_ps_;             // per stage (plan_hp_grad_accumulation)
+  std::vector<std::vector<bool>> ends_microbatch_;  // per stage, per entry
   std::vector<int32_t> tp_channel_;  // per simulated rank
   Duration member_call_;  // one PyTorch call of a list-API collective (the kernel overhead)
   int64_t emb_f_ = 0, emb_b_ = 0, emb_tp_f_ = 0, emb_tp_b_ = 0;

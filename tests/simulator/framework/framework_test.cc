@@ -231,6 +231,96 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 stops scaling from 768 to 1536 A100 while
   CHECK(p768 / p1536 > 1.6);
 }
 
+TEST_CASE("Framework: DeepSpeed's bf16 pipeline adds each micro-batch's gradients into fp32", "[sim][framework]") {
+  // pipe/engine.py _exec_backward_pass calls BF16_Optimizer.update_hp_grads
+  // after every micro-batch's backward: for each parameter
+  // hp_grad.add_(lp.grad.to(fp32)), read 2 + write 4 + read 4 + 4 + write
+  // 4 = 18 bytes per parameter at the achieved HBM rate, two kernels per
+  // parameter tensor.  Megatron-LM accumulates into its fp32 buffer inside
+  // the backward's GEMMs (no extra pass), and runs the same layers in the
+  // same time: the compute a DeepSpeed stage adds over the same plan is
+  // microbatches x that pass.
+  Case c;
+  c.plan.pp = 2;
+  c.plan.zero = 1;
+  c.plan.gbs = 64;  // dp 16, 4 micro-batches per rank
+  c.plan.precision = Precision::kBf16;
+  const ExecutionProfile ds = execution_profile([&] {
+    Plan p = c.plan;
+    p.framework = Framework::kDeepSpeed;
+    return p;
+  }());
+  REQUIRE(ds.hp_grad_accumulation_per_microbatch);
+  auto compute = [&](Framework f, int stage) {
+    const Layout L = c.layout(f);
+    const LoweredStep s = lower_step(c.model, c.cluster, L, LoweringOptions{});
+    double sum = 0;
+    for (int32_t id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      if (t.type == TaskType::kCompute && t.category == Category::kCompute && s.ranks[t.rank].pp == stage) {
+        sum += static_cast<double>(t.work_ps) * 1e-12;
+      }
+    }
+    return sum;
+  };
+  const Layout L = c.layout(Framework::kDeepSpeed);
+  const MemoryReport mem = estimate_memory(c.model, c.cluster, L);
+  const double hbm = c.cluster.gpu.hbm_bandwidth.bytes_per_s() * c.cluster.gpu.hbm_efficiency;
+  const double launch = compute_params(c.cluster, Precision::kBf16).kernel_overhead.s();
+  for (int stage = 0; stage < 2; ++stage) {
+    // GPT-3 1.3B: 12 tensors per layer (two LayerNorms, QKV, projection and
+    // the two MLP linears, each a weight and a bias), 12 layers a stage.
+    const double pass = 18.0 * mem.stages[static_cast<size_t>(stage)].params / hbm + 2 * 12 * 12 * launch;
+    CHECK_THAT(compute(Framework::kDeepSpeed, stage) - compute(Framework::kMegatronLM, stage),
+               WithinRel(4 * pass, 1e-3));
+  }
+}
+
+TEST_CASE("Framework: BLOOM's pre-launch sweep peaks at micro-batch 4", "[sim][framework]") {
+  // BLOOM's pre-launch benchmark (bigscience, 02-21; reference rows
+  // bloom_prequel_00..03): 72 layers, h 14336, 64 heads, TP 8 x PP 12 x DP 4
+  // on 384 A100 of Jean Zay, global batch 2048, bf16 ZeRO-1 with full
+  // recompute, Megatron-DeepSpeed: 112, 120, 130 then 125 TFLOP/s for
+  // micro-batches 1, 2, 4, 8, i.e. the step time falls to mbs 4 and rises
+  // at 8.  Per micro-batch the stage pays a fixed pass over its 2.3 B
+  // parameters (update_hp_grads) that larger micro-batches amortise, while
+  // the pipeline's fill and drain grow with the micro-batch (11 of 523
+  // slots at mbs 1, 11 of 75 at mbs 8).  Without the pass mbs 2 came out
+  // fastest.
+  ModelSpec m;
+  m.name = "bloom-prequel";
+  m.layers = 72;
+  m.hidden = 14336;
+  m.heads = 64;
+  m.kv_heads = 64;
+  m.ffn_hidden = 4 * 14336;
+  m.vocab = 250880;
+  m.seq_len = 2048;
+  m.mlp = MlpKind::kGelu;
+  m.position_embedding = PositionEmbedding::kAlibi;
+  const ClusterSpec cluster = load_cluster("jean-zay-a100");
+  auto step = [&](int mbs) {
+    Plan p;
+    p.tp = 8;
+    p.pp = 12;
+    p.dp = 4;
+    p.mbs = mbs;
+    p.gbs = 2048;
+    p.zero = 1;
+    p.precision = Precision::kBf16;
+    p.attention = Attention::kNaive;
+    p.recompute = Recompute::kFull;
+    p.framework = Framework::kDeepSpeed;
+    const Layout L = resolve_plan(m, cluster, 384, p);
+    REQUIRE(L.feasible);
+    return simulate_step(m, cluster, L, SimulateOptions{}).step_time_s;
+  };
+  const double s1 = step(1), s2 = step(2), s4 = step(4), s8 = step(8);
+  CHECK(s1 > s2);
+  CHECK(s2 > s4);
+  CHECK(s8 > s4);
+}
+
 TEST_CASE("Framework: DeepSpeed ZeRO-1 reduces on the compute stream", "[sim][framework]") {
   // overlap_comm false for stage 1: the backward waits for each bucket's
   // reduction, so the step is longer than with overlapped buckets.
