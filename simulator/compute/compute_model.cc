@@ -133,6 +133,18 @@ Duration memory_time(const ComputeParams& p, double bytes) {
   return Duration::seconds(bytes / traffic_rate(p, bytes)) + p.kernel_overhead;
 }
 
+namespace {
+constexpr double kFlashBlockOverheadTokens = 240;  // flash_sequence_factor (compute_model.h)
+constexpr double kFlashReferenceTokens = 16384;
+}  // namespace
+
+double flash_sequence_factor(int64_t kv_len) {
+  if (kv_len <= 0) return 1.0;
+  const double s = static_cast<double>(kv_len);
+  const double ref = kFlashReferenceTokens / (kFlashReferenceTokens + kFlashBlockOverheadTokens);
+  return s / (s + kFlashBlockOverheadTokens) / ref;
+}
+
 Duration op_forward_time(const ComputeParams& p, const OpCost& op) {
   switch (op.kind) {
     case OpKind::kGemm: return gemm_time(p, op.m, op.n, op.k, op.fp8, op.groups);
@@ -143,7 +155,8 @@ Duration op_forward_time(const ComputeParams& p, const OpCost& op) {
       if (!p.gemm_table.empty() && op.m > 0) {
         return gemm_time(p, op.m, op.n, op.k) + gemm_time(p, op.m, op.k, op.n) + memory_time(p, op.bytes);
       }
-      return Duration::seconds(op.flops * op.computed_share / (p.peak.flop_per_s() * p.attention_efficiency)) +
+      return Duration::seconds(op.flops * op.computed_share /
+                               (p.peak.flop_per_s() * p.attention_efficiency * flash_sequence_factor(op.kv_len))) +
              memory_time(p, op.bytes);
     case OpKind::kElementwise: return memory_time(p, op.bytes);
   }
@@ -161,7 +174,7 @@ Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention at
                memory_time(p, 2 * op.bytes);
       }
       return Duration::seconds(factor * op.flops * op.computed_share /
-                               (p.peak.flop_per_s() * p.attention_efficiency)) +
+                               (p.peak.flop_per_s() * p.attention_efficiency * flash_sequence_factor(op.kv_len))) +
              memory_time(p, 2 * op.bytes);
     }
     case OpKind::kElementwise: return memory_time(p, op.bwd_bytes);

@@ -63,6 +63,19 @@ Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k, int6
 Duration gemm_time(const ComputeParams& p, int64_t m, int64_t n, int64_t k, bool fp8, int64_t groups = 1);
 Duration memory_time(const ComputeParams& p, double bytes);
 
+// The share of its long-sequence rate a fused (flash) attention kernel
+// reaches when each query block loops over `kv_len` keys: a thread block's
+// fixed work (loading its query block, rescaling and writing its output)
+// costs about as much as kFlashBlockOverheadTokens keys, so the rate goes as
+// kv_len / (kv_len + 240), normalised to 1 at the 16,384-token sequence the
+// quoted kernel figures (ClusterSpec attention_efficiency) were taken at.
+// Source: pytorch/benchmark ff65cb675 (FlashAttention-3 and Triton
+// FlashAttention-2 forward on H100, head dim 128, batch x sequence = 16k):
+// 430, 517, 566, 590, 614, 621 (FA3) and 329, 390, 434, 458, 471, 477 TFLOP/s
+// (FA2) at 512 ... 16,384 tokens, which this form matches within 2.5%.
+// kv_len <= 0: 1.
+double flash_sequence_factor(int64_t kv_len);
+
 // Forward and backward time of one op.  Backward of a GEMM = data-gradient
 // GEMM (m x k x n) + weight-gradient GEMM (n x k x m); of flash attention
 // 2.5x the forward FLOPs (FlashAttention-2 recomputes S = QK^T); of a naive

@@ -404,6 +404,9 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     op.m = static_cast<int64_t>(tokens);
     op.n = static_cast<int64_t>(seq);
     op.k = static_cast<int64_t>(qd / t);
+    // A fused kernel's rate depends on the keys it loops over (ring
+    // attention: one step's keys per call); unfused attention runs GEMMs.
+    if (s.attention == Attention::kFlash) op.kv_len = static_cast<int64_t>(seq / s.cp);
     op.flops = 2.0 * tokens * seq * (qd + vd) / t;
     // Q, K and V are saved (Korthikanti: Q and K 4sbh, V 2sbh; GQA: K, V are
     // kv_heads*head_dim wide).

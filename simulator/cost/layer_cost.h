@@ -80,6 +80,10 @@ struct OpCost {
   // dense H100 rows 15-35 points more optimistic, so the factor stays 1
   // until the optimism it would expose elsewhere is found).
   double computed_share = 1;
+  // kAttention: the keys one kernel call loops over per query block (the
+  // sequence, or its 1/cp share per ring step under context parallelism);
+  // 0: long enough not to matter (compute_model.h, flash_sequence_factor).
+  int64_t kv_len = 0;
   double saved_bytes = 0;        // activation bytes saved for backward
   // Selective recompute (RecomputeModule bits): recomputing a module in
   // `rerun_by` re-runs this op's forward in backward; one in `drop_by`
