@@ -18,6 +18,7 @@
 #include "simulator/faults/failure_profiles.h"
 #include "simulator/faults/convergence.h"
 #include "simulator/faults/faults.h"
+#include "simulator/framework/framework.h"
 #include "simulator/report/step_report.h"
 
 namespace trainplan {
@@ -407,6 +408,8 @@ int run_simulate(const SimulateFlags& f) {
     out["convergence"] = c;
   }
   out["simulated_ranks"] = rep.simulated_ranks;
+  const std::string version_note = execution_profile(layout.plan).version_note;
+  if (!version_note.empty()) out["framework_note"] = version_note;
   out["tasks"] = rep.tasks;
   out["events"] = rep.events;
   FaultReport fr;
@@ -422,6 +425,7 @@ int run_simulate(const SimulateFlags& f) {
   std::printf("# trainplan %s simulate: %s on %s, %d GPUs (%d nodes), %s mode\n", kVersion, job.model.name.c_str(),
               job.cluster.name.c_str(), layout.gpus, layout.nodes, f.full ? "every rank" : "one rank per stage");
   std::printf("# plan: %s\n# config %s\n", describe_plan(layout.plan).c_str(), hash.c_str());
+  if (!version_note.empty()) std::printf("# framework: %s\n", version_note.c_str());
   std::printf("step time        %10.4f s   (%lld micro-batches per pipeline)\n", rep.step_time_s,
               static_cast<long long>(layout.microbatches));
   std::printf("throughput       %10.0f tokens/s  (%.0f tokens/s per GPU)\n", rep.tokens_per_s,

@@ -124,6 +124,10 @@ ExecutionProfile deepspeed(const Plan& p) {
     // run with the device idle; the backward's reductions come from the
     // same hooks, between a module's backward and the next module's fetch.
     e.gather_syncs_device = true;
+    e.version_note =
+        "ZeRO-3 as DeepSpeed <= 0.5.4 ran it (2021: list-API collectives with per-member calls, the device "
+        "synchronized before each gather); DeepSpeed >= 0.5.5 gathers into one flat buffer, so this plan is "
+        "pessimistic there at large data-parallel sizes";
   } else if (p.zero >= 1 && p.pp == 1) {
     e.grad_reduce = GradReduce::kBlocking;
   } else {

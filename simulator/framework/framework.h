@@ -122,6 +122,9 @@ struct ExecutionProfile {
   // memory-bound pass over the stage's parameters per micro-batch, however
   // small the micro-batch.
   bool hp_grad_accumulation_per_microbatch = false;
+  // What the profile assumes about the framework's version that a user of
+  // another version should know ("" when nothing); simulate prints it.
+  std::string version_note;
 };
 
 // Share of a stage's output tensor a rank keeps per in-flight micro-batch
