@@ -130,6 +130,11 @@ ExecutionProfile deepspeed(const Plan& p) {
         "pessimistic there at large data-parallel sizes";
   } else if (p.zero >= 1 && p.pp == 1) {
     e.grad_reduce = GradReduce::kBlocking;
+    // zero/stage_1_and_2.py reduce_ready_partitions_and_remove_grads reduces
+    // a parameter's gradient from its backward hook when
+    // partition_gradients (stage 2: engine.py partition_grads=zero_stage ==
+    // gradients) or at the accumulation boundary (stage 1).
+    e.reduce_every_microbatch = p.zero == 2;
   } else {
     e.grad_reduce = GradReduce::kAfterBackward;
   }

@@ -122,6 +122,10 @@ struct ExecutionProfile {
   // memory-bound pass over the stage's parameters per micro-batch, however
   // small the micro-batch.
   bool hp_grad_accumulation_per_microbatch = false;
+  // Gradients are reduced after every micro-batch's backward, not only the
+  // step's last (DeepSpeed ZeRO-2 keeps only its partition of the gradients,
+  // so it cannot accumulate them unsharded across micro-batches).
+  bool reduce_every_microbatch = false;
   // What the profile assumes about the framework's version that a user of
   // another version should know ("" when nothing); simulate prints it.
   std::string version_note;

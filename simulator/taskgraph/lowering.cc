@@ -349,7 +349,10 @@ class Lowerer {
         const double ep_hidden = ep_hidden_share(s, ops, k);
         const bool is_b = op.kind != PipeOp::Kind::kForward;  // B or W: layers in reverse
         const bool last = finalizes(op.kind) && last_b[static_cast<size_t>(op.chunk)] == static_cast<int>(k);
-        const bool per_layer = p_.zero == 3 || (last && p_.dp * p_.cp > 1 && p_.dp_mode == DpMode::kSync);
+        // The passes after which the framework reduces gradients: the
+        // chunk's last, or every one (ExecutionProfile::reduce_every_microbatch).
+        const bool reduces = finalizes(op.kind) && (last || prof_.reduce_every_microbatch);
+        const bool per_layer = p_.zero == 3 || (reduces && p_.dp * p_.cp > 1 && p_.dp_mode == DpMode::kSync);
         if (!per_layer) {
           Entry e;
           e.kind = op.kind;
@@ -357,7 +360,7 @@ class Lowerer {
           e.chunk = op.chunk;
           e.last_backward = last;
           e.ep_hidden_share = ep_hidden;
-          if (last) {
+          if (reduces) {
             for (int i = 0; i < ch.layers; ++i) {
               e.grad_params += sc_.cost_of(ch.global_first + i).params;
               e.grad_expert_params += sc_.cost_of(ch.global_first + i).expert_params;
@@ -1189,7 +1192,7 @@ class Lowerer {
         if (e.kind != PipeOp::Kind::kForward && grad_params > 0) {
           if (p_.zero == 3) {
             reduce(k, grad_params);  // every micro-batch, per layer
-          } else if (e.last_backward) {
+          } else if (e.last_backward || prof.reduce_every_microbatch) {
             // PyTorch DDP fills buckets tensor by tensor and closes one once it
             // reaches the cap, so a bucket is at most cap + one tensor: walk
             // the layer's gradients in tensor-sized pieces.

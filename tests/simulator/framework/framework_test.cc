@@ -321,6 +321,28 @@ TEST_CASE("Framework: BLOOM's pre-launch sweep peaks at micro-batch 4", "[sim][f
   CHECK(s8 > s4);
 }
 
+TEST_CASE("Framework: DeepSpeed ZeRO-2 reduces every micro-batch's gradients", "[sim][framework]") {
+  // zero/stage_1_and_2.py reduce_ready_partitions_and_remove_grads: a
+  // parameter's gradient is reduced from its backward hook when the
+  // gradients are partitioned (stage 2) or at the accumulation boundary
+  // (stage 1).  With 4 micro-batches per rank, ZeRO-2 runs the step's
+  // reduce-scatters 4 times (same buckets of 5e8 elements), ZeRO-1 once.
+  Case c;
+  c.plan.gbs = 128;  // dp 32, 4 micro-batches per rank
+  c.plan.zero = 1;
+  const int once = c.count(Framework::kDeepSpeed, TaskLabel::kDpReduceScatter);
+  REQUIRE(once > 0);
+  const double step1 = c.run(Framework::kDeepSpeed).step_time_s;
+  c.plan.zero = 2;
+  CHECK(c.count(Framework::kDeepSpeed, TaskLabel::kDpReduceScatter) == 4 * once);
+  CHECK(c.run(Framework::kDeepSpeed).step_time_s > step1);
+  // Megatron-Core keeps the whole gradient buffer and reduces once, after
+  // the last micro-batch, whichever ZeRO stage.
+  const int mcore2 = c.count(Framework::kMegatronCore, TaskLabel::kDpReduceScatter);
+  c.plan.zero = 1;
+  CHECK(c.count(Framework::kMegatronCore, TaskLabel::kDpReduceScatter) == mcore2);
+}
+
 TEST_CASE("Framework: DeepSpeed ZeRO-1 reduces on the compute stream", "[sim][framework]") {
   // overlap_comm false for stage 1: the backward waits for each bucket's
   // reduction, so the step is longer than with overlapped buckets.
