@@ -1,6 +1,7 @@
 #include "simulator/taskgraph/lowering.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -969,13 +970,13 @@ class Lowerer {
 
   // The per-member work of `collectives` ZeRO-3 collectives over `size`
   // ranks issued through a list API (ExecutionProfile::collective_calls_per_member).
-  // A gather's part is host work of its own when the framework synchronizes
-  // the device before gathers (gather_host_latency), not the collective's.
+  // It is host work of its own when the framework synchronizes the device
+  // around ZeRO-3's collectives (synced_host_latency), not the collective's.
   Duration list_api_latency(TaskLabel label, size_t collectives, int size) const {
     const bool zero3 = label == TaskLabel::kParamAllGather || (label == TaskLabel::kDpReduceScatter && p_.zero == 3);
     return zero3 && !prof_.gather_syncs_device ? member_calls(collectives, size) : Duration();
   }
-  Duration gather_host_latency(size_t collectives, int size) const {
+  Duration synced_host_latency(size_t collectives, int size) const {
     return prof_.gather_syncs_device ? member_calls(collectives, size) : Duration();
   }
   Duration member_calls(size_t collectives, int size) const {
@@ -1107,6 +1108,22 @@ class Lowerer {
       int32_t host_channel = -1;  // gather_syncs_device: the host work's FIFO
       double bucket = 0;
       auto task_at = [&](int32_t member, size_t k) { return g.program[static_cast<size_t>(member)][k]; };
+      // Host work with the device synchronized (ExecutionProfile::
+      // gather_syncs_device): after each member's program entry `after`,
+      // before its entry `before` (kNoEntry, or past the program's end: no
+      // such edge); -1 when there is none.
+      constexpr size_t kNoEntry = std::numeric_limits<size_t>::max();
+      auto add_host_work = [&](Duration host, size_t after, size_t before) {
+        if (host <= Duration()) return int32_t{-1};
+        if (host_channel < 0) host_channel = g.add_channel();
+        const int32_t h = g.add_comm(host_channel, host.ps(), 0, 0, Category::kDpComm, TaskLabel::kHostWork, members, {});
+        for (int32_t mr : members) {
+          const size_t n = g.program[static_cast<size_t>(mr)].size();
+          if (after < n) g.add_dep(task_at(mr, after), h);
+          if (before < n) g.add_dep(h, task_at(mr, before));
+        }
+        return h;
+      };
       // The rank's last backward pass (its program ends with the optimizer).
       size_t last_backward = 0;
       for (size_t k = 0; k < entries.size(); ++k) {
@@ -1121,17 +1138,8 @@ class Lowerer {
         const size_t after = after_backward ? last_backward : k;
         // ZeRO-3 with the device synchronized at every fetch: the list
         // API's calls run on the host between this backward and the next.
-        const Duration host = p_.zero == 3 ? gather_host_latency(1, shard) : Duration();
-        if (host > Duration()) {
-          if (host_channel < 0) host_channel = g.add_channel();
-          const int32_t h =
-              g.add_comm(host_channel, host.ps(), 0, 0, Category::kDpComm, TaskLabel::kHostWork, members, {});
-          for (int32_t mr : members) {
-            g.add_dep(task_at(mr, after), h);
-            if (after + 1 < g.program[static_cast<size_t>(mr)].size()) g.add_dep(h, task_at(mr, after + 1));
-            g.add_dep(h, id);
-          }
-        }
+        const int32_t h = add_host_work(p_.zero == 3 ? synced_host_latency(1, shard) : Duration(), after, after + 1);
+        if (h >= 0) g.add_dep(h, id);
         for (int32_t mr : members) {
           g.add_dep(task_at(mr, after), id);
           dp_member_preds_[id].push_back(task_at(mr, after));
@@ -1165,16 +1173,7 @@ class Lowerer {
                                         members, stride);
             // Host work with the device synchronized: after the previous
             // compute, before this one (ExecutionProfile::gather_syncs_device).
-            const Duration host = gather_host_latency(pieces.size(), shard);
-            if (host > Duration()) {
-              if (host_channel < 0) host_channel = g.add_channel();
-              const int32_t h =
-                  g.add_comm(host_channel, host.ps(), 0, 0, Category::kDpComm, TaskLabel::kHostWork, members, {});
-              for (int32_t mr : members) {
-                if (k >= 1) g.add_dep(task_at(mr, k - 1), h);
-                g.add_dep(h, task_at(mr, k));
-              }
-            }
+            add_host_work(synced_host_latency(pieces.size(), shard), k >= 1 ? k - 1 : kNoEntry, k);
             // An offloaded shard reaches the GPU before it is gathered.
             for (int32_t mr : members) {
               if (static_cast<size_t>(mr) < h2d_.size() && !h2d_[static_cast<size_t>(mr)].empty()) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "simulator/compute/compute_model.h"
 #include "simulator/network/collective_model.h"
@@ -50,23 +51,23 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
   // Forward collectives by (group, kind, size, algorithm): how many per layer.
   std::map<std::string, int> seen;
   std::vector<std::string> order;
-  CommTotals last;  // the last collective costed, for the TP totals
+  // A collective's time and, for the TP totals, its latency and wire bytes.
   auto coll = [&](Collective kind, double bytes, CommGroup g, bool forward) {
     const auto [size, gp] = placement(g);
-    last = CommTotals{};
-    if (size <= 1 || bytes <= 0) return int64_t{0};
+    CommTotals totals;
+    if (size <= 1 || bytes <= 0) return std::make_pair(int64_t{0}, totals);
     const CollectiveCost cost = collective_cost(kind, static_cast<Bytes>(bytes), gp, lp);
-    last.latency_ps = cost.latency.ps();
-    last.wire_bytes = cost.wire_bytes_per_rank;
-    last.transfer_s = cost.wire_bytes_per_rank > 0 ? cost.wire_bytes_per_rank / cost.bus_bandwidth.bytes_per_s() : 0;
-    last.count = 1;
+    totals.latency_ps = cost.latency.ps();
+    totals.wire_bytes = cost.wire_bytes_per_rank;
+    totals.transfer_s = cost.wire_bytes_per_rank > 0 ? cost.wire_bytes_per_rank / cost.bus_bandwidth.bytes_per_s() : 0;
+    totals.count = 1;
     if (forward) {
       char buf[160];
       std::snprintf(buf, sizeof buf, "%s %s %.3g MiB over %d (%s/%s)", g == CommGroup::kTp ? "tp" : g == CommGroup::kEp ? "ep" : "etp",
                     to_string(kind), bytes / (1024.0 * 1024.0), size, to_string(cost.algo), to_string(cost.proto));
       if (seen[buf]++ == 0) order.push_back(buf);
     }
-    return cost.time.ps();
+    return std::make_pair(cost.time.ps(), totals);
   };
   const uint16_t modules = p.recompute == Recompute::kSelective
                               ? (p.recompute_modules != 0 ? p.recompute_modules : static_cast<uint16_t>(kRcCoreAttn))
@@ -97,10 +98,8 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
       const Collective bk = fk == Collective::kAllGather       ? Collective::kReduceScatter
                             : fk == Collective::kReduceScatter ? Collective::kAllGather
                                                                : fk;
-      const int64_t cf = coll(fk, op.tp_comm_bytes, op.comm_group, true);
-      const CommTotals tf = last;
-      const int64_t cb = coll(bk, op.tp_comm_bytes, op.comm_group, false);
-      const CommTotals tb = last;
+      const auto [cf, tf] = coll(fk, op.tp_comm_bytes, op.comm_group, true);
+      const auto [cb, tb] = coll(bk, op.tp_comm_bytes, op.comm_group, false);
       if (op.comm_group == CommGroup::kTp) {
         t.tp_f += cf;
         t.tp_b += cb;
