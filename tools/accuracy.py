@@ -334,8 +334,8 @@ def moe_model_file(row, tmp):
 def moe_flags_for(row, trainplan):
     """L1-L9 and F1 as for dense rows; --ep and --etp as printed (etp null -> trainplan's default, tp); the
     distributed optimizer ("ZeRO-1-like") -> --zero 1; vp strings (DualPipe) -> not expressible.  The metric is
-    Megatron-Core's model TFLOP/s (T1), which trainplan counts the same way for MoE models (causal attention,
-    top-k experts)."""
+    Megatron-Core's model TFLOP/s (T1), compared at the source's own FLOP count where it prints tokens/s too
+    (source_flops_per_token); trainplan's count (causal attention, top-k experts) otherwise."""
     lay = row["layout"]
     if not isinstance(lay.get("vp"), (int, type(None))) or not cli_offers(trainplan, "--ep"):
         return None
@@ -400,7 +400,7 @@ def moe_section(trainplan, path, tmp):
         if not res.get("valid", True):
             skipped.append(row["id"] + " (" + "; ".join(res.get("reasons", [])) + ")")
             continue
-        pred = res["tokens_per_s"] / res["gpus"] if key == "tokens_per_s_per_gpu" else res[key]
+        pred = metric_of(res, key, row["measured"])
         err = (pred - measured) / measured
         errs.append(err)
         lines.append("| %s | %s | %s | %.4g | %.4g | %+.1f%% | %s | %s |" % (
@@ -608,17 +608,38 @@ def run(trainplan, args):
     return json.loads(out.stdout)
 
 
+def source_flops_per_token(meas):
+    """The source's own model FLOPs per token, where it prints both its model TFLOP/s and its tokens/s per GPU
+    (their ratio); else None.  T1 compares TFLOP/s as a pure time comparison, which holds only where trainplan
+    counts a token's FLOPs as the source does.  Sources differ: NeMo 24.x-25.x count attention over the full
+    s x s product (Mixtral 8x7B: 82.9 GFLOP/token printed, 79.7 causal), and Megatron-Bridge's GPT-OSS counts
+    its gated expert MLP as two projections (27.1 printed = 6 x 36 x (26.5M projections + 16.8M causal
+    attention) + 12 x 36 x 4 x 2880^2 + 6 x 2880 x 201088; trainplan, three projections: 34.3)."""
+    if "model_tflops_per_gpu" in meas and meas.get("tokens_per_s_per_gpu"):
+        return meas["model_tflops_per_gpu"] * 1e12 / meas["tokens_per_s_per_gpu"]
+    return None
+
+
+def metric_of(res, key, meas):
+    """The predicted value of metric `key` from a `simulate --json` result; model TFLOP/s at the source's own
+    FLOP count where the source prints it (source_flops_per_token)."""
+    per_token = source_flops_per_token(meas)
+    if key == "model_tflops_per_gpu" and per_token:
+        return res["tokens_per_s"] / res["gpus"] * per_token / 1e12
+    if key == "tokens_per_s_per_gpu":
+        return res["tokens_per_s"] / res["gpus"]
+    if key == "samples_per_s_per_gpu":
+        return res["tokens_per_s"] / res["plan"]["seq"] / res["gpus"]
+    if key == "layer_ms":
+        return res["layer_ms"]["forward"] + res["layer_ms"]["backward"]
+    return res[key]
+
+
 def predict(trainplan, row, model, cluster, flags, mbs, key):
     res = run(trainplan, ["--model", model, "--cluster", cluster, "--mbs", str(mbs)] + flags)
     if not res.get("valid", True):
         return None, res
-    if key == "tokens_per_s_per_gpu":
-        return res["tokens_per_s"] / res["gpus"], res
-    if key == "samples_per_s_per_gpu":
-        return res["tokens_per_s"] / res["plan"]["seq"] / res["gpus"], res
-    if key == "layer_ms":
-        return res["layer_ms"]["forward"] + res["layer_ms"]["backward"], res
-    return res[key], res
+    return metric_of(res, key, row["measured"]), res
 
 
 def main():
