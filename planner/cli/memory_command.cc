@@ -65,7 +65,7 @@ int run_memory(const PlanFlags& flags, bool json) {
   out["peak_gib"] = rounded(to_gib(rep.peak_bytes), 4);
   out["peak_stage"] = rep.peak_stage;
   out["fits"] = rep.fits;
-  if (!rep.fits) out["reasons"] = nlohmann::json::array({rep.reason});
+  if (!rep.fits) out["reasons"] = nlohmann::json::array({rep.reason()});
   out["breakdown_gib"] = breakdown_json(peak.breakdown);
   out["other_parts_gib"] = other_parts_json(peak.breakdown);
   // The peak stage as PyTorch's allocator reports it (torch.cuda.max_memory_allocated
@@ -106,7 +106,7 @@ int run_memory(const PlanFlags& flags, bool json) {
   std::printf("peak: %.2f GiB on stage %d of %.2f GiB per GPU: %s\n", to_gib(rep.peak_bytes), rep.peak_stage,
               to_gib(rep.capacity_bytes),
               rep.fits ? ("fits, " + fixed(to_gib(rep.capacity_bytes - rep.peak_bytes), 2) + " GiB free").c_str()
-                       : ("does not fit: " + rep.reason).c_str());
+                       : ("does not fit: " + rep.reason()).c_str());
   const MemoryBreakdown& pb = peak.breakdown;
   std::printf("  as PyTorch's caching allocator sees stage %d: %.2f GiB allocated, %.2f GiB reserved "
               "(max_memory_allocated / max_memory_reserved); outside it the CUDA context %.2f GiB and NCCL "

@@ -3,16 +3,17 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <exception>
-#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <queue>
+#include <thread>
 #include <tuple>
 
 #include "planner/export/exporters.h"
@@ -355,6 +356,30 @@ std::string plan_label(const Plan& p) {
 
 namespace {
 
+// Runs fn(0) .. fn(n - 1) on up to `workers` threads (this one included),
+// each index once; an exception is rethrown here, on the calling thread
+// (the first by index).
+void run_in_parallel(size_t workers, size_t n, const std::function<void(size_t)>& fn) {
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<size_t> cursor{0};
+  auto work = [&]() {
+    for (size_t i = cursor++; i < n; i = cursor++) {
+      try {
+        fn(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < std::min(workers, n); ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
 // The smallest N (recomputing the first N layers of each model chunk) with
 // which the full-recompute layout `L` still fits, or 0 where none helps:
 // the layout fits without recompute (that plan is searched already), or
@@ -415,98 +440,172 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
                     x.fp8_saved_inputs, x.ep, x.etp, x.moe_load, p.recompute_layers, partial ? p.pp : 0,
                     partial ? p.vp : 0, partial ? static_cast<int>(p.schedule) : 0};
   };
-  std::map<ShapeKey, StepCosts> cost_cache;
-  std::vector<Candidate> candidates;
-  std::map<std::string, double> family_min_peak;
-  std::map<std::string, Plan> family_min_peak_plan;  // the plan of that peak, for its label
-  std::vector<Candidate> min_peak_valid;  // the valid plan closest to fitting
-  double min_peak = std::numeric_limits<double>::infinity();
-  int min_peak_world = gpus;
-  for (size_t i = 0; i < plans.size(); ++i) {
-    if (o.progress && i % 4096 == 0) o.progress("evaluating", static_cast<int64_t>(i), res.evaluated);
-    plans[i].framework = o.framework;
-    Layout L = resolve_plan(m, c, world_of_plan[i], plans[i]);
+  std::map<ShapeKey, StepCosts> cost_cache;  // entries stay put (std::map): references to them hold
+  std::mutex cost_mu;
+  // The costs of a plan's shape, computed once (on whichever thread asks
+  // first; a thread that loses the race drops its copy).  A partial-recompute
+  // plan's costs are made of those of its two parts (every layer recomputed,
+  // none), which other plans share.
+  std::function<const StepCosts&(const Plan&)> costs_of = [&](const Plan& p) -> const StepCosts& {
+    const ShapeKey key = shape_key(layer_shape(p), p);
+    {
+      std::lock_guard<std::mutex> lock(cost_mu);
+      auto cit = cost_cache.find(key);
+      if (cit != cost_cache.end()) return cit->second;
+    }
+    StepCosts made;
+    if (p.recompute == Recompute::kFull && p.recompute_layers > 0) {
+      StepCosts all = costs_of(partial_recompute_part(p, true));
+      made = partial_recompute_step_costs(m, p, std::move(all), costs_of(partial_recompute_part(p, false)));
+    } else {
+      made = step_costs(m, c, p);
+    }
+    std::lock_guard<std::mutex> lock(cost_mu);
+    return cost_cache.emplace(key, std::move(made)).first->second;
+  };
+  // One plan's evaluation: all that depends on that plan alone, so that
+  // blocks of plans are evaluated on several threads and then taken in
+  // enumeration order (the outcome does not depend on the thread count).
+  struct Evaluation {
+    enum class Outcome { kInvalid, kRefused, kNoMemory, kDiverges, kCandidate };
+    Outcome outcome = Outcome::kInvalid;
+    std::string reject_key, reject_example;  // kInvalid, kRefused, kDiverges
+    Layout layout;                           // from kNoMemory on
+    double peak_bytes = 0;
+    bool out_of_gpu_memory = false;          // kNoMemory: GPU memory (else host memory)
+    std::string family;
+    int partial_layers = 0;                  // a partial full recompute that fits: its N (0: none)
+    Candidate candidate;                     // kCandidate
+  };
+  auto evaluate = [&](size_t i) {
+    Evaluation ev;
+    Plan plan = plans[i];
+    plan.framework = o.framework;
+    Layout L = resolve_plan(m, c, world_of_plan[i], plan);
     if (!L.feasible) {
-      const std::string key = "invalid: " + rule_of(L.reasons.front());
-      if (res.rejected[key]++ == 0) res.rejected_example[key] = L.reasons.front();
-      continue;
+      ev.reject_key = "invalid: " + rule_of(L.reasons.front());
+      ev.reject_example = L.reasons.front();
+      return ev;
     }
     // The framework's own rules (its exporter's refusals).
     if (o.framework != Framework::kGeneric) {
       if (std::optional<std::string> why = framework_refusal(m, c, L)) {
-        const std::string key = std::string(to_string(o.framework)) + " cannot run it: " + rule_of(*why);
-        if (res.rejected[key]++ == 0) res.rejected_example[key] = *why;
-        continue;
+        ev.outcome = Evaluation::Outcome::kRefused;
+        ev.reject_key = std::string(to_string(o.framework)) + " cannot run it: " + rule_of(*why);
+        ev.reject_example = *why;
+        return ev;
       }
     }
-    res.valid += 1;
     const Plan& p = L.plan;
-    const ShapeKey key = shape_key(layer_shape(p), p);
-    auto cit = cost_cache.find(key);
-    if (cit == cost_cache.end()) cit = cost_cache.emplace(key, step_costs(m, c, p)).first;
-    const StepCosts& sc = cit->second;
-    MemoryReport mem = estimate_memory(m, c, L, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output);
-    const std::string family = plan_family(L.plan);
-    auto it = family_min_peak.find(family);
-    if (it == family_min_peak.end() || mem.peak_bytes < it->second) {
-      family_min_peak[family] = mem.peak_bytes;
-      family_min_peak_plan[family] = L.plan;
-    }
-    if (mem.peak_bytes < min_peak) {
-      min_peak = mem.peak_bytes;
-      Candidate near;
-      near.index = i;
-      near.layout = L;
-      near.peak_bytes = mem.peak_bytes;
-      near.family = family;
-      min_peak_valid = {std::move(near)};
-      min_peak_world = world_of_plan[i];
-    }
+    const StepCosts& sc = costs_of(p);
+    const MemoryReport mem =
+        estimate_memory(m, c, L, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output);
+    ev.family = plan_family(p);
+    ev.peak_bytes = mem.peak_bytes;
     if (!mem.fits) {
-      res.rejected[mem.peak_bytes > mem.capacity_bytes ? "out of GPU memory" : "out of host memory (offload)"] += 1;
-      continue;
+      ev.outcome = Evaluation::Outcome::kNoMemory;
+      ev.out_of_gpu_memory = mem.peak_bytes > mem.capacity_bytes;
+      ev.layout = std::move(L);
+      return ev;
     }
-    res.feasible += 1;
     // Partial full recompute: where this layout fits only with full
     // recompute, recomputing the first N layers of each chunk (Megatron's
     // block method) with the smallest N that fits trades less recompute for
     // the memory left; searched as one more plan (its memory falls as N
     // grows, so a bisection finds it).
     if (p.recompute == Recompute::kFull && p.recompute_layers == 0 && p.dp_mode == DpMode::kSync) {
-      if (const int n = smallest_fitting_recompute_layers(m, c, L, sc); n > 0) {
-        Plan partial = plans[i];
-        partial.recompute_layers = n;
-        plans.push_back(partial);
-        world_of_plan.push_back(world_of_plan[i]);
-      }
+      ev.partial_layers = smallest_fitting_recompute_layers(m, c, L, sc);
     }
     std::vector<double> stage_params, stage_expert_params;
     for (const StageMemory& st : mem.stages) {
       stage_params.push_back(st.params);
       stage_expert_params.push_back(st.expert_params);
     }
-    const double lb =
-        static_cast<double>(step_time_lower_bound(m, c, L, cit->second, stage_params, stage_expert_params)) * 1e-12;
+    const double lb = static_cast<double>(step_time_lower_bound(m, c, L, sc, stage_params, stage_expert_params)) * 1e-12;
     double score_bound = lb;
-    if (L.plan.dp_mode == DpMode::kAsync) {
+    if (p.dp_mode == DpMode::kAsync) {
       // Equal workers are each dp - 1 updates stale: a plan that diverges
       // there cannot train (the simulated staleness is checked again below).
-      const AsyncConvergence ac = async_convergence(o.convergence, L.plan.dp, L.plan.dp - 1.0);
+      const AsyncConvergence ac = async_convergence(o.convergence, p.dp, p.dp - 1.0);
       if (!ac.converges) {
-        res.rejected["async DP diverges: staleness " + std::to_string(L.plan.dp - 1) + " with lr=" +
-                     async_lr_name(o.convergence.lr)] += 1;
-        continue;
+        ev.outcome = Evaluation::Outcome::kDiverges;
+        ev.reject_key = "async DP diverges: staleness " + std::to_string(p.dp - 1) + " with lr=" +
+                        async_lr_name(o.convergence.lr);
+        ev.layout = std::move(L);
+        return ev;
       }
-      score_bound /= async_efficiency_bound(o.convergence, L.plan.dp);
+      score_bound /= async_efficiency_bound(o.convergence, p.dp);
     }
     if (fc.train_tokens > 0) {
       // Expected time to train >= steps * step / best goodput (faults.h).
-      const double steps = std::ceil(fc.train_tokens / (static_cast<double>(L.plan.gbs) * static_cast<double>(L.plan.seq)));
+      const double steps = std::ceil(fc.train_tokens / (static_cast<double>(p.gbs) * static_cast<double>(p.seq)));
       score_bound = lb * steps / goodput_upper_bound(m, c, L, fc);
     }
     const double per_step = lb > 0 ? score_bound / lb : 1.0;
-    candidates.push_back(Candidate{i, std::move(L), lb, mem.peak_bytes, family, score_bound, &sc,
-                                   std::move(stage_params), std::move(stage_expert_params), per_step});
+    ev.outcome = Evaluation::Outcome::kCandidate;
+    ev.candidate = Candidate{i, L, lb, mem.peak_bytes, ev.family, score_bound, &sc,
+                             std::move(stage_params), std::move(stage_expert_params), per_step};
+    ev.layout = std::move(L);
+    return ev;
+  };
+  const size_t workers = std::max<size_t>(1, std::min<size_t>(8, std::thread::hardware_concurrency()));
+  std::vector<Candidate> candidates;
+  std::map<std::string, double> family_min_peak;
+  std::map<std::string, Plan> family_min_peak_plan;  // the plan of that peak, for its label
+  std::vector<Candidate> min_peak_valid;  // the valid plan closest to fitting
+  double min_peak = std::numeric_limits<double>::infinity();
+  int min_peak_world = gpus;
+  // Blocks of plans: evaluated in parallel, then taken in order.  The
+  // partial-recompute plans a block adds are appended, so a later block
+  // takes them.
+  constexpr size_t kBlock = 4096;
+  std::vector<Evaluation> evaluations;
+  for (size_t begin = 0, n = 0; begin < plans.size(); begin += n) {
+    if (o.progress) o.progress("evaluating", static_cast<int64_t>(begin), res.evaluated);
+    n = std::min(kBlock, plans.size() - begin);
+    evaluations.assign(n, Evaluation{});
+    run_in_parallel(workers, n, [&](size_t k) { evaluations[k] = evaluate(begin + k); });
+    for (size_t k = 0; k < n; ++k) {
+      Evaluation& ev = evaluations[k];
+      const size_t i = begin + k;
+      using Outcome = Evaluation::Outcome;
+      if (ev.outcome == Outcome::kInvalid || ev.outcome == Outcome::kRefused) {
+        if (res.rejected[ev.reject_key]++ == 0) res.rejected_example[ev.reject_key] = ev.reject_example;
+        continue;
+      }
+      res.valid += 1;
+      auto it = family_min_peak.find(ev.family);
+      if (it == family_min_peak.end() || ev.peak_bytes < it->second) {
+        family_min_peak[ev.family] = ev.peak_bytes;
+        family_min_peak_plan[ev.family] = ev.layout.plan;
+      }
+      if (ev.peak_bytes < min_peak) {
+        min_peak = ev.peak_bytes;
+        Candidate near;
+        near.index = i;
+        near.layout = ev.layout;
+        near.peak_bytes = ev.peak_bytes;
+        near.family = ev.family;
+        min_peak_valid = {std::move(near)};
+        min_peak_world = world_of_plan[i];
+      }
+      if (ev.outcome == Outcome::kNoMemory) {
+        res.rejected[ev.out_of_gpu_memory ? "out of GPU memory" : "out of host memory (offload)"] += 1;
+        continue;
+      }
+      res.feasible += 1;
+      if (ev.partial_layers > 0) {
+        Plan partial = plans[i];
+        partial.recompute_layers = ev.partial_layers;
+        plans.push_back(partial);
+        world_of_plan.push_back(world_of_plan[i]);
+      }
+      if (ev.outcome == Outcome::kDiverges) {
+        res.rejected[ev.reject_key] += 1;
+        continue;
+      }
+      candidates.push_back(std::move(ev.candidate));
+    }
   }
   res.evaluated = static_cast<int64_t>(plans.size());  // with the partial-recompute plans added
   res.min_peak_bytes = std::isfinite(min_peak) ? min_peak : 0;
@@ -569,7 +668,6 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   // member whose bound exceeds the K-th score once its predecessors are in is
   // dropped with the rest of the batch, so the top K, the order and the count
   // of plans taken do not depend on the thread count (only the wall time).
-  const size_t workers = std::max<size_t>(1, std::min<size_t>(8, std::thread::hardware_concurrency()));
   bool stop = false;
   // Two bounds per plan: the cheap one every candidate has (sorted above),
   // and a tighter one (pipelined plans: their own schedule run with compute
@@ -614,27 +712,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     if (o.progress) o.progress("simulating", considered, static_cast<int64_t>(candidates.size()));
     const size_t n = batch.size();
     std::vector<Scored> results(n);
-    // Runs fn(k) for the listed batch members on up to `workers` threads;
-    // an exception is rethrown here, on the calling thread.
     auto in_parallel = [&](const std::vector<size_t>& items, const std::function<void(size_t)>& fn) {
-      std::vector<std::exception_ptr> errors(items.size());
-      std::atomic<size_t> cursor{0};
-      auto work = [&]() {
-        for (size_t i = cursor++; i < items.size(); i = cursor++) {
-          try {
-            fn(items[i]);
-          } catch (...) {
-            errors[i] = std::current_exception();
-          }
-        }
-      };
-      std::vector<std::thread> pool;
-      for (size_t t = 1; t < std::min(workers, items.size()); ++t) pool.emplace_back(work);
-      work();
-      for (std::thread& t : pool) t.join();
-      for (const std::exception_ptr& e : errors) {
-        if (e) std::rethrow_exception(e);
-      }
+      run_in_parallel(workers, items.size(), [&](size_t i) { fn(items[i]); });
     };
     std::vector<size_t> all(n);
     for (size_t k = 0; k < n; ++k) all[k] = k;

@@ -132,11 +132,19 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
       : plain_layer_given != nullptr   ? *plain_layer_given
                                        : plain_moe_layer_own;
   const std::vector<std::vector<ChunkLayers>> stage_chunks = chunk_layers(layout);
+  // The fixed-order schedules with W passes (zb-v, dualpipe-v,
+  // interleaved-zb) read each rank's peak off its pass order, from the
+  // activations of each of its model chunks (M_B, M_W per chunk); the
+  // others need only the stage's sums.
+  const bool ordered = zero_bubble(p.schedule) && !zero_bubble_automatic(p.schedule);
   for (int i = 0; i < p.pp; ++i) {
     StageSums& ss = sums[static_cast<size_t>(i)];
+    if (ordered) {
+      ss.chunk_saved.assign(stage_chunks[static_cast<size_t>(i)].size(), 0.0);
+      ss.chunk_kept.assign(stage_chunks[static_cast<size_t>(i)].size(), 0.0);
+    }
+    size_t chunk = 0;
     for (const ChunkLayers& ch : stage_chunks[static_cast<size_t>(i)]) {
-      ss.chunk_saved.push_back(0.0);
-      ss.chunk_kept.push_back(0.0);
       for (int at = ch.first; at < ch.first + ch.count; ++at) {
         const bool is_moe = at < model.layers && model.is_moe_layer(at);
         const bool plain = partial && !layer_recomputed(p, at - ch.first);
@@ -145,23 +153,23 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
         ss.expert_params += c.expert_params;
         ss.saved += c.saved_bytes;
         ss.weight_kept += c.weight_grad_saved_bytes;
-        ss.chunk_saved.back() += c.saved_bytes;
-        ss.chunk_kept.back() += c.weight_grad_saved_bytes;
+        if (ordered) {
+          ss.chunk_saved[chunk] += c.saved_bytes;
+          ss.chunk_kept[chunk] += c.weight_grad_saved_bytes;
+        }
         ss.linear += c.linear_params;
         ss.transient = std::max(ss.transient, c.backward_transient_bytes);
         ss.largest = std::max(ss.largest, c.params - c.expert_params);
         ss.largest_expert = std::max(ss.largest_expert, c.expert_params);
       }
+      ++chunk;
     }
   }
 
-  // The fixed-order schedules with W passes (zb-v, dualpipe-v,
-  // interleaved-zb): each rank's peak is read off its pass order, with the
-  // embedding on virtual stage 0 and the output on the last (both on rank 0
-  // in a V).
+  // The embedding is on virtual stage 0 and the output on the last (both on
+  // rank 0 in a V).
   const RankChunk out_at = rank_chunk_of(p.schedule, p.pp, p.pp * chunks_per_rank(p) - 1);
   const int output_rank = out_at.rank;
-  const bool ordered = zero_bubble(p.schedule) && !zero_bubble_automatic(p.schedule);
   PipelineSchedule fixed_order;
   if (ordered) {
     fixed_order = build_pipeline_schedule(p.schedule, p.pp, static_cast<int>(layout.microbatches), chunks_per_rank(p));
@@ -173,6 +181,8 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
 
   MemoryReport r;
   r.capacity_bytes = static_cast<double>(cluster.gpu.memory);
+  r.host_capacity_bytes = static_cast<double>(cluster.host.memory);
+  r.stages.reserve(static_cast<size_t>(p.pp));
   double offloaded_per_gpu_max = 0;
   // Activation bytes one micro-batch holds on stage i from F to B (M_B).
   auto stage_activation = [&](int i) {
@@ -300,19 +310,23 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     }
   }
   r.host_bytes_per_node = offloaded_per_gpu_max * cluster.gpus_per_node;
-  r.fits = r.peak_bytes <= r.capacity_bytes;
-  char buf[256];
-  if (!r.fits) {
-    std::snprintf(buf, sizeof buf, "needs %.1f GiB per GPU on stage %d, has %.1f GiB", to_gib(r.peak_bytes),
-                  r.peak_stage, to_gib(r.capacity_bytes));
-    r.reason = buf;
-  } else if (r.host_bytes_per_node > static_cast<double>(cluster.host.memory)) {
-    r.fits = false;
-    std::snprintf(buf, sizeof buf, "offload needs %.1f GiB of host memory per node, has %.1f GiB",
-                  to_gib(r.host_bytes_per_node), to_gib(static_cast<double>(cluster.host.memory)));
-    r.reason = buf;
-  }
+  r.fits = r.peak_bytes <= r.capacity_bytes && r.host_bytes_per_node <= r.host_capacity_bytes;
   return r;
+}
+
+std::string MemoryReport::reason() const {
+  char buf[256];
+  if (peak_bytes > capacity_bytes) {
+    std::snprintf(buf, sizeof buf, "needs %.1f GiB per GPU on stage %d, has %.1f GiB", to_gib(peak_bytes), peak_stage,
+                  to_gib(capacity_bytes));
+    return buf;
+  }
+  if (host_bytes_per_node > host_capacity_bytes) {
+    std::snprintf(buf, sizeof buf, "offload needs %.1f GiB of host memory per node, has %.1f GiB",
+                  to_gib(host_bytes_per_node), to_gib(host_capacity_bytes));
+    return buf;
+  }
+  return "";
 }
 
 }  // namespace trainplan

@@ -80,8 +80,12 @@ struct MemoryReport {
   double peak_bytes = 0;
   double capacity_bytes = 0;     // GPU memory
   double host_bytes_per_node = 0;  // offloaded states per node
+  double host_capacity_bytes = 0;  // host memory per node
   bool fits = false;
-  std::string reason;            // why it does not fit, if so
+  // Why it does not fit ("" when it fits), e.g. "needs 81.4 GiB per GPU on
+  // stage 0, has 79.6 GiB"; formatted on demand (the search asks it of a
+  // few of the hundreds of thousands of plans it sizes).
+  std::string reason() const;
 };
 
 // Microbatch-chunks whose activations stage `stage` holds at its peak (for

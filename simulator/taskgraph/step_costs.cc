@@ -48,9 +48,18 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
     }
     return std::make_pair(1, GroupPlacement{});
   };
-  // Forward collectives by (group, kind, size, algorithm): how many per layer.
-  std::map<std::string, int> seen;
-  std::vector<std::string> order;
+  // Forward collectives by (group, kind, bytes, size, algorithm): how many
+  // per layer, in order of first use (described once, at the end).
+  struct Seen {
+    CommGroup group;
+    Collective kind;
+    double bytes;
+    int size;
+    NcclAlgo algo;
+    NcclProto proto;
+    int count;
+  };
+  std::vector<Seen> seen;
   // A collective's time and, for the TP totals, its latency and wire bytes.
   auto coll = [&](Collective kind, double bytes, CommGroup g, bool forward) {
     const auto [size, gp] = placement(g);
@@ -62,10 +71,13 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
     totals.transfer_s = cost.wire_bytes_per_rank > 0 ? cost.wire_bytes_per_rank / cost.bus_bandwidth.bytes_per_s() : 0;
     totals.count = 1;
     if (forward) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "%s %s %.3g MiB over %d (%s/%s)", g == CommGroup::kTp ? "tp" : g == CommGroup::kEp ? "ep" : "etp",
-                    to_string(kind), bytes / (1024.0 * 1024.0), size, to_string(cost.algo), to_string(cost.proto));
-      if (seen[buf]++ == 0) order.push_back(buf);
+      auto same = [&](const Seen& x) {
+        return x.group == g && x.kind == kind && x.bytes == bytes && x.size == size && x.algo == cost.algo &&
+               x.proto == cost.proto;
+      };
+      auto it = std::find_if(seen.begin(), seen.end(), same);
+      if (it == seen.end()) seen.push_back(Seen{g, kind, bytes, size, cost.algo, cost.proto, 1});
+      else ++it->count;
     }
     return std::make_pair(cost.time.ps(), totals);
   };
@@ -116,8 +128,20 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
       }
     }
   }
-  for (const std::string& d : order) {
-    t.collectives += (t.collectives.empty() ? "" : "; ") + std::to_string(seen[d]) + "x " + d;
+  // Described as "2x tp all_reduce 16 MiB over 8 (ring/simple)"; those that
+  // read the same at three digits count as one.
+  std::vector<std::pair<std::string, int>> described;
+  for (const Seen& x : seen) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s %s %.3g MiB over %d (%s/%s)",
+                  x.group == CommGroup::kTp ? "tp" : x.group == CommGroup::kEp ? "ep" : "etp", to_string(x.kind),
+                  x.bytes / (1024.0 * 1024.0), x.size, to_string(x.algo), to_string(x.proto));
+    auto it = std::find_if(described.begin(), described.end(), [&](const auto& d) { return d.first == buf; });
+    if (it == described.end()) described.emplace_back(buf, x.count);
+    else it->second += x.count;
+  }
+  for (const auto& [d, n] : described) {
+    t.collectives += (t.collectives.empty() ? "" : "; ") + std::to_string(n) + "x " + d;
   }
   return t;
 }
@@ -173,7 +197,43 @@ LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const C
 
 }  // namespace
 
+Plan partial_recompute_part(const Plan& p, bool recompute_all) {
+  Plan part = p;
+  part.recompute_layers = 0;
+  if (!recompute_all) part.recompute = Recompute::kNone;
+  return part;
+}
+
+StepCosts partial_recompute_step_costs(const ModelSpec& m, const Plan& p, StepCosts s, const StepCosts& none) {
+  // Megatron's block method: the first recompute_layers of each model
+  // chunk are recomputed, the rest run as without recompute.
+  s.plain_layer = none.layer;
+  s.plain_layer_times = none.layer_times;
+  if (m.has_moe) {
+    s.plain_moe_layer = none.moe_layer;
+    s.plain_moe_layer_times = none.moe_layer_times;
+  }
+  Layout split;
+  split.plan = p;
+  split.stage_layers = p.stage_layers.empty() ? balance_stage_layers(m.layers, p.pp) : p.stage_layers;
+  s.recomputed_of_layer.assign(static_cast<size_t>(m.layers), false);
+  if (!split.stage_layers.empty()) {
+    for (const std::vector<ChunkLayers>& stage : chunk_layers(split)) {
+      for (const ChunkLayers& ch : stage) {
+        for (int at = ch.first; at < ch.first + ch.count && at < m.layers; ++at) {
+          s.recomputed_of_layer[static_cast<size_t>(at)] = layer_recomputed(p, at - ch.first);
+        }
+      }
+    }
+  }
+  return s;
+}
+
 StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bool cp_overlap) {
+  if (p.recompute == Recompute::kFull && p.recompute_layers > 0) {
+    return partial_recompute_step_costs(m, p, step_costs(m, c, partial_recompute_part(p, true), cp_overlap),
+                                        step_costs(m, c, partial_recompute_part(p, false), cp_overlap));
+  }
   StepCosts s;
   s.shape = layer_shape(p);
   s.layer = transformer_layer_cost(m, s.shape);
@@ -189,33 +249,6 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   }
   s.moe_of_layer.resize(static_cast<size_t>(m.layers));
   for (int64_t i = 0; i < m.layers; ++i) s.moe_of_layer[static_cast<size_t>(i)] = m.is_moe_layer(i);
-  if (p.recompute == Recompute::kFull && p.recompute_layers > 0) {
-    // Megatron's block method: the first recompute_layers of each model
-    // chunk are recomputed, the rest run as without recompute.
-    Plan none = p;
-    none.recompute = Recompute::kNone;
-    none.recompute_layers = 0;
-    const LayerShape plain_shape = layer_shape(none);
-    s.plain_layer = transformer_layer_cost(m, plain_shape);
-    s.plain_layer_times = layer_times(s.plain_layer, cpm, c, lp, none, cp_overlap);
-    if (m.has_moe) {
-      s.plain_moe_layer = transformer_layer_cost(m, plain_shape, true);
-      s.plain_moe_layer_times = layer_times(s.plain_moe_layer, cpm, c, lp, none, cp_overlap);
-    }
-    Layout split;
-    split.plan = p;
-    split.stage_layers = p.stage_layers.empty() ? balance_stage_layers(m.layers, p.pp) : p.stage_layers;
-    s.recomputed_of_layer.assign(static_cast<size_t>(m.layers), false);
-    if (!split.stage_layers.empty()) {
-      for (const std::vector<ChunkLayers>& stage : chunk_layers(split)) {
-        for (const ChunkLayers& ch : stage) {
-          for (int at = ch.first; at < ch.first + ch.count && at < m.layers; ++at) {
-            s.recomputed_of_layer[static_cast<size_t>(at)] = layer_recomputed(p, at - ch.first);
-          }
-        }
-      }
-    }
-  }
   const OpTimes e = op_times(s.embedding, cpm, c, lp, p);
   s.embedding_forward_ps = e.fwd + e.tp_f;
   s.embedding_backward_ps = e.bwd + e.tp_b;

@@ -106,6 +106,18 @@ struct StepCosts {
 // REQUIRES: those are valid.
 StepCosts step_costs(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan, bool cp_overlap = true);
 
+// The plan without partial recompute whose step costs a partial plan
+// (recompute full, recompute_layers > 0) is made of: every layer recomputed
+// (`recompute_all` true: recompute_layers 0) or none (recompute none).
+Plan partial_recompute_part(const Plan& plan, bool recompute_all);
+
+// The step costs of a partial full-recompute plan from those of its two
+// parts (step_costs of partial_recompute_part(plan, true) and (plan, false),
+// same cp_overlap): what step_costs(plan) returns, without costing the
+// layers again (the planner caches the parts).
+// REQUIRES: plan.recompute == kFull, plan.recompute_layers > 0.
+StepCosts partial_recompute_step_costs(const ModelSpec& model, const Plan& plan, StepCosts all, const StepCosts& none);
+
 // The first global layer of each pipeline stage (balanced or explicit split).
 std::vector<int64_t> stage_first_layers(const std::vector<int>& stage_layers);
 

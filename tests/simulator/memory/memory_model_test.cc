@@ -199,13 +199,13 @@ TEST_CASE("MemoryModel: the fits flag flips at the GPU's capacity", "[sim][memor
     c.gpu.memory = static_cast<Bytes>(peak) + 1;
     const MemoryReport r = estimate_memory(m, c, l);
     CHECK(r.fits);
-    CHECK(r.reason.empty());
+    CHECK(r.reason().empty());
   }
   SECTION("one byte less does not, and the reason says so") {
     c.gpu.memory = static_cast<Bytes>(peak) - 1;
     const MemoryReport r = estimate_memory(m, c, l);
     CHECK_FALSE(r.fits);
-    CHECK_THAT(r.reason, Catch::Matchers::StartsWith("needs ") &&
+    CHECK_THAT(r.reason(), Catch::Matchers::StartsWith("needs ") &&
                              Catch::Matchers::Contains(" GiB per GPU on stage 0, has "));
   }
   SECTION("the A100's 80 GiB: one sequence fits, 32 do not") {
@@ -214,7 +214,7 @@ TEST_CASE("MemoryModel: the fits flag flips at the GPU's capacity", "[sim][memor
     big.mbs = 32;
     const MemoryReport r = estimate_memory(m, c, resolve_plan(m, c, 1, big));
     CHECK_FALSE(r.fits);
-    CHECK_THAT(r.reason, Catch::Matchers::EndsWith(" GiB per GPU on stage 0, has 80.0 GiB"));
+    CHECK_THAT(r.reason(), Catch::Matchers::EndsWith(" GiB per GPU on stage 0, has 80.0 GiB"));
   }
 }
 
