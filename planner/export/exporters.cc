@@ -89,6 +89,62 @@ bool all_equal(const std::vector<int>& v) {
   return std::adjacent_find(v.begin(), v.end(), std::not_equal_to<int>()) == v.end();
 }
 
+// How a Megatron-LM script states the plan's layers per pipeline stage (and
+// per model chunk): the default even split (layers % pp == 0, each rank's
+// share % vp == 0); --decoder-first/last-pipeline-num-layers with the rest
+// even over the middle stages (transformer_config.py "Uneven PP": first and
+// last > 0, each stage's share % vp == 0); else an explicit
+// --pipeline-model-parallel-layout (Megatron-Core 0.13+), which places any
+// split, chunk by chunk.
+enum class MegatronStageSplit { kEven, kFirstLast, kLayout };
+
+MegatronStageSplit megatron_stage_split(const Layout& L) {
+  const Plan& p = L.plan;
+  const std::vector<int>& sl = L.stage_layers;
+  auto chunks_even = [&](int n) { return p.vp <= 1 || n % p.vp == 0; };
+  if (all_equal(sl) && chunks_even(sl.front())) return MegatronStageSplit::kEven;
+  if (p.pp >= 2 && sl.front() > 0 && sl.back() > 0 && chunks_even(sl.front()) && chunks_even(sl.back())) {
+    const std::vector<int> middle(sl.begin() + 1, sl.end() - 1);
+    if (middle.empty() || (all_equal(middle) && middle.front() > 0 && chunks_even(middle.front()))) {
+      return MegatronStageSplit::kFirstLast;
+    }
+  }
+  return MegatronStageSplit::kLayout;
+}
+
+// Megatron-Core's pipeline layout string (pipeline_parallel_layer_layout.py
+// parse_str_to_list): the virtual stages in order (chunk c of rank r is
+// stage c * pp + r), separated by '|', each its decoder layers 't' (t*n for
+// n), the embedding 'E' first in the first and the loss 'L' last in the
+// last; runs of equal stages written (S|)*k.  E.g. 61 layers over pp 32 as
+// 1, 29 x 2, 1, 1: "Et|(t*2|)*29t|tL".
+std::string megatron_pipeline_layout(const Layout& L) {
+  const Plan& p = L.plan;
+  const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(L);
+  const int v = static_cast<int>(chunks.front().size());
+  std::vector<std::string> stages;
+  for (int vs = 0; vs < p.pp * v; ++vs) {
+    const int n = chunks[static_cast<size_t>(vs % p.pp)][static_cast<size_t>(vs / p.pp)].count;
+    stages.push_back(n == 0 ? "" : n == 1 ? "t" : "t*" + std::to_string(n));
+  }
+  stages.front() = "E" + stages.front();
+  stages.back() += "L";
+  std::string out;
+  for (size_t i = 0; i < stages.size();) {
+    size_t k = 1;
+    while (i + k < stages.size() && stages[i + k] == stages[i]) ++k;
+    if (i + k == stages.size() && k > 1) --k;  // the last stage takes no '|' after it
+    const bool last = i + k == stages.size();
+    if (k >= 3 && !stages[i].empty()) {
+      out += "(" + stages[i] + "|)*" + std::to_string(k);
+    } else {
+      for (size_t j = 0; j < k; ++j) out += stages[i] + (last && j + 1 == k ? "" : "|");
+    }
+    i += k;
+  }
+  return out;
+}
+
 // One line with every plan field, for the header comment of each output.
 std::string plan_summary(const Layout& L) {
   const Plan& p = L.plan;
@@ -180,6 +236,9 @@ class BashArgs {
   void flag(const std::string& f) { lines_.push_back(f); }
   void opt(const std::string& f, const std::string& v) { lines_.push_back(f + " " + v); }
   void opt(const std::string& f, int64_t v) { opt(f, str(v)); }
+  // A literal value the shell must not read ('|', '(', '*'): single-quoted.
+  // REQUIRES: v has no single quote.
+  void literal_opt(const std::string& f, const std::string& v) { lines_.push_back(f + " '" + v + "'"); }
   // A flag with several values (argparse nargs='+').
   void opt_list(const std::string& f, const std::vector<std::string>& values) {
     std::string line = f;
@@ -341,25 +400,7 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
         "is documented with tensor, context and expert parallelism but not pipeline parallelism; its distributed "
         "optimizer (--use-distributed-optimizer) is ZeRO-1 (use zero 1 with pp > 1)");
   }
-  const bool even = all_equal(L.stage_layers);
-  if (!even && p.pp > 2) {
-    const std::vector<int> middle(L.stage_layers.begin() + 1, L.stage_layers.end() - 1);
-    if (!all_equal(middle)) {
-      return refuse(
-          "Megatron-LM places uneven pipeline stages with --decoder-first-pipeline-num-layers and "
-          "--decoder-last-pipeline-num-layers, which split the remaining layers evenly over the middle stages; stage "
-          "layers " +
-          join(L.stage_layers, ",") + " have unequal middle stages");
-    }
-  }
-  if (p.vp > 1) {
-    for (int n : L.stage_layers) {
-      if (n % p.vp != 0) {
-        return refuse("Megatron-LM's interleaved schedule needs every pipeline stage's layers divisible by vp=" +
-                      str(p.vp) + " (stage layers " + join(L.stage_layers, ",") + ")");
-      }
-    }
-  }
+  const MegatronStageSplit split = megatron_stage_split(L);
 
   BashArgs model;
   model.opt("--num-layers", m.layers);
@@ -441,14 +482,20 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
     parallel.opt("--expert-model-parallel-size", p.ep);
     parallel.opt("--expert-tensor-parallel-size", p.etp);
   }
-  if (!even) {
-    parallel.opt("--decoder-first-pipeline-num-layers", L.stage_layers.front());
-    parallel.opt("--decoder-last-pipeline-num-layers", L.stage_layers.back());
-  }
-  if (p.vp > 1) {
-    // arguments.py: uneven stages take the chunk count, even ones either.
-    if (even) parallel.opt("--num-layers-per-virtual-pipeline-stage", L.stage_layers.front() / p.vp);
-    else parallel.opt("--num-virtual-stages-per-pipeline-rank", p.vp);
+  switch (split) {
+    case MegatronStageSplit::kEven:
+      if (p.vp > 1) parallel.opt("--num-layers-per-virtual-pipeline-stage", L.stage_layers.front() / p.vp);
+      break;
+    case MegatronStageSplit::kFirstLast:
+      parallel.opt("--decoder-first-pipeline-num-layers", L.stage_layers.front());
+      parallel.opt("--decoder-last-pipeline-num-layers", L.stage_layers.back());
+      // arguments.py: uneven stages take the chunk count.
+      if (p.vp > 1) parallel.opt("--num-virtual-stages-per-pipeline-rank", p.vp);
+      break;
+    case MegatronStageSplit::kLayout:
+      // The virtual pipeline degree follows from the layout's stage count.
+      parallel.literal_opt("--pipeline-model-parallel-layout", megatron_pipeline_layout(L));
+      break;
   }
   const int dp_cp = p.dp * p.cp;
   if (p.zero >= 1) parallel.flag("--use-distributed-optimizer");

@@ -562,6 +562,48 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
                 built = ([f] if f is not None else []) + [mid] * mid_n + ([la] if la is not None else [])
             if built != sl:
                 P.add(f"megatron: Megatron builds pipeline stages of {built} layers, the plan has {sl}")
+    if layers is not None and layout is not None:
+        # pipeline_parallel_layer_layout.py parse_str_to_list: commas dropped,
+        # (X)*n then x*n unrolled, stages split on '|', each character one of
+        # E (embedding), L (loss), t (decoder layer), m (MTP layer).
+        text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), layout.replace(",", ""))
+        text = re.sub(r"(.)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), text)
+        stages = text.split("|")
+        bad = sorted(set(ch for st in stages for ch in st) - set("ELtm"))
+        if bad:
+            P.add(f"megatron: --pipeline-model-parallel-layout has invalid layer characters {bad} "
+                  "(pipeline_parallel_layer_layout.py)", ln("pipeline_model_parallel_layout"))
+        # validate_args / PipelineParallelLayerLayout.__init__: stage count % pp == 0; vpp = stages / pp.
+        if len(stages) % pp:
+            P.add(f"megatron: --pipeline-model-parallel-layout has {len(stages)} stages, not divisible by "
+                  f"pipeline size {pp} (validate_args)", ln("pipeline_model_parallel_layout"))
+        else:
+            vpp = len(stages) // pp
+            flat = "".join(stages)
+            # validate_layer_layout: embedding first, loss last, each once; decoder layers = num_layers.
+            if not flat.startswith("E") or flat.count("E") != 1:
+                P.add("megatron: the layout's first layer must be the embedding E, once (validate_layer_layout)")
+            if not flat.endswith("L") or flat.count("L") != 1:
+                P.add("megatron: the layout's last layer must be the loss L, once (validate_layer_layout)")
+            if flat.count("t") != layers:
+                P.add(f"megatron: the layout has {flat.count('t')} decoder layers, --num-layers is {layers} "
+                      "(validate_layer_layout)")
+            # transformer_config.py: the layout excludes the other pipeline layout arguments.
+            if first is not None or last is not None or extra:
+                P.add("megatron: --pipeline-model-parallel-layout cannot be set with --decoder-first/last-pipeline-"
+                      "num-layers or --account-for-embedding/loss-in-pipeline-split (transformer_config.py)")
+            # Plan consistency: rank r builds chunk c = stage c * pp + r; the
+            # plan's split is its stage_layers, or where derived, the one the
+            # script's header states.
+            built = [sum(stages[c * pp + r].count("t") for c in range(vpp)) for r in range(pp)]
+            want = plan["stage_layers"]
+            if not want:
+                stated = re.search(r"^# transformer layers per pipeline stage: ([\d ]+)$", script.text, re.M)
+                want = [int(x) for x in stated.group(1).split()] if stated else []
+            if want and built != want:
+                P.add(f"megatron: the layout builds pipeline stages of {built} layers, the plan has {want}")
+            if vpp == 1:
+                vpp = None
     if vpp is not None:
         # validate_args: interleaving needs pp > 1 with --overlap-p2p-communication
         # (default on), pp > 2 without it.

@@ -183,6 +183,13 @@ expect_fail "megatron: virtual pipeline stage size" megatron "$P" "$T/m_vp.sh" \
 mutate "$M" "$T/m_uneven.sh" 's/--sequence-parallel/--sequence-parallel\n  --decoder-first-pipeline-num-layers 0/'
 expect_fail "megatron: uneven first stage rule" megatron "$P" "$T/m_uneven.sh" 'decoder-first-pipeline-num-layers 0 must be > 0'
 
+mutate "$M" "$T/m_layout.sh" "s/--sequence-parallel/--sequence-parallel\n  --pipeline-model-parallel-layout 'Et*16|t*15L'/"
+expect_fail "megatron: pipeline layout decoder count" megatron "$P" "$T/m_layout.sh" \
+  'the layout has 31 decoder layers, --num-layers is 32'
+mutate "$M" "$T/m_layout3.sh" "s/--sequence-parallel/--sequence-parallel\n  --pipeline-model-parallel-layout '(Et*8|)*1(t*8|)*2t*8L'/"
+expect_fail "megatron: pipeline layout implies a virtual pipeline" megatron "$P" "$T/m_layout3.sh" \
+  'virtual pipeline degree 2, the plan has vp=1'
+
 mutate "$M" "$T/m_fsdp.sh" 's/--use-distributed-optimizer/--use-distributed-optimizer\n  --use-megatron-fsdp/'
 expect_fail "megatron: Megatron-FSDP needs fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS != 1" megatron "$P" "$T/m_fsdp.sh" \
   'Megatron-FSDP requires --ckpt-format fsdp_dtensor'

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -332,6 +333,73 @@ TEST_CASE("Export: Megatron-LM layouts beyond the golden file", "[planner][expor
     CHECK(int_arg(parallel, "--decoder-first-pipeline-num-layers") == 8);
     CHECK(int_arg(parallel, "--decoder-last-pipeline-num-layers") == 6);
     CHECK(parallel.count("--num-layers-per-virtual-pipeline-stage") == 0);
+  }
+  SECTION("splits first/last cannot state take an explicit pipeline layout") {
+    // Megatron-Core's --pipeline-model-parallel-layout (pipeline_parallel_layer_layout.py
+    // parse_str_to_list): '(X)*n' and 'x*n' unroll, '|' separates virtual
+    // stages, virtual stage c * pp + r is chunk c of rank r.  The layout
+    // unrolled must give each rank's chunks the plan's layers, with the
+    // embedding E first and the loss L last.
+    auto unrolled = [](std::string layout) {
+      REQUIRE(layout.size() >= 2);
+      REQUIRE(layout.front() == '\'');
+      layout = layout.substr(1, layout.size() - 2);  // the shell quotes
+      layout = std::regex_replace(layout, std::regex(R"(\(([^)]+)\)\*(\d+))"), "<$1>{$2}");
+      std::string out;
+      for (size_t i = 0; i < layout.size(); ++i) {  // <X>{n}: X n times
+        if (layout[i] != '<') {
+          out += layout[i];
+          continue;
+        }
+        const size_t close = layout.find('>', i), brace = layout.find('}', close);
+        const std::string body = layout.substr(i + 1, close - i - 1);
+        for (int k = std::stoi(layout.substr(close + 2, brace - close - 2)); k > 0; --k) out += body;
+        i = brace;
+      }
+      std::string flat;
+      for (size_t i = 0; i < out.size(); ++i) {  // x*n: x n times
+        if (i + 1 < out.size() && out[i + 1] == '*') {
+          size_t end = i + 2;
+          while (end < out.size() && std::isdigit(static_cast<unsigned char>(out[end]))) ++end;
+          flat += std::string(static_cast<size_t>(std::stoi(out.substr(i + 2, end - i - 2))), out[i]);
+          i = end - 1;
+        } else {
+          flat += out[i];
+        }
+      }
+      return flat;
+    };
+    // 8, 7, 9, 8 over pp 4: the middle stages differ, so no first/last split.
+    Plan middle;
+    middle.pp = 4;
+    middle.stage_layers = {8, 7, 9, 8};
+    auto parallel = bash_args(exported(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, middle)), "PARALLEL_ARGS");
+    CHECK(unrolled(parallel.at("--pipeline-model-parallel-layout")) ==
+          "Etttttttt|ttttttt|ttttttttt|ttttttttL");
+    CHECK(parallel.count("--decoder-first-pipeline-num-layers") == 0);
+    CHECK(parallel.count("--num-virtual-stages-per-pipeline-rank") == 0);
+    // 15 and 17 layers over vp 2: chunks of 7 + 8 and 8 + 9 (the larger
+    // chunk last, chunk_layers); virtual stages r0c0 r1c0 r0c1 r1c1.
+    Plan vp;
+    vp.pp = 2;
+    vp.vp = 2;
+    vp.gbs = 16;
+    vp.stage_layers = {15, 17};
+    parallel = bash_args(exported(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, vp)), "PARALLEL_ARGS");
+    CHECK(unrolled(parallel.at("--pipeline-model-parallel-layout")) ==
+          "Ettttttt|tttttttt|tttttttt|tttttttttL");
+    // DeepSeek-V3's 61 layers over pp 32 as 1, 2 x 29, 1, 1: a run of equal
+    // stages is written once with its count.
+    Plan ds;
+    ds.pp = 32;
+    ds.ep = 8;
+    ds.gbs = 32;
+    ds.stage_layers = std::vector<int>(32, 2);
+    ds.stage_layers.front() = 1;
+    ds.stage_layers[30] = 1;
+    ds.stage_layers[31] = 1;
+    parallel = bash_args(exported(ExportTarget::kMegatron, job("deepseek-v3", "dgx-h100", 256, ds)), "PARALLEL_ARGS");
+    CHECK(parallel.at("--pipeline-model-parallel-layout") == "'Et|(t*2|)*29t|tL'");
   }
   SECTION("ZeRO-3 without pipeline parallelism is Megatron-FSDP") {
     Plan p;
@@ -750,7 +818,7 @@ TEST_CASE("Export: refusals name the framework's rule", "[planner][export]") {
     flat.schedule_given = true;
     CHECK_FALSE(exported(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, flat)).empty());
   }
-  SECTION("Megatron-LM: ALiBi, parameter offload, ZeRO-3 with pp, unequal middle stages, vp") {
+  SECTION("Megatron-LM: ALiBi, parameter offload, ZeRO-3 with pp") {
     Plan plain;
     plain.tp = 8;
     plain.gbs = 8;
@@ -770,21 +838,6 @@ TEST_CASE("Export: refusals name the framework's rule", "[planner][export]") {
           "Megatron-LM shards gradients and parameters (ZeRO-2/3) only with Megatron-FSDP (--use-megatron-fsdp), "
           "which is documented with tensor, context and expert parallelism but not pipeline parallelism; its "
           "distributed optimizer (--use-distributed-optimizer) is ZeRO-1 (use zero 1 with pp > 1)");
-    Plan middle;
-    middle.pp = 4;
-    middle.stage_layers = {8, 7, 9, 8};
-    CHECK(refusal(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, middle)) ==
-          "Megatron-LM places uneven pipeline stages with --decoder-first-pipeline-num-layers and "
-          "--decoder-last-pipeline-num-layers, which split the remaining layers evenly over the middle stages; stage "
-          "layers 8,7,9,8 have unequal middle stages");
-    Plan vp;
-    vp.pp = 2;
-    vp.vp = 2;
-    vp.gbs = 16;
-    vp.stage_layers = {15, 17};
-    CHECK(refusal(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, vp)) ==
-          "Megatron-LM's interleaved schedule needs every pipeline stage's layers divisible by vp=2 (stage layers "
-          "15,17)");
   }
   SECTION("torchtitan: GPT-style models, unknown shapes, ZeRO-1, DDP with tp, fp16") {
     const Job gpt = job_from_file("plan_gpt3-1.3b_zero2.json");
