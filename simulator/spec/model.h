@@ -97,7 +97,8 @@ struct ModelSpec {
   }
   // Whether transformer layer `layer` (0-based) has an MoE block.
   bool is_moe_layer(int64_t layer) const {
-    return has_moe && layer >= moe.dense_layers && (layer - moe.dense_layers) % moe.layer_freq == 0;
+    return has_moe && layer >= moe.dense_layers &&
+           (moe.layer_freq == 1 || (layer - moe.dense_layers) % moe.layer_freq == 0);
   }
   int64_t moe_layer_count() const;
 };
