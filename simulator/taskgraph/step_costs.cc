@@ -62,7 +62,9 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
   std::vector<Seen> seen;
   // A collective's time and, for the TP totals, its latency and wire bytes.
   auto coll = [&](Collective kind, double bytes, CommGroup g, bool forward) {
-    const auto [size, gp] = placement(g);
+    const std::pair<int, GroupPlacement> placed = placement(g);
+    const int size = placed.first;
+    const GroupPlacement& gp = placed.second;
     CommTotals totals;
     if (size <= 1 || bytes <= 0) return std::make_pair(int64_t{0}, totals);
     const CollectiveCost cost = collective_cost(kind, static_cast<Bytes>(bytes), gp, lp);
