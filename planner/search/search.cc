@@ -470,7 +470,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     enum class Outcome { kInvalid, kRefused, kNoMemory, kDiverges, kCandidate };
     Outcome outcome = Outcome::kInvalid;
     std::string reject_key, reject_example;  // kInvalid, kRefused, kDiverges
-    Layout layout;                           // from kNoMemory on
+    Layout layout;                           // kNoMemory, kDiverges (kCandidate: the candidate's)
     double peak_bytes = 0;
     bool out_of_gpu_memory = false;          // kNoMemory: GPU memory (else host memory)
     std::string family;
@@ -543,9 +543,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     }
     const double per_step = lb > 0 ? score_bound / lb : 1.0;
     ev.outcome = Evaluation::Outcome::kCandidate;
-    ev.candidate = Candidate{i, L, lb, mem.peak_bytes, ev.family, score_bound, &sc,
+    ev.candidate = Candidate{i, std::move(L), lb, mem.peak_bytes, ev.family, score_bound, &sc,
                              std::move(stage_params), std::move(stage_expert_params), per_step};
-    ev.layout = std::move(L);
     return ev;
   };
   const size_t workers = std::max<size_t>(1, std::min<size_t>(8, std::thread::hardware_concurrency()));
@@ -574,16 +573,17 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
         continue;
       }
       res.valid += 1;
+      const Layout& lay = ev.outcome == Outcome::kCandidate ? ev.candidate.layout : ev.layout;
       auto it = family_min_peak.find(ev.family);
       if (it == family_min_peak.end() || ev.peak_bytes < it->second) {
         family_min_peak[ev.family] = ev.peak_bytes;
-        family_min_peak_plan[ev.family] = ev.layout.plan;
+        family_min_peak_plan[ev.family] = lay.plan;
       }
       if (ev.peak_bytes < min_peak) {
         min_peak = ev.peak_bytes;
         Candidate near;
         near.index = i;
-        near.layout = ev.layout;
+        near.layout = lay;
         near.peak_bytes = ev.peak_bytes;
         near.family = ev.family;
         min_peak_valid = {std::move(near)};
