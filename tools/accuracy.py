@@ -216,6 +216,11 @@ def flags_for(row, trainplan, layout_only=False):
     sp = lay.get("sequence_parallel")
     if sp or (sp is None and "--tp-comm-overlap" in (lay.get("overlap") or "")):
         f += ["--sp"]
+    # L6 (continued): the row's own overlap field lists --tp-comm-overlap -> --tp-comm-overlap, where it means
+    # something (tp > 1, sequence parallel) and the CLI offers it.
+    if ("--tp-comm-overlap" in (lay.get("overlap") or "") and tp > 1 and "--sp" in f
+            and cli_offers(trainplan, "--tp-comm-overlap")):
+        f += ["--tp-comm-overlap"]
     z = zero_of(lay)
     if z > 0:
         f += ["--zero", str(z)]

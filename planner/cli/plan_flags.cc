@@ -54,6 +54,9 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_flag("--fp8-param-gather", f->fp8_param_gather,
                 "FP8 compute weights all-gathered in FP8 by the distributed optimizer (Megatron "
                 "--fp8-param-gather; needs --precision fp8 and --zero >= 1)");
+  app->add_flag("--tp-comm-overlap", f->tp_comm_overlap,
+                "tensor-parallel collectives overlapped with the GEMMs beside them (Megatron-Core "
+                "--tp-comm-overlap, Transformer Engine userbuffers; needs tp >= 2 inside a node and --sp)");
   app->add_option("--ep", f->ep, "expert-parallel degree, MoE models (default 1; ep*etp must divide tp*cp*dp)");
   app->add_option("--etp", f->etp, "expert tensor-parallel degree, MoE models (default tp, as Megatron)");
   app->add_option("--moe-imbalance", f->moe_imbalance,
@@ -137,7 +140,7 @@ Job to_job(const PlanFlags& f) {
     for (const char* flag : {"--model", "--cluster", "--nodes", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp",
                              "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--recompute-modules", "--recompute-layers", "--sp", "--schedule",
                              "--precision", "--fp8-recipe", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
-                             "--stage-layers", "--framework", "--fp8-param-gather", "--ep", "--etp", "--moe-imbalance"}) {
+                             "--stage-layers", "--framework", "--fp8-param-gather", "--tp-comm-overlap", "--ep", "--etp", "--moe-imbalance"}) {
       if (given(flag)) throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
     }
     PlanJob pj = load_plan_job(f.plan_file, f.calibration);
@@ -197,6 +200,7 @@ Job to_job(const PlanFlags& f) {
   if (given("--stage-layers")) p.stage_layers = parse_stage_layers(f.stage_layers);
   if (!f.framework.empty()) p.framework = static_cast<Framework>(pick("--framework", f.framework, framework_names()));
   p.fp8_param_gather = f.fp8_param_gather;
+  p.tp_comm_overlap = f.tp_comm_overlap;
   p.ep = static_cast<int>(in_range("--ep", f.ep, 1, kMaxDegree));
   p.etp = static_cast<int>(derived("--etp", f.etp, kMaxDegree));
   if (given("--moe-imbalance")) {

@@ -514,6 +514,9 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
     parallel.flag("--overlap-grad-reduce");
     if (p.zero >= 1 && prof.overlap_param_gather) parallel.flag("--overlap-param-gather");
   }
+  // Transformer Engine's userbuffers overlap of the TP collectives with the
+  // GEMMs (needs --sequence-parallel, validate_args; TE's default config).
+  if (prof.tp_comm_overlap) parallel.flag("--tp-comm-overlap");
   if (p.offload == Offload::kOptimizer) {
     parallel.flag("--optimizer-cpu-offload");
     parallel.flag("--use-precision-aware-optimizer");
@@ -1808,6 +1811,10 @@ ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelS
     return refuse(std::string("the plan was simulated for ") + to_string(fw) +
                   ", whose execution (overlaps, buckets, gathers) another framework does not reproduce; export it with "
                   "--to " + to_string(*export_target_of(fw)) + ", or simulate it for this target's framework");
+  }
+  if (layout.plan.tp_comm_overlap && runs != ExportTarget::kMegatron) {
+    return refuse("the plan overlaps tensor-parallel communication with the GEMMs as Transformer Engine's "
+                  "userbuffers do (--tp-comm-overlap), which only Megatron-Core runs; export it with --to megatron");
   }
   switch (target) {
     case ExportTarget::kMegatron: return export_megatron(model, cluster, layout);

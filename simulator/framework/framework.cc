@@ -56,6 +56,11 @@ ExecutionProfile megatron_core(const Plan& p) {
   e.grad_reduce = GradReduce::kOverlapped;
   e.grad_bucket_params = std::max(40e6, 1e6 * p.dp * p.cp);
   e.overlap_param_gather = p.zero >= 1;
+  // --tp-comm-overlap (megatron/training/arguments.py validate_args: only
+  // with --sequence-parallel); NVIDIA's Llama 3 performance recipes set it
+  // for TP > 1 (Megatron-Bridge perf_recipes/llama/h100/llama3.py
+  // CommOverlapConfig(tp_comm_overlap=True)), Megatron-Core's default is off.
+  e.tp_comm_overlap = p.tp_comm_overlap;
   return e;
 }
 
@@ -169,6 +174,7 @@ ExecutionProfile torchtitan(const Plan& p) {
 ExecutionProfile generic(const Plan& p) {
   ExecutionProfile e = pytorch(p);
   e.dualpipe_ep_overlap = p.schedule == Schedule::kDualPipeV && p.ep > 1;
+  e.tp_comm_overlap = p.tp_comm_overlap;
   return e;
 }
 

@@ -126,10 +126,28 @@ struct ExecutionProfile {
   // step's last (DeepSpeed ZeRO-2 keeps only its partition of the gradients,
   // so it cannot accumulate them unsharded across micro-batches).
   bool reduce_every_microbatch = false;
+  // Tensor-parallel communication overlapped with the GEMMs next to it
+  // (Megatron-Core --tp-comm-overlap: Transformer Engine's userbuffers,
+  // transformer_engine/pytorch/module/base.py initialize_ub defaults).  Each
+  // sequence-parallel all-gather is split into tp chunks exchanged around
+  // the ring while the consuming GEMM (QKV, FC1; in backward the dgrad of
+  // the projection and FC2) works on the chunk it has ("ring_exchange",
+  // copy engines, one SM); each reduce-scatter after the projection and FC2
+  // runs on 16 SMs behind the GEMM split into 4 ("pipeline", the GEMM
+  // keeping the other SMs); in backward the reduce-scatter of the QKV and
+  // FC1 input gradients runs beside their weight-gradient GEMM ("bulk", 16
+  // SMs).  The plan asks for it (Plan::tp_comm_overlap); false elsewhere.
+  bool tp_comm_overlap = false;
   // What the profile assumes about the framework's version that a user of
   // another version should know ("" when nothing); simulate prints it.
   std::string version_note;
 };
+
+// Transformer Engine's userbuffers defaults (initialize_ub get_default_config):
+// the SMs a "pipeline" or "bulk" overlap takes from the GEMM, and the chunks
+// a "pipeline" overlap splits the GEMM into ("ring_exchange" splits into tp).
+constexpr int kTeOverlapCommSms = 16;
+constexpr int kTePipelineSplits = 4;
 
 // Share of a stage's output tensor a rank keeps per in-flight micro-batch
 // when keeps_stage_outputs (1, or 1/tp when partitioned).

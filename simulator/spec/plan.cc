@@ -481,6 +481,20 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
            "tensorwise/rowwise), which all-gathers in FP8 on its own");
     if (p.zero < 1) fail("fp8 param gather needs the distributed optimizer or FSDP (zero >= 1)");
   }
+  if (p.tp_comm_overlap) {
+    // megatron/training/arguments.py validate_args: "Tensor parallel
+    // communication/GEMM overlap can happen only when sequence parallelism
+    // is enabled"; Transformer Engine's userbuffers share one node's memory
+    // (CUDA IPC), and only Megatron-Core drives them.
+    if (p.tp < 2) fail("tp comm overlap needs tp >= 2 (there is no tensor-parallel communication to overlap)");
+    else if (!p.sp) fail("tp comm overlap needs sequence parallelism (--sp), as Megatron's validate_args requires");
+    if (p.tp > cluster.gpus_per_node)
+      fail("tp comm overlap needs the tensor-parallel group inside one node (Transformer Engine's userbuffers); tp=" +
+           str(p.tp) + " spans nodes of " + str(cluster.gpus_per_node) + " GPUs");
+    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
+      fail("tp comm overlap is Megatron-Core's (Transformer Engine userbuffers); this plan's framework does not run "
+           "it: use --framework megatron-core");
+  }
   if (zero_bubble(p.schedule)) {
     // Qi et al. 2024 run ZB-1p/ZB-2p with one model chunk per rank (the
     // authors' Megatron fork refuses --enable-zero-bubble with a virtual

@@ -133,6 +133,11 @@ struct Plan {
   // kept in FP8 only (no bf16 copy) and the distributed optimizer all-gathers
   // them in FP8 (one byte each).  Needs FP8 and ZeRO >= 1.
   bool fp8_param_gather = false;
+  // Megatron-Core's --tp-comm-overlap: tensor-parallel collectives overlapped
+  // with the GEMMs beside them (ExecutionProfile::tp_comm_overlap says how).
+  // Needs tp > 1 inside one node, sequence parallelism and a framework that
+  // runs Transformer Engine's userbuffers (megatron-core, or generic).
+  bool tp_comm_overlap = false;
   GradDtype grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
   Attention attention = Attention::kFlash;
   DpMode dp_mode = DpMode::kSync;

@@ -3,12 +3,15 @@
 #include "simulator/schedule/pipeline_schedule.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "simulator/compute/compute_model.h"
+#include "simulator/framework/framework.h"
 #include "simulator/network/collective_model.h"
 #include "simulator/schedule/pipeline_schedule.h"
 
@@ -30,8 +33,83 @@ struct OpTimes {
   std::string collectives;  // the forward collectives, described (LayerTimes::collectives)
 };
 
+// Tensor-parallel communication overlapped with a GEMM as Transformer
+// Engine's userbuffers run it (ExecutionProfile::tp_comm_overlap; the
+// methods and their defaults are TE's initialize_ub):
+//   ring exchange: the GEMM in `splits` chunks along its token dimension; the
+//     first chunk is local, each other one arrives by a ring step of
+//     comm / (splits - 1) while the previous chunk computes:
+//     (splits - 1) * max(g, c) + g.  A chunk runs at the whole GEMM's
+//     efficiency (cuBLAS picks tiles for the chunk's shape; the one-tile
+//     wave model of compute_model.h would leave most SMs idle on a chunk of
+//     a few hundred rows) and pays its own launch.
+//   pipeline: the GEMM in `splits` chunks on the SMs the communication kernel
+//     leaves; each chunk's reduce-scatter follows it: g + (splits - 1) *
+//     max(g, c) + c.
+//   bulk: the collective beside the whole GEMM on the SMs it leaves.
+int64_t ring_exchange_ps(int64_t gemm_chunks_ps, int64_t comm_ps, int splits) {
+  const double g = static_cast<double>(gemm_chunks_ps) / splits;
+  const double c = static_cast<double>(comm_ps) / (splits - 1);
+  return static_cast<int64_t>(std::llround((splits - 1) * std::max(g, c) + g));
+}
+
+int64_t pipeline_ps(int64_t gemm_ps, int64_t comm_ps, int splits) {
+  const double g = static_cast<double>(gemm_ps) / splits;
+  const double c = static_cast<double>(comm_ps) / splits;
+  return static_cast<int64_t>(std::llround(g + (splits - 1) * std::max(g, c) + c));
+}
+
+// The exposed forward and backward times of op i's TP collective `fk`
+// (forward; `cf` and `cb` its forward and backward times) when it overlaps
+// the GEMM beside it, or nullopt when no GEMM takes it:
+//   an all-gather feeds the next GEMM (QKV, FC1; casts to FP8 in between do
+//     not count): forward ring exchange with it; backward the reduce-scatter
+//     of that GEMM's input gradient in bulk beside its weight-gradient GEMM.
+//   a reduce-scatter ends op i's own GEMM (projection, FC2): forward
+//     pipeline with it; backward the all-gather of its output gradient by
+//     ring exchange with its data-gradient GEMM.
+std::optional<std::pair<int64_t, int64_t>> overlapped_tp_comm(const std::vector<OpCost>& ops, size_t i,
+                                                              Collective fk, int64_t cf, int64_t cb,
+                                                              const ComputeParams& cpm, const Plan& p) {
+  // A GEMM beside a communication kernel on kTeOverlapCommSms SMs runs on
+  // the others (TE's set_sm_margin) at the same rate per SM.
+  const double narrow = static_cast<double>(cpm.sm_count) / std::max(1, cpm.sm_count - kTeOverlapCommSms);
+  auto on_fewer_sms = [narrow](int64_t ps) { return static_cast<int64_t>(std::llround(static_cast<double>(ps) * narrow)); };
+  const int64_t launches = (p.tp - 1) * cpm.kernel_overhead.ps();  // the ring exchange's extra chunks
+  auto data_grad = [&](const OpCost& op) {
+    return op_backward_time(cpm, op, p.attention).ps() - op_weight_grad_time(cpm, op).ps();
+  };
+  if (fk == Collective::kAllGather) {
+    size_t j = i + 1;
+    while (j < ops.size() && ops[j].kind == OpKind::kElementwise && ops[j].name.rfind("fp8_cast_", 0) == 0) ++j;
+    // TE's userbuffers layers: qkv_fprop and fc1_fprop (the dense MLP's; a
+    // MoE layer's shared experts and MLA's projections are other modules).
+    if (j >= ops.size() || ops[j].kind != OpKind::kGemm || (ops[j].name != "qkv" && ops[j].name != "fc1"))
+      return std::nullopt;
+    const OpCost& gemm = ops[j];
+    const int64_t whole = op_forward_time(cpm, gemm).ps();
+    const int64_t forward = ring_exchange_ps(whole + launches, cf, p.tp) - whole;
+    const int64_t wgrad = op_weight_grad_time(cpm, gemm).ps();
+    const int64_t backward = std::max(on_fewer_sms(wgrad), cb) - wgrad;
+    return std::make_pair(std::max<int64_t>(0, forward), std::max<int64_t>(0, backward));
+  }
+  if (fk == Collective::kReduceScatter) {
+    const OpCost& gemm = ops[i];
+    if (gemm.kind != OpKind::kGemm || (gemm.name != "out_proj" && gemm.name != "fc2")) return std::nullopt;
+    const int64_t whole = op_forward_time(cpm, gemm).ps();
+    const int64_t forward =
+        pipeline_ps(on_fewer_sms(whole) + (kTePipelineSplits - 1) * cpm.kernel_overhead.ps(), cf, kTePipelineSplits) -
+        whole;
+    const int64_t backward = ring_exchange_ps(data_grad(gemm) + launches, cb, p.tp) - data_grad(gemm);
+    return std::make_pair(std::max<int64_t>(0, forward), std::max<int64_t>(0, backward));
+  }
+  return std::nullopt;
+}
+
+// `block`: lc is a transformer layer (the GEMMs TE's userbuffers overlap);
+// false for the embedding and output layers.
 OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpec& c, const LinkParams& lp,
-                 const Plan& p) {
+                 const Plan& p, bool block) {
   OpTimes t;
   // Groups in rank order (Megatron): tp consecutive; etp consecutive and
   // the ep group etp apart (expert rank order tp-ep-dp-pp).
@@ -88,7 +166,9 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
   // torchtitan's per-op SAC re-runs a share of each op (LayerShape); its
   // saved reduce-scatters are not repeated, other collectives are.
   const bool per_op = layer_shape(p).per_op_sac;
-  for (const OpCost& op : lc.ops) {
+  const bool overlap = block && execution_profile(p).tp_comm_overlap && p.tp > 1;
+  for (size_t i = 0; i < lc.ops.size(); ++i) {
+    const OpCost& op = lc.ops[i];
     const int64_t f = op_forward_time(cpm, op).ps();
     const int64_t b = op_backward_time(cpm, op, p.attention).ps();
     const bool rerun = per_op ? op.sac_rerun_share > 0 && op.tp_comm_after != TpComm::kReduceScatter
@@ -111,8 +191,20 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
       const Collective bk = fk == Collective::kAllGather       ? Collective::kReduceScatter
                             : fk == Collective::kReduceScatter ? Collective::kAllGather
                                                                : fk;
-      const auto [cf, tf] = coll(fk, op.tp_comm_bytes, op.comm_group, true);
-      const auto [cb, tb] = coll(bk, op.tp_comm_bytes, op.comm_group, false);
+      auto [cf, tf] = coll(fk, op.tp_comm_bytes, op.comm_group, true);
+      auto [cb, tb] = coll(bk, op.tp_comm_bytes, op.comm_group, false);
+      if (op.comm_group == CommGroup::kTp && overlap) {
+        // Hidden behind a GEMM (ExecutionProfile::tp_comm_overlap): only
+        // what the overlap leaves is exposed, and the collective runs beside
+        // the GEMM rather than as link work after the pass.
+        if (const std::optional<std::pair<int64_t, int64_t>> exposed =
+                overlapped_tp_comm(lc.ops, i, fk, cf, cb, cpm, p)) {
+          cf = exposed->first;
+          cb = exposed->second;
+          tf = CommTotals{};
+          tb = CommTotals{};
+        }
+      }
       if (op.comm_group == CommGroup::kTp) {
         t.tp_f += cf;
         t.tp_b += cb;
@@ -156,7 +248,7 @@ namespace {
 // hides, and recomputation.
 LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const ClusterSpec& c, const LinkParams& lp,
                        const Plan& p, bool cp_overlap) {
-  const OpTimes lt = op_times(layer, cpm, c, lp, p);
+  const OpTimes lt = op_times(layer, cpm, c, lp, p, true);
   int64_t cp_f = 0, cp_b = 0;
   if (p.cp > 1) {
     // Ring attention overlaps the K/V exchange with the attention blocks
@@ -250,14 +342,14 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   }
   s.moe_of_layer.resize(static_cast<size_t>(m.layers));
   for (int64_t i = 0; i < m.layers; ++i) s.moe_of_layer[static_cast<size_t>(i)] = m.is_moe_layer(i);
-  const OpTimes e = op_times(s.embedding, cpm, c, lp, p);
+  const OpTimes e = op_times(s.embedding, cpm, c, lp, p, false);
   s.embedding_forward_ps = e.fwd + e.tp_f;
   s.embedding_backward_ps = e.bwd + e.tp_b;
   s.embedding_tp_forward_ps = e.tp_f;
   s.embedding_tp_backward_ps = e.tp_b;
   // The embedding's backward is all weight gradient (its input is token ids).
   s.embedding_weight_grad_ps = e.bwd;
-  const OpTimes o = op_times(s.output, cpm, c, lp, p);
+  const OpTimes o = op_times(s.output, cpm, c, lp, p, false);
   s.output_forward_ps = o.fwd + o.tp_f;
   s.output_backward_ps = o.bwd + o.tp_b;
   s.output_tp_forward_ps = o.tp_f;

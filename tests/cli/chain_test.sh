@@ -85,6 +85,10 @@ import json, sys
 src, dst, tp, pp, cp, dp, zero, vp, schedule, shard, stages, prec = sys.argv[1:]
 p = json.load(open(src))
 p.pop("fp8_recipe", None)
+if prec.endswith("+tpo"):
+    # Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers).
+    prec = prec[: -len("+tpo")]
+    p.update(tp_comm_overlap=True, framework="megatron-core")
 p["precision"] = prec.split(":")[0]
 if ":" in prec:
     p["fp8_recipe"] = prec.split(":")[1]
@@ -100,6 +104,10 @@ PY
       continue  # a layout the plan rules refuse (e.g. vp with these layers): not an export case
     fi
     export_and_check "$plan" "$nodes" "tp$tp pp$pp cp$cp zero$zero vp$vp $schedule shard$shard stages=$stages ${prec:-bf16} ($nodes nodes)"
+    if [[ "${prec:-}" == *+tpo ]]; then
+      "$T" export --plan "$plan" --to megatron 2> /dev/null | grep -q -- "--tp-comm-overlap" ||
+        fail "tp$tp ${prec} ($nodes nodes): the Megatron export lacks the simulated --tp-comm-overlap"
+    fi
   done <<'MATRIX'
 1 1 1 0 1 1f1b 0 -
 1 1 1 1 1 1f1b 0 -
@@ -127,6 +135,9 @@ PY
 1 4 1 2 1 zb-v 0 6,8,9,9
 2 2 1 2 1 dualpipe-v 0 -
 2 2 1 2 2 interleaved-zb 0 -
+2 1 1 1 1 1f1b 0 - bf16+tpo
+8 1 1 1 1 1f1b 0 - bf16+tpo
+4 2 1 1 1 1f1b 0 - fp8:delayed+tpo
 MATRIX
   # Partial full recompute (Megatron's block method, the first N layers of
   # each chunk): Megatron writes --recompute-method block --recompute-num-layers
