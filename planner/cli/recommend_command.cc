@@ -176,6 +176,7 @@ std::string plan_difference(const Plan& base, const Plan& other) {
   field("recompute-modules", recompute_modules_name(base.recompute_modules),
         recompute_modules_name(other.recompute_modules));
   field("fp8-recipe", to_string(base.fp8_recipe), to_string(other.fp8_recipe));
+  field("tp-comm-overlap", base.tp_comm_overlap ? "on" : "off", other.tp_comm_overlap ? "on" : "off");
   return s.str();
 }
 
@@ -453,6 +454,9 @@ int run_recommend(const RecommendFlags& f) {
       }
       if (q.recompute == Recompute::kSelective && q.recompute_modules != 0 && q.recompute_modules != kRcCoreAttn) {
         std::printf("       recompute modules: %s\n", recompute_modules_name(q.recompute_modules).c_str());
+      }
+      if (q.tp_comm_overlap) {
+        std::printf("       TP communication overlapped with the GEMMs (Megatron-Core --tp-comm-overlap)\n");
       }
       if (o.framework == Framework::kGeneric) {
         const std::vector<std::string> fws = frameworks_running(model, cluster, p.layout);

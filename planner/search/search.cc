@@ -210,6 +210,15 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         p.dp_mode = mode;
                         plans.push_back(p);
                         world_of_plan->push_back(gpus);
+                        // Megatron-Core also runs it with --tp-comm-overlap
+                        // (TE userbuffers: TP inside the node, with SP);
+                        // whether it pays depends on the GEMMs and the SM
+                        // margin, so both are searched.
+                        if (o.framework == Framework::kMegatronCore && sp && tp >= 2) {
+                          p.tp_comm_overlap = true;
+                          plans.push_back(p);
+                          world_of_plan->push_back(gpus);
+                        }
                         }
                       }
                     }
@@ -308,7 +317,7 @@ bool simpler(const Plan& a, const Plan& b) {
   auto key = [](const Plan& p) {
     const int features = (p.tp > 1) + (p.pp > 1) + (p.cp > 1) + (p.vp > 1) + (p.zero > 0) + (p.shard_group > 0) +
                          (p.offload != Offload::kNone) + (p.recompute != Recompute::kNone) + (p.sp ? 1 : 0) +
-                         (p.dp_mode != DpMode::kSync);
+                         (p.dp_mode != DpMode::kSync) + (p.tp_comm_overlap ? 1 : 0);
     return std::make_tuple(features, p.zero, p.cp, p.tp, p.pp, p.vp, static_cast<int>(p.recompute),
                            static_cast<int>(p.offload), p.shard_group, p.mbs);
   };

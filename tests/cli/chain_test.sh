@@ -174,7 +174,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
         "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers",
-        "framework", "gpus", "ep", "etp", "recompute_modules"]
+        "framework", "gpus", "ep", "etp", "recompute_modules", "tp_comm_overlap"]
 for i, p in enumerate(d["plans"]):
     plan = {k: p[k] for k in keys if k in p}
     plan.update(model=sys.argv[3], cluster=sys.argv[4])
