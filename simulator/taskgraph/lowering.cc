@@ -889,7 +889,7 @@ class Lowerer {
   void build_param_offload() {
     if (p_.offload != Offload::kParams) return;
     TaskGraph& g = out_.graph;
-    const double shard_bytes = weight_bytes(p_.precision) / std::max(1, L_.shard_degree);
+    const double shard_bytes = static_cast<double>(weight_bytes(p_.precision)) / std::max(1, L_.shard_degree);
     const double pcie = c_.host.bandwidth_per_gpu.bytes_per_s();
     h2d_.assign(out_.ranks.size(), {});
     for (size_t r = 0; r < out_.ranks.size(); ++r) {

@@ -379,5 +379,39 @@ TEST_CASE("Offload: parameter offload copies each layer's shard over PCIe before
   CHECK(params.step_time_s > optimizer.step_time_s);
 }
 
+TEST_CASE("Offload: each rank copies its own shard, 1/dp of a layer, before each gather", "[sim][offload]") {
+  // With the shard over 4 ranks each rank holds a quarter of every layer in
+  // host memory and copies that quarter before each of the layer's gathers
+  // (forward and backward: two per layer and micro-batch): 2 x 8 x params x
+  // 2 B / 4 bytes per rank and step, the whole model's bf16 weights once per
+  // micro-batch.  (An integer division once made these copies empty, so
+  // parameter and optimizer offload gave the same step to the last digit.)
+  Case c;
+  c.cluster = load_cluster("rtx4090-pcie");
+  c.gpus = 4;
+  c.plan.zero = 3;
+  c.plan.gbs = 32;  // 8 micro-batches per rank
+  c.plan.offload = Offload::kParams;
+  const Layout L = c.layout(Framework::kGeneric);
+  const LoweredStep s = lower_step(c.model, c.cluster, L, LoweringOptions{});
+  double bytes = 0;
+  for (int32_t id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    if (t.label == TaskLabel::kHostToDevice) bytes += t.wire_bytes;
+  }
+  // The model's parameters (one stage holds them all); GPT-3's tied
+  // embedding is used by the embedding and by the output layer and gathered
+  // for each.
+  REQUIRE(c.model.tied_embeddings);
+  const double params = estimate_memory(c.model, c.cluster, L).stages[0].params +
+                        static_cast<double>(c.model.vocab) * static_cast<double>(c.model.hidden);
+  CHECK_THAT(bytes, Catch::Matchers::WithinRel(2.0 * 8 * params * 2 / 4, 1e-6));
+  // And the copies cost time: parameter offload is slower than keeping the
+  // weights on the GPU with only the optimizer offloaded.
+  const StepReport with_params = simulate_step(c.model, c.cluster, L, SimulateOptions{});
+  c.plan.offload = Offload::kOptimizer;
+  CHECK(with_params.step_time_s > c.run(Framework::kGeneric).step_time_s);
+}
+
 }  // namespace
 }  // namespace trainplan
