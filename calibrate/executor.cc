@@ -297,9 +297,9 @@ class RankExecutor {
       mp_times_.push_back(took);
       return;
     }
-    if (t.label == TaskLabel::kTpCollective) {
-      // A pass's TP collectives: the executor runs them inside the pass,
-      // op by op, where they fall.
+    if (t.label == TaskLabel::kTpCollective || t.label == TaskLabel::kCpExchange) {
+      // A pass's TP collectives and CP exchange: the executor runs them
+      // inside the pass, op by op, where they fall.
       return;
     }
     if (t.label == TaskLabel::kHostWork) {

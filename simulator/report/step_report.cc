@@ -244,12 +244,19 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
     const TaskTime& tt = r.times[static_cast<size_t>(id)];
     const int tid = t.category == Category::kPpComm ? kPpT : t.category == Category::kTpComm ? kTpT : kDpT;
     const int32_t* m = g.members(t);
-    for (uint32_t k = 0; k < t.member_count; ++k) {
+    // A CP exchange has no members (it does not slow the compute it runs
+    // beside) but one rank; it shows from when its bytes move (its latency
+    // holds it for the pass's work outside the attention).
+    const bool cp = t.label == TaskLabel::kCpExchange && t.rank >= 0;
+    const uint32_t shown = cp ? 1 : t.member_count;
+    const int64_t start = cp ? std::min(tt.end_ps, tt.start_ps + t.work_ps) : tt.start_ps;
+    for (uint32_t k = 0; k < shown; ++k) {
+      const int32_t rank = cp ? t.rank : m[k];
       std::snprintf(buf, sizeof buf,
                     ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
                     "\"args\":{\"microbatch\":%d,\"chunk\":%d,\"wire_MB\":%.6f",
-                    to_string(t.label), to_string(t.category), step.ranks[static_cast<size_t>(m[k])].global, tid,
-                    us(tt.start_ps), us(tt.end_ps - tt.start_ps), t.microbatch, t.chunk, t.wire_bytes * 1e-6);
+                    to_string(t.label), to_string(t.category), step.ranks[static_cast<size_t>(rank)].global, tid,
+                    us(start), us(tt.end_ps - start), t.microbatch, t.chunk, t.wire_bytes * 1e-6);
       out << buf;
       if (t.label == TaskLabel::kTpCollective) {
         // Each layer's collectives: group, kind, size and NCCL algorithm.

@@ -150,6 +150,9 @@ class Lowerer {
     build_dp();
     build_grad_norm_sync();
     block_on_dp();
+    // A CP exchange starts with its pass: whatever the pass waits for, it
+    // waits for too.
+    out_.graph.mirror_predecessors(cp_companions_);
     out_.graph.finalize();
     return std::move(out_);
   }
@@ -266,6 +269,27 @@ class Lowerer {
   // The TP link task after compute task `id`, or -1.
   int32_t tp_after(int32_t id) const {
     return static_cast<size_t>(id) < tp_after_.size() ? tp_after_[static_cast<size_t>(id)] : -1;
+  }
+
+  // One FIFO per simulated rank for its CP exchange (ring attention's
+  // stream), and the links it loads: the rank's NVLink port where the CP
+  // group has peers on the node, its share of the node's NICs where the
+  // group spans nodes.
+  int32_t cp_channel(size_t r) {
+    if (cp_channel_.empty()) cp_channel_.assign(out_.ranks.size(), -1);
+    if (cp_channel_[r] < 0) cp_channel_[r] = out_.graph.add_channel();
+    return cp_channel_[r];
+  }
+  std::vector<FlowLink> cp_links(size_t r) const {
+    const int gpn = c_.gpus_per_node;
+    const int per_node = std::max(1, std::min(p_.cp, gpn / std::min(p_.tp, gpn)));
+    const GroupPlacement gp = group_placement(p_.cp, per_node, c_);
+    std::vector<FlowLink> links;
+    if (gp.ranks_per_node > 1 && intra_link_[r] >= 0) links.push_back(FlowLink{intra_link_[r], 1.0f});
+    if (gp.nodes > 1 && nic_link_[r] >= 0) {
+      links.push_back(FlowLink{nic_link_[r], 1.0f / static_cast<float>(gp.ranks_per_node)});
+    }
+    return links;
   }
 
   // One FIFO per simulated rank for its TP collectives (their stream).
@@ -542,10 +566,15 @@ class Lowerer {
         int64_t layer_wgrad = 0, work = 0, tp = 0, ep = 0;
         double alloc = 0, kept = 0, transient_bytes = 0;
         CommTotals tp_link;  // the layers' TP collectives, run as a link task after the pass
+        CommTotals cp_link;  // the layers' CP exchange, run as a link task beside the attention
+        int64_t cp_exposed = 0, attention = 0;
         for (int i = ch.global_first + first; i < ch.global_first + first + count; ++i) {
           const LayerTimes& lt = sc_.times_of(i);
           const LayerCost& lc = sc_.cost_of(i);
           tp_link.add(is_b ? lt.tp_backward : lt.tp_forward);
+          cp_link.add(is_b ? lt.cp_backward : lt.cp_forward);
+          cp_exposed += is_b ? lt.cp_exposed_backward_ps : lt.cp_exposed_forward_ps;
+          attention += is_b ? lt.attention_backward_ps : lt.attention_forward_ps;
           layer_wgrad += lt.weight_grad_ps;
           work += is_b ? lt.backward_ps : lt.forward_ps;
           tp += is_b ? lt.tp_comm_backward_ps : lt.tp_comm_forward_ps;
@@ -589,6 +618,18 @@ class Lowerer {
           tp = 0;
           ep = 0;
           tp_link = CommTotals{};
+          cp_link = CommTotals{};
+        }
+        // The CP exchange (ring attention's K/V steps on their own stream)
+        // leaves the compute task for a link task on the CP group's port that
+        // starts with the pass and moves its bytes beside the attention:
+        // its latency holds it for the pass's other work (what runs before
+        // and after the attention, taken first), so uncontended the next
+        // pass waits max(0, exchange - attention), as before, and contended
+        // the exchange shares the port with DP and PP traffic.
+        if (cp_link.count > 0) {
+          work -= cp_exposed;
+          tp -= cp_exposed;
         }
         // The layers' TP collectives leave the compute task for a link task
         // on this rank's TP port, right after it (serial: no framework
@@ -604,12 +645,28 @@ class Lowerer {
           tp -= tp_link_ps;
         }
         const TaskLabel label = is_w ? TaskLabel::kWeightGrad : is_b ? TaskLabel::kBackward : TaskLabel::kForward;
+        const int32_t previous = g.program[r].empty() ? -1 : g.program[r].back();
         int32_t id = g.add_compute(static_cast<int32_t>(r), std::max<int64_t>(0, work), Category::kCompute, label);
+        int32_t cp_task = -1;
+        if (cp_link.count > 0) {
+          const int64_t before_attention = std::max<int64_t>(0, work - attention);
+          cp_task = g.add_comm(cp_channel(r), before_attention + cp_link.latency_ps, cp_link.wire_bytes,
+                               cp_link.rate(), Category::kTpComm, TaskLabel::kCpExchange, {}, cp_links(r));
+          if (previous >= 0) g.add_dep(previous, cp_task);
+          cp_companions_.emplace_back(id, cp_task);
+          g.task(cp_task).rank = static_cast<int32_t>(r);  // for the trace: it has no members
+          g.task(cp_task).microbatch = e.mb;
+          g.task(cp_task).chunk = static_cast<int16_t>(e.chunk);
+          g.task(cp_task).layer = static_cast<int16_t>(e.layer);
+          if (tp_after_.size() <= static_cast<size_t>(id)) tp_after_.resize(static_cast<size_t>(id) + 1, -1);
+          tp_after_[static_cast<size_t>(id)] = cp_task;
+        }
         if (tp_link_ps > 0) {
           const int32_t tc = g.add_comm(tp_channel(r), tp_link.latency_ps, tp_link.wire_bytes, tp_link.rate(),
                                         Category::kTpComm, TaskLabel::kTpCollective, {static_cast<int32_t>(r)},
                                         tp_links(r));
           g.add_dep(id, tc);
+          if (cp_task >= 0) g.add_dep(cp_task, tc);  // the pass's output waits for its attention's exchange
           if (tp_after_.size() <= static_cast<size_t>(tc)) tp_after_.resize(static_cast<size_t>(tc) + 1, -1);
           tp_after_[static_cast<size_t>(id)] = tc;
           g.task(tc).microbatch = e.mb;
@@ -796,6 +853,7 @@ class Lowerer {
         g.task(id).microbatch = op.microbatch;
         g.task(id).chunk = static_cast<int16_t>(op.chunk);
         g.add_dep(produced, id);
+        if (produced != producer) g.add_dep(producer, id);  // a CP exchange may end before its pass
         g.add_dep(id, task_of(dst, op.microbatch, to_chunk, op.kind, false));
         // Megatron's non-interleaved schedules send and receive with blocking
         // batched isend/irecv + wait (send_forward_recv_backward): the sender's
@@ -1249,6 +1307,8 @@ class Lowerer {
   std::vector<int64_t> hp_update_ps_;             // per stage (plan_hp_grad_accumulation)
   std::vector<std::vector<bool>> ends_microbatch_;  // per stage, per entry
   std::vector<int32_t> tp_channel_;  // per simulated rank
+  std::vector<int32_t> cp_channel_;  // per simulated rank
+  std::vector<std::pair<int32_t, int32_t>> cp_companions_;  // (pass, its CP exchange)
   Duration member_call_;  // one PyTorch call of a list-API collective (the kernel overhead)
   int64_t emb_f_ = 0, emb_b_ = 0, emb_tp_f_ = 0, emb_tp_b_ = 0;
   int64_t out_f_ = 0, out_b_ = 0, out_tp_f_ = 0, out_tp_b_ = 0;

@@ -33,6 +33,17 @@ struct OpTimes {
   std::string collectives;  // the forward collectives, described (LayerTimes::collectives)
 };
 
+// One collective as link work: its latency, its wire bytes and their time
+// at its bus bandwidth.
+CommTotals link_work(const CollectiveCost& cost) {
+  CommTotals x;
+  x.latency_ps = cost.latency.ps();
+  x.wire_bytes = cost.wire_bytes_per_rank;
+  x.transfer_s = cost.wire_bytes_per_rank > 0 ? cost.wire_bytes_per_rank / cost.bus_bandwidth.bytes_per_s() : 0;
+  x.count = 1;
+  return x;
+}
+
 // Tensor-parallel communication overlapped with a GEMM as Transformer
 // Engine's userbuffers run it (ExecutionProfile::tp_comm_overlap; the
 // methods and their defaults are TE's initialize_ub):
@@ -145,10 +156,7 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
     CommTotals totals;
     if (size <= 1 || bytes <= 0) return std::make_pair(int64_t{0}, totals);
     const CollectiveCost cost = collective_cost(kind, static_cast<Bytes>(bytes), gp, lp);
-    totals.latency_ps = cost.latency.ps();
-    totals.wire_bytes = cost.wire_bytes_per_rank;
-    totals.transfer_s = cost.wire_bytes_per_rank > 0 ? cost.wire_bytes_per_rank / cost.bus_bandwidth.bytes_per_s() : 0;
-    totals.count = 1;
+    totals = link_work(cost);
     if (forward) {
       auto same = [&](const Seen& x) {
         return x.group == g && x.kind == kind && x.bytes == bytes && x.size == size && x.algo == cost.algo &&
@@ -250,6 +258,7 @@ LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const C
                        const Plan& p, bool cp_overlap) {
   const OpTimes lt = op_times(layer, cpm, c, lp, p, true);
   int64_t cp_f = 0, cp_b = 0;
+  CommTotals cp_link_f, cp_link_b;
   if (p.cp > 1) {
     // Ring attention overlaps the K/V exchange with the attention blocks
     // (Megatron context parallel): only the excess is exposed.
@@ -258,8 +267,14 @@ LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const C
     const auto bytes = static_cast<Bytes>(layer.cp_comm_bytes);
     const int64_t hide_f = cp_overlap ? lt.attn_f : 0;
     const int64_t hide_b = cp_overlap ? lt.attn_b : 0;
-    cp_f = std::max<int64_t>(0, collective_cost(Collective::kAllGather, bytes, g, lp).time.ps() - hide_f);
-    cp_b = std::max<int64_t>(0, collective_cost(Collective::kReduceScatter, bytes, g, lp).time.ps() - hide_b);
+    const CollectiveCost gather = collective_cost(Collective::kAllGather, bytes, g, lp);
+    const CollectiveCost scatter = collective_cost(Collective::kReduceScatter, bytes, g, lp);
+    cp_f = std::max<int64_t>(0, gather.time.ps() - hide_f);
+    cp_b = std::max<int64_t>(0, scatter.time.ps() - hide_b);
+    if (cp_overlap) {
+      cp_link_f = link_work(gather);
+      cp_link_b = link_work(scatter);
+    }
   }
   int64_t recompute = 0, recompute_tp = 0, recompute_ep = 0;
   if (p.recompute == Recompute::kFull) {
@@ -280,6 +295,14 @@ LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const C
   t.tp_backward = lt.tp_b_totals;
   if (p.recompute == Recompute::kFull) t.tp_backward.add(lt.tp_f_totals);
   else if (p.recompute == Recompute::kSelective) t.tp_backward.add(lt.rc_tp_totals);
+  if (cp_link_f.count > 0) {
+    t.cp_forward = cp_link_f;
+    t.cp_backward = cp_link_b;
+    t.cp_exposed_forward_ps = cp_f;
+    t.cp_exposed_backward_ps = cp_b;
+    t.attention_forward_ps = lt.attn_f;
+    t.attention_backward_ps = lt.attn_b;
+  }
   t.ep_comm_forward_ps = lt.ep_f;
   t.ep_comm_backward_ps = lt.ep_b + recompute_ep;
   t.recompute_ps = recompute;

@@ -49,6 +49,13 @@ struct LayerTimes {
   // and backward (recompute included): part of tp_comm_*_ps, which also
   // holds the exposed CP exchange.
   CommTotals tp_forward, tp_backward;
+  // Context parallelism with the exchange beside the attention (cp > 1,
+  // cp_overlap): one layer's K/V exchange in forward (all-gather) and
+  // backward (reduce-scatter) as link work, the part of it the attention
+  // does not hide (in tp_comm_*_ps), and the attention time it runs beside.
+  CommTotals cp_forward, cp_backward;
+  int64_t cp_exposed_forward_ps = 0, cp_exposed_backward_ps = 0;
+  int64_t attention_forward_ps = 0, attention_backward_ps = 0;
   // The forward pass's TP/CP/expert collectives of one layer: count, group,
   // kind, size and NCCL algorithm/protocol, e.g. "2x tp all_reduce 64 MiB
   // over 8 (NVLS/Simple)" (the backward runs the same or their transposes).

@@ -39,6 +39,7 @@ const char* to_string(TaskLabel l) {
     case TaskLabel::kHostToDevice: return "H2D";
     case TaskLabel::kHostWork: return "host";
     case TaskLabel::kTpCollective: return "tp-collectives";
+    case TaskLabel::kCpExchange: return "cp-exchange";
     case TaskLabel::kGradNormSync: return "grad-norm";
   }
   return "?";
@@ -108,6 +109,17 @@ void TaskGraph::add_dep(int32_t before, int32_t after) {
   TRAINPLAN_CHECK(before >= 0 && after >= 0 && before != after, "bad dependency");
   edges_.emplace_back(static_cast<uint32_t>(before), static_cast<uint32_t>(after));
   tasks_[static_cast<size_t>(after)].preds += 1;
+}
+
+void TaskGraph::mirror_predecessors(const std::vector<std::pair<int32_t, int32_t>>& pairs) {
+  if (pairs.empty()) return;
+  std::vector<int32_t> companion(tasks_.size(), -1);
+  for (const auto& [task, other] : pairs) companion[static_cast<size_t>(task)] = other;
+  const size_t n = edges_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t c = companion[edges_[i].second];
+    if (c >= 0 && static_cast<int32_t>(edges_[i].first) != c) add_dep(static_cast<int32_t>(edges_[i].first), c);
+  }
 }
 
 void TaskGraph::finalize() {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "simulator/network/flow_network.h"
@@ -30,7 +31,8 @@ enum class TaskLabel : uint8_t {
   kHostToDevice,  // parameter offload: a layer's parameter shard copied from host memory
   kGradNormSync,  // the gradient-norm all-reduce over a replica's model-parallel ranks before the update
   kHostWork,      // host work with the device synchronized (a list-API collective's per-member calls)
-  kTpCollective   // a pass's tensor-parallel collectives, on the rank's NVLink (or NIC) port
+  kTpCollective,  // a pass's tensor-parallel collectives, on the rank's NVLink (or NIC) port
+  kCpExchange     // a pass's context-parallel K/V exchange, beside its attention
 };
 const char* to_string(TaskLabel l);
 
@@ -72,6 +74,11 @@ class TaskGraph {
   int32_t add_comm(int32_t channel, int64_t latency_ps, double wire_bytes, double max_rate, Category category,
                    TaskLabel label, const std::vector<int32_t>& members, const std::vector<FlowLink>& links);
   void add_dep(int32_t before, int32_t after);
+  // For each (task, companion): every dependency into `task` added so far
+  // is added into `companion` too, so the companion becomes ready exactly
+  // when the task does (a comm task that starts with a compute task).  One
+  // pass over the dependencies.  REQUIRES: before finalize().
+  void mirror_predecessors(const std::vector<std::pair<int32_t, int32_t>>& pairs);
   // Builds the CSR successor lists.  REQUIRES: called once, after all adds.
   void finalize();
   // Capacity for about `tasks` tasks and `edges` dependencies (no effect on
