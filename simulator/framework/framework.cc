@@ -27,6 +27,8 @@ ExecutionProfile pytorch(const Plan& p) {
   e.keeps_stage_outputs = p.framework != Framework::kGeneric;
   // The exported script trains the model eagerly (no torch.compile).
   e.eager_elementwise = p.framework != Framework::kGeneric;
+  // The exported FSDP2 script and torchtitan shard with fully_shard.
+  e.fsdp2_copies = p.framework != Framework::kGeneric;
   return e;
 }
 

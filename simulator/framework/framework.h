@@ -126,6 +126,17 @@ struct ExecutionProfile {
   // step's last (DeepSpeed ZeRO-2 keeps only its partition of the gradients,
   // so it cannot accumulate them unsharded across micro-batches).
   bool reduce_every_microbatch = false;
+  // FSDP2 (fully_shard, ZeRO-3 plans) copies on the compute stream
+  // (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): every
+  // unshard ends with foreach_all_gather_copy_out, a split_with_sizes_copy
+  // of the all-gather output into the unsharded parameters on the current
+  // stream (read and write the parameters in their param dtype), and every
+  // reduce-scatter starts with foreach_reduce_scatter_copy_in, a _chunk_cat
+  // of the unsharded gradients into the reduce-dtype input, also on the
+  // current stream (read the gradients, write them in reduce dtype).  The
+  // forward unshards each module once, the backward again (reshard after
+  // forward), and the backward reduce-scatters once, per micro-batch.
+  bool fsdp2_copies = false;
   // Tensor-parallel communication overlapped with the GEMMs next to it
   // (Megatron-Core --tp-comm-overlap: Transformer Engine's userbuffers,
   // transformer_engine/pytorch/module/base.py initialize_ub defaults).  Each

@@ -251,6 +251,21 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
 
 namespace {
 
+// FSDP2's copies on the compute stream for a module of `params`
+// parameters on this rank (ExecutionProfile::fsdp2_copies), per micro-batch:
+// the all-gather copy-out reads and writes the unsharded parameters in
+// their dtype (forward and backward unshard), the reduce-scatter copy-in
+// reads the gradients in that dtype and writes them in the reduce dtype
+// (backward).  Zero where the plan is not sharded that way.
+std::pair<int64_t, int64_t> fsdp2_copy_ps(double params, const ComputeParams& cpm, const Plan& p) {
+  if (p.zero != 3 || params <= 0 || !execution_profile(p).fsdp2_copies) return {0, 0};
+  const double w = weight_bytes(p.precision);
+  const double g = grad_bytes(p.precision, p.grad_dtype);
+  const int64_t copy_out = memory_time(cpm, 2 * w * params).ps();
+  const int64_t copy_in = memory_time(cpm, (w + g) * params).ps();
+  return {copy_out, copy_out + copy_in};
+}
+
 // One layer's per-micro-batch times on a rank: its ops, the TP and expert
 // collectives folded into them, the CP exchange beyond what attention
 // hides, and recomputation.
@@ -286,9 +301,10 @@ LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const C
     recompute_tp = lt.rc_tp;
     recompute_ep = lt.rc_ep;
   }
+  const auto [copy_f, copy_b] = fsdp2_copy_ps(layer.params, cpm, p);
   LayerTimes t;
-  t.forward_ps = lt.fwd + lt.tp_f + cp_f + lt.ep_f;
-  t.backward_ps = lt.bwd + lt.tp_b + cp_b + lt.ep_b + recompute;
+  t.forward_ps = lt.fwd + lt.tp_f + cp_f + lt.ep_f + copy_f;
+  t.backward_ps = lt.bwd + lt.tp_b + cp_b + lt.ep_b + recompute + copy_b;
   t.tp_comm_forward_ps = lt.tp_f + cp_f;
   t.tp_comm_backward_ps = lt.tp_b + cp_b + recompute_tp;
   t.tp_forward = lt.tp_f_totals;
@@ -366,15 +382,17 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   s.moe_of_layer.resize(static_cast<size_t>(m.layers));
   for (int64_t i = 0; i < m.layers; ++i) s.moe_of_layer[static_cast<size_t>(i)] = m.is_moe_layer(i);
   const OpTimes e = op_times(s.embedding, cpm, c, lp, p, false);
-  s.embedding_forward_ps = e.fwd + e.tp_f;
-  s.embedding_backward_ps = e.bwd + e.tp_b;
+  const auto [emb_copy_f, emb_copy_b] = fsdp2_copy_ps(s.embedding.params, cpm, p);
+  s.embedding_forward_ps = e.fwd + e.tp_f + emb_copy_f;
+  s.embedding_backward_ps = e.bwd + e.tp_b + emb_copy_b;
   s.embedding_tp_forward_ps = e.tp_f;
   s.embedding_tp_backward_ps = e.tp_b;
   // The embedding's backward is all weight gradient (its input is token ids).
   s.embedding_weight_grad_ps = e.bwd;
   const OpTimes o = op_times(s.output, cpm, c, lp, p, false);
-  s.output_forward_ps = o.fwd + o.tp_f;
-  s.output_backward_ps = o.bwd + o.tp_b;
+  const auto [out_copy_f, out_copy_b] = fsdp2_copy_ps(s.output.params, cpm, p);
+  s.output_forward_ps = o.fwd + o.tp_f + out_copy_f;
+  s.output_backward_ps = o.bwd + o.tp_b + out_copy_b;
   s.output_tp_forward_ps = o.tp_f;
   s.output_tp_backward_ps = o.tp_b;
   s.output_weight_grad_ps = o.wgrad;

@@ -105,7 +105,7 @@ struct StepCosts {
 };
 
 // Depends only on the model, the cluster and the plan's tp, cp, sp, mbs, seq,
-// precision, attention, recompute, tp_comm_overlap (with recompute_layers also on its
+// precision, attention, recompute, tp_comm_overlap, framework and zero stage (FSDP2's copies) (with recompute_layers also on its
 // stage split and vp: which layers of each chunk are recomputed).  `cp_overlap`: the context-parallel K/V
 // exchange runs beside the attention blocks (ring attention on its own
 // stream, Megatron/TE); false for a backend whose collectives block the

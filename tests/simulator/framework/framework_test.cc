@@ -14,6 +14,7 @@
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/taskgraph/lowering.h"
+#include "simulator/taskgraph/step_costs.h"
 
 namespace trainplan {
 namespace {
@@ -377,6 +378,49 @@ TEST_CASE("Offload: parameter offload copies each layer's shard over PCIe before
   c.plan.offload = Offload::kOptimizer;
   const StepReport optimizer = c.run(Framework::kGeneric);
   CHECK(params.step_time_s > optimizer.step_time_s);
+}
+
+TEST_CASE("Framework: FSDP2 copies the gathered parameters and the gradients on the compute stream",
+          "[sim][framework]") {
+  // torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: each unshard
+  // ends with foreach_all_gather_copy_out (split_with_sizes_copy of the
+  // all-gather output into the bf16 parameters: 2 B read + 2 B written per
+  // parameter) and each reduce-scatter starts with
+  // foreach_reduce_scatter_copy_in (_chunk_cat of the bf16 gradients into
+  // the fp32 reduce input: 2 B read + 4 B written), both on the current
+  // stream.  A layer's forward unshards once; its backward unshards again
+  // and reduce-scatters: forward + 4 B x params, backward + 4 B x params +
+  // 6 B x params at the GPU's memory-bound rate, against the same plan under
+  // ZeRO-1 (no unshard).  Megatron-Core's ZeRO-3 (Megatron FSDP) does not
+  // run these copies.
+  const ModelSpec model = load_model("llama3-8b");
+  const ClusterSpec cluster = load_cluster("dgx-h100");
+  Plan p;
+  p.framework = Framework::kTorchtitan;
+  p.mbs = 2;
+  p.seq = 8192;
+  p.zero = 3;
+  auto costs = [&](const Plan& plan) {
+    const Layout L = resolve_plan(model, cluster, 8, plan);
+    REQUIRE(L.feasible);
+    return step_costs(model, cluster, L.plan);
+  };
+  const StepCosts fsdp = costs(p);
+  p.zero = 1;
+  const StepCosts ddp = costs(p);
+  const ComputeParams cpm = compute_params(cluster, Precision::kBf16);
+  const double params = fsdp.layer.params;
+  CHECK(params == Approx(4096.0 * (4096 + 1024 + 1024 + 4096) + 3 * 4096.0 * 14336 + 2 * 4096).epsilon(1e-12));
+  const int64_t out = memory_time(cpm, 4 * params).ps(), in = memory_time(cpm, 6 * params).ps();
+  CHECK(fsdp.layer_times.forward_ps - ddp.layer_times.forward_ps == out);
+  CHECK(fsdp.layer_times.backward_ps - ddp.layer_times.backward_ps == out + in);
+  // The output layer is sharded the same way (vocab x hidden parameters).
+  CHECK(fsdp.output_forward_ps - ddp.output_forward_ps == memory_time(cpm, 4 * fsdp.output.params).ps());
+  p.zero = 3;
+  p.framework = Framework::kMegatronCore;
+  const StepCosts mcore = costs(p);
+  p.zero = 1;
+  CHECK(mcore.layer_times.forward_ps == costs(p).layer_times.forward_ps);
 }
 
 TEST_CASE("Offload: each rank copies its own shard, 1/dp of a layer, before each gather", "[sim][offload]") {
