@@ -442,13 +442,20 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   // recomputed: the count and the plan's chunking (pp, vp, schedule).
   using ShapeKey = std::tuple<int, int, bool, int64_t, int64_t, int, int, int, uint16_t, int, bool, int, int, double, int,
                               int, int, int, bool, bool>;
-  auto shape_key = [](const LayerShape& x, const Plan& p) {
+  // Whether the framework's ZeRO-3 costs differ from its other stages' (FSDP2's copies).
+  const bool zero3_costs = [&] {
+    Plan z;
+    z.framework = o.framework;
+    z.zero = 3;
+    return execution_profile(z).fsdp2_copies;
+  }();
+  auto shape_key = [zero3_costs](const LayerShape& x, const Plan& p) {
     const bool partial = p.recompute_layers > 0;
     return ShapeKey{x.tp, x.cp, x.sp, x.mbs, x.seq, static_cast<int>(x.precision), static_cast<int>(x.attention),
                     static_cast<int>(x.recompute), x.recompute_modules, static_cast<int>(x.fp8_recipe),
                     x.fp8_saved_inputs, x.ep, x.etp, x.moe_load, p.recompute_layers, partial ? p.pp : 0,
                     partial ? p.vp : 0, partial ? static_cast<int>(p.schedule) : 0, p.tp_comm_overlap,
-                    p.zero == 3};  // FSDP2's copies (ExecutionProfile::fsdp2_copies)
+                    zero3_costs && p.zero == 3};
   };
   std::map<ShapeKey, StepCosts> cost_cache;  // entries stay put (std::map): references to them hold
   std::mutex cost_mu;

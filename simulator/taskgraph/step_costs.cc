@@ -120,7 +120,7 @@ std::optional<std::pair<int64_t, int64_t>> overlapped_tp_comm(const std::vector<
 // `block`: lc is a transformer layer (the GEMMs TE's userbuffers overlap);
 // false for the embedding and output layers.
 OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpec& c, const LinkParams& lp,
-                 const Plan& p, bool block) {
+                 const Plan& p, bool block, const ExecutionProfile& prof) {
   OpTimes t;
   // Groups in rank order (Megatron): tp consecutive; etp consecutive and
   // the ep group etp apart (expert rank order tp-ep-dp-pp).
@@ -174,7 +174,7 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
   // torchtitan's per-op SAC re-runs a share of each op (LayerShape); its
   // saved reduce-scatters are not repeated, other collectives are.
   const bool per_op = layer_shape(p).per_op_sac;
-  const bool overlap = block && execution_profile(p).tp_comm_overlap && p.tp > 1;
+  const bool overlap = block && prof.tp_comm_overlap && p.tp > 1;
   for (size_t i = 0; i < lc.ops.size(); ++i) {
     const OpCost& op = lc.ops[i];
     const int64_t f = op_forward_time(cpm, op).ps();
@@ -257,8 +257,9 @@ namespace {
 // their dtype (forward and backward unshard), the reduce-scatter copy-in
 // reads the gradients in that dtype and writes them in the reduce dtype
 // (backward).  Zero where the plan is not sharded that way.
-std::pair<int64_t, int64_t> fsdp2_copy_ps(double params, const ComputeParams& cpm, const Plan& p) {
-  if (p.zero != 3 || params <= 0 || !execution_profile(p).fsdp2_copies) return {0, 0};
+std::pair<int64_t, int64_t> fsdp2_copy_ps(double params, const ComputeParams& cpm, const Plan& p,
+                                          const ExecutionProfile& prof) {
+  if (p.zero != 3 || params <= 0 || !prof.fsdp2_copies) return {0, 0};
   const double w = weight_bytes(p.precision);
   const double g = grad_bytes(p.precision, p.grad_dtype);
   const int64_t copy_out = memory_time(cpm, 2 * w * params).ps();
@@ -270,8 +271,8 @@ std::pair<int64_t, int64_t> fsdp2_copy_ps(double params, const ComputeParams& cp
 // collectives folded into them, the CP exchange beyond what attention
 // hides, and recomputation.
 LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const ClusterSpec& c, const LinkParams& lp,
-                       const Plan& p, bool cp_overlap) {
-  const OpTimes lt = op_times(layer, cpm, c, lp, p, true);
+                       const Plan& p, bool cp_overlap, const ExecutionProfile& prof) {
+  const OpTimes lt = op_times(layer, cpm, c, lp, p, true, prof);
   int64_t cp_f = 0, cp_b = 0;
   CommTotals cp_link_f, cp_link_b;
   if (p.cp > 1) {
@@ -301,7 +302,7 @@ LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const C
     recompute_tp = lt.rc_tp;
     recompute_ep = lt.rc_ep;
   }
-  const auto [copy_f, copy_b] = fsdp2_copy_ps(layer.params, cpm, p);
+  const auto [copy_f, copy_b] = fsdp2_copy_ps(layer.params, cpm, p, prof);
   LayerTimes t;
   t.forward_ps = lt.fwd + lt.tp_f + cp_f + lt.ep_f + copy_f;
   t.backward_ps = lt.bwd + lt.tp_b + cp_b + lt.ep_b + recompute + copy_b;
@@ -373,24 +374,25 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   s.output = output_cost(m, s.shape);
   const ComputeParams cpm = compute_params(c, p.precision);
   const LinkParams lp = link_params(c);
-  s.layer_times = layer_times(s.layer, cpm, c, lp, p, cp_overlap);
+  const ExecutionProfile prof = execution_profile(p);
+  s.layer_times = layer_times(s.layer, cpm, c, lp, p, cp_overlap, prof);
   s.has_moe = m.has_moe;
   if (m.has_moe) {
     s.moe_layer = transformer_layer_cost(m, s.shape, true);
-    s.moe_layer_times = layer_times(s.moe_layer, cpm, c, lp, p, cp_overlap);
+    s.moe_layer_times = layer_times(s.moe_layer, cpm, c, lp, p, cp_overlap, prof);
   }
   s.moe_of_layer.resize(static_cast<size_t>(m.layers));
   for (int64_t i = 0; i < m.layers; ++i) s.moe_of_layer[static_cast<size_t>(i)] = m.is_moe_layer(i);
-  const OpTimes e = op_times(s.embedding, cpm, c, lp, p, false);
-  const auto [emb_copy_f, emb_copy_b] = fsdp2_copy_ps(s.embedding.params, cpm, p);
+  const OpTimes e = op_times(s.embedding, cpm, c, lp, p, false, prof);
+  const auto [emb_copy_f, emb_copy_b] = fsdp2_copy_ps(s.embedding.params, cpm, p, prof);
   s.embedding_forward_ps = e.fwd + e.tp_f + emb_copy_f;
   s.embedding_backward_ps = e.bwd + e.tp_b + emb_copy_b;
   s.embedding_tp_forward_ps = e.tp_f;
   s.embedding_tp_backward_ps = e.tp_b;
   // The embedding's backward is all weight gradient (its input is token ids).
   s.embedding_weight_grad_ps = e.bwd;
-  const OpTimes o = op_times(s.output, cpm, c, lp, p, false);
-  const auto [out_copy_f, out_copy_b] = fsdp2_copy_ps(s.output.params, cpm, p);
+  const OpTimes o = op_times(s.output, cpm, c, lp, p, false, prof);
+  const auto [out_copy_f, out_copy_b] = fsdp2_copy_ps(s.output.params, cpm, p, prof);
   s.output_forward_ps = o.fwd + o.tp_f + out_copy_f;
   s.output_backward_ps = o.bwd + o.tp_b + out_copy_b;
   s.output_tp_forward_ps = o.tp_f;
