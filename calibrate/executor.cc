@@ -302,6 +302,11 @@ class RankExecutor {
       // inside the pass, op by op, where they fall.
       return;
     }
+    if (t.label == TaskLabel::kListCopy) {
+      // A list-API collective's device copies: the executor's collectives
+      // take flat buffers, so there is nothing to copy.
+      return;
+    }
     if (t.label == TaskLabel::kHostWork) {
       // A list-API collective's per-member calls: the executor's collectives
       // take flat buffers, so there is nothing to run.

@@ -126,6 +126,11 @@ ExecutionProfile deepspeed(const Plan& p) {
     // flat input (a select and a copy_): four calls per member either way.
     // v0.5.5 moved gathers to one flat _all_gather_base.
     e.collective_calls_per_member = 4;
+    // The same code paths' device copies: _allgather_param's torch.zeros of
+    // the flat buffer, ProcessGroupNCCL's copy of its flattened output into
+    // the list (allgather) and of the list into its flattened input
+    // (reduce_scatter).
+    e.list_api_copies = true;
     // _allgather_param starts with torch.cuda.synchronize() and a fetch ends
     // with one (stage3.py _synchronize_communication), so the host's calls
     // run with the device idle; the backward's reductions come from the

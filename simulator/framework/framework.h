@@ -58,6 +58,15 @@ struct ExecutionProfile {
   // (ComputeParams::kernel_overhead): a latency that grows with the group,
   // however small each member's slice.  0: one flat buffer, no per-member work.
   double collective_calls_per_member = 0;
+  // ZeRO-3 collectives through torch.distributed's list API move their
+  // buffers on the device as well: each gather first zero-fills the
+  // parameter's flat buffer (DeepSpeed _allgather_param: torch.zeros, 2 B
+  // written per bf16 parameter) and ProcessGroupNCCL copies its own flat
+  // output back into the list's member views (2 B read, 2 B written); each
+  // reduce-scatter has ProcessGroupNCCL copy the member views into its flat
+  // input first (2 B read, 2 B written per gradient element).  Memory-bound
+  // device time beside the collective, on its stream.
+  bool list_api_copies = false;
   // ZeRO-3: the device is synchronized before each gather is issued, so the
   // host work of each gather and reduce-scatter (its per-member calls) runs
   // with the device idle: after the previous compute, before the next.  The

@@ -160,7 +160,8 @@ class Lowerer {
  private:
   void prepare_costs() {
     sc_ = step_costs(m_, c_, p_, opt_.cp_overlap);
-    member_call_ = compute_params(c_, p_.precision).kernel_overhead;
+    cpm_ = compute_params(c_, p_.precision);
+    member_call_ = cpm_.kernel_overhead;
     shape_ = sc_.shape;
     layer_ = sc_.layer;
     emb_ = sc_.embedding;
@@ -1190,6 +1191,14 @@ class Lowerer {
       auto reduce = [&](size_t k, double params) {
         const double bytes = params * gbytes;
         Collective kind = p_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
+        // ZeRO-3 through the list API: ProcessGroupNCCL copies the member
+        // views into its flat input (read and written) on the collective's
+        // stream first (ExecutionProfile::list_api_copies).
+        int32_t copy_in = -1;
+        if (p_.zero == 3 && prof_.list_api_copies) {
+          copy_in = g.add_comm(channel, memory_time(cpm_, 2 * bytes).ps(), 0, 0, Category::kDpComm,
+                               TaskLabel::kListCopy, members, {});
+        }
         int32_t id = add_group_comm(channel, kind, p_.zero == 0 ? TaskLabel::kDpAllReduce : TaskLabel::kDpReduceScatter,
                                     bytes, shard, members, stride);
         if (blocking) blocking_comm_.push_back(id);
@@ -1201,6 +1210,12 @@ class Lowerer {
         for (int32_t mr : members) {
           g.add_dep(task_at(mr, after), id);
           dp_member_preds_[id].push_back(task_at(mr, after));
+          if (copy_in >= 0) g.add_dep(task_at(mr, after), copy_in);
+        }
+        if (copy_in >= 0) {
+          g.add_dep(copy_in, id);
+          g.task(copy_in).microbatch = entries[k].mb;
+          g.task(copy_in).layer = static_cast<int16_t>(entries[k].layer);
         }
         reductions.push_back(id);
         if (hybrid) {
@@ -1231,7 +1246,12 @@ class Lowerer {
                                         members, stride);
             // Host work with the device synchronized: after the previous
             // compute, before this one (ExecutionProfile::gather_syncs_device).
-            add_host_work(synced_host_latency(pieces.size(), shard), k >= 1 ? k - 1 : kNoEntry, k);
+            double gathered = 0;
+            for (double piece : pieces) gathered += piece;
+            // ... and, with the list API, the zero-fill of the flat buffer
+            // (DeepSpeed's torch.zeros, one write, before the synchronize).
+            const Duration zero_fill = prof_.list_api_copies ? memory_time(cpm_, gathered) : Duration();
+            add_host_work(synced_host_latency(pieces.size(), shard) + zero_fill, k >= 1 ? k - 1 : kNoEntry, k);
             // An offloaded shard reaches the GPU before it is gathered.
             for (int32_t mr : members) {
               if (static_cast<size_t>(mr) < h2d_.size() && !h2d_[static_cast<size_t>(mr)].empty()) {
@@ -1244,6 +1264,18 @@ class Lowerer {
               for (int32_t mr : members) g.add_dep(task_at(mr, k - 2), ag);
             }
             for (int32_t mr : members) g.add_dep(ag, task_at(mr, k));
+            // The list API's device copies (ExecutionProfile::list_api_copies):
+            // ProcessGroupNCCL's flat output copied into the member views
+            // (read and written), on the collective's stream before the layer
+            // can use the parameters.
+            if (prof_.list_api_copies) {
+              const int32_t copy = g.add_comm(channel, memory_time(cpm_, 2 * gathered).ps(), 0, 0,
+                                              Category::kDpComm, TaskLabel::kListCopy, members, {});
+              g.add_dep(ag, copy);
+              for (int32_t mr : members) g.add_dep(copy, task_at(mr, k));
+              g.task(copy).microbatch = e.mb;
+              g.task(copy).layer = static_cast<int16_t>(e.layer);
+            }
           }
         }
         if (e.kind != PipeOp::Kind::kForward && grad_params > 0) {
@@ -1310,6 +1342,7 @@ class Lowerer {
   std::vector<int32_t> cp_channel_;  // per simulated rank
   std::vector<std::pair<int32_t, int32_t>> cp_companions_;  // (pass, its CP exchange)
   Duration member_call_;  // one PyTorch call of a list-API collective (the kernel overhead)
+  ComputeParams cpm_;     // the GPU's compute parameters for the plan's dtype
   int64_t emb_f_ = 0, emb_b_ = 0, emb_tp_f_ = 0, emb_tp_b_ = 0;
   int64_t out_f_ = 0, out_b_ = 0, out_tp_f_ = 0, out_tp_b_ = 0;
   double layer_grad_bytes_ = 4;

@@ -40,6 +40,7 @@ const char* to_string(TaskLabel l) {
     case TaskLabel::kHostWork: return "host";
     case TaskLabel::kTpCollective: return "tp-collectives";
     case TaskLabel::kCpExchange: return "cp-exchange";
+    case TaskLabel::kListCopy: return "list-api-copy";
     case TaskLabel::kGradNormSync: return "grad-norm";
   }
   return "?";

@@ -32,7 +32,8 @@ enum class TaskLabel : uint8_t {
   kGradNormSync,  // the gradient-norm all-reduce over a replica's model-parallel ranks before the update
   kHostWork,      // host work with the device synchronized (a list-API collective's per-member calls)
   kTpCollective,  // a pass's tensor-parallel collectives, on the rank's NVLink (or NIC) port
-  kCpExchange     // a pass's context-parallel K/V exchange, beside its attention
+  kCpExchange,    // a pass's context-parallel K/V exchange, beside its attention
+  kListCopy       // a list-API collective's device copies (zero-fill, flat buffer <-> member views)
 };
 const char* to_string(TaskLabel l);
 

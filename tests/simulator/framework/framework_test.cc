@@ -3,6 +3,7 @@
 // against a closed-form bound on the simulated step.
 #include "simulator/framework/framework.h"
 
+#include <map>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -170,16 +171,22 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 gathers module by module", "[sim][framewo
   CHECK(plain + with_embedding == 2 * 24);
   CHECK(with_embedding == 4);
   // One host task per gather (one collective's calls, or two with the
-  // embedding) and per reduce-scatter (one per layer's backward).
-  int host_one = 0, host_two = 0;
+  // embedding, and the zero-fill of the gathered parameters' flat buffer:
+  // one write of their bf16 bytes) and per reduce-scatter (one per layer's
+  // backward, no zero-fill).
+  const ComputeParams cpm = compute_params(c.cluster, Precision::kBf16);
+  const int64_t zero_fill = memory_time(cpm, weights * 2).ps();
+  int host_one = 0, host_two = 0, host_scatter = 0;
   for (int32_t id = 0; id < s.graph.size(); ++id) {
     const Task& t = s.graph.task(id);
     if (t.label != TaskLabel::kHostWork) continue;
-    host_one += t.work_ps == list_api;
-    host_two += t.work_ps == 2 * list_api;
+    host_one += t.work_ps == list_api + zero_fill;
+    host_two += t.work_ps > 2 * list_api + zero_fill;  // with the embedding's larger fill
+    host_scatter += t.work_ps == list_api;
   }
-  CHECK(host_one == 2 * 24 - 4 + 24);
+  CHECK(host_one == 2 * 24 - 4);
   CHECK(host_two == 4);
+  CHECK(host_scatter == 24);
   // FSDP2 moves the biases and norms too: one per layer, more bytes.
   const LoweredStep t = lower_step(c.model, c.cluster, c.layout(Framework::kTorchtitan), LoweringOptions{});
   for (int32_t id = 0; id < t.graph.size(); ++id) {
@@ -378,6 +385,48 @@ TEST_CASE("Offload: parameter offload copies each layer's shard over PCIe before
   c.plan.offload = Offload::kOptimizer;
   const StepReport optimizer = c.run(Framework::kGeneric);
   CHECK(params.step_time_s > optimizer.step_time_s);
+}
+
+TEST_CASE("Framework: DeepSpeed's list-API ZeRO-3 collectives copy their buffers on the device", "[sim][framework]") {
+  // DeepSpeed v0.3.14 partition_parameters.py _allgather_param zero-fills the
+  // parameter's flat buffer (torch.zeros: 2 B written per bf16 parameter,
+  // with the host's per-member work before the synchronize) and hands
+  // torch.distributed.all_gather a list of views into it, whose
+  // ProcessGroupNCCL gathers into its own flat buffer and copies each
+  // member's part back on its stream (2 B read + 2 B written): 4 B per
+  // parameter per gather.  _reduce_scatter_gradient hands reduce_scatter a list of views,
+  // which ProcessGroupNCCL copies into its flat input (read + write of the
+  // gradient).  Without recompute a layer is gathered for its forward and
+  // again for its backward and reduce-scattered once, per micro-batch.
+  Case c;
+  c.plan.zero = 3;
+  c.plan.gbs = 64;  // 2 micro-batches per rank on 32 GPUs
+  const Layout L = c.layout(Framework::kDeepSpeed);
+  const LoweredStep s = lower_step(c.model, c.cluster, L, LoweringOptions{});
+  const StepCosts sc = step_costs(c.model, c.cluster, L.plan);
+  const ComputeParams cpm = compute_params(c.cluster, Precision::kBf16);
+  const double params = sc.layer.params;
+  // Only the four weight matrices are gathered (12 h^2 for GPT: biases and
+  // norms stay whole under param_persistence_threshold); every gradient is
+  // reduce-scattered.
+  const double h = static_cast<double>(c.model.hidden);
+  const int64_t gather_copy = memory_time(cpm, 4 * 12 * h * h).ps();
+  const int64_t scatter_copy = memory_time(cpm, 2 * grad_bytes(L.plan.precision, L.plan.grad_dtype) * params).ps();
+  std::map<std::pair<int, int>, std::pair<int, int>> per_layer;  // (mb, layer) -> (gathers, scatters)
+  for (int32_t id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    if (t.label != TaskLabel::kListCopy || t.layer <= 0 || t.layer >= c.model.layers - 1) continue;
+    REQUIRE((t.work_ps == gather_copy || t.work_ps == scatter_copy));
+    auto& n = per_layer[{t.microbatch, t.layer}];
+    (t.work_ps == gather_copy ? n.first : n.second) += 1;
+  }
+  CHECK(per_layer.size() == 2u * static_cast<size_t>(c.model.layers - 2));
+  for (const auto& [key, n] : per_layer) {
+    CHECK(n.first == 2);
+    CHECK(n.second == 1);
+  }
+  // PyTorch's FSDP2 gathers into one flat buffer: no list copies.
+  CHECK(c.count(Framework::kPytorch, TaskLabel::kListCopy) == 0);
 }
 
 TEST_CASE("Framework: FSDP2 copies the gathered parameters and the gradients on the compute stream",
