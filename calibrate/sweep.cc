@@ -18,25 +18,19 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Per-call time of `op`: the median of 5 batches, each repeated for at least
-// a fifth of `budget_s` (a median is robust to a neighbour's burst on a
-// shared machine).
+// Per-call time of `op` repeated for at least `budget_s` (at most 10000
+// calls).
 template <typename Op>
-double median_time(Op op, double budget_s) {
-  std::vector<double> per_call;
-  for (int batch = 0; batch < 5; ++batch) {
-    int reps = 0;
-    const double t0 = now_s();
-    double t = 0;
-    do {
-      op();
-      ++reps;
-      t = now_s() - t0;
-    } while (t < budget_s / 5 && reps < 10000);
-    per_call.push_back(t / reps);
-  }
-  std::sort(per_call.begin(), per_call.end());
-  return per_call[2];
+double batch_time(Op op, double budget_s) {
+  int reps = 0;
+  const double t0 = now_s();
+  double t = 0;
+  do {
+    op();
+    ++reps;
+    t = now_s() - t0;
+  } while (t < budget_s && reps < 10000);
+  return t / reps;
 }
 
 const char* redop_of(Collective c) {
@@ -231,13 +225,35 @@ int64_t run_sweep(Backend& backend, const SweepConfig& cfg, Calibration* cal, st
   for (const GemmSample& g : cal->gemm_samples) {
     if (g.dtype == cfg.gemm_dtype) done.insert({g.m, g.n, g.k});
   }
+  // Each shape is timed once per pass over all shapes, kGemmPasses passes,
+  // and keeps the median over passes.  A slow spell of a shared machine
+  // (another job, a clock change, a noisy neighbour's steal time) then costs
+  // one sample of every shape it overlaps, instead of all samples of the
+  // shapes swept during it: timed shape after shape, such a spell bent the
+  // table's shape dependence (the shapes swept early came out 30% less
+  // efficient than their neighbours swept after it), and a plan whose GEMMs
+  // fell on the other side was predicted 30% fast.  Each batch's time is the
+  // slowest rank's.
+  constexpr int kGemmPasses = 5;
+  std::vector<std::array<int64_t, 3>> todo;
   for (const auto& s : cfg.gemm_shapes) {
-    if (done.count(s)) continue;
-    backend.gemm(s[0], s[1], s[2], cfg.gemm_dtype);  // warm-up
-    const double per_call = median_time([&] { backend.gemm(s[0], s[1], s[2], cfg.gemm_dtype); }, cfg.gemm_min_time_s);
-    GemmSample g{s[0], s[1], s[2], cfg.gemm_dtype, world.max(per_call)};
+    if (!done.count(s)) todo.push_back(s);
+  }
+  std::vector<std::vector<double>> batches(todo.size());
+  for (int pass = 0; pass < kGemmPasses; ++pass) {
+    for (size_t i = 0; i < todo.size(); ++i) {
+      const auto& s = todo[i];
+      auto op = [&] { backend.gemm(s[0], s[1], s[2], cfg.gemm_dtype); };
+      if (pass == 0) op();  // warm-up: allocation, the library's kernel choice
+      batches[i].push_back(world.max(batch_time(op, cfg.gemm_min_time_s / kGemmPasses)));
+    }
+  }
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const auto& s = todo[i];
+    std::vector<double>& b = batches[i];
+    std::sort(b.begin(), b.end());
+    GemmSample g{s[0], s[1], s[2], cfg.gemm_dtype, b[b.size() / 2]};
     cal->gemm_samples.push_back(g);
-    // Keep partial results: a sweep cut short can be resumed.
     if (print && cal->gemm_samples.size() % 16 == 0) checkpoint(*cal);
     if (print) {
       if (cfg.json) {

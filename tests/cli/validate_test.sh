@@ -81,12 +81,17 @@ assert r["measured"] > 0 and r["predicted"] > 0, r
 PY
 
 # recommend -> validate: the plan the search picks for this machine (with its
-# calibration) runs and meets the tolerance (retried on a noisy machine).
-"$T" recommend --model gpt-tiny --cluster cpu-local --gpus 2 --gbs 8 --seq 128 --precision fp32 \
-  --calibration "$work/cal.json" --save "$work/rec.json" > "$work/rec.txt" 2>&1 ||
-  { cat "$work/rec.txt"; fail "recommend on cpu-local failed"; }
+# calibration) runs and meets the tolerance (retried on a noisy machine; after
+# two misses the machine is measured again and the search rerun with it).
+recommend() {
+  "$T" recommend --model gpt-tiny --cluster cpu-local --gpus 2 --gbs 8 --seq 128 --precision fp32 \
+    --calibration "$work/cal.json" --save "$work/rec.json" > "$work/rec.txt" 2>&1 ||
+    { cat "$work/rec.txt"; fail "recommend on cpu-local failed"; }
+}
+recommend
 ok=0
-for attempt in 1 2 3; do
+for attempt in 1 2 3 4; do
+  [ "$attempt" = 3 ] && { calibrate; recommend; }
   if "${MPI[@]}" "$T" validate --backend cpu --plan "$work/rec.json" --calibration "$work/cal.json" --steps 5 \
        --tolerance 15 > "$work/rec.val" 2>&1; then ok=1; break; fi
   echo "recommended plan attempt $attempt missed: $(grep -m1 "^trainplan: validate" "$work/rec.val")"
