@@ -162,13 +162,20 @@ double over_ranks(const std::vector<std::vector<Event>>& logs, const std::string
 }
 
 // The latest event any rank of the attempt logged (a heartbeat), other
-// than the fault itself; 0 if none yet.
+// than the fault itself; -1 while some rank has not logged "ready" yet.
+// The heartbeat watch starts once the job is up, as torchelastic's does
+// after its rendezvous: launching the ranks (MPI start-up, loading the
+// binary) is not a step, can take seconds on a loaded machine, and a launch
+// that never finishes is caught by the attempt's time limit instead.
 double last_heartbeat(const std::string& dir, int attempt, int ranks) {
   double t = 0;
   for (int r = 0; r < ranks; ++r) {
+    bool ready = false;
     for (const Event& e : read_log(log_path(dir, attempt, r))) {
       if (e.name != "fault") t = std::max(t, e.t);
+      ready = ready || e.name == "ready";
     }
+    if (!ready) return -1;
   }
   return t;
 }
@@ -447,8 +454,9 @@ RecoveryMeasured supervise_recovery(const RecoveryConfig& cfg) {
       kill_job(first, cfg.dir, 1, cfg.ranks);
       break;
     }
-    last_beat = std::max(last_beat, last_heartbeat(cfg.dir, 1, cfg.ranks));
-    if (now - last_beat > cfg.heartbeat_timeout_s) {
+    const double beat = last_heartbeat(cfg.dir, 1, cfg.ranks);
+    last_beat = std::max(last_beat, beat);
+    if (beat >= 0 && now - last_beat > cfg.heartbeat_timeout_s) {
       detected = now;
       m.detected_by = "heartbeat timeout";
       kill_job(first, cfg.dir, 1, cfg.ranks);

@@ -385,13 +385,15 @@ std::optional<CollectiveCost> cheapest(const std::vector<CollectiveCost>& all) {
 }
 
 Generation generation_of(const ClusterSpec& cluster) {
-  std::string name = cluster.gpu.name;
-  for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  const auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  if (has("B100") || has("B200") || has("B300")) return Generation::kBlackwell;  // GB200/GB300 too
-  if (has("H100") || has("H200") || has("H800") || has("H20")) return Generation::kHopper;
-  if (has("A100") || has("A800") || has("A30") || has("A40") || has("A10")) return Generation::kAmpere;
-  if (has("V100")) return Generation::kVolta;
+  switch (cluster.gpu.arch) {
+    case GpuArch::kBlackwell: return Generation::kBlackwell;
+    case GpuArch::kHopper: return Generation::kHopper;
+    case GpuArch::kAmpere:
+    case GpuArch::kAda: return Generation::kAmpere;
+    case GpuArch::kVolta: return Generation::kVolta;
+    case GpuArch::kUnknown:
+    case GpuArch::kCpu: break;
+  }
   // Unknown name: NVLink 5 gives 900 GB/s per GPU, NVLink 4 450 GB/s.
   const double gb_per_s = cluster.intra_node.bandwidth.gigabytes_per_s();
   if (cluster.intra_node.fabric != IntraFabric::kPcie && gb_per_s >= 800) return Generation::kBlackwell;

@@ -40,7 +40,7 @@ std::string gpu_type_of(const std::string& name) {
   std::string up;
   for (char ch : name) up += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   if (up.rfind("CPU", 0) == 0) return "cpu";
-  for (const char* t : {"GB200", "B200", "H200", "GH200", "H100", "H800", "A100", "A800", "V100", "L40S", "4090", "MI300X"}) {
+  for (const char* t : {"GB300", "B300", "GB200", "B200", "H200", "GH200", "H100", "H800", "A100", "A800", "V100", "L40S", "4090", "MI300X"}) {
     if (up.find(t) != std::string::npos) return t;
   }
   return name;

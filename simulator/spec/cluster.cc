@@ -1,5 +1,6 @@
 #include "simulator/spec/cluster.h"
 
+#include <cctype>
 #include <cmath>
 
 #include "simulator/core/error.h"
@@ -37,6 +38,32 @@ const char* to_string(InterFabric f) {
   return "?";
 }
 
+const char* to_string(GpuArch a) {
+  switch (a) {
+    case GpuArch::kUnknown: return "unknown";
+    case GpuArch::kCpu: return "cpu";
+    case GpuArch::kVolta: return "volta";
+    case GpuArch::kAmpere: return "ampere";
+    case GpuArch::kAda: return "ada";
+    case GpuArch::kHopper: return "hopper";
+    case GpuArch::kBlackwell: return "blackwell";
+  }
+  return "?";
+}
+
+GpuArch gpu_arch_of_name(const std::string& name) {
+  std::string up;
+  for (char ch : name) up += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (up.rfind("CPU", 0) == 0) return GpuArch::kCpu;
+  const auto has = [&](const char* s) { return up.find(s) != std::string::npos; };
+  if (has("B100") || has("B200") || has("B300")) return GpuArch::kBlackwell;  // GB200, GB300 too
+  if (has("H100") || has("H200") || has("H800") || has("H20")) return GpuArch::kHopper;  // GH200 too
+  if (has("A100") || has("A800") || has("A30") || has("A40") || has("A10")) return GpuArch::kAmpere;
+  if (has("4090") || has("L40") || has("L4")) return GpuArch::kAda;
+  if (has("V100")) return GpuArch::kVolta;
+  return GpuArch::kUnknown;
+}
+
 namespace {
 
 // Ranges (docs/input-limits.md): a factor of 1000 or more around every
@@ -61,6 +88,9 @@ Duration latency(detail::JsonObject& o) {
 GpuSpec parse_gpu(detail::JsonObject o) {
   GpuSpec g;
   g.name = o.string("name");
+  const std::optional<size_t> arch =
+      o.optional_choice("architecture", {"volta", "ampere", "ada", "hopper", "blackwell"});
+  g.arch = arch ? static_cast<GpuArch>(*arch + static_cast<size_t>(GpuArch::kVolta)) : gpu_arch_of_name(g.name);
   g.memory = static_cast<Bytes>(o.quantity("memory", Dimension::kBytes, kMinBytes, kMaxBytes));
   g.hbm_bandwidth = Bandwidth::bytes_per_s(o.quantity("hbm_bandwidth", Dimension::kByteRate, kMinRate, kMaxRate));
   detail::JsonObject peak = o.object("peak");

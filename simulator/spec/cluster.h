@@ -22,10 +22,16 @@ namespace trainplan {
 enum class Dtype { kBf16, kFp16, kFp32, kTf32, kFp8 };
 enum class IntraFabric { kNvswitch, kNvlink, kPcie };
 enum class InterFabric { kInfiniband, kRoce, kEthernet };
+// The GPU's architecture generation: what its tensor cores and its NVLink
+// can do (MX formats on Blackwell, NCCL's per-generation tuning constants).
+// kUnknown: a part none of the rules below names (the collective model then
+// reads the generation off the NVLink bandwidth).
+enum class GpuArch { kUnknown, kCpu, kVolta, kAmpere, kAda, kHopper, kBlackwell };
 
 const char* to_string(Dtype d);
 const char* to_string(IntraFabric f);
 const char* to_string(InterFabric f);
+const char* to_string(GpuArch a);
 
 // A GEMM shape measured by `trainplan calibrate`: its efficiency against the
 // dense peak of its dtype.
@@ -53,6 +59,8 @@ struct CalibratedCollective {
 
 struct GpuSpec {
   std::string name;
+  // "architecture" in the file, else read off the name (gpu_arch_of_name).
+  GpuArch arch = GpuArch::kUnknown;
   Bytes memory = 0;
   Bandwidth hbm_bandwidth;
   std::map<Dtype, FlopRate> peak;  // dense peak per dtype
@@ -135,6 +143,13 @@ ClusterSpec load_cluster(const std::string& name_or_path, const std::string& whe
                          const std::string& pointer = "");
 
 std::vector<std::string> builtin_cluster_names();
+
+// The architecture a GPU's marketing name implies, the one place that maps
+// names to generations (the file's "architecture" field overrides it):
+// B100/B200/B300 and GB200/GB300 Blackwell; H100/H200/H800/H20/GH200 Hopper;
+// A100/A800/A30/A40/A10 Ampere; RTX 4090/L40S/L4 Ada; V100 Volta; names
+// starting "CPU" the cpu backend; anything else kUnknown.  Case-insensitive.
+GpuArch gpu_arch_of_name(const std::string& name);
 
 }  // namespace trainplan
 

@@ -134,10 +134,7 @@ bool set_fp8_recipe(const std::string& name, Plan* p) {
 }
 
 namespace {
-bool is_blackwell(const ClusterSpec& c) {
-  const std::string t = gpu_type_of(c.gpu.name);
-  return t == "B200" || t == "GB200";
-}
+bool is_blackwell(const ClusterSpec& c) { return c.gpu.arch == GpuArch::kBlackwell; }
 }  // namespace
 
 Fp8Recipe default_fp8_recipe(const ClusterSpec& cluster, int zero) {
@@ -556,7 +553,7 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     if (!cluster.gpu.peak.count(Dtype::kFp8)) {
       fail("fp8 needs FP8 tensor cores (Hopper, Ada or Blackwell); " + cluster.gpu.name + " has none");
     } else if (p.fp8_recipe == Fp8Recipe::kMxfp8 && !is_blackwell(cluster)) {
-      fail("the mxfp8 recipe needs Blackwell MX tensor cores (B200, GB200); " + cluster.gpu.name +
+      fail("the mxfp8 recipe needs Blackwell MX tensor cores (B200, B300, GB200, GB300); " + cluster.gpu.name +
            " runs delayed, tensorwise, rowwise or blockwise");
     }
   }

@@ -95,7 +95,7 @@ def gpu_arch_major(cluster: str) -> tuple[int, str]:
             name = json.load(f).get("gpu", {}).get("name", "")
     except (OSError, ValueError):
         pass
-    table = [("GB200", 10), ("B200", 10), ("B100", 10), ("H200", 9), ("H100", 9), ("H800", 9),
+    table = [("GB300", 10), ("B300", 10), ("GB200", 10), ("B200", 10), ("B100", 10), ("H200", 9), ("H100", 9), ("H800", 9),
              ("A100", 8), ("A800", 8), ("RTX4090", 8), ("L40", 8), ("A10", 8), ("V100", 7)]
     for key, major in table:
         if key in name.upper().replace("-", "").replace(" ", "") or key in name.upper():

@@ -175,6 +175,9 @@ TEST_CASE("FP8: the plan rules and default recipes", "[sim][fp8]") {
   SECTION("defaults: delayed on Hopper, mxfp8 on Blackwell, tensorwise with ZeRO-3") {
     CHECK(resolve_plan(m, load_cluster("dgx-h100"), 8, fp8_plan()).plan.fp8_recipe == Fp8Recipe::kDelayed);
     CHECK(resolve_plan(m, load_cluster("dgx-b200"), 8, fp8_plan()).plan.fp8_recipe == Fp8Recipe::kMxfp8);
+    // Blackwell Ultra (compute capability 10.3) has the same MX tensor cores.
+    CHECK(resolve_plan(m, load_cluster("dgx-b300"), 8, fp8_plan()).plan.fp8_recipe == Fp8Recipe::kMxfp8);
+    CHECK(resolve_plan(m, load_cluster("gb300-nvl72"), 8, fp8_plan()).plan.fp8_recipe == Fp8Recipe::kMxfp8);
     Plan z3 = fp8_plan();
     z3.zero = 3;
     CHECK(resolve_plan(m, load_cluster("dgx-h100"), 8, z3).plan.fp8_recipe == Fp8Recipe::kTensorwise);

@@ -41,7 +41,8 @@ TEST_CASE("ClusterSpec: every built-in cluster loads", "[sim][spec]") {
   const std::vector<std::string> names = builtin_cluster_names();
   SECTION("at least 7 clusters, and the required ones exist") {
     CHECK(names.size() >= 7);
-    for (const char* n : {"dgx-a100", "dgx-h100", "dgx-h200", "dgx-b200", "rtx4090-pcie", "v100-pcie", "h100-ethernet"}) {
+    for (const char* n : {"dgx-a100", "dgx-h100", "dgx-h200", "dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72",
+                          "rtx4090-pcie", "v100-pcie", "h100-ethernet"}) {
       INFO(n);
       CHECK(std::find(names.begin(), names.end(), n) != names.end());
     }
@@ -88,6 +89,72 @@ TEST_CASE("ClusterSpec: dgx-a100 carries the A100 datasheet figures", "[sim][spe
     CHECK(c.inter_node->nic_bandwidth.bytes_per_s() == Approx(25e9).epsilon(1e-15));
   }
   SECTION("2 TiB of host memory") { CHECK(c.host.memory == int64_t{2} * 1099511627776); }
+}
+
+TEST_CASE("ClusterSpec: the Blackwell Ultra clusters carry NVIDIA's system figures", "[sim][spec]") {
+  // The per-GPU dense peaks times the GPU count give NVIDIA's system
+  // figures: DGX B300 "72 PFLOPS FP8 training" for 8 GPUs (a 2:4 sparse
+  // figure, so 36 PF dense); GB300 NVL72 180 PF dense BF16 and 360 PF dense
+  // FP8 for its 72 GPUs.  ConnectX-8: 800 Gb/s = 100 GB/s per NIC, one per GPU.
+  const ClusterSpec b300 = load_cluster("dgx-b300");
+  CHECK(b300.gpus_per_node == 8);
+  CHECK(b300.gpu.arch == GpuArch::kBlackwell);
+  CHECK_THAT(8 * b300.gpu.peak.at(Dtype::kFp8).flop_per_s() * 2, Catch::Matchers::WithinRel(72e15, 1e-12));
+  CHECK_THAT(b300.gpu.peak.at(Dtype::kBf16).flop_per_s(), Catch::Matchers::WithinRel(2250e12, 1e-12));
+  REQUIRE(b300.inter_node);
+  CHECK(b300.inter_node->nics_per_node == 8);
+  CHECK_THAT(b300.inter_node->nic_bandwidth.bytes_per_s(), Catch::Matchers::WithinRel(100e9, 1e-12));
+  const ClusterSpec gb300 = load_cluster("gb300-nvl72");
+  CHECK(gb300.gpu.arch == GpuArch::kBlackwell);
+  CHECK_THAT(72 * gb300.gpu.peak.at(Dtype::kBf16).flop_per_s(), Catch::Matchers::WithinRel(180e15, 1e-12));
+  CHECK_THAT(72 * gb300.gpu.peak.at(Dtype::kFp8).flop_per_s(), Catch::Matchers::WithinRel(360e15, 1e-12));
+  REQUIRE(gb300.inter_node);
+  CHECK(gb300.inter_node->nics_per_node == gb300.gpus_per_node);
+  CHECK_THAT(gb300.inter_node->nic_bandwidth.bytes_per_s(), Catch::Matchers::WithinRel(100e9, 1e-12));
+  // Blackwell Ultra has more HBM than Blackwell on the same NVLink.
+  CHECK(gb300.gpu.memory > load_cluster("gb200-nvl72").gpu.memory);
+  CHECK(b300.gpu.memory > load_cluster("dgx-b200").gpu.memory);
+}
+
+TEST_CASE("ClusterSpec: the GPU architecture comes from the file or the GPU's name", "[sim][spec]") {
+  // Oracle: NVIDIA's architecture of each part (CUDA compute capability
+  // 10.x Blackwell, 9.0 Hopper, 8.9 Ada, 8.0/8.6 Ampere, 7.0 Volta).
+  SECTION("names, as nvidia-smi and the datasheets spell them") {
+    const std::vector<std::pair<const char*, GpuArch>> cases = {
+        {"B200-SXM-180GB", GpuArch::kBlackwell}, {"NVIDIA GB200", GpuArch::kBlackwell},
+        {"GB300-279GB", GpuArch::kBlackwell},    {"NVIDIA B300 SXM6 AC", GpuArch::kBlackwell},
+        {"NVIDIA H100 80GB HBM3", GpuArch::kHopper}, {"H800", GpuArch::kHopper},
+        {"NVIDIA GH200 480GB", GpuArch::kHopper},    {"A100-SXM4-80GB", GpuArch::kAmpere},
+        {"NVIDIA A10", GpuArch::kAmpere},            {"NVIDIA GeForce RTX 4090", GpuArch::kAda},
+        {"NVIDIA L40S", GpuArch::kAda},              {"Tesla V100-PCIE-32GB", GpuArch::kVolta},
+        {"cpu-rank", GpuArch::kCpu},                 {"AMD Instinct MI300X", GpuArch::kUnknown}};
+    for (const auto& [name, arch] : cases) {
+      INFO(name);
+      CHECK(gpu_arch_of_name(name) == arch);
+    }
+  }
+  SECTION("every built-in cluster's GPU is a known architecture") {
+    const std::vector<std::pair<const char*, GpuArch>> cases = {
+        {"dgx-a100", GpuArch::kAmpere},     {"jean-zay-a100", GpuArch::kAmpere},  {"dgx-h100", GpuArch::kHopper},
+        {"h100-ethernet", GpuArch::kHopper}, {"dgx-h200", GpuArch::kHopper},      {"dgx-b200", GpuArch::kBlackwell},
+        {"dgx-b300", GpuArch::kBlackwell},   {"gb200-nvl72", GpuArch::kBlackwell}, {"gb300-nvl72", GpuArch::kBlackwell},
+        {"rtx4090-pcie", GpuArch::kAda},     {"v100-pcie", GpuArch::kVolta},       {"cpu-local", GpuArch::kCpu}};
+    for (const auto& [name, arch] : cases) {
+      INFO(name);
+      CHECK(load_cluster(name).gpu.arch == arch);
+    }
+    for (const std::string& n : builtin_cluster_names()) {
+      INFO(n);
+      CHECK(load_cluster(n).gpu.arch != GpuArch::kUnknown);
+    }
+  }
+  SECTION("the file's architecture names a part whose name does not") {
+    CHECK(parse_cluster(kGoodCluster, "c.json").gpu.arch == GpuArch::kUnknown);
+    const ClusterSpec c = parse_cluster(edited("\"name\": \"X\",", "\"name\": \"X\", \"architecture\": \"blackwell\","), "c.json");
+    CHECK(c.gpu.arch == GpuArch::kBlackwell);
+    REQUIRE_THROWS_WITH(parse_cluster(edited("\"name\": \"X\",", "\"name\": \"X\", \"architecture\": \"rubin\","), "c.json"),
+                        "c.json: /gpu/architecture: unknown value \"rubin\"; allowed: volta, ampere, ada, hopper, blackwell");
+  }
 }
 
 TEST_CASE("ClusterSpec: PCIe boxes have no inter-node fabric", "[sim][spec]") {
@@ -154,7 +221,8 @@ TEST_CASE("ClusterSpec: bad cluster JSON is rejected with the exact message", "[
   }
   SECTION("unknown key inside gpu lists the gpu keys") {
     REQUIRE_THROWS_WITH(parse_cluster(edited("\"name\": \"X\",", "\"name\": \"X\", \"colour\": 1,"), "c.json"),
-                        "c.json: /gpu/colour: unknown key; allowed: attention_efficiency, fp8_gemm_efficiency, gemm_efficiency, hbm_bandwidth, "
+                        "c.json: /gpu/colour: unknown key; allowed: architecture, attention_efficiency, fp8_gemm_efficiency, gemm_efficiency, "
+                        "hbm_bandwidth, "
                         "hbm_efficiency, memory, name, peak, power_limit_w, sm_count, source, tdp_w");
   }
   SECTION("unknown dtype under peak lists the dtypes") {
