@@ -19,16 +19,16 @@ double now_s() {
 }
 
 // Per-call time of `op` repeated for at least `budget_s` (at most 10000
-// calls).
-template <typename Op>
-double batch_time(Op op, double budget_s) {
+// calls) on `clock`.
+template <typename Op, typename Clock>
+double batch_time(Op op, double budget_s, const Clock& clock) {
   int reps = 0;
-  const double t0 = now_s();
+  const double t0 = clock();
   double t = 0;
   do {
     op();
     ++reps;
-    t = now_s() - t0;
+    t = clock() - t0;
   } while (t < budget_s && reps < 10000);
   return t / reps;
 }
@@ -235,6 +235,7 @@ int64_t run_sweep(Backend& backend, const SweepConfig& cfg, Calibration* cal, st
   // fell on the other side was predicted 30% fast.  Each batch's time is the
   // slowest rank's.
   constexpr int kGemmPasses = 5;
+  const std::function<double()> clock = cfg.clock ? cfg.clock : std::function<double()>(now_s);
   std::vector<std::array<int64_t, 3>> todo;
   for (const auto& s : cfg.gemm_shapes) {
     if (!done.count(s)) todo.push_back(s);
@@ -245,7 +246,7 @@ int64_t run_sweep(Backend& backend, const SweepConfig& cfg, Calibration* cal, st
       const auto& s = todo[i];
       auto op = [&] { backend.gemm(s[0], s[1], s[2], cfg.gemm_dtype); };
       if (pass == 0) op();  // warm-up: allocation, the library's kernel choice
-      batches[i].push_back(world.max(batch_time(op, cfg.gemm_min_time_s / kGemmPasses)));
+      batches[i].push_back(world.max(batch_time(op, cfg.gemm_min_time_s / kGemmPasses, clock)));
     }
   }
   for (size_t i = 0; i < todo.size(); ++i) {

@@ -33,6 +33,9 @@ struct SweepConfig {
   double gemm_min_time_s = 0.02;  // repeat each GEMM until this much time
   std::vector<int64_t> copy_sizes;
   bool json = false;  // print JSON rows instead of the table
+  // The clock the GEMM sweep reads, in seconds (empty: std::chrono's
+  // steady clock); tests give a simulated one.
+  std::function<double()> clock;
 };
 
 // GEMM shapes of the given models' layers (forward and both backward GEMMs)

@@ -1,0 +1,88 @@
+// The GEMM sweep against a machine with a slow spell: a backend whose GEMM
+// costs a known time, three times as much while the spell lasts.
+#include "calibrate/sweep.h"
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+namespace trainplan {
+namespace {
+
+// One rank alone.
+class SoloCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void run(Collective, int64_t) override {}
+  int64_t check(Collective, int64_t) override { return 0; }
+  void send(int, int64_t, int) override {}
+  void recv(int, int64_t, int) override {}
+  void wait_sends() override {}
+  void barrier() override {}
+  double max(double value) override { return value; }
+  void reduce_each(std::vector<double>*, Reduce) override {}
+};
+
+// A simulated machine: every GEMM advances the clock by `base_s`, by 3x
+// that while the clock is inside the slow spell [spell_begin_s, spell_end_s)
+// (another job on a shared machine).
+class SpellBackend : public Backend {
+ public:
+  SpellBackend(double base_s, double spell_begin_s, double spell_end_s)
+      : base_s_(base_s), begin_s_(spell_begin_s), end_s_(spell_end_s) {}
+  std::string name() const override { return "spell"; }
+  std::string versions() const override { return "test"; }
+  DeviceInfo device() const override { return DeviceInfo{"test device", "0", 1e9}; }
+  Communicator& world() override { return world_; }
+  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SoloCommunicator>(); }
+  bool supports(const std::string&) const override { return true; }
+  void copy(int64_t) override {}
+  void synchronize() override {}
+  void gemm(int64_t, int64_t, int64_t, const std::string&) override {
+    now_s_ += now_s_ >= begin_s_ && now_s_ < end_s_ ? 3 * base_s_ : base_s_;
+  }
+  double now_s() const { return now_s_; }
+
+ private:
+  SoloCommunicator world_;
+  double base_s_, begin_s_, end_s_;
+  double now_s_ = 0;
+};
+
+TEST_CASE("Calibrate: a slow spell of the machine does not bend the GEMM table", "[calibrate][sweep]") {
+  // 12 shapes, 5 passes of one 2 ms batch (10 GEMMs of 200 us) each, plus a
+  // warm-up GEMM per shape in the first pass: a pass takes 24 ms (26.4 ms
+  // the first).  The spell lasts 24 ms from 30 ms: it covers one pass, so
+  // it reaches at most two of a shape's five batches and each shape's
+  // median is the machine's normal 200 us.  Timed shape after shape (all
+  // batches of a shape together), the shapes swept during the spell would
+  // come out 3x slower.  Oracle: the costs the simulated machine was built
+  // with.
+  constexpr double kBase = 200e-6;
+  SpellBackend backend(kBase, 0.030, 0.054);
+  SweepConfig cfg;
+  for (int64_t i = 1; i <= 12; ++i) cfg.gemm_shapes.push_back({64 * i, 64, 64});
+  cfg.gemm_dtype = "fp32";
+  cfg.gemm_min_time_s = 0.010;
+  cfg.json = true;
+  cfg.clock = [&backend] { return backend.now_s(); };
+  Calibration cal;
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out != nullptr);
+  run_sweep(backend, cfg, &cal, out, [](const Calibration&) {});
+  std::fclose(out);
+  REQUIRE(cal.gemm_samples.size() == 12);
+  for (const GemmSample& g : cal.gemm_samples) {
+    INFO("m " << g.m << ": " << g.time_s * 1e6 << " us");
+    CHECK(g.time_s == Approx(kBase).epsilon(1e-9));
+  }
+  // The spell did happen: the sweep ran through it (about 30 ms to 54 ms).
+  CHECK(backend.now_s() > 0.054);
+}
+
+}  // namespace
+}  // namespace trainplan
