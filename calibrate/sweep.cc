@@ -255,6 +255,8 @@ int64_t run_sweep(Backend& backend, const SweepConfig& cfg, Calibration* cal, st
     std::sort(b.begin(), b.end());
     GemmSample g{s[0], s[1], s[2], cfg.gemm_dtype, b[b.size() / 2]};
     cal->gemm_samples.push_back(g);
+    // Keep partial results: a sweep cut short after its passes resumes
+    // with the shapes not yet recorded.
     if (print && cal->gemm_samples.size() % 16 == 0) checkpoint(*cal);
     if (print) {
       if (cfg.json) {

@@ -44,8 +44,7 @@ void print_clusters(bool json) {
   nlohmann::json out = nlohmann::json::array();
   if (!json) {
     std::printf("%-14s %-18s %-9s %8s %9s %9s %5s %-9s %9s %-10s %4s %9s\n", "cluster", "gpu", "arch", "mem(GiB)",
-                "bf16(TF/s)",
-                "hbm(GB/s)", "gpn", "intra", "intra(GB/s)", "inter", "nics", "nic(GB/s)");
+                "bf16(TF/s)", "hbm(GB/s)", "gpn", "intra", "intra(GB/s)", "inter", "nics", "nic(GB/s)");
   }
   for (const std::string& name : builtin_cluster_names()) {
     ClusterSpec c = load_cluster(name);
@@ -68,8 +67,9 @@ void print_clusters(bool json) {
       out.push_back(j);
     } else {
       std::printf("%-14s %-18s %-9s %8.1f %9.1f %9.0f %5d %-9s %9.1f", c.name.c_str(), c.gpu.name.c_str(),
-                  to_string(c.gpu.arch), to_gib(static_cast<double>(c.gpu.memory)), bf16, c.gpu.hbm_bandwidth.gigabytes_per_s(),
-                  c.gpus_per_node, to_string(c.intra_node.fabric), c.intra_node.bandwidth.gigabytes_per_s());
+                  to_string(c.gpu.arch), to_gib(static_cast<double>(c.gpu.memory)), bf16,
+                  c.gpu.hbm_bandwidth.gigabytes_per_s(), c.gpus_per_node, to_string(c.intra_node.fabric),
+                  c.intra_node.bandwidth.gigabytes_per_s());
       if (c.inter_node) {
         std::printf("  %-10s %4d %9.1f\n", to_string(c.inter_node->fabric), c.inter_node->nics_per_node,
                     c.inter_node->nic_bandwidth.gigabytes_per_s());

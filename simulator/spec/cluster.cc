@@ -88,9 +88,11 @@ Duration latency(detail::JsonObject& o) {
 GpuSpec parse_gpu(detail::JsonObject o) {
   GpuSpec g;
   g.name = o.string("name");
-  const std::optional<size_t> arch =
-      o.optional_choice("architecture", {"volta", "ampere", "ada", "hopper", "blackwell"});
-  g.arch = arch ? static_cast<GpuArch>(*arch + static_cast<size_t>(GpuArch::kVolta)) : gpu_arch_of_name(g.name);
+  const GpuArch named[] = {GpuArch::kVolta, GpuArch::kAmpere, GpuArch::kAda, GpuArch::kHopper, GpuArch::kBlackwell};
+  std::vector<std::string> names;
+  for (GpuArch a : named) names.push_back(to_string(a));
+  const std::optional<size_t> arch = o.optional_choice("architecture", names);
+  g.arch = arch ? named[*arch] : gpu_arch_of_name(g.name);
   g.memory = static_cast<Bytes>(o.quantity("memory", Dimension::kBytes, kMinBytes, kMaxBytes));
   g.hbm_bandwidth = Bandwidth::bytes_per_s(o.quantity("hbm_bandwidth", Dimension::kByteRate, kMinRate, kMaxRate));
   detail::JsonObject peak = o.object("peak");
