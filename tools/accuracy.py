@@ -552,6 +552,8 @@ def memory_section(trainplan, rows, tmp):
             lines.append("| %s | %s | %.4g | %.4g | %+.1f%% | %s |" % (
                 row["id"], label, measured, pred, 100 * err, "mbs=%s %s" % (mbs or 1, " ".join(flags))))
     n = len(errs)
+    if n == 0:
+        return [], "no memory figures"
     absd = sorted(abs(e) for e in errs)
     summary = ("%d figures; MAPE %.1f%%, bias %+.1f%% (+ = predicts less memory), median |error| %.1f%%, "
                "%d within 8%%" % (n, 100 * sum(absd) / n, 100 * sum(errs) / n, 100 * absd[n // 2],

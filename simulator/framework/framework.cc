@@ -38,11 +38,25 @@ ExecutionProfile pytorch(const Plan& p) {
 // forward_backward_func returns, i.e. one all-reduce after the whole
 // backward, not overlapped; the distributed optimizer did not exist yet
 // (ZeRO-1 plans gather after the step, exposed).
+//
+// fp16 gradients accumulate through autograd (ExecutionProfile::
+// grad_accumulation_bytes_per_param): the 2021-22 papers trained fp16
+// without gradient-accumulation fusion, which Megatron-LM supports for fp16
+// only from 2022-09 (07916bf "Support gradient accumulation fusion in
+// fp16"); the sc21 reproduction scripts pass --fp16 and no
+// --accumulate-allreduce-grads-in-fp32 (examples/academic_paper_scripts/
+// sc21/CONFIG.sh).  bf16 runs accumulate in fp32 inside the weight-gradient
+// GEMM (--gradient-accumulation-fusion, default on from 83b1e42, 2022-02).
 ExecutionProfile megatron_lm(const Plan& p) {
   ExecutionProfile e;
   e.framework = p.framework;
   e.grad_reduce = GradReduce::kAfterBackward;
   e.grad_bucket_params = 0;
+  if (p.precision == Precision::kFp16) {
+    e.grad_accumulation_bytes_per_param = 6;
+    e.grad_accumulation_kernels_per_tensor = 1;
+    e.grad_accumulation_skips_first_microbatch = true;
+  }
   return e;
 }
 
@@ -107,7 +121,8 @@ ExecutionProfile deepspeed(const Plan& p) {
     // parallelism" #1801, the BLOOM setup): optimizer.update_hp_grads()
     // after every micro-batch's backward; the engine's non-pipeline
     // backward does the same through BF16_Optimizer.backward.
-    e.hp_grad_accumulation_per_microbatch = true;
+    e.grad_accumulation_bytes_per_param = 18;
+    e.grad_accumulation_kernels_per_tensor = 2;
   }
   if (p.zero == 3) {
     e.grad_reduce = GradReduce::kOverlapped;

@@ -123,14 +123,25 @@ struct ExecutionProfile {
   // DualPipeV with ep > 1, not with activation checkpointing:
   // torchtitan/distributed/dual_pipe_v.py get_dual_pipe_v_flag).
   bool dualpipe_ep_overlap = false;
-  // Mixed precision that accumulates each micro-batch's 16-bit gradients
-  // into the fp32 gradients right after its backward, parameter by
-  // parameter (DeepSpeed's BF16_Optimizer under the pipeline engine:
-  // pipe/engine.py _exec_backward_pass calls update_hp_grads, which adds
-  // lp.grad.to(fp32) into the fp32 gradient of every parameter): a
-  // memory-bound pass over the stage's parameters per micro-batch, however
-  // small the micro-batch.
-  bool hp_grad_accumulation_per_microbatch = false;
+  // Gradient accumulation across micro-batches as a memory-bound pass over
+  // the stage's parameters after a micro-batch's backward, however small
+  // the micro-batch (0 bytes: none, the weight-gradient GEMM accumulates
+  // into the gradient buffer itself or nothing is accumulated).
+  // - DeepSpeed's BF16_Optimizer under the pipeline engine
+  //   (pipe/engine.py _exec_backward_pass calls update_hp_grads, which adds
+  //   lp.grad.to(fp32) into the fp32 gradient of every parameter): 18 B per
+  //   parameter (cast: read 2, write 4; add: read 4 + 4, write 4), two
+  //   kernels per parameter tensor, every micro-batch.
+  // - Megatron-LM's fp16 training before gradient-accumulation fusion
+  //   supported fp16 (Megatron-LM 07916bf, 2022-09-27; bf16 from 83b1e42,
+  //   2022-02-13): the 16-bit .grad tensors accumulate through autograd's
+  //   AccumulateGrad, an in-place `grad += new_grad` (read 2 + 2, write 2 =
+  //   6 B per parameter, one kernel per tensor); the optimizer zeroes
+  //   gradients with set_to_none=True (megatron/optimizer/optimizer.py
+  //   zero_grad), so the first micro-batch's gradient is taken as is.
+  double grad_accumulation_bytes_per_param = 0;
+  int grad_accumulation_kernels_per_tensor = 0;
+  bool grad_accumulation_skips_first_microbatch = false;
   // Gradients are reduced after every micro-batch's backward, not only the
   // step's last (DeepSpeed ZeRO-2 keeps only its partition of the gradients,
   // so it cannot accumulate them unsharded across micro-batches).

@@ -505,17 +505,16 @@ class Lowerer {
     return (ch.embedding ? emb_.params : 0.0) + (ch.output ? outc_.params : 0.0);
   }
 
-  // ExecutionProfile::hp_grad_accumulation_per_microbatch: per stage, the
-  // time of one pass adding the 16-bit gradients into the fp32 ones, and
-  // which entries end a micro-batch's backward (it runs after them).
-  // update_hp_grads per parameter: lp.grad.to(fp32) (read 2 B, write 4 B)
-  // and hp_grad.add_ (read 4 + 4 B, write 4 B) = 18 B per parameter, two
-  // kernels per parameter tensor (a GPT layer's tensors: two norms and
-  // four linear layers, each a weight and, with biases, a bias).
-  void plan_hp_grad_accumulation() {
-    hp_update_ps_.assign(static_cast<size_t>(p_.pp), 0);
+  // ExecutionProfile::grad_accumulation_bytes_per_param: per stage, the
+  // time of one pass accumulating a micro-batch's gradients, and which
+  // entries end a micro-batch's backward (it runs after them).  Kernels:
+  // grad_accumulation_kernels_per_tensor per parameter tensor (a GPT
+  // layer's tensors: two norms and four linear layers, each a weight and,
+  // with biases, a bias).
+  void plan_grad_accumulation() {
+    grad_accum_ps_.assign(static_cast<size_t>(p_.pp), 0);
     ends_microbatch_.assign(static_cast<size_t>(p_.pp), {});
-    if (!prof_.hp_grad_accumulation_per_microbatch) return;
+    if (prof_.grad_accumulation_bytes_per_param <= 0) return;
     const ComputeParams cpm = compute_params(c_, p_.precision);
     const int per_layer = 6 * (m_.bias ? 2 : 1);
     for (int s = 0; s < p_.pp; ++s) {
@@ -523,21 +522,26 @@ class Lowerer {
       const int layers = static_cast<size_t>(s) < L_.stage_layers.size() ? L_.stage_layers[static_cast<size_t>(s)]
                                                                          : static_cast<int>(m_.layers);
       const double params = stage_params_[static_cast<size_t>(s)];
-      const Duration pass = memory_time(cpm, 18.0 * params) + cpm.kernel_overhead * (2 * per_layer * layers - 1);
-      hp_update_ps_[static_cast<size_t>(s)] = pass.ps();
+      const int kernels = prof_.grad_accumulation_kernels_per_tensor * per_layer * layers;
+      const Duration pass = memory_time(cpm, prof_.grad_accumulation_bytes_per_param * params) +
+                            cpm.kernel_overhead * std::max(0, kernels - 1);
+      grad_accum_ps_[static_cast<size_t>(s)] = pass.ps();
       std::map<int, size_t> last;
       for (size_t k = 0; k < entries.size(); ++k) {
         if (entries[k].kind != PipeOp::Kind::kForward) last[entries[k].mb] = k;
       }
       auto& ends = ends_microbatch_[static_cast<size_t>(s)];
       ends.assign(entries.size(), false);
-      for (const auto& [mb, k] : last) ends[k] = true;
+      for (const auto& [mb, k] : last) {
+        if (mb == 0 && prof_.grad_accumulation_skips_first_microbatch) continue;
+        ends[k] = true;
+      }
     }
   }
 
   void build_compute() {
     TaskGraph& g = out_.graph;
-    plan_hp_grad_accumulation();
+    plan_grad_accumulation();
     op_index_.assign(out_.ranks.size(), {});
     size_t longest = 0;
     for (size_t r = 0; r < out_.ranks.size(); ++r) {
@@ -607,7 +611,7 @@ class Lowerer {
         }
         if (is_b) work -= wgrad;
         if (!ends_microbatch_[static_cast<size_t>(s)].empty() && ends_microbatch_[static_cast<size_t>(s)][k]) {
-          work += hp_update_ps_[static_cast<size_t>(s)];
+          work += grad_accum_ps_[static_cast<size_t>(s)];
         }
         if (e.ep_hidden_share > 0 && !is_w) {
           const int64_t hidden = static_cast<int64_t>(static_cast<double>(ep) * e.ep_hidden_share);
@@ -1336,7 +1340,7 @@ class Lowerer {
   LayerCost layer_, emb_, outc_;
   StepCosts sc_;
   std::vector<int32_t> tp_after_;    // compute task id -> its TP link task (or -1)
-  std::vector<int64_t> hp_update_ps_;             // per stage (plan_hp_grad_accumulation)
+  std::vector<int64_t> grad_accum_ps_;            // per stage (plan_grad_accumulation)
   std::vector<std::vector<bool>> ends_microbatch_;  // per stage, per entry
   std::vector<int32_t> tp_channel_;  // per simulated rank
   std::vector<int32_t> cp_channel_;  // per simulated rank

@@ -258,7 +258,7 @@ TEST_CASE("Framework: DeepSpeed's bf16 pipeline adds each micro-batch's gradient
     p.framework = Framework::kDeepSpeed;
     return p;
   }());
-  REQUIRE(ds.hp_grad_accumulation_per_microbatch);
+  REQUIRE(ds.grad_accumulation_bytes_per_param == 18);
   auto compute = [&](Framework f, int stage) {
     const Layout L = c.layout(f);
     const LoweredStep s = lower_step(c.model, c.cluster, L, LoweringOptions{});
@@ -281,6 +281,54 @@ TEST_CASE("Framework: DeepSpeed's bf16 pipeline adds each micro-batch's gradient
     const double pass = 18.0 * mem.stages[static_cast<size_t>(stage)].params / hbm + 2 * 12 * 12 * launch;
     CHECK_THAT(compute(Framework::kDeepSpeed, stage) - compute(Framework::kMegatronLM, stage),
                WithinRel(4 * pass, 1e-3));
+  }
+}
+
+TEST_CASE("Framework: Megatron-LM's fp16 gradients accumulate through autograd after the first micro-batch",
+          "[sim][framework]") {
+  // Megatron-LM of the 2021 paper (sc21 scripts: --fp16, no
+  // --accumulate-allreduce-grads-in-fp32; gradient-accumulation fusion for
+  // fp16 only from 07916bf, 2022-09): each parameter's .grad accumulates
+  // through PyTorch's AccumulateGrad, an in-place grad += new_grad, read
+  // 2 + 2 and write 2 = 6 bytes per parameter, one kernel per tensor.  The
+  // optimizer's zero_grad(set_to_none=True) leaves no gradient before the
+  // step's first micro-batch, whose gradient is taken without an add: with 4
+  // micro-batches per rank a stage pays 3 passes.  bf16 accumulates in the
+  // weight-gradient GEMM (fusion from 83b1e42, 2022-02) and fp16 and bf16
+  // share the A100's tensor-core peak, so the difference is those passes.
+  Case c;
+  c.plan.pp = 2;
+  c.plan.gbs = 64;  // dp 16, 4 micro-batches per rank
+  c.plan.precision = Precision::kFp16;
+  Plan fp16 = c.plan;
+  fp16.framework = Framework::kMegatronLM;
+  REQUIRE(execution_profile(fp16).grad_accumulation_bytes_per_param == 6);
+  REQUIRE(execution_profile(fp16).grad_accumulation_skips_first_microbatch);
+  Plan bf16 = fp16;
+  bf16.precision = Precision::kBf16;
+  REQUIRE(execution_profile(bf16).grad_accumulation_bytes_per_param == 0);
+  auto compute = [&](Precision precision, int stage) {
+    Case k = c;
+    k.plan.precision = precision;
+    const LoweredStep s = lower_step(k.model, k.cluster, k.layout(Framework::kMegatronLM), LoweringOptions{});
+    double sum = 0;
+    for (int32_t id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      if (t.type == TaskType::kCompute && t.category == Category::kCompute && s.ranks[t.rank].pp == stage) {
+        sum += static_cast<double>(t.work_ps) * 1e-12;
+      }
+    }
+    return sum;
+  };
+  REQUIRE(c.cluster.gpu.peak.at(Dtype::kFp16).flop_per_s() == c.cluster.gpu.peak.at(Dtype::kBf16).flop_per_s());
+  const MemoryReport mem = estimate_memory(c.model, c.cluster, c.layout(Framework::kMegatronLM));
+  const double hbm = c.cluster.gpu.hbm_bandwidth.bytes_per_s() * c.cluster.gpu.hbm_efficiency;
+  const double launch = compute_params(c.cluster, Precision::kFp16).kernel_overhead.s();
+  for (int stage = 0; stage < 2; ++stage) {
+    // GPT-3 1.3B: 12 tensors per layer (two LayerNorms, QKV, projection and
+    // the two MLP linears, each a weight and a bias), 12 layers a stage.
+    const double pass = 6.0 * mem.stages[static_cast<size_t>(stage)].params / hbm + 12 * 12 * launch;
+    CHECK_THAT(compute(Precision::kFp16, stage) - compute(Precision::kBf16, stage), WithinRel(3 * pass, 1e-3));
   }
 }
 
