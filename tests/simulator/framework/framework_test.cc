@@ -45,6 +45,19 @@ struct Case {
   }
 };
 
+// Seconds of compute-category work the lowered step gives one pipeline stage.
+double stage_compute_s(const Case& c, Framework f, int stage) {
+  const LoweredStep s = lower_step(c.model, c.cluster, c.layout(f), LoweringOptions{});
+  double sum = 0;
+  for (int32_t id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    if (t.type == TaskType::kCompute && t.category == Category::kCompute && s.ranks[t.rank].pp == stage) {
+      sum += static_cast<double>(t.work_ps) * 1e-12;
+    }
+  }
+  return sum;
+}
+
 TEST_CASE("Framework: names and profiles follow their sources", "[sim][framework]") {
   CHECK(framework_names() ==
         std::vector<std::string>{"generic", "megatron-lm", "megatron-core", "deepspeed", "torchtitan", "pytorch"});
@@ -259,18 +272,7 @@ TEST_CASE("Framework: DeepSpeed's bf16 pipeline adds each micro-batch's gradient
     return p;
   }());
   REQUIRE(ds.grad_accumulation_bytes_per_param == 18);
-  auto compute = [&](Framework f, int stage) {
-    const Layout L = c.layout(f);
-    const LoweredStep s = lower_step(c.model, c.cluster, L, LoweringOptions{});
-    double sum = 0;
-    for (int32_t id = 0; id < s.graph.size(); ++id) {
-      const Task& t = s.graph.task(id);
-      if (t.type == TaskType::kCompute && t.category == Category::kCompute && s.ranks[t.rank].pp == stage) {
-        sum += static_cast<double>(t.work_ps) * 1e-12;
-      }
-    }
-    return sum;
-  };
+  auto compute = [&](Framework f, int stage) { return stage_compute_s(c, f, stage); };
   const Layout L = c.layout(Framework::kDeepSpeed);
   const MemoryReport mem = estimate_memory(c.model, c.cluster, L);
   const double hbm = c.cluster.gpu.hbm_bandwidth.bytes_per_s() * c.cluster.gpu.hbm_efficiency;
@@ -310,15 +312,7 @@ TEST_CASE("Framework: Megatron-LM's fp16 gradients accumulate through autograd a
   auto compute = [&](Precision precision, int stage) {
     Case k = c;
     k.plan.precision = precision;
-    const LoweredStep s = lower_step(k.model, k.cluster, k.layout(Framework::kMegatronLM), LoweringOptions{});
-    double sum = 0;
-    for (int32_t id = 0; id < s.graph.size(); ++id) {
-      const Task& t = s.graph.task(id);
-      if (t.type == TaskType::kCompute && t.category == Category::kCompute && s.ranks[t.rank].pp == stage) {
-        sum += static_cast<double>(t.work_ps) * 1e-12;
-      }
-    }
-    return sum;
+    return stage_compute_s(k, Framework::kMegatronLM, stage);
   };
   REQUIRE(c.cluster.gpu.peak.at(Dtype::kFp16).flop_per_s() == c.cluster.gpu.peak.at(Dtype::kBf16).flop_per_s());
   const MemoryReport mem = estimate_memory(c.model, c.cluster, c.layout(Framework::kMegatronLM));
