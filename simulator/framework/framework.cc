@@ -52,6 +52,7 @@ ExecutionProfile megatron_lm(const Plan& p) {
   e.framework = p.framework;
   e.grad_reduce = GradReduce::kAfterBackward;
   e.grad_bucket_params = 0;
+  e.interleaved_p2p_blocks = true;
   if (p.precision == Precision::kFp16) {
     e.grad_accumulation_bytes_per_param = 6;
     e.grad_accumulation_kernels_per_tensor = 1;

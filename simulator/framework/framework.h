@@ -157,6 +157,13 @@ struct ExecutionProfile {
   // forward unshards each module once, the backward again (reshard after
   // forward), and the backward reduce-scatters once, per micro-batch.
   bool fsdp2_copies = false;
+  // The interleaved schedule's pipeline sends block the sender as the
+  // other schedules' do.  Megatron-LM 2021-22 sends every pipeline tensor
+  // with batch_isend_irecv, waits, then torch.cuda.synchronize()
+  // (megatron/p2p_communication.py _communicate); Megatron-Core's
+  // interleaved schedule posts them ahead (overlap_p2p_comm).  false: only
+  // the non-interleaved 1F1B/GPipe sends block (LoweringOptions::p2p).
+  bool interleaved_p2p_blocks = false;
   // Tensor-parallel communication overlapped with the GEMMs next to it
   // (Megatron-Core --tp-comm-overlap: Transformer Engine's userbuffers,
   // transformer_engine/pytorch/module/base.py initialize_ub defaults).  Each

@@ -867,8 +867,8 @@ class Lowerer {
         // Bubble schedules (their runtime posts sends and receives ahead and
         // waits only when the data is needed; Qi et al. Sec. 4).
         const bool blocking = opt_.p2p == LoweringOptions::P2p::kBlocking ||
-                              (opt_.p2p == LoweringOptions::P2p::kBySchedule && p_.schedule != Schedule::kInterleaved &&
-                               !split_);
+                              (opt_.p2p == LoweringOptions::P2p::kBySchedule &&
+                               (p_.schedule != Schedule::kInterleaved || prof_.interleaved_p2p_blocks) && !split_);
         if (blocking) {
           const int32_t next = next_in_program_[static_cast<size_t>(producer)];
           if (next >= 0) g.add_dep(id, next);

@@ -326,6 +326,46 @@ TEST_CASE("Framework: Megatron-LM's fp16 gradients accumulate through autograd a
   }
 }
 
+TEST_CASE("Framework: Megatron-LM's interleaved pipeline sends block the sender, Megatron-Core's do not",
+          "[sim][framework]") {
+  // Megatron-LM 2021-22 megatron/p2p_communication.py _communicate:
+  // batch_isend_irecv, req.wait(), then torch.cuda.synchronize() "to
+  // protect against race condition", for every schedule, so a rank's next
+  // pass starts after its send.  Megatron-Core's interleaved schedule posts
+  // sends ahead (overlap_p2p_comm) and only the receiver waits.  Counted on
+  // the lowered graph: sends with a successor that is the sender's own
+  // compute.
+  Case c;
+  c.plan.pp = 2;
+  c.plan.vp = 2;
+  c.plan.schedule = Schedule::kInterleaved;
+  c.plan.gbs = 64;  // dp 16, 4 micro-batches per rank
+  auto blocking_sends = [&](Framework f) {
+    const LoweredStep s = lower_step(c.model, c.cluster, c.layout(f), LoweringOptions{});
+    int sends = 0, blocking = 0;
+    for (int32_t id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      if (t.label != TaskLabel::kSendForward && t.label != TaskLabel::kSendBackward) continue;
+      ++sends;
+      const uint32_t* next = s.graph.successors(t);
+      for (uint32_t k = 0; k < t.succ_count; ++k) {
+        const Task& u = s.graph.task(static_cast<int32_t>(next[k]));
+        if (u.type == TaskType::kCompute && t.member_count == 1 && u.rank == s.graph.members(t)[0]) {
+          ++blocking;
+          break;
+        }
+      }
+    }
+    REQUIRE(sends > 0);
+    return std::pair<int, int>{sends, blocking};
+  };
+  const auto [lm_sends, lm_blocking] = blocking_sends(Framework::kMegatronLM);
+  // Every send but each rank's last (no pass after it) holds its sender.
+  CHECK(lm_blocking >= lm_sends - 2 * 2);
+  CHECK(lm_blocking > 0);
+  CHECK(blocking_sends(Framework::kMegatronCore).second == 0);
+}
+
 TEST_CASE("Framework: BLOOM's pre-launch sweep peaks at micro-batch 4", "[sim][framework]") {
   // BLOOM's pre-launch benchmark (bigscience, 02-21; reference rows
   // bloom_prequel_00..03): 72 layers, h 14336, 64 heads, TP 8 x PP 12 x DP 4
