@@ -364,6 +364,14 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
         "Megatron-LM has no ALiBi position embedding (--position-embedding-type takes learned_absolute, rope, mrope, "
         "relative or none)");
   }
+  if (p.cp > 1 && m.has_sliding_window) {
+    // transformer_engine/pytorch/attention/dot_product_attention/
+    // context_parallel.py attn_forward_func_with_cp: "Context parallelism
+    // does not support sliding window attention with cp_comm_type='p2p'".
+    return refuse(
+        "Transformer Engine runs sliding-window attention under context parallelism only with --cp-comm-type a2a or "
+        "all_gather, whose exchange trainplan does not model (it simulates the p2p ring); use cp 1 for this model");
+  }
   if (p.cp > 1 && p.attention == Attention::kNaive) {
     return refuse(
         "Megatron-LM runs context parallelism inside Transformer Engine's fused or flash attention, not unfused "
@@ -420,6 +428,15 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
     model.opt("--qk-head-dim", m.mla.qk_nope_head_dim);
     model.opt("--qk-pos-emb-head-dim", m.mla.qk_rope_head_dim);
     model.opt("--v-head-dim", m.mla.v_head_dim);
+  }
+  if (m.has_sliding_window) {
+    // megatron/training/arguments.py: --window-size (left, right) as
+    // tuple_type, the keys before and after the query (flash-attn's
+    // window_size), --window-attn-skip-freq N (one full-attention layer
+    // after N - 1 windowed ones); Megatron-Bridge's gpt-oss bridge
+    // (gpt_oss_bridge.py) sets (sliding_window - 1, 0) and 2.
+    model.opt("--window-size", str(m.sliding_window.tokens - 1) + ",0");
+    if (m.sliding_window.full_every > 0) model.opt("--window-attn-skip-freq", m.sliding_window.full_every);
   }
   if (m.has_moe) {
     // Megatron-Core MoE (megatron/core/transformer/moe/README.md): routed
@@ -735,6 +752,11 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
   if (!model_parallel) return accept(deepspeed_config(L, false).dump(2) + "\n");
 
   // Tensor and pipeline parallelism: Megatron-DeepSpeed's pretrain_gpt.py.
+  if (m.has_sliding_window) {
+    return refuse(
+        "DeepSpeed gets tensor and pipeline parallelism from Megatron-DeepSpeed, whose GPT model has no sliding-window "
+        "attention (use --to megatron, or tp 1 and pp 1 with your own model code)");
+  }
   if (m.position_embedding == PositionEmbedding::kAlibi) {
     return refuse(
         "DeepSpeed gets tensor and pipeline parallelism from Megatron-DeepSpeed, which has no ALiBi position "
@@ -836,18 +858,21 @@ constexpr TitanFlavor kTitanFlavors[] = {
 // context parallel (needs SDPA attention: qwen3 yes; deepseek_v3's 671B
 // flavor uses flex attention and its args.py raises "Context Parallel only
 // supports SDPA attention"; gpt_oss raises "CP support for gpt-oss model is
-// still in progress").
+// still in progress").  Sliding windows: gpt_oss's even layers attend
+// through a 128-token window (torchtitan/models/gpt_oss: sliding_window_size
+// 128, use_sliding_attention = layer_id % 2 == 0), i.e. full_every 2.
 struct TitanMoeFlavor {
   const char* name;
   const char* flavor;
   int64_t layers, hidden, vocab, experts, top_k, expert_ffn_hidden, shared_experts, dense_layers;
   bool pipeline, context_parallel;
+  int64_t window_tokens, window_full_every;  // 0, 0: no sliding window
 };
 constexpr TitanMoeFlavor kTitanMoeFlavors[] = {
-    {"deepseek_v3", "671B", 61, 7168, 129280, 256, 8, 2048, 1, 3, true, false},
-    {"qwen3", "30B-A3B", 48, 2048, 151936, 128, 8, 768, 0, 0, false, true},
-    {"qwen3", "235B-A22B", 94, 4096, 151936, 128, 8, 1536, 0, 0, false, true},
-    {"gpt_oss", "120b", 36, 2880, 201088, 128, 4, 2880, 0, 0, false, false},
+    {"deepseek_v3", "671B", 61, 7168, 129280, 256, 8, 2048, 1, 3, true, false, 0, 0},
+    {"qwen3", "30B-A3B", 48, 2048, 151936, 128, 8, 768, 0, 0, false, true, 0, 0},
+    {"qwen3", "235B-A22B", 94, 4096, 151936, 128, 8, 1536, 0, 0, false, true, 0, 0},
+    {"gpt_oss", "120b", 36, 2880, 201088, 128, 4, 2880, 0, 0, false, false, 128, 2},
 };
 
 // What the torchtitan export writes in [model]: the train spec and flavor.
@@ -872,13 +897,16 @@ std::optional<std::string> titan_moe_refusal(const ModelSpec& m, const Layout& L
   for (const TitanMoeFlavor& t : kTitanMoeFlavors) {
     if (t.layers == m.layers && t.hidden == m.hidden && t.vocab == m.vocab && t.experts == m.moe.experts &&
         t.top_k == m.moe.top_k && t.expert_ffn_hidden == m.moe.expert_ffn_hidden &&
-        t.shared_experts == m.moe.shared_experts && t.dense_layers == m.moe.dense_layers) {
+        t.shared_experts == m.moe.shared_experts && t.dense_layers == m.moe.dense_layers &&
+        t.window_tokens == (m.has_sliding_window ? m.sliding_window.tokens : 0) &&
+        t.window_full_every == (m.has_sliding_window ? m.sliding_window.full_every : 0)) {
       f = &t;
     }
   }
   if (f == nullptr) {
     return "torchtitan v0.2.2 trains MoE models through its own model code, and none of its MoE flavors "
-           "(deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has " + m.name + "'s shape (layers=" +
+           "(deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has " + m.name +
+           "'s shape and attention windows (layers=" +
            str(m.layers) + ", hidden=" + str(m.hidden) + ", experts=" + str(m.moe.experts) + ", top_k=" +
            str(m.moe.top_k) + ", expert_ffn_hidden=" + str(m.moe.expert_ffn_hidden) + "; use --to megatron)";
   }
@@ -967,6 +995,10 @@ std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, Ti
   if (auto r = partial_recompute_refusal(
           "torchtitan", p, "checkpoints every layer (mode = \"full\") or every N-th block (selective_ac_option = \"N\")")) {
     return r;
+  }
+  if (m.has_sliding_window && !m.has_moe) {
+    return std::optional<std::string>("torchtitan's llama3 models attend to the whole causal prefix; " + m.name +
+                                      " has sliding-window layers (use --to megatron)");
   }
   if (auto r = m.has_moe ? titan_moe_refusal(m, L, out) : titan_llama_refusal(m, out)) return r;
   if (p.zero == 1) {
@@ -1629,9 +1661,10 @@ ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout&
   const Plan& p = L.plan;
   if (auto r = async_refusal("PyTorch DDP/FSDP2", p)) return refuse(*r);
   if (auto r = partial_recompute_refusal("the PyTorch script", p, "checkpoints every block")) return refuse(*r);
-  if (m.has_moe || m.attention == AttentionKind::kMla || m.head_dim_given > 0) {
-    return refuse("the PyTorch script's model is a dense GPT/Llama block with head_dim = hidden/heads; it has no "
-                  "experts, latent attention or separate head_dim (use --to megatron)");
+  if (m.has_moe || m.attention == AttentionKind::kMla || m.head_dim_given > 0 || m.has_sliding_window) {
+    return refuse("the PyTorch script's model is a dense GPT/Llama block with head_dim = hidden/heads attending to the "
+                  "whole causal prefix; it has no experts, latent attention, separate head_dim or sliding window (use "
+                  "--to megatron)");
   }
   if (p.pp > 1) {
     return refuse(
@@ -1782,9 +1815,9 @@ std::optional<std::string> framework_refusal(const ModelSpec& model, const Clust
       return std::string("Megatron-LM before Megatron-Core has no gradient or parameter sharding (Megatron FSDP); use "
                          "--framework megatron-core");
     }
-    if (model.has_moe || model.attention == AttentionKind::kMla) {
-      return std::string("Megatron-LM before Megatron-Core has no Mixture-of-Experts layers or latent attention; use "
-                         "--framework megatron-core");
+    if (model.has_moe || model.attention == AttentionKind::kMla || model.has_sliding_window) {
+      return std::string("Megatron-LM before Megatron-Core has no Mixture-of-Experts layers, latent attention or "
+                         "sliding-window attention; use --framework megatron-core");
     }
   }
   PlanFile f;

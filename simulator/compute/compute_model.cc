@@ -145,6 +145,19 @@ double flash_sequence_factor(int64_t kv_len) {
   return s / (s + kFlashBlockOverheadTokens) / ref;
 }
 
+namespace {
+
+// 1 / flash_sequence_factor of an attention op's calls, averaged over its
+// FLOPs: the full layers' calls loop over kv_len keys, the sliding-window
+// layers' over window_kv_len (OpCost::window_flops_share).
+double inverse_sequence_factor(const OpCost& op) {
+  const double full = 1.0 / flash_sequence_factor(op.kv_len);
+  if (op.window_flops_share <= 0) return full;
+  return (1 - op.window_flops_share) * full + op.window_flops_share / flash_sequence_factor(op.window_kv_len);
+}
+
+}  // namespace
+
 Duration op_forward_time(const ComputeParams& p, const OpCost& op) {
   switch (op.kind) {
     case OpKind::kGemm: return gemm_time(p, op.m, op.n, op.k, op.fp8, op.groups);
@@ -155,8 +168,8 @@ Duration op_forward_time(const ComputeParams& p, const OpCost& op) {
       if (!p.gemm_table.empty() && op.m > 0) {
         return gemm_time(p, op.m, op.n, op.k) + gemm_time(p, op.m, op.k, op.n) + memory_time(p, op.bytes);
       }
-      return Duration::seconds(op.flops * op.computed_share /
-                               (p.peak.flop_per_s() * p.attention_efficiency * flash_sequence_factor(op.kv_len))) +
+      return Duration::seconds(op.flops * op.computed_share * inverse_sequence_factor(op) /
+                               (p.peak.flop_per_s() * p.attention_efficiency)) +
              memory_time(p, op.bytes);
     case OpKind::kElementwise: return memory_time(p, op.bytes);
   }
@@ -173,8 +186,8 @@ Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention at
         return pair * 2 + (attention == Attention::kFlash ? gemm_time(p, op.m, op.n, op.k) : Duration()) +
                memory_time(p, 2 * op.bytes);
       }
-      return Duration::seconds(factor * op.flops * op.computed_share /
-                               (p.peak.flop_per_s() * p.attention_efficiency * flash_sequence_factor(op.kv_len))) +
+      return Duration::seconds(factor * op.flops * op.computed_share * inverse_sequence_factor(op) /
+                               (p.peak.flop_per_s() * p.attention_efficiency)) +
              memory_time(p, 2 * op.bytes);
     }
     case OpKind::kElementwise: return memory_time(p, op.bwd_bytes);

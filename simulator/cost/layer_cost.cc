@@ -408,6 +408,21 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     // attention: one step's keys per call); unfused attention runs GEMMs.
     if (s.attention == Attention::kFlash) op.kv_len = static_cast<int64_t>(seq / s.cp);
     op.flops = 2.0 * tokens * seq * (qd + vd) / t;
+    if (s.attention == Attention::kFlash && m.has_sliding_window && m.sliding_window.tokens < seq) {
+      // A windowed layer's query i attends to min(i + 1, w) keys: w*s -
+      // w(w-1)/2 query-key pairs against s(s+1)/2 for the causal prefix, the
+      // share of the product the kernel computes (the convention above
+      // charges the causal prefix as the whole product; the ratio keeps
+      // it).  Unfused attention computes every score and masks them.
+      const double w = static_cast<double>(m.sliding_window.tokens);
+      const double sd = static_cast<double>(seq);
+      const double ratio = (w * sd - w * (w - 1) / 2) / (sd * (sd + 1) / 2);
+      const double windowed = static_cast<double>(m.windowed_layer_count()) / static_cast<double>(m.layers);
+      const double mean = (1 - windowed) + windowed * ratio;
+      op.flops *= mean;
+      op.window_flops_share = windowed * ratio / mean;
+      op.window_kv_len = std::min<int64_t>(m.sliding_window.tokens, op.kv_len);
+    }
     // Q, K and V are saved (Korthikanti: Q and K 4sbh, V 2sbh; GQA: K, V are
     // kv_heads*head_dim wide).
     double qkv_saved = mla ? 0.0 : tokens * (qd + kvd + kvvd) * e / t;  // MLA: kept by the up projections

@@ -84,6 +84,12 @@ struct OpCost {
   // sequence, or its 1/cp share per ring step under context parallelism);
   // 0: long enough not to matter (compute_model.h, flash_sequence_factor).
   int64_t kv_len = 0;
+  // kAttention, flash: the part of `flops` done by sliding-window layers
+  // (ModelSpec::is_windowed_layer; a layer's attention is the mean over the
+  // model's full and windowed layers), whose kernel calls loop over
+  // window_kv_len keys instead of kv_len.
+  double window_flops_share = 0;
+  int64_t window_kv_len = 0;
   double saved_bytes = 0;        // activation bytes saved for backward
   // Selective recompute (RecomputeModule bits): recomputing a module in
   // `rerun_by` re-runs this op's forward in backward; one in `drop_by`

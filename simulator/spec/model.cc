@@ -75,6 +75,12 @@ ModelSpec parse_model(const std::string& json_text, const std::string& where) {
                         std::to_string(e.experts), "a token is routed to at most every expert");
     }
   }
+  if (auto sw = o.optional_object("sliding_window")) {
+    m.has_sliding_window = true;
+    m.sliding_window.tokens = sw->integer("tokens", 1, kMaxSeqLen);
+    m.sliding_window.full_every = sw->optional_integer("full_every", 2, m.layers).value_or(0);
+    sw->finish();
+  }
   m.source = o.optional_string("source").value_or("");
   o.finish();
   if (m.attention == AttentionKind::kMla && m.kv_heads != m.heads) {
@@ -95,6 +101,12 @@ ModelSpec parse_model(const std::string& json_text, const std::string& where) {
 int64_t ModelSpec::moe_layer_count() const {
   int64_t n = 0;
   for (int64_t i = 0; i < layers; ++i) n += is_moe_layer(i) ? 1 : 0;
+  return n;
+}
+
+int64_t ModelSpec::windowed_layer_count() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < layers; ++i) n += is_windowed_layer(i) ? 1 : 0;
   return n;
 }
 

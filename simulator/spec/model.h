@@ -68,6 +68,18 @@ struct MoeSpec {
   LoadBalancing load_balancing = LoadBalancing::kAuxLoss;
 };
 
+// Sliding-window (local) attention (Mistral 7B v0.1; Gemma 2/3; gpt-oss):
+// a windowed layer's query attends to itself and the `tokens` - 1 keys
+// before it (Hugging Face `sliding_window`; Megatron-Core --window-size
+// (tokens - 1, 0), Megatron-Bridge gpt_oss_bridge.py).  full_every K > 0: every K-th layer (layer i, 0-based, when
+// (i + 1) % K == 0) attends to the whole causal prefix (Megatron-Core
+// --window-attn-skip-freq K: one full layer after K - 1 windowed ones,
+// gpt-oss K = 2, Gemma 3 K = 6); 0: every layer is windowed.
+struct SlidingWindowSpec {
+  int64_t tokens = 0;
+  int64_t full_every = 0;
+};
+
 struct ModelSpec {
   std::string name;
   int64_t layers = 0;
@@ -87,6 +99,8 @@ struct ModelSpec {
   MlaSpec mla;                 // attention == kMla
   bool has_moe = false;
   MoeSpec moe;                 // has_moe
+  bool has_sliding_window = false;
+  SlidingWindowSpec sliding_window;  // has_sliding_window
   std::string source;   // where the figures come from
 
   int64_t head_dim() const { return head_dim_given > 0 ? head_dim_given : hidden / heads; }
@@ -101,6 +115,13 @@ struct ModelSpec {
            (moe.layer_freq == 1 || (layer - moe.dense_layers) % moe.layer_freq == 0);
   }
   int64_t moe_layer_count() const;
+  // Whether transformer layer `layer` (0-based) attends through the sliding
+  // window (SlidingWindowSpec).
+  bool is_windowed_layer(int64_t layer) const {
+    return has_sliding_window &&
+           (sliding_window.full_every == 0 || (layer + 1) % sliding_window.full_every != 0);
+  }
+  int64_t windowed_layer_count() const;
 };
 
 // Parses and validates a model JSON document.  `where` names the file in

@@ -118,3 +118,7 @@ edit(MOE, '"kv_heads": 8,', '"kv_heads": 8, "kv_lora_rank": 512,', "mla_key_with
 edit(MLA, '"kv_heads": 128', '"kv_heads": 8', "mla_kv_heads.json")
 edit(MLA, '"kv_lora_rank": 512,', '', "mla_missing_rank.json")
 edit(MODEL, '"layers": 4,', '"layers": 4, "moe": 5,', "moe_not_object.json")
+# Sliding-window attention (models/gpt-oss-120b.json).
+OSS = "models/gpt-oss-120b.json"
+edit(OSS, '"tokens": 128', '"tokens": 0', "window_tokens_0.json")
+edit(OSS, '"full_every": 2', '"full_every": 1', "window_full_every_1.json")

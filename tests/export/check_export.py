@@ -898,6 +898,31 @@ def megatron_moe_rules(ns: dict, given: dict, plan: dict, world: int, tp: int, p
             P.add("megatron: --moe-expert-capacity-factor needs aux-loss or no load balancing (transformer_config.py)")
     if ns.get("multi_latent_attention") and ns.get("group_query_attention"):
         P.add("megatron: --multi-latent-attention with --group-query-attention (training.py asserts not both)")
+    # Sliding-window attention (arguments.py: --window-size by tuple_type, --window-attn-skip-freq by
+    # moe_freq_type; Transformer Engine context_parallel.py: windows under cp only with cp_comm_type a2a or
+    # all_gather).
+    window = ns.get("window_size")
+    if window is not None:
+        try:
+            parts = tuple(int(x) for x in str(window).strip("'\"()").split(","))
+        except ValueError:
+            parts = ()
+        if len(parts) != 2 or parts[0] < 0 or parts[1] < 0:
+            P.add(f"megatron: --window-size {window} is not two non-negative ints 'left,right' (tuple_type)",
+                  ln("window_size"))
+        comm = ns.get("cp_comm_type") or ["p2p"]
+        comm = comm if isinstance(comm, list) else [comm]
+        if cp > 1 and any(c not in ("a2a", "all_gather") for c in comm):
+            P.add(f"megatron: sliding-window attention with context parallelism needs --cp-comm-type a2a or "
+                  f"all_gather, got {comm} (Transformer Engine context_parallel.py)", ln("window_size"))
+    skip = ns.get("window_attn_skip_freq")
+    if skip is not None:
+        if window is None:
+            P.add("megatron: --window-attn-skip-freq without --window-size has no effect", ln("window_attn_skip_freq"))
+        text = str(skip).strip("'\"")
+        if not text.startswith(("[", "(")) and (not text.isdigit() or int(text) < 1):
+            P.add(f"megatron: --window-attn-skip-freq {skip} is not a positive int or a list (moe_freq_type)",
+                  ln("window_attn_skip_freq"))
     # Plan consistency.
     if plan.get("ep", 1) != ep:
         P.add(f"megatron: --expert-model-parallel-size {ep}, the plan has ep={plan.get('ep', 1)}")

@@ -465,6 +465,60 @@ TEST_CASE("Export: Megatron-LM layouts beyond the golden file", "[planner][expor
   }
 }
 
+TEST_CASE("Export: sliding-window attention as Megatron-Core and Transformer Engine run it", "[planner][export]") {
+  // gpt-oss: 128-token windows, every second layer full.  Megatron-Bridge's
+  // gpt_oss_bridge.py sets window_size = (sliding_window - 1, 0) and
+  // window_attn_skip_freq = 2 (arguments.py: one full layer after N - 1
+  // windowed ones).
+  Plan p;
+  p.pp = 4;
+  p.ep = 8;
+  p.zero = 1;
+  p.gbs = 64;
+  const Job j = job("gpt-oss-120b", "dgx-h100", 64, p);
+  const auto model = bash_args(exported(ExportTarget::kMegatron, j), "MODEL_ARGS");
+  CHECK(model.at("--window-size") == "127,0");
+  CHECK(int_arg(model, "--window-attn-skip-freq") == 2);
+  // A model without windows writes neither.
+  const auto llama = bash_args(exported(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, Plan{})), "MODEL_ARGS");
+  CHECK(llama.count("--window-size") == 0);
+  CHECK(llama.count("--window-attn-skip-freq") == 0);
+  // Transformer Engine context_parallel.py: "Context parallelism does not
+  // support sliding window attention with cp_comm_type='p2p'".
+  Plan cp = p;
+  cp.cp = 2;
+  CHECK(refusal(ExportTarget::kMegatron, job("gpt-oss-120b", "dgx-h100", 64, cp)) ==
+        "Transformer Engine runs sliding-window attention under context parallelism only with --cp-comm-type a2a or "
+        "all_gather, whose exchange trainplan does not model (it simulates the p2p ring); use cp 1 for this model");
+  // Megatron-DeepSpeed's GPT and torchtitan's llama3/deepseek_v3 have no window.
+  Plan tp2;
+  tp2.tp = 2;
+  tp2.sp = true;
+  tp2.zero = 1;
+  ModelSpec windowed = load_model("llama3-8b");
+  windowed.has_sliding_window = true;
+  windowed.sliding_window.tokens = 4096;
+  Job w = job("llama3-8b", "dgx-h100", 8, tp2);
+  w.model = windowed;
+  CHECK(refusal(ExportTarget::kDeepSpeed, w) ==
+        "DeepSpeed gets tensor and pipeline parallelism from Megatron-DeepSpeed, whose GPT model has no sliding-window "
+        "attention (use --to megatron, or tp 1 and pp 1 with your own model code)");
+  CHECK(refusal(ExportTarget::kTorchtitan, w) ==
+        "torchtitan's llama3 models attend to the whole causal prefix; llama3-8b has sliding-window layers (use --to "
+        "megatron)");
+  // torchtitan's gpt_oss flavor has gpt-oss's own windows; another window is another model.
+  Plan titan;
+  titan.ep = 8;
+  titan.zero = 3;
+  titan.gbs = 64;
+  Job oss = job("gpt-oss-120b", "dgx-h100", 64, titan);
+  CHECK(exported(ExportTarget::kTorchtitan, oss).find("flavor = \"120b\"") != std::string::npos);
+  oss.model.sliding_window.tokens = 256;
+  CHECK(refusal(ExportTarget::kTorchtitan, oss).find("none of its MoE flavors") != std::string::npos);
+  CHECK(refusal(ExportTarget::kFsdp, w).find("sliding window") != std::string::npos);
+  CHECK(bash_args(exported(ExportTarget::kMegatron, w), "MODEL_ARGS").at("--window-size") == "4095,0");
+}
+
 TEST_CASE("Export: DeepSpeed config for gpt3-1.3b ZeRO-2 on one DGX A100", "[planner][export]") {
   const Job j = job_from_file("plan_gpt3-1.3b_zero2.json");
   const std::string text = exported(ExportTarget::kDeepSpeed, j);

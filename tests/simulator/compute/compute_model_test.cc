@@ -78,5 +78,30 @@ TEST_CASE("Attention: a flash kernel's rate over the sequence follows the publis
   CHECK(op_forward_time(p, op).s() == Approx(ref / flash_sequence_factor(1024)).epsilon(1e-9));
 }
 
+TEST_CASE("Attention: a model's full and sliding-window layers each run at their own key count") {
+  // The op of a model with windowed layers carries the windowed share of
+  // its FLOPs; its time must be the sum of the two parts, each at the
+  // kernel rate of the keys its calls loop over (4,096 for the full layers,
+  // 128 for the windowed ones), forward and backward.
+  const ComputeParams p = a100();
+  OpCost full;
+  full.kind = OpKind::kAttention;
+  full.flops = 0.7e12;
+  full.kv_len = 4096;
+  OpCost windowed = full;
+  windowed.flops = 0.3e12;
+  windowed.kv_len = 128;
+  OpCost mixed = full;
+  mixed.flops = 1e12;
+  mixed.window_flops_share = 0.3;
+  mixed.window_kv_len = 128;
+  // (No bytes: no memory term and so no kernel overhead in either.)
+  CHECK(op_forward_time(p, mixed).s() ==
+        Approx(op_forward_time(p, full).s() + op_forward_time(p, windowed).s()).epsilon(1e-9));
+  CHECK(op_backward_time(p, mixed, Attention::kFlash).s() ==
+        Approx(op_backward_time(p, full, Attention::kFlash).s() + op_backward_time(p, windowed, Attention::kFlash).s())
+            .epsilon(1e-9));
+}
+
 }  // namespace
 }  // namespace trainplan

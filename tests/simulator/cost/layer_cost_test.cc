@@ -3,6 +3,8 @@
 // changes that flash attention, GQA, SwiGLU and no dropout make to them.
 #include "simulator/cost/layer_cost.h"
 
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 
 namespace trainplan {
@@ -187,6 +189,41 @@ TEST_CASE("LayerCost: layer FLOPs are 24Bsh^2 + 4Bs^2h forward", "[sim][cost]") 
     const LayerCost c = transformer_layer_cost(m, shape(1, false, Recompute::kFull));
     CHECK(c.recompute_flops == Approx(c.fwd_flops).epsilon(kRel));
   }
+}
+
+TEST_CASE("LayerCost: sliding-window layers charge the query-key pairs their window keeps", "[sim][cost]") {
+  // A windowed layer's query i attends to keys max(0, i - w + 1) .. i.
+  // Counted pair by pair here (the oracle), against the causal prefix's
+  // s(s+1)/2 pairs; the layer's attention is the mean over the model's
+  // layers, half of them windowed with full_every 2.
+  ModelSpec m = gpt22b();
+  m.has_sliding_window = true;
+  m.sliding_window.tokens = 256;
+  m.sliding_window.full_every = 2;
+  REQUIRE(m.windowed_layer_count() == 24);
+  double kept = 0;
+  for (int64_t i = 0; i < 2048; ++i) kept += static_cast<double>(std::min<int64_t>(i + 1, 256));
+  const double ratio = kept / (2048.0 * 2049.0 / 2);
+  auto attention = [&](const ModelSpec& model, Attention att) {
+    for (const OpCost& op : transformer_layer_cost(model, shape(1, false, Recompute::kNone, att)).ops) {
+      if (op.kind == OpKind::kAttention) return op;
+    }
+    FAIL("no attention op");
+    return OpCost{};
+  };
+  const OpCost full = attention(gpt22b(), Attention::kFlash);
+  const OpCost mixed = attention(m, Attention::kFlash);
+  CHECK(full.flops == Approx(4 * kB * kS * kS * kH).epsilon(kRel));
+  CHECK(mixed.flops == Approx(full.flops * (0.5 + 0.5 * ratio)).epsilon(kRel));
+  // The windowed layers' share of those FLOPs, and their kernels' key count.
+  CHECK(mixed.window_flops_share == Approx(0.5 * ratio / (0.5 + 0.5 * ratio)).epsilon(kRel));
+  CHECK(mixed.window_kv_len == 256);
+  // Unfused attention computes every score and masks the window out.
+  CHECK(attention(m, Attention::kNaive).flops == Approx(full.flops).epsilon(kRel));
+  // A window as long as the sequence is the causal prefix.
+  m.sliding_window.tokens = 2048;
+  CHECK(attention(m, Attention::kFlash).flops == Approx(full.flops).epsilon(kRel));
+  CHECK(attention(m, Attention::kFlash).window_flops_share == 0);
 }
 
 TEST_CASE("LayerCost: the embedding and output layer add Korthikanti's extra terms", "[sim][cost]") {

@@ -103,7 +103,7 @@ TEST_CASE("ModelSpec: bad model JSON is rejected with the exact message", "[sim]
   SECTION("unknown key lists the allowed keys") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"layers\": 2,", "\"layers\": 2, \"colour\": \"red\","), "m.json"),
                         "m.json: /colour: unknown key; allowed: attention, bias, dropout, ffn_hidden, head_dim, heads, "
-                        "hidden, kv_heads, layers, mlp, moe, name, position_embedding, seq_len, source, "
+                        "hidden, kv_heads, layers, mlp, moe, name, position_embedding, seq_len, sliding_window, source, "
                         "tied_embeddings, vocab");
   }
   SECTION("wrong type: a string where an integer is due") {
@@ -187,6 +187,45 @@ TEST_CASE("ModelSpec: bad model JSON is rejected with the exact message", "[sim]
   SECTION("empty name") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"tiny\"", "\"\""), "m.json"), "m.json: /name: must not be empty");
   }
+  SECTION("sliding window: a window of no tokens") {
+    REQUIRE_THROWS_WITH(parse_model(edited("\"mlp\"", "\"sliding_window\": {\"tokens\": 0}, \"mlp\""), "m.json"),
+                        "m.json: /sliding_window/tokens: out of range: 0; allowed: 1 to 16777216");
+  }
+  SECTION("sliding window: every layer full is no window") {
+    // full_every 1 would make every layer full; 2..layers (here 2) is allowed.
+    REQUIRE_THROWS_WITH(
+        parse_model(edited("\"mlp\"", "\"sliding_window\": {\"tokens\": 8, \"full_every\": 1}, \"mlp\""), "m.json"),
+        "m.json: /sliding_window/full_every: out of range: 1; allowed: 2 to 2");
+  }
+  SECTION("sliding window: unknown key") {
+    REQUIRE_THROWS_WITH(
+        parse_model(edited("\"mlp\"", "\"sliding_window\": {\"tokens\": 8, \"pattern\": 2}, \"mlp\""), "m.json"),
+        Catch::Matchers::StartsWith("m.json: /sliding_window/pattern: unknown key"));
+  }
+}
+
+TEST_CASE("ModelSpec: sliding-window layers follow Megatron's --window-attn-skip-freq", "[sim][spec]") {
+  // megatron/training/arguments.py: an integer N is "one full attention
+  // layer after (N-1) SWA layers"; gpt-oss (config.json layer_types) starts
+  // with a sliding layer and alternates: N = 2, layers 1, 3, 5, ... full.
+  const ModelSpec oss = load_model("gpt-oss-120b");
+  REQUIRE(oss.has_sliding_window);
+  CHECK(oss.sliding_window.tokens == 128);
+  CHECK(oss.is_windowed_layer(0));
+  CHECK_FALSE(oss.is_windowed_layer(1));
+  CHECK(oss.is_windowed_layer(34));
+  CHECK_FALSE(oss.is_windowed_layer(35));
+  CHECK(oss.windowed_layer_count() == 18);
+  // Gemma 3's 5 local : 1 global over 12 layers: N = 6, layers 5 and 11 full.
+  const ModelSpec g = parse_model(edited("\"layers\": 2", "\"layers\": 12, \"sliding_window\": {\"tokens\": 16, "
+                                         "\"full_every\": 6}"), "m.json");
+  CHECK(g.windowed_layer_count() == 10);
+  CHECK_FALSE(g.is_windowed_layer(5));
+  CHECK_FALSE(g.is_windowed_layer(11));
+  // Without full_every every layer is windowed (Mistral 7B v0.1).
+  const ModelSpec all = parse_model(edited("\"mlp\"", "\"sliding_window\": {\"tokens\": 16}, \"mlp\""), "m.json");
+  CHECK(all.windowed_layer_count() == all.layers);
+  CHECK_FALSE(parse_model(kGoodModel, "m.json").is_windowed_layer(0));
 }
 
 TEST_CASE("ModelSpec: load_model finds names and paths", "[sim][spec]") {
