@@ -149,6 +149,15 @@ expect_fail "megatron: value not among choices" megatron "$P" "$T/m_badchoice.sh
 mutate "$M" "$T/m_flagvalue.sh" 's/--swiglu/--swiglu true/'
 expect_fail "megatron: value given to a flag" megatron "$P" "$T/m_flagvalue.sh" '--swiglu is a flag and takes no value'
 
+mutate "$M" "$T/m_window.sh" 's/--swiglu/--swiglu --window-size 127,0 --window-attn-skip-freq 2/'
+expect_pass "megatron: sliding window" megatron "$P" "$T/m_window.sh"
+mutate "$T/m_window.sh" "$T/m_window_one.sh" 's/--window-size 127,0/--window-size 127/'
+expect_fail "megatron: --window-size needs left,right" megatron "$P" "$T/m_window_one.sh" \
+  "--window-size 127 is not two non-negative ints"
+mutate "$T/m_window.sh" "$T/m_window_skip.sh" 's/--window-size 127,0 //'
+expect_fail "megatron: skip frequency without a window" megatron "$P" "$T/m_window_skip.sh" \
+  '--window-attn-skip-freq without --window-size'
+
 mutate "$M" "$T/m_dup.sh" 's/--bf16/--bf16\n  --micro-batch-size 1/'
 expect_fail "megatron: flag given twice" megatron "$P" "$T/m_dup.sh" '--micro-batch-size given twice'
 
