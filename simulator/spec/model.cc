@@ -104,12 +104,6 @@ int64_t ModelSpec::moe_layer_count() const {
   return n;
 }
 
-int64_t ModelSpec::windowed_layer_count() const {
-  int64_t n = 0;
-  for (int64_t i = 0; i < layers; ++i) n += is_windowed_layer(i) ? 1 : 0;
-  return n;
-}
-
 ModelSpec load_model(const std::string& name_or_path, const std::string& where, const std::string& pointer) {
   std::string path = resolve_data_file("models", name_or_path, where, pointer, "model");
   return parse_model(detail::read_text_file(path), path);

@@ -71,10 +71,11 @@ struct MoeSpec {
 // Sliding-window (local) attention (Mistral 7B v0.1; Gemma 2/3; gpt-oss):
 // a windowed layer's query attends to itself and the `tokens` - 1 keys
 // before it (Hugging Face `sliding_window`; Megatron-Core --window-size
-// (tokens - 1, 0), Megatron-Bridge gpt_oss_bridge.py).  full_every K > 0: every K-th layer (layer i, 0-based, when
-// (i + 1) % K == 0) attends to the whole causal prefix (Megatron-Core
-// --window-attn-skip-freq K: one full layer after K - 1 windowed ones,
-// gpt-oss K = 2, Gemma 3 K = 6); 0: every layer is windowed.
+// (tokens - 1, 0), Megatron-Bridge gpt_oss_bridge.py).  full_every K > 0:
+// every K-th layer (layer i, 0-based, when (i + 1) % K == 0) attends to the
+// whole causal prefix (Megatron-Core --window-attn-skip-freq K: one full
+// layer after K - 1 windowed ones, gpt-oss K = 2, Gemma 3 K = 6); 0: every
+// layer is windowed.
 struct SlidingWindowSpec {
   int64_t tokens = 0;
   int64_t full_every = 0;
@@ -121,7 +122,11 @@ struct ModelSpec {
     return has_sliding_window &&
            (sliding_window.full_every == 0 || (layer + 1) % sliding_window.full_every != 0);
   }
-  int64_t windowed_layer_count() const;
+  // The layers is_windowed_layer marks: all but the floor(layers / K) full ones.
+  int64_t windowed_layer_count() const {
+    if (!has_sliding_window) return 0;
+    return sliding_window.full_every > 0 ? layers - layers / sliding_window.full_every : layers;
+  }
 };
 
 // Parses and validates a model JSON document.  `where` names the file in

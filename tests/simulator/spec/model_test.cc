@@ -226,6 +226,15 @@ TEST_CASE("ModelSpec: sliding-window layers follow Megatron's --window-attn-skip
   const ModelSpec all = parse_model(edited("\"mlp\"", "\"sliding_window\": {\"tokens\": 16}, \"mlp\""), "m.json");
   CHECK(all.windowed_layer_count() == all.layers);
   CHECK_FALSE(parse_model(kGoodModel, "m.json").is_windowed_layer(0));
+  // The closed-form count against is_windowed_layer, layer by layer.
+  for (int64_t every : {0, 2, 3, 6, 7}) {
+    ModelSpec m = g;
+    m.layers = 20;
+    m.sliding_window.full_every = every;
+    int64_t n = 0;
+    for (int64_t i = 0; i < m.layers; ++i) n += m.is_windowed_layer(i) ? 1 : 0;
+    CHECK(m.windowed_layer_count() == n);
+  }
 }
 
 TEST_CASE("ModelSpec: load_model finds names and paths", "[sim][spec]") {
