@@ -46,23 +46,23 @@ bool have_sample(const Calibration& cal, Collective c, bool inter, int ranks, in
   return false;
 }
 
-// Times one collective size: warm-up, then `iters` calls, each started
+// Per-call time of one collective size over `calls` calls, each started
 // together (barrier) from cold caches, as in a training step where compute
-// ran since the buffer was last touched; the slowest rank's mean.
+// ran since the buffer was last touched; the slowest rank's mean, on `clock`.
 // (nccl-tests times back-to-back calls on a hot buffer: on a GPU the two
 // agree, on a CPU the hot buffer sits in cache and looks several times
 // faster than a step's collectives.)
-double time_collective(Backend& backend, Communicator& comm, Collective c, int64_t bytes, int warmup, int iters) {
-  for (int i = 0; i < warmup; ++i) comm.run(c, bytes);
+double time_collective(Backend& backend, Communicator& comm, Collective c, int64_t bytes, int calls,
+                       const std::function<double()>& clock) {
   double total = 0;
-  for (int i = 0; i < iters; ++i) {
+  for (int i = 0; i < calls; ++i) {
     backend.evict_caches();
     comm.barrier();
-    const double t0 = now_s();
+    const double t0 = clock();
     comm.run(c, bytes);
-    total += now_s() - t0;
+    total += clock() - t0;
   }
-  return comm.max(total / iters);
+  return comm.max(total / calls);
 }
 
 // Per-call time of a copy from cold caches (evicted before each call): the
@@ -87,6 +87,7 @@ double cold_median_time(Backend& backend, Op op, int reps) {
 void sweep_collectives(Backend& backend, Communicator& comm, bool inter, const SweepConfig& cfg, Calibration* cal, std::FILE* out,
                        bool print, int64_t* wrong_total, const std::function<void(const Calibration&)>& checkpoint) {
   const int n = comm.size();
+  const std::function<double()> clock = cfg.clock ? cfg.clock : std::function<double()>(now_s);
   for (Collective c : cfg.collectives) {
     if (c == Collective::kSendRecv && n < 2) continue;
     if (print && !cfg.json) {
@@ -97,13 +98,36 @@ void sweep_collectives(Backend& backend, Communicator& comm, bool inter, const S
       std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "", "(us)",
                    "(GB/s)", "(GB/s)", "");
     }
-    double busbw_sum = 0;
-    int rows = 0;
+    // Each size is timed once per pass over all sizes, kCollectivePasses
+    // passes of iters / kCollectivePasses calls, and keeps the median over
+    // passes: a slow spell of a shared machine then costs one sample of each
+    // size it overlaps instead of all samples of the sizes timed during it,
+    // which bent the curve a plan's collectives are read off (the GEMM
+    // sweep below does the same, for the same reason).
+    constexpr int kCollectivePasses = 5;
+    const int calls = std::max(1, cfg.iters / kCollectivePasses);
+    std::vector<int64_t> sizes;
     for (int64_t bytes = cfg.min_bytes; bytes <= cfg.max_bytes; bytes *= cfg.factor) {
       const int64_t unit = 4 * static_cast<int64_t>(n);  // float elements, divisible by ranks
       const int64_t size = std::max(unit, bytes / unit * unit);
-      if (have_sample(*cal, c, inter, n, size)) continue;
-      const double t = time_collective(backend, comm, c, size, cfg.warmup, cfg.iters);
+      if (!have_sample(*cal, c, inter, n, size) && (sizes.empty() || sizes.back() != size)) sizes.push_back(size);
+    }
+    std::vector<std::vector<double>> passes(sizes.size());
+    for (int pass = 0; pass < kCollectivePasses; ++pass) {
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        if (pass == 0) {
+          for (int w = 0; w < cfg.warmup; ++w) comm.run(c, sizes[i]);
+        }
+        passes[i].push_back(time_collective(backend, comm, c, sizes[i], calls, clock));
+      }
+    }
+    double busbw_sum = 0;
+    int rows = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const int64_t size = sizes[i];
+      std::vector<double>& p = passes[i];
+      std::sort(p.begin(), p.end());
+      const double t = p[p.size() / 2];
       int64_t wrong = cfg.check ? comm.check(c, size) : 0;
       wrong = static_cast<int64_t>(comm.max(static_cast<double>(wrong)));
       *wrong_total += wrong;

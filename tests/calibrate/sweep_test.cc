@@ -1,5 +1,6 @@
-// The GEMM sweep against a machine with a slow spell: a backend whose GEMM
-// costs a known time, three times as much while the spell lasts.
+// The GEMM and collective sweeps against a machine with a slow spell: a
+// backend whose GEMMs and collectives cost a known time, three times as much
+// while the spell lasts.
 #include "calibrate/sweep.h"
 
 #include <cstdio>
@@ -82,6 +83,84 @@ TEST_CASE("Calibrate: a slow spell of the machine does not bend the GEMM table",
   }
   // The spell did happen: the sweep ran through it (about 30 ms to 54 ms).
   CHECK(backend.now_s() > 0.054);
+}
+
+// A pretend two-rank world on one simulated clock: a collective of `bytes`
+// takes 10 us + bytes / (1 GB/s), three times that inside the spell.
+struct SimClock {
+  double now_s = 0;
+  double begin_s = 0, end_s = 0;
+  static double cost_s(int64_t bytes) { return 10e-6 + static_cast<double>(bytes) * 1e-9; }
+  void advance(int64_t bytes) { now_s += now_s >= begin_s && now_s < end_s ? 3 * cost_s(bytes) : cost_s(bytes); }
+};
+
+class ClockCommunicator : public Communicator {
+ public:
+  explicit ClockCommunicator(SimClock* clock) : clock_(clock) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void run(Collective, int64_t bytes) override { clock_->advance(bytes); }
+  int64_t check(Collective, int64_t) override { return 0; }
+  void send(int, int64_t, int) override {}
+  void recv(int, int64_t, int) override {}
+  void wait_sends() override {}
+  void barrier() override {}
+  double max(double value) override { return value; }
+  void reduce_each(std::vector<double>*, Reduce) override {}
+
+ private:
+  SimClock* clock_;
+};
+
+class CollectiveSpellBackend : public Backend {
+ public:
+  explicit CollectiveSpellBackend(SimClock* clock) : clock_(clock), world_(clock) {}
+  std::string name() const override { return "spell"; }
+  std::string versions() const override { return "test"; }
+  DeviceInfo device() const override { return DeviceInfo{"test device", "0", 1e9}; }
+  Communicator& world() override { return world_; }
+  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<ClockCommunicator>(clock_); }
+  bool supports(const std::string&) const override { return true; }
+  void copy(int64_t) override {}
+  void synchronize() override {}
+  void gemm(int64_t, int64_t, int64_t, const std::string&) override {}
+
+ private:
+  SimClock* clock_;
+  ClockCommunicator world_;
+};
+
+TEST_CASE("Calibrate: a slow spell of the machine does not bend the collective curve", "[calibrate][sweep]") {
+  // All-reduce from 1 KiB to 64 KiB (7 sizes), 20 calls each as 5 passes of
+  // 4: one call of every size costs 70 us + 127 KiB / (1 GB/s) = 200 us in
+  // all, so a pass takes 0.8 ms (1.8 ms the first, with 5 warm-up calls per
+  // size).  The spell lasts 0.8 ms from 2.0 ms: even slowed 3x by it, a
+  // pass overlaps it in at most two of a size's five samples, so every
+  // size's median is the machine's normal cost.  Timed size after size (all
+  // calls of a size together), the sizes timed during the spell would come
+  // out 3x slower.  Oracle: the costs the simulated machine was built with.
+  SimClock clock;
+  clock.begin_s = 2.0e-3;
+  clock.end_s = 2.8e-3;
+  CollectiveSpellBackend backend(&clock);
+  SweepConfig cfg;
+  cfg.min_bytes = 1024;
+  cfg.max_bytes = 64 * 1024;
+  cfg.collectives = {Collective::kAllReduce};
+  cfg.json = true;
+  cfg.clock = [&clock] { return clock.now_s; };
+  Calibration cal;
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out != nullptr);
+  run_sweep(backend, cfg, &cal, out, [](const Calibration&) {});
+  std::fclose(out);
+  REQUIRE(cal.collective_samples.size() == 7);
+  for (const CollectiveSample& c : cal.collective_samples) {
+    INFO(c.bytes << " B: " << c.time_s * 1e6 << " us");
+    CHECK(c.time_s == Approx(SimClock::cost_s(c.bytes)).epsilon(1e-9));
+  }
+  // The spell did happen: the sweep ran through it.
+  CHECK(clock.now_s > 2.8e-3);
 }
 
 }  // namespace
