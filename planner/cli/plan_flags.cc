@@ -57,6 +57,10 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_flag("--tp-comm-overlap", f->tp_comm_overlap,
                 "tensor-parallel collectives overlapped with the GEMMs beside them (Megatron-Core "
                 "--tp-comm-overlap, Transformer Engine userbuffers; needs tp >= 2 inside a node and --sp)");
+  app->add_flag("--ep-overlap", f->ep_overlap,
+                "MoE: each forward merged with another micro-batch's backward, the expert-parallel all-to-alls of "
+                "each under the other's compute (Megatron-Core --overlap-moe-expert-parallel-comm; needs ep >= 2 "
+                "and, with pp > 1, --vp >= 2)");
   app->add_option("--ep", f->ep, "expert-parallel degree, MoE models (default 1; ep*etp must divide tp*cp*dp)");
   app->add_option("--etp", f->etp, "expert tensor-parallel degree, MoE models (default tp, as Megatron)");
   app->add_option("--moe-imbalance", f->moe_imbalance,
@@ -201,6 +205,7 @@ Job to_job(const PlanFlags& f) {
   if (!f.framework.empty()) p.framework = static_cast<Framework>(pick("--framework", f.framework, framework_names()));
   p.fp8_param_gather = f.fp8_param_gather;
   p.tp_comm_overlap = f.tp_comm_overlap;
+  p.ep_overlap = f.ep_overlap;
   p.ep = static_cast<int>(in_range("--ep", f.ep, 1, kMaxDegree));
   p.etp = static_cast<int>(derived("--etp", f.etp, kMaxDegree));
   if (given("--moe-imbalance")) {

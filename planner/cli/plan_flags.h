@@ -49,6 +49,7 @@ struct PlanFlags {
   std::string framework;
   bool fp8_param_gather = false;
   bool tp_comm_overlap = false;
+  bool ep_overlap = false;
   int64_t ep = 1, etp = 0;
   double moe_imbalance = 0;
 };

@@ -177,6 +177,7 @@ std::string plan_difference(const Plan& base, const Plan& other) {
         recompute_modules_name(other.recompute_modules));
   field("fp8-recipe", to_string(base.fp8_recipe), to_string(other.fp8_recipe));
   field("tp-comm-overlap", base.tp_comm_overlap ? "on" : "off", other.tp_comm_overlap ? "on" : "off");
+  field("ep-overlap", base.ep_overlap ? "on" : "off", other.ep_overlap ? "on" : "off");
   return s.str();
 }
 
@@ -457,6 +458,10 @@ int run_recommend(const RecommendFlags& f) {
       }
       if (q.tp_comm_overlap) {
         std::printf("       TP communication overlapped with the GEMMs (Megatron-Core --tp-comm-overlap)\n");
+      }
+      if (q.ep_overlap) {
+        std::printf("       expert all-to-alls overlapped with another micro-batch's compute (Megatron-Core "
+                    "--overlap-moe-expert-parallel-comm)\n");
       }
       if (o.framework == Framework::kGeneric) {
         const std::vector<std::string> fws = frameworks_running(model, cluster, p.layout);

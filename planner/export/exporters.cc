@@ -534,6 +534,9 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
   // Transformer Engine's userbuffers overlap of the TP collectives with the
   // GEMMs (needs --sequence-parallel, validate_args; TE's default config).
   if (prof.tp_comm_overlap) parallel.flag("--tp-comm-overlap");
+  // The combined 1F1B schedule's all-to-all overlap (Plan::ep_overlap; the
+  // alltoall dispatcher above, as TransformerConfig requires).
+  if (p.ep_overlap) parallel.flag("--overlap-moe-expert-parallel-comm");
   if (p.offload == Offload::kOptimizer) {
     parallel.flag("--optimizer-cpu-offload");
     parallel.flag("--use-precision-aware-optimizer");
@@ -604,6 +607,10 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
     s += "# Tensor and context parallelism need one hardware queue per GPU so that\n"
          "# communication and compute kernels keep their order (arguments.py checks it).\n";
     s += "export CUDA_DEVICE_MAX_CONNECTIONS=1\n\n";
+  } else if (p.ep_overlap) {
+    s += "# The all-to-all overlap runs communication beside compute on other streams, which\n"
+         "# needs more than one hardware queue (arguments.py: a larger CUDA_DEVICE_MAX_CONNECTIONS).\n";
+    s += "export CUDA_DEVICE_MAX_CONNECTIONS=32\n\n";
   }
   s += torchrun_args(L).array("DISTRIBUTED_ARGS") + "\n";
   s += model.array("MODEL_ARGS") + "\n";
@@ -1844,6 +1851,11 @@ ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelS
     return refuse(std::string("the plan was simulated for ") + to_string(fw) +
                   ", whose execution (overlaps, buckets, gathers) another framework does not reproduce; export it with "
                   "--to " + to_string(*export_target_of(fw)) + ", or simulate it for this target's framework");
+  }
+  if (layout.plan.ep_overlap && runs != ExportTarget::kMegatron) {
+    return refuse("the plan runs Megatron-Core's combined 1F1B schedule, each forward merged with another "
+                  "micro-batch's backward to hide the expert-parallel all-to-alls (--ep-overlap), which only "
+                  "Megatron-Core runs; export it with --to megatron");
   }
   if (layout.plan.tp_comm_overlap && runs != ExportTarget::kMegatron) {
     return refuse("the plan overlaps tensor-parallel communication with the GEMMs as Transformer Engine's "

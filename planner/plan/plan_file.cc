@@ -47,6 +47,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   if (p.framework != Framework::kGeneric) j["framework"] = to_string(p.framework);
   if (p.fp8_param_gather) j["fp8_param_gather"] = true;
   if (p.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (p.ep_overlap) j["ep_overlap"] = true;
   if (p.ep > 1 || p.etp > 1) {
     j["ep"] = p.ep;
     j["etp"] = p.etp;
@@ -127,6 +128,7 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.framework = static_cast<Framework>(o.optional_choice("framework", framework_names()).value_or(0));
   p.fp8_param_gather = o.optional_boolean("fp8_param_gather").value_or(false);
   p.tp_comm_overlap = o.optional_boolean("tp_comm_overlap").value_or(false);
+  p.ep_overlap = o.optional_boolean("ep_overlap").value_or(false);
   p.ep = static_cast<int>(o.optional_integer("ep", 1, kMaxDegree).value_or(1));
   p.etp = static_cast<int>(o.optional_integer("etp", 1, kMaxDegree).value_or(0));
   p.moe_imbalance = o.optional_number_in("moe_imbalance", 1, 1024).value_or(0);
@@ -175,6 +177,7 @@ std::string describe_plan(const Plan& p) {
   if (p.fp8_recipe != Fp8Recipe::kNone) s << " fp8_recipe=" << to_string(p.fp8_recipe);
   if (p.fp8_param_gather) s << " fp8_param_gather=on";
   if (p.tp_comm_overlap) s << " tp_comm_overlap=on";
+  if (p.ep_overlap) s << " ep_overlap=on";
   s << " grad_dtype=" << to_string(p.grad_dtype)
     << " attention=" << to_string(p.attention);
   if (p.dp_mode != DpMode::kSync) s << " dp_mode=" << to_string(p.dp_mode);

@@ -219,6 +219,20 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                           plans.push_back(p);
                           world_of_plan->push_back(gpus);
                         }
+                        // And MoE plans with --overlap-moe-expert-parallel-comm
+                        // (the combined 1F1B): it hides the all-to-alls
+                        // under another micro-batch's compute but holds one
+                        // more micro-batch, so both are searched where
+                        // Megatron-Core allows it (resolve_plan's rules).
+                        if (o.framework == Framework::kMegatronCore && ep > 1 &&
+                            (pp == 1 || sched == Schedule::kInterleaved) && rc != Recompute::kFull &&
+                            (modules & kRcMoe) == 0 && o.precision != Precision::kFp32) {
+                          Plan q = p;
+                          q.tp_comm_overlap = false;
+                          q.ep_overlap = true;
+                          plans.push_back(q);
+                          world_of_plan->push_back(gpus);
+                        }
                         }
                       }
                     }
@@ -317,7 +331,7 @@ bool simpler(const Plan& a, const Plan& b) {
   auto key = [](const Plan& p) {
     const int features = (p.tp > 1) + (p.pp > 1) + (p.cp > 1) + (p.vp > 1) + (p.zero > 0) + (p.shard_group > 0) +
                          (p.offload != Offload::kNone) + (p.recompute != Recompute::kNone) + (p.sp ? 1 : 0) +
-                         (p.dp_mode != DpMode::kSync) + (p.tp_comm_overlap ? 1 : 0);
+                         (p.dp_mode != DpMode::kSync) + (p.tp_comm_overlap ? 1 : 0) + (p.ep_overlap ? 1 : 0);
     return std::make_tuple(features, p.zero, p.cp, p.tp, p.pp, p.vp, static_cast<int>(p.recompute),
                            static_cast<int>(p.offload), p.shard_group, p.mbs);
   };

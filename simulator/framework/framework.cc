@@ -78,6 +78,8 @@ ExecutionProfile megatron_core(const Plan& p) {
   // for TP > 1 (Megatron-Bridge perf_recipes/llama/h100/llama3.py
   // CommOverlapConfig(tp_comm_overlap=True)), Megatron-Core's default is off.
   e.tp_comm_overlap = p.tp_comm_overlap;
+  // --overlap-moe-expert-parallel-comm (default off; Plan::ep_overlap).
+  e.paired_ep_overlap = p.ep_overlap;
   return e;
 }
 
@@ -188,7 +190,7 @@ ExecutionProfile torchtitan(const Plan& p) {
   // eager RMSNorm of torchtitan/models/norms.py); FP8 plans are exported
   // with [compile] enable = true, which fuses the elementwise ops.
   e.eager_elementwise = p.fp8_recipe == Fp8Recipe::kNone;
-  e.dualpipe_ep_overlap = p.schedule == Schedule::kDualPipeV && p.ep > 1 && p.recompute == Recompute::kNone;
+  e.paired_ep_overlap = p.schedule == Schedule::kDualPipeV && p.ep > 1 && p.recompute == Recompute::kNone;
   return e;
 }
 
@@ -196,7 +198,7 @@ ExecutionProfile torchtitan(const Plan& p) {
 // overlapped in the paired passes whatever the recompute.
 ExecutionProfile generic(const Plan& p) {
   ExecutionProfile e = pytorch(p);
-  e.dualpipe_ep_overlap = p.schedule == Schedule::kDualPipeV && p.ep > 1;
+  e.paired_ep_overlap = (p.schedule == Schedule::kDualPipeV && p.ep > 1) || p.ep_overlap;
   e.tp_comm_overlap = p.tp_comm_overlap;
   return e;
 }

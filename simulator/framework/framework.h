@@ -116,13 +116,21 @@ struct ExecutionProfile {
   // layer_cost.cc), instead of the fused kernels of Megatron / Transformer
   // Engine / apex or a torch.compile'd model.
   bool eager_elementwise = false;
-  // DualPipe's overlap (DeepSeek-V3 report Sec. 3.2.1): in each paired
-  // forward and full backward of the dualpipe-v schedule, one micro-batch's
-  // expert-parallel all-to-alls run under the other's compute.  torchtitan
-  // does it with pipeline_parallel_expert_parallel_overlap (default true;
-  // DualPipeV with ep > 1, not with activation checkpointing:
-  // torchtitan/distributed/dual_pipe_v.py get_dual_pipe_v_flag).
-  bool dualpipe_ep_overlap = false;
+  // Paired passes overlap their expert-parallel all-to-alls: in each
+  // forward and backward that the schedule runs as one pair
+  // (PipeOp::overlapped), one micro-batch's all-to-alls run under the
+  // other's compute.
+  // - DualPipe (DeepSeek-V3 report Sec. 3.2.1), the dualpipe-v schedule's
+  //   paired forward and full backward.  torchtitan does it with
+  //   pipeline_parallel_expert_parallel_overlap (default true; DualPipeV with
+  //   ep > 1, not with activation checkpointing:
+  //   torchtitan/distributed/dual_pipe_v.py get_dual_pipe_v_flag).
+  // - Megatron-Core's --overlap-moe-expert-parallel-comm (Plan::ep_overlap):
+  //   the combined 1F1B schedule's merged steady-state forward and backward
+  //   (megatron/core/pipeline_parallel/combined_1f1b.py: "EP A2A in forward
+  //   step is hidden by the attention/mlp computation in the backward step.
+  //   Vice versa").
+  bool paired_ep_overlap = false;
   // Gradient accumulation across micro-batches as a memory-bound pass over
   // the stage's parameters after a micro-batch's backward, however small
   // the micro-batch (0 bytes: none, the weight-gradient GEMM accumulates

@@ -63,17 +63,20 @@ ModelStateBytes model_state_bytes(double params, Precision precision, GradDtype 
   return s;
 }
 
-int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp, int stage) {
-  if (pp == 1 || schedule == Schedule::kNaive) return 1;
+int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp, int stage, bool combined_1f1b) {
+  // The combined 1F1B runs one more warm-up forward (build_pipeline_schedule).
+  const int extra = combined_1f1b ? 1 : 0;
+  if (schedule == Schedule::kNaive) return 1;
+  if (pp == 1) return std::min<int64_t>(1 + extra, microbatches);
   switch (schedule) {
     case Schedule::kGpipe: return microbatches;
-    case Schedule::k1F1B: return std::min<int64_t>(pp - stage, microbatches);
+    case Schedule::k1F1B: return std::min<int64_t>(pp - stage + extra, microbatches);
     case Schedule::kInterleaved: {
       // Megatron: warm-up = (p - rank - 1) * 2 + (v - 1) * p forward chunks,
       // plus the one in steady state; with m == p every rank runs all m*v
       // forwards first.
       if (microbatches == pp) return microbatches * vp;
-      int64_t warm = int64_t{pp - stage - 1} * 2 + int64_t{vp - 1} * pp + 1;
+      int64_t warm = int64_t{pp - stage - 1} * 2 + int64_t{vp - 1} * pp + 1 + extra;
       return std::min<int64_t>(warm, microbatches * vp);
     }
     case Schedule::kNaive: return 1;
@@ -248,7 +251,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
 
     // Activations.
     int64_t chunks = ordered ? peak_microbatches_in_flight(fixed_order[static_cast<size_t>(i)])
-                             : inflight_chunks(p.schedule, p.pp, layout.microbatches, p.vp, i);
+                             : inflight_chunks(p.schedule, p.pp, layout.microbatches, p.vp, i, p.ep_overlap);
     st.inflight_microbatches = chunks;
     double layer_equiv = p.schedule == Schedule::kInterleaved ? static_cast<double>(chunks) * st.layers / p.vp
                                                               : static_cast<double>(chunks) * st.layers;
@@ -258,7 +261,11 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
       act += static_cast<double>(mb) * emb.saved_bytes;
     }
     if (i == p.pp - 1) {
-      int64_t mb = p.schedule == Schedule::kInterleaved ? 1 : chunks;
+      // Interleaved: the last rank runs each output chunk's backward right
+      // after its forward, so one micro-batch's loss is held; the combined
+      // 1F1B's extra warm-up forward there is an output chunk (virtual
+      // micro-batch (v - 1) p), so it holds two.
+      int64_t mb = p.schedule == Schedule::kInterleaved ? std::min<int64_t>(1 + (p.ep_overlap ? 1 : 0), chunks) : chunks;
       act += static_cast<double>(mb) * out.saved_bytes;
     }
     if (ordered) {

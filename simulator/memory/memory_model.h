@@ -89,8 +89,11 @@ struct MemoryReport {
 };
 
 // Microbatch-chunks whose activations stage `stage` holds at its peak (for
-// the fixed-order schedules with W passes, counted over the rank's order).
-int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp, int stage);
+// the fixed-order schedules with W passes, counted over the rank's order);
+// `combined_1f1b`: Megatron-Core's combined 1F1B (Plan::ep_overlap), one
+// more warm-up forward (build_pipeline_schedule), so one more in flight.
+int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp, int stage,
+                        bool combined_1f1b = false);
 
 // REQUIRES: layout resolved by resolve_plan (its reasons are not re-checked).
 MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);

@@ -25,15 +25,18 @@ std::string op_text(const PipeOp& op) {
 }
 
 // megatron/core/pipeline_parallel/schedules.py,
-// forward_backward_pipelining_without_interleaving.
-std::vector<PipeOp> one_f_one_b_rank(int p, int m, int rank) {
-  const int warmup = std::min(p - rank - 1, m);
+// forward_backward_pipelining_without_interleaving.  `combined`: one more
+// warm-up forward, and each steady-state forward merged with the backward
+// after it (build_pipeline_schedule).
+std::vector<PipeOp> one_f_one_b_rank(int p, int m, int rank, bool combined) {
+  const int warmup = std::min(p - rank - 1 + (combined ? 1 : 0), m);
   const int remaining = m - warmup;
   std::vector<PipeOp> ops;
   for (int i = 0; i < warmup; ++i) ops.push_back(forward(i, 0));
   for (int i = 0; i < remaining; ++i) {
     ops.push_back(forward(warmup + i, 0));
     ops.push_back(backward(i, 0));
+    if (combined) ops[ops.size() - 2].overlapped = ops.back().overlapped = true;
   }
   for (int i = remaining; i < m; ++i) ops.push_back(backward(i, 0));
   return ops;
@@ -42,11 +45,11 @@ std::vector<PipeOp> one_f_one_b_rank(int p, int m, int rank) {
 // megatron/schedules.py forward_backward_pipelining_with_interleaving
 // (get_model_chunk_id; the microbatch of a chunk is its FIFO position in
 // input_tensors[chunk], which is (k / (p*v))*p + k % p when m % p == 0).
-std::vector<PipeOp> interleaved_rank(int p, int m, int v, int rank) {
+std::vector<PipeOp> interleaved_rank(int p, int m, int v, int rank, bool combined) {
   const int total = m * v;
   const int group = p * v;
   int warmup = total;  // m == p: all forwards, then all backwards
-  if (m != p) warmup = std::min((p - rank - 1) * 2 + (v - 1) * p, total);
+  if (m != p) warmup = std::min((p - rank - 1) * 2 + (v - 1) * p + (combined ? 1 : 0), total);
   const int remaining = total - warmup;
   auto microbatch = [&](int k) { return (k / group) * p + k % p; };
   auto forward_chunk = [&](int k) { return (k % group) / p; };
@@ -58,6 +61,7 @@ std::vector<PipeOp> interleaved_rank(int p, int m, int v, int rank) {
   for (int k = 0; k < remaining; ++k) {
     ops.push_back(fwd(warmup + k));
     ops.push_back(bwd(k));
+    if (combined) ops[ops.size() - 2].overlapped = ops.back().overlapped = true;
   }
   for (int k = remaining; k < total; ++k) ops.push_back(bwd(k));
   return ops;
@@ -292,9 +296,11 @@ Feasibility check_pipeline_schedule(Schedule s, int p, int m, int v) {
   return Feasibility{};
 }
 
-PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v) {
+PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v, bool combined_1f1b) {
   const Feasibility f = check_pipeline_schedule(s, p, m, v);
   TRAINPLAN_CHECK(f.ok, f.reason);
+  TRAINPLAN_CHECK(!combined_1f1b || s == Schedule::k1F1B || s == Schedule::kInterleaved,
+                  std::string("the combined 1F1B order is built on 1f1b or interleaved, not ") + to_string(s));
   TRAINPLAN_CHECK(!zero_bubble_automatic(s), std::string(to_string(s)) + " is built by build_zero_bubble_schedule");
   PipelineSchedule schedule(static_cast<size_t>(p));
   for (int rank = 0; rank < p; ++rank) {
@@ -305,10 +311,10 @@ PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v) {
         for (int i = m - 1; i >= 0; --i) ops.push_back(backward(i, 0));
         break;
       case Schedule::k1F1B:
-        ops = one_f_one_b_rank(p, m, rank);
+        ops = one_f_one_b_rank(p, m, rank, combined_1f1b);
         break;
       case Schedule::kInterleaved:
-        ops = interleaved_rank(p, m, v, rank);
+        ops = interleaved_rank(p, m, v, rank, combined_1f1b);
         break;
       case Schedule::kNaive:
         for (int i = 0; i < m; ++i) {

@@ -34,8 +34,10 @@ struct PipeOp {
   Kind kind = Kind::kForward;
   int microbatch = 0;  // 0..m-1
   int chunk = 0;       // virtual stage index on this rank, 0..v-1
-  // kDualPipeV: a forward and the full backward (B, then its W) that follows
-  // it run as one overlapped pair (PyTorch OVERLAP_F_B); both F and B carry it.
+  // A forward and the backward that follows it run as one overlapped pair,
+  // each one's expert-parallel all-to-alls under the other's compute; both F
+  // and B carry it.  kDualPipeV: the full backward (B, then its W; PyTorch
+  // OVERLAP_F_B); Megatron-Core's combined 1F1B (build_pipeline_schedule).
   bool overlapped = false;
 };
 bool operator==(const PipeOp& a, const PipeOp& b);
@@ -89,9 +91,19 @@ Feasibility check_pipeline_schedule(Schedule s, int p, int m, int v);
 //                backward k runs chunk v-1 minus that.  Warm-up is all m*v
 //                forwards when m == p, else min(2(p-r-1) + (v-1)p, m*v); then
 //                (F, B) pairs; then the remaining backwards.
+//
+// combined_1f1b: Megatron-Core's order under --overlap-moe-expert-parallel-comm
+// (megatron/core/pipeline_parallel/combined_1f1b.py) on k1F1B or
+// kInterleaved: each rank runs one more warm-up forward than above
+// (schedules.py get_pp_rank_microbatches: "we schedule one extra micro-batch
+// forward step before the 1f1b stages ... to ensure the forward and backward
+// computations are independent"), then every steady-state (F, B) pair runs
+// as one merged step, both flagged `overlapped`; with p = 1 that is F0 alone,
+// (F_i, B_i-1) pairs, B_m-1 alone (combined_1f1b_schedule_for_no_pipelining).
 // REQUIRES: check_pipeline_schedule(s, p, m, v).ok and s is not kZb1p or
-// kZb2p (TRAINPLAN_CHECK aborts).
-PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v);
+// kZb2p; combined_1f1b only with k1F1B or kInterleaved (TRAINPLAN_CHECK
+// aborts).
+PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v, bool combined_1f1b = false);
 
 // What a zero-bubble schedule is built from: per rank, the durations of its
 // F, B (input gradient) and W (weight gradient) passes of one micro-batch and

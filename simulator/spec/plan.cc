@@ -492,6 +492,29 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
       fail("tp comm overlap is Megatron-Core's (Transformer Engine userbuffers); this plan's framework does not run "
            "it: use --framework megatron-core");
   }
+  if (p.ep_overlap) {
+    // megatron/core/transformer/transformer_config.py __post_init__, under
+    // overlap_moe_expert_parallel_comm: "only supported with expert model
+    // parallelism"; "virtual_pipeline_model_parallel_size must be specified
+    // when pipeline_model_parallel_size > 1"; "disable full recomputation";
+    // "disable moe in recompute_modules"; "only supported with bf16 or fp16
+    // model" (FP8 GEMMs keep a bf16 model); the combined 1F1B schedule is
+    // Megatron-Core's.
+    if (p.ep < 2) fail("ep overlap needs ep >= 2 (there is no expert-parallel all-to-all to overlap)");
+    if (p.pp > 1 && p.schedule != Schedule::kInterleaved)
+      fail(std::string("ep overlap with pp > 1 runs on the interleaved schedule (Megatron-Core: virtual pipeline size "
+                       "must be specified); this plan's schedule is ") +
+           to_string(p.schedule) + ": give --vp >= 2");
+    if (p.recompute == Recompute::kFull) fail("ep overlap needs a recompute other than full (Megatron-Core: disable full "
+                                              "recomputation when enabling overlap_moe_expert_parallel_comm)");
+    if (p.recompute == Recompute::kSelective && (p.recompute_modules & kRcMoe) != 0)
+      fail("ep overlap cannot recompute the moe module (Megatron-Core: disable moe in recompute_modules); recompute "
+           "moe_act instead");
+    if (p.precision == Precision::kFp32) fail("ep overlap needs a bf16 or fp16 model (Megatron-Core); got fp32");
+    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
+      fail("ep overlap is Megatron-Core's combined 1F1B schedule; this plan's framework does not run it: use "
+           "--framework megatron-core");
+  }
   if (zero_bubble(p.schedule)) {
     // Qi et al. 2024 run ZB-1p/ZB-2p with one model chunk per rank (the
     // authors' Megatron fork refuses --enable-zero-bubble with a virtual

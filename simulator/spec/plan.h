@@ -138,6 +138,14 @@ struct Plan {
   // Needs tp > 1 inside one node, sequence parallelism and a framework that
   // runs Transformer Engine's userbuffers (megatron-core, or generic).
   bool tp_comm_overlap = false;
+  // Megatron-Core's --overlap-moe-expert-parallel-comm: each steady-state
+  // forward runs merged with a backward of another micro-batch, the
+  // expert-parallel all-to-alls of each under the other's compute (the
+  // combined 1F1B order, build_pipeline_schedule; ExecutionProfile::
+  // paired_ep_overlap).  Needs ep > 1, the interleaved schedule when pp > 1,
+  // no full recompute and no "moe" among the recomputed modules (Megatron-Core
+  // TransformerConfig.__post_init__).
+  bool ep_overlap = false;
   GradDtype grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
   Attention attention = Attention::kFlash;
   DpMode dp_mode = DpMode::kSync;

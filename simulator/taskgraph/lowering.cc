@@ -116,8 +116,8 @@ struct Entry {
   double gather_params = 0; // ZeRO-3: parameters to gather before it
   double gather_layer_params = 0;  // of them, the layer's own (the rest: embedding / output layer)
   double gather_expert_params = 0;  // of them, routed experts (gathered over the expert data-parallel group)
-  // dualpipe-v: the share of its expert-parallel all-to-all time hidden
-  // under the paired pass's compute (ExecutionProfile::dualpipe_ep_overlap).
+  // Paired passes: the share of its expert-parallel all-to-all time hidden
+  // under the paired pass's compute (ExecutionProfile::paired_ep_overlap).
   double ep_hidden_share = 0;
 };
 
@@ -354,7 +354,7 @@ class Lowerer {
       schedule_ = build_zero_bubble_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches),
                                              zero_bubble_planning_times(stage_op_times()));
     } else {
-      schedule_ = build_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v);
+      schedule_ = build_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v, p_.ep_overlap);
     }
     // Program entries per stage (identical for every rank of a stage).
     entries_.assign(static_cast<size_t>(p_.pp), {});
@@ -424,16 +424,17 @@ class Lowerer {
     }
   }
 
-  // dualpipe-v with the framework's overlap: a paired forward's all-to-all
-  // time is hidden under its partner full backward's compute (B and W, less
-  // their communication) and the backward's under the forward's, each up to
-  // the other's compute (DeepSeek-V3 report Sec. 3.2.1, Fig. 4).  The pair
-  // is the forward and the backward after it in the rank's order.
+  // Paired passes with the framework's overlap (dualpipe-v; Megatron-Core's
+  // combined 1F1B): a paired forward's all-to-all time is hidden under its
+  // partner backward's compute (B and, with dualpipe-v, W; less their
+  // communication) and the backward's under the forward's, each up to the
+  // other's compute (DeepSeek-V3 report Sec. 3.2.1, Fig. 4; combined_1f1b.py).
+  // The pair is the forward and the backward after it in the rank's order.
   double ep_hidden_share(int s, const std::vector<PipeOp>& ops, size_t k) const {
-    if (!prof_.dualpipe_ep_overlap || !ops[k].overlapped || ops[k].kind == PipeOp::Kind::kWeight) return 0;
+    if (!prof_.paired_ep_overlap || !ops[k].overlapped || ops[k].kind == PipeOp::Kind::kWeight) return 0;
     const bool fwd = ops[k].kind == PipeOp::Kind::kForward;
     const size_t partner = fwd ? k + 1 : k - 1;
-    TRAINPLAN_CHECK(partner < ops.size() && ops[partner].overlapped, "dualpipe-v pair without its partner");
+    TRAINPLAN_CHECK(partner < ops.size() && ops[partner].overlapped, "an overlapped pass without its partner");
     auto sums = [&](const PipeOp& op, bool forward) {
       const Chunk& ch = chunks_[static_cast<size_t>(s)][static_cast<size_t>(op.chunk)];
       double compute = 0, ep = 0;

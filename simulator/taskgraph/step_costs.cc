@@ -402,9 +402,12 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   return s;
 }
 
-int64_t StepCosts::layers_work_ps(int64_t first, int64_t count) const {
+int64_t StepCosts::layers_work_ps(int64_t first, int64_t count, bool less_ep_comm) const {
   int64_t t = 0;
-  for (int64_t i = first; i < first + count; ++i) t += times_of(i).forward_ps + times_of(i).backward_ps;
+  for (int64_t i = first; i < first + count; ++i) {
+    const LayerTimes& lt = times_of(i);
+    t += lt.forward_ps + lt.backward_ps - (less_ep_comm ? lt.ep_comm_forward_ps + lt.ep_comm_backward_ps : 0);
+  }
   return t;
 }
 
@@ -456,13 +459,18 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
     const size_t i = static_cast<size_t>(st);
     return optimizer_ps(c, layout, stage_params[i], i < stage_expert_params.size() ? stage_expert_params[i] : 0.0);
   };
+  // Paired passes may hide their expert-parallel all-to-alls
+  // (ExecutionProfile::paired_ep_overlap): bound with the rest only.
+  const bool hide_ep = execution_profile(p).paired_ep_overlap;
   // The cheapest layer kind present (dense or MoE) bounds any chunk's layers.
   int64_t min_fwd = INT64_MAX, min_bwd = INT64_MAX, min_work = INT64_MAX;
   for (int64_t i = 0; i < m.layers; ++i) {
     const LayerTimes& t = s.times_of(i);
-    min_fwd = std::min(min_fwd, t.forward_ps);
-    min_bwd = std::min(min_bwd, t.backward_ps);
-    min_work = std::min(min_work, t.forward_ps + t.backward_ps);
+    const int64_t f = t.forward_ps - (hide_ep ? t.ep_comm_forward_ps : 0);
+    const int64_t b = t.backward_ps - (hide_ep ? t.ep_comm_backward_ps : 0);
+    min_fwd = std::min(min_fwd, f);
+    min_bwd = std::min(min_bwd, b);
+    min_work = std::min(min_work, f + b);
   }
   const std::vector<int64_t> first = stage_first_layers(layout.stage_layers);
   int64_t best = 0;
@@ -479,7 +487,7 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
   int64_t start_delay = 0, drain = 0;
   for (int st = 0; st < p.pp; ++st) {
     const int64_t layers = layout.stage_layers[static_cast<size_t>(st)];
-    int64_t work = s.layers_work_ps(first[static_cast<size_t>(st)], layers);
+    int64_t work = s.layers_work_ps(first[static_cast<size_t>(st)], layers, hide_ep);
     if (st == 0) work += s.embedding_forward_ps + s.embedding_backward_ps;
     if (st == output_rank) work += s.output_forward_ps + s.output_backward_ps;
     // Naive model parallel: one stage busy at a time, so the step is at least
@@ -508,7 +516,7 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
     int64_t sum = 0;
     for (int st = 0; st < p.pp; ++st) {
       const int64_t layers = layout.stage_layers[static_cast<size_t>(st)];
-      sum += mb * s.layers_work_ps(first[static_cast<size_t>(st)], layers);
+      sum += mb * s.layers_work_ps(first[static_cast<size_t>(st)], layers, hide_ep);
     }
     best = std::max(best, sum);
   }
@@ -525,6 +533,7 @@ int64_t pipeline_step_lower_bound(const ModelSpec& m, const ClusterSpec& c, cons
   const int mb = static_cast<int>(layout.microbatches);
   if (!check_pipeline_schedule(p.schedule, p.pp, mb, v).ok) return basic;
   const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(layout);
+  const bool hide_ep = execution_profile(p).paired_ep_overlap;  // as step_time_lower_bound
   const size_t stages = static_cast<size_t>(p.pp) * static_cast<size_t>(v);
   std::vector<double> fwd(stages), bwd(stages);
   int64_t empty_passes = 0;  // per micro-batch
@@ -533,8 +542,9 @@ int64_t pipeline_step_lower_bound(const ModelSpec& m, const ClusterSpec& c, cons
       const ChunkLayers& cl = chunks[static_cast<size_t>(r)][static_cast<size_t>(ch)];
       int64_t f = 0, b = 0;
       for (int i = cl.first; i < cl.first + cl.count; ++i) {
-        f += s.times_of(i).forward_ps;
-        b += s.times_of(i).backward_ps;
+        const LayerTimes& lt = s.times_of(i);
+        f += lt.forward_ps - (hide_ep ? lt.ep_comm_forward_ps : 0);
+        b += lt.backward_ps - (hide_ep ? lt.ep_comm_backward_ps : 0);
       }
       if (r == 0 && ch == 0) {
         f += s.embedding_forward_ps;
@@ -553,7 +563,7 @@ int64_t pipeline_step_lower_bound(const ModelSpec& m, const ClusterSpec& c, cons
       empty_passes += (f <= 0 ? 1 : 0) + (b <= 0 ? 1 : 0);
     }
   }
-  const PipelineSchedule schedule = build_pipeline_schedule(p.schedule, p.pp, mb, v);
+  const PipelineSchedule schedule = build_pipeline_schedule(p.schedule, p.pp, mb, v, p.ep_overlap);
   const UnitTimeRun run = simulate_pipeline_stages(schedule, v, fwd, bwd);
   int64_t best = basic;
   for (int r = 0; r < p.pp; ++r) {

@@ -92,8 +92,10 @@ struct StepCosts {
     if (plain(index)) return moe ? plain_moe_layer_times : plain_layer_times;
     return moe ? moe_layer_times : layer_times;
   }
-  // Sum of forward + backward of layers [first, first + count).
-  int64_t layers_work_ps(int64_t first, int64_t count) const;
+  // Sum of forward + backward of layers [first, first + count);
+  // `less_ep_comm`: without their expert-parallel collectives (what paired
+  // passes may hide, ExecutionProfile::paired_ep_overlap).
+  int64_t layers_work_ps(int64_t first, int64_t count, bool less_ep_comm = false) const;
   int64_t layers_forward_ps(int64_t first, int64_t count) const;
   int64_t embedding_forward_ps = 0, embedding_backward_ps = 0;  // including TP comm
   int64_t embedding_tp_forward_ps = 0, embedding_tp_backward_ps = 0;

@@ -52,6 +52,7 @@ edit(PLAN, '"gpus": 8', '"gpus": 12', "plan_gpus_12.json")
 edit(PLAN, '"pp": 2', '"pp": 2, "stage_layers": [16, 15]', "plan_stage_sum.json")
 edit(PLAN, '"zero": 1', '"zero": 4', "plan_zero_4.json")
 edit(PLAN, '"seq": 8192', '"seq": 0', "plan_seq_0.json")
+edit(PLAN, '"zero": 1', '"zero": 1, "ep_overlap": "yes"', "plan_ep_overlap_string.json")
 edit(PLAN, '"precision": "bf16"', '"precision": "bf16", "fp8_recipe": "delayed"', "plan_fp8_recipe_bf16.json")
 # Duplicate keys (nlohmann keeps the last one).
 edit(MODEL, '"layers": 4,', '"layers": 4, "layers": 400,', "model_duplicate.json")

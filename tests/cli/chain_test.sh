@@ -174,7 +174,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
         "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers",
-        "framework", "gpus", "ep", "etp", "recompute_modules", "tp_comm_overlap"]
+        "framework", "gpus", "ep", "etp", "recompute_modules", "tp_comm_overlap", "ep_overlap"]
 for i, p in enumerate(d["plans"]):
     plan = {k: p[k] for k in keys if k in p}
     plan.update(model=sys.argv[3], cluster=sys.argv[4])
@@ -257,6 +257,39 @@ while read -r i target runs; do
   if [ "$runs" = no ] && [ "$rc" != 2 ]; then fail "plan $i is not labelled $target but exports (rc $rc)"; fi
 done < "$work/gen.list"
 echo "recommend labels: $(grep -c yes "$work/gen.list") framework labels checked by exporting, $(grep -c no "$work/gen.list") refusals"
+
+# Megatron-Core's all-to-all overlap (--ep-overlap): exported as
+# --overlap-moe-expert-parallel-comm with a larger CUDA_DEVICE_MAX_CONNECTIONS
+# and passing the oracle's TransformerConfig rules, on one node (no
+# pipeline) and four (pp 2 with vp 2); the other targets refuse it; and the
+# oracle rejects the script with the allgather dispatcher or without the flag.
+for nodes in 1 4; do
+  plan="$work/epo$nodes.json"
+  if [ "$nodes" = 1 ]; then pp=1 vp=1 sched=1f1b; else pp=2 vp=2 sched=interleaved; fi
+  gpus=$((8 * nodes))
+  cat > "$plan" <<JSON
+{"model": "qwen3-30b-a3b", "cluster": "dgx-h100", "gpus": $gpus, "tp": 1, "pp": $pp, "dp": $((gpus / pp)), "cp": 1,
+ "vp": $vp, "ep": 8, "etp": 1, "zero": 1, "mbs": 1, "gbs": 256, "seq": 4096, "sp": false, "recompute": "selective",
+ "recompute_modules": ["layernorm", "moe_act"], "schedule": "$sched", "precision": "bf16", "grad_dtype": "fp32",
+ "attention": "flash", "framework": "megatron-core", "ep_overlap": true}
+JSON
+  "$T" simulate --plan "$plan" > "$work/epo.txt" 2>&1 || { fail "ep overlap ($nodes nodes) does not simulate: $(cat "$work/epo.txt")"; continue; }
+  grep -q "ep_overlap=on" "$work/epo.txt" || fail "ep overlap ($nodes nodes): the plan line lacks ep_overlap=on"
+  export_and_check "$plan" "$nodes" "ep overlap ($nodes nodes)"
+  "$T" export --plan "$plan" --to megatron > "$work/epo.sh" 2> /dev/null || { fail "ep overlap: no Megatron export"; continue; }
+  grep -q -- "--overlap-moe-expert-parallel-comm" "$work/epo.sh" || fail "ep overlap ($nodes nodes): no --overlap-moe-expert-parallel-comm"
+  grep -q "^export CUDA_DEVICE_MAX_CONNECTIONS=32" "$work/epo.sh" || fail "ep overlap ($nodes nodes): CUDA_DEVICE_MAX_CONNECTIONS not raised"
+  for target in deepspeed torchtitan fsdp; do
+    "$T" export --plan "$plan" --to "$target" > /dev/null 2> "$work/epo.err"
+    [ $? = 2 ] || fail "ep overlap exported to $target"
+  done
+  sed 's/--moe-token-dispatcher-type alltoall/--moe-token-dispatcher-type allgather/' "$work/epo.sh" > "$work/epo_ag.sh"
+  python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/epo_ag.sh" --nodes "$nodes" 2>&1 |
+    grep -q "needs the alltoall or flex token dispatcher" || fail "oracle accepted ep overlap with the allgather dispatcher"
+  grep -v -- "--overlap-moe-expert-parallel-comm" "$work/epo.sh" > "$work/epo_off.sh"
+  python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/epo_off.sh" --nodes "$nodes" 2>&1 |
+    grep -q "the plan's ep_overlap is True" || fail "oracle accepted a script without the plan's ep overlap"
+done
 
 # Every framework took some plans on one and on four nodes.
 for target in megatron deepspeed torchtitan fsdp torchtitan-py; do

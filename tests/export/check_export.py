@@ -71,6 +71,7 @@ def load_plan(path: str) -> dict:
         "ep": int(p.get("ep", 1)),
         "recompute_modules": list(p.get("recompute_modules") or []),
         "recompute_layers": int(p.get("recompute_layers", 0) or 0),
+        "ep_overlap": bool(p.get("ep_overlap", False)),
     }
     out["etp"] = int(p.get("etp", out["tp"]))
     tp, pp, cp = out["tp"], out["pp"], out["cp"]
@@ -833,6 +834,34 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
     if plan["offload"] == "optimizer" and not ns.get("optimizer_cpu_offload"):
         P.add("megatron: the plan offloads the optimizer but --optimizer-cpu-offload is missing")
     megatron_moe_rules(ns, given, plan, world, tp, pp, cp, layers, P)
+    # transformer_config.py TransformerConfig.__post_init__, under
+    # overlap_moe_expert_parallel_comm.
+    if ns.get("overlap_moe_expert_parallel_comm"):
+        where = ln("overlap_moe_expert_parallel_comm")
+        if (geti("expert_model_parallel_size") or 1) <= 1:
+            P.add("megatron: --overlap-moe-expert-parallel-comm is only supported with expert model parallelism "
+                  "(transformer_config.py)", where)
+        if pp > 1 and vpp is None:
+            P.add("megatron: --overlap-moe-expert-parallel-comm with pipeline size > 1 needs a virtual pipeline "
+                  "size (transformer_config.py)", where)
+        if (ns.get("moe_token_dispatcher_type") or "allgather") not in ("alltoall", "flex"):
+            P.add("megatron: --overlap-moe-expert-parallel-comm needs the alltoall or flex token dispatcher "
+                  "(transformer_config.py)", where)
+        if ns.get("recompute_granularity") == "full" or ns.get("recompute_method") is not None:
+            P.add("megatron: --overlap-moe-expert-parallel-comm needs full recomputation off and no "
+                  "--recompute-method (transformer_config.py)", where)
+        if "moe" in (ns.get("recompute_modules") or []) and ns.get("recompute_granularity") == "selective":
+            P.add("megatron: --overlap-moe-expert-parallel-comm cannot recompute the moe module "
+                  "(transformer_config.py)", where)
+        if not (ns.get("bf16") or ns.get("fp16")):
+            P.add("megatron: --overlap-moe-expert-parallel-comm is only supported with a bf16 or fp16 model "
+                  "(transformer_config.py)", where)
+        if ns.get("moe_shared_expert_overlap"):
+            P.add("megatron: --overlap-moe-expert-parallel-comm excludes --moe-shared-expert-overlap "
+                  "(transformer_config.py)", where)
+    if bool(ns.get("overlap_moe_expert_parallel_comm")) != plan.get("ep_overlap", False):
+        P.add(f"megatron: --overlap-moe-expert-parallel-comm is {bool(ns.get('overlap_moe_expert_parallel_comm'))}, "
+              f"the plan's ep_overlap is {plan.get('ep_overlap', False)}")
 
 
 def megatron_moe_rules(ns: dict, given: dict, plan: dict, world: int, tp: int, pp: int, cp: int, layers, P) -> None:

@@ -1,0 +1,225 @@
+// Megatron-Core's --overlap-moe-expert-parallel-comm (Plan::ep_overlap): the
+// combined 1F1B order against Megatron-Core's own rules (schedules.py,
+// combined_1f1b.py, TransformerConfig), what it hides in the simulated step
+// against the closed form of its unpaired passes, and the extra micro-batch
+// it holds against the pass order.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "simulator/memory/memory_model.h"
+#include "simulator/report/step_report.h"
+#include "simulator/schedule/pipeline_schedule.h"
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
+#include "simulator/taskgraph/step_costs.h"
+
+namespace trainplan {
+namespace {
+
+using Catch::Matchers::WithinRel;
+
+std::string text(const std::vector<PipeOp>& ops) {
+  std::string out;
+  for (const PipeOp& op : ops) {
+    if (!out.empty()) out += ' ';
+    if (op.overlapped) out += '*';
+    out += op.kind == PipeOp::Kind::kForward ? 'F' : 'B';
+    out += std::to_string(op.microbatch) + "." + std::to_string(op.chunk);
+  }
+  return out;
+}
+
+TEST_CASE("EpOverlap: without pipelining, F0 alone, then each forward merged with the previous backward",
+          "[sim][taskgraph][moe]") {
+  // combined_1f1b_schedule_for_no_pipelining: "The forward step for the
+  // first microbatch is executed alone", then F(i) with B(i-1), then "The
+  // backward step for the last microbatch is executed alone".  (*: merged.)
+  const PipelineSchedule s = build_pipeline_schedule(Schedule::k1F1B, 1, 4, 1, true);
+  REQUIRE(s.size() == 1);
+  CHECK(text(s[0]) == "F0.0 *F1.0 *B0.0 *F2.0 *B1.0 *F3.0 *B2.0 B3.0");
+  // One micro-batch: nothing to merge.
+  CHECK(text(build_pipeline_schedule(Schedule::k1F1B, 1, 1, 1, true)[0]) == "F0.0 B0.0");
+}
+
+TEST_CASE("EpOverlap: the interleaved order runs one more warm-up forward, then merged (F, B) pairs",
+          "[sim][taskgraph][moe]") {
+  // schedules.py get_pp_rank_microbatches: warm-up = (p - r - 1) * 2 +
+  // (v - 1) * p, plus one under overlap_moe_expert_parallel_comm ("one extra
+  // micro-batch forward step before the 1f1b stages"), capped at m * v; then
+  // every steady-state forward and the backward after it run merged; the
+  // remaining backwards alone.  Against the plain interleaved order: the
+  // same passes, one fewer steady-state pair.
+  for (int p : {2, 4}) {
+    for (int v : {2, 3}) {
+      for (int m : {p, 2 * p, 4 * p}) {
+        INFO("p=" << p << " v=" << v << " m=" << m);
+        const PipelineSchedule plain = build_pipeline_schedule(Schedule::kInterleaved, p, m, v);
+        const PipelineSchedule comb = build_pipeline_schedule(Schedule::kInterleaved, p, m, v, true);
+        for (int r = 0; r < p; ++r) {
+          const std::vector<PipeOp>& ops = comb[static_cast<size_t>(r)];
+          const int total = m * v;
+          const int warmup = m == p ? total : std::min((p - r - 1) * 2 + (v - 1) * p + 1, total);
+          int leading = 0;
+          while (leading < static_cast<int>(ops.size()) && ops[static_cast<size_t>(leading)].kind == PipeOp::Kind::kForward)
+            ++leading;
+          // The warm-up forwards, then the first pair's forward.
+          CHECK(leading == std::min(warmup + 1, total));
+          int merged = 0;
+          for (size_t k = 0; k < ops.size(); ++k) {
+            if (!ops[k].overlapped) continue;
+            ++merged;
+            // Merged passes come as a forward and the backward right after it.
+            if (ops[k].kind == PipeOp::Kind::kForward) {
+              REQUIRE(k + 1 < ops.size());
+              CHECK(ops[k + 1].kind == PipeOp::Kind::kBackward);
+              CHECK(ops[k + 1].overlapped);
+            }
+          }
+          CHECK(merged == 2 * (total - warmup));
+          // Same passes as the plain order, each once.
+          std::vector<PipeOp> a = ops, b = plain[static_cast<size_t>(r)];
+          auto key = [](const PipeOp& x) { return std::make_tuple(static_cast<int>(x.kind), x.microbatch, x.chunk); };
+          auto less = [&](const PipeOp& x, const PipeOp& y) { return key(x) < key(y); };
+          std::sort(a.begin(), a.end(), less);
+          std::sort(b.begin(), b.end(), less);
+          CHECK(a == b);
+        }
+        // It runs to the end without deadlock (the executor aborts otherwise).
+        CHECK(simulate_pipeline_unit_time(comb, v, 1.0, 2.0).makespan > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("EpOverlap: Megatron-Core's rules", "[sim][taskgraph][moe]") {
+  // TransformerConfig.__post_init__ under overlap_moe_expert_parallel_comm.
+  const ModelSpec model = load_model("qwen3-30b-a3b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan base;
+  base.ep = 8;
+  base.zero = 1;
+  base.mbs = 1;
+  base.gbs = 256;
+  base.framework = Framework::kMegatronCore;
+  base.ep_overlap = true;
+  auto reasons = [&](const Plan& p, int gpus) {
+    const Layout L = resolve_plan(model, c, gpus, p);
+    std::string all;
+    for (const std::string& r : L.reasons) all += r + "\n";
+    return std::make_pair(L.feasible, all);
+  };
+  CHECK(reasons(base, 16).first);
+  Plan p = base;
+  p.ep = 1;
+  CHECK_THAT(reasons(p, 16).second, Catch::Matchers::Contains("ep overlap needs ep >= 2"));
+  p = base;
+  p.pp = 2;
+  CHECK_THAT(reasons(p, 16).second, Catch::Matchers::Contains("ep overlap with pp > 1 runs on the interleaved"));
+  p.vp = 2;
+  CHECK(reasons(p, 16).first);
+  p = base;
+  p.recompute = Recompute::kFull;
+  CHECK_THAT(reasons(p, 16).second, Catch::Matchers::Contains("other than full"));
+  p = base;
+  p.recompute = Recompute::kSelective;
+  p.recompute_modules = kRcLayernorm | kRcMoe;
+  CHECK_THAT(reasons(p, 16).second, Catch::Matchers::Contains("cannot recompute the moe module"));
+  p.recompute_modules = kRcLayernorm | kRcMoeAct;
+  CHECK(reasons(p, 16).first);
+  p = base;
+  p.framework = Framework::kTorchtitan;
+  CHECK_THAT(reasons(p, 16).second, Catch::Matchers::Contains("use --framework megatron-core"));
+}
+
+TEST_CASE("EpOverlap: the merged passes hide their all-to-alls; the unpaired first forward and last backward do not",
+          "[sim][taskgraph][moe]") {
+  // Qwen3-30B-A3B on 2 DGX H100 nodes, ep 8, no pipeline, 8 micro-batches.
+  // In each merged (F(i), B(i-1)) each pass's compute exceeds the other's
+  // all-to-all time (checked below), so a merged pass exposes none; what is
+  // left is one forward's and one backward's all-to-alls (F0 and B7): the
+  // exposed all-to-all time of the same plan with a single micro-batch,
+  // where nothing is merged.  The step shrinks by exactly what was hidden.
+  const ModelSpec model = load_model("qwen3-30b-a3b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan plan;
+  plan.ep = 8;
+  plan.zero = 1;
+  plan.mbs = 2;
+  plan.framework = Framework::kMegatronCore;
+  auto run = [&](bool overlap, int64_t gbs) {
+    Plan q = plan;
+    q.ep_overlap = overlap;
+    q.gbs = gbs;
+    const Layout L = resolve_plan(model, c, 16, q);
+    REQUIRE(L.feasible);
+    return std::make_pair(L, simulate_step(model, c, L, SimulateOptions{}));
+  };
+  const auto [L8, off] = run(false, 256);
+  const auto [L8o, on] = run(true, 256);
+  const auto [L1, one] = run(true, 32);
+  REQUIRE(L8.microbatches == 8);
+  REQUIRE(L1.microbatches == 1);
+  const StepCosts sc = step_costs(model, c, L8o.plan);
+  const LayerTimes& lt = sc.times_of(0);  // every Qwen3-30B-A3B layer is an MoE layer
+  REQUIRE(lt.ep_comm_forward_ps > 0);
+  CHECK(lt.forward_ps - lt.ep_comm_forward_ps > lt.ep_comm_backward_ps);
+  CHECK(lt.backward_ps - lt.ep_comm_backward_ps > lt.ep_comm_forward_ps);
+  CHECK_THAT(on.breakdown.ep_comm, WithinRel(one.breakdown.ep_comm, 1e-6));
+  CHECK(off.breakdown.ep_comm > 5 * on.breakdown.ep_comm);
+  CHECK_THAT(on.step_time_s, WithinRel(off.step_time_s - (off.breakdown.ep_comm - on.breakdown.ep_comm), 1e-6));
+  CHECK_THAT(on.breakdown.compute, WithinRel(off.breakdown.compute, 1e-9));
+}
+
+TEST_CASE("EpOverlap: one more micro-batch in flight, as the pass order holds", "[sim][taskgraph][moe]") {
+  // Without pipelining F1 runs before B0: two micro-batches' activations at
+  // the peak instead of one.  Interleaved: the extra warm-up forward; on
+  // the last rank it is an output chunk, so two losses are held.  Oracle:
+  // the peak count of the combined order itself.
+  CHECK(inflight_chunks(Schedule::k1F1B, 1, 8, 1, 0) == 1);
+  CHECK(inflight_chunks(Schedule::k1F1B, 1, 8, 1, 0, true) == 2);
+  CHECK(inflight_chunks(Schedule::k1F1B, 1, 1, 1, 0, true) == 1);
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    const PipelineSchedule s = build_pipeline_schedule(Schedule::kInterleaved, 4, 16, 2, true);
+    CHECK(inflight_chunks(Schedule::kInterleaved, 4, 16, 2, r, true) ==
+          peak_microbatches_in_flight(s[static_cast<size_t>(r)]));
+    CHECK(inflight_chunks(Schedule::kInterleaved, 4, 16, 2, r, true) ==
+          inflight_chunks(Schedule::kInterleaved, 4, 16, 2, r) + 1);
+  }
+  // The closed form agrees with the simulated peak on every stage.
+  const ModelSpec model = load_model("qwen3-30b-a3b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan p;
+  p.pp = 2;
+  p.vp = 2;
+  p.ep = 8;
+  p.zero = 1;
+  p.mbs = 1;
+  p.gbs = 256;
+  p.recompute = Recompute::kSelective;
+  p.recompute_modules = kRcLayernorm | kRcMoeAct;
+  p.framework = Framework::kMegatronCore;
+  p.ep_overlap = true;
+  const Layout L = resolve_plan(model, c, 32, p);
+  REQUIRE(L.feasible);
+  const StepReport sim = simulate_step(model, c, L, SimulateOptions{});
+  REQUIRE(sim.stages.size() == 2);
+  for (const StageResult& st : sim.stages) {
+    INFO("stage " << st.stage);
+    CHECK_THAT(st.simulated_peak_bytes, WithinRel(st.closed_form_peak_bytes, 1e-6));
+  }
+  // And the extra micro-batch costs memory: the same plan without the overlap peaks lower on every stage.
+  Plan q = p;
+  q.ep_overlap = false;
+  const StepReport plain = simulate_step(model, c, resolve_plan(model, c, 32, q), SimulateOptions{});
+  for (size_t i = 0; i < 2; ++i) CHECK(plain.stages[i].simulated_peak_bytes < sim.stages[i].simulated_peak_bytes);
+}
+
+}  // namespace
+}  // namespace trainplan
