@@ -501,7 +501,11 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     // model" (FP8 GEMMs keep a bf16 model); the combined 1F1B schedule is
     // Megatron-Core's.
     if (p.ep < 2) fail("ep overlap needs ep >= 2 (there is no expert-parallel all-to-all to overlap)");
-    if (p.pp > 1 && p.schedule != Schedule::kInterleaved)
+    if (p.schedule != Schedule::k1F1B && p.schedule != Schedule::kInterleaved)
+      fail(std::string("ep overlap runs Megatron-Core's combined 1F1B, built on the 1f1b or interleaved schedule; "
+                       "this plan's schedule is ") +
+           to_string(p.schedule));
+    else if (p.pp > 1 && p.schedule != Schedule::kInterleaved)
       fail(std::string("ep overlap with pp > 1 runs on the interleaved schedule (Megatron-Core: virtual pipeline size "
                        "must be specified); this plan's schedule is ") +
            to_string(p.schedule) + ": give --vp >= 2");

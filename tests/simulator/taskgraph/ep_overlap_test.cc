@@ -123,6 +123,11 @@ TEST_CASE("EpOverlap: Megatron-Core's rules", "[sim][taskgraph][moe]") {
   CHECK_THAT(reasons(p, 16).second, Catch::Matchers::Contains("ep overlap with pp > 1 runs on the interleaved"));
   p.vp = 2;
   CHECK(reasons(p, 16).first);
+  // Only 1F1B and interleaved have a combined order, with or without a pipeline.
+  p = base;
+  p.schedule = Schedule::kGpipe;
+  p.schedule_given = true;
+  CHECK_THAT(reasons(p, 16).second, Catch::Matchers::Contains("built on the 1f1b or interleaved schedule"));
   p = base;
   p.recompute = Recompute::kFull;
   CHECK_THAT(reasons(p, 16).second, Catch::Matchers::Contains("other than full"));
