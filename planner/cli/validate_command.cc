@@ -16,6 +16,7 @@
 #include "planner/cli/validate_faults.h"
 #include "planner/plan/plan_file.h"
 #include "simulator/core/error.h"
+#include "simulator/framework/framework.h"
 #include "simulator/memory/memory_model.h"
 #include "simulator/core/units.h"
 #include "simulator/spec/calibration.h"
@@ -63,6 +64,25 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
                       "validate cannot execute FP8 GEMMs yet: the cpu backend runs fp32 and the cuda backend bf16, "
                       "fp16, fp32 or tf32 (precision fp8)",
                       "validate the same layout with precision bf16");
+  }
+  {
+    // The executors run each pass's collectives in line, op by op; an overlap
+    // the framework runs beside the compute would be measured exposed while
+    // the simulation hides it, and the comparison would not be of one plan.
+    const ExecutionProfile prof = execution_profile(layout.plan);
+    std::string overlap;
+    if (prof.tp_comm_overlap) {
+      overlap = "tensor-parallel collectives overlapped with the GEMMs (tp_comm_overlap)";
+    } else if (prof.paired_ep_overlap) {
+      overlap = layout.plan.ep_overlap ? "the combined 1F1B's all-to-all overlap (ep_overlap)"
+                                       : "dualpipe-v's all-to-all overlap in its paired passes";
+    }
+    if (!overlap.empty()) {
+      throw_input_error("--plan", "",
+                        "validate cannot reproduce " + overlap +
+                            ": the executors run each pass's collectives in line, so they would measure another plan",
+                        "validate the same layout without it");
+    }
   }
   if (layout.plan.dp_mode == DpMode::kAsync) {
     throw_input_error("--plan", "",

@@ -53,6 +53,10 @@ edit(PLAN, '"pp": 2', '"pp": 2, "stage_layers": [16, 15]', "plan_stage_sum.json"
 edit(PLAN, '"zero": 1', '"zero": 4', "plan_zero_4.json")
 edit(PLAN, '"seq": 8192', '"seq": 0', "plan_seq_0.json")
 edit(PLAN, '"zero": 1', '"zero": 1, "ep_overlap": "yes"', "plan_ep_overlap_string.json")
+# Plans whose overlaps validate's executors cannot reproduce.
+edit(PLAN, '"zero": 1', '"zero": 1, "framework": "megatron-core", "tp_comm_overlap": true', "plan_tp_comm_overlap.json")
+edit("tests/data/export/plan_qwen3-30b-a3b_ep8.json", '"framework": "torchtitan"',
+     '"framework": "megatron-core", "ep_overlap": true', "plan_ep_overlap.json")
 edit(PLAN, '"precision": "bf16"', '"precision": "bf16", "fp8_recipe": "delayed"', "plan_fp8_recipe_bf16.json")
 # Duplicate keys (nlohmann keeps the last one).
 edit(MODEL, '"layers": 4,', '"layers": 4, "layers": 400,', "model_duplicate.json")
