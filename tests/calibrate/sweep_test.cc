@@ -85,8 +85,8 @@ TEST_CASE("Calibrate: a slow spell of the machine does not bend the GEMM table",
   CHECK(backend.now_s() > 0.054);
 }
 
-// A pretend two-rank world on one simulated clock: a collective of `bytes`
-// takes 10 us + bytes / (1 GB/s), three times that inside the spell.
+// One simulated clock: a collective of `bytes` takes 10 us + bytes /
+// (1 GB/s), three times that inside the spell.
 struct SimClock {
   double now_s = 0;
   double begin_s = 0, end_s = 0;
@@ -94,36 +94,23 @@ struct SimClock {
   void advance(int64_t bytes) { now_s += now_s >= begin_s && now_s < end_s ? 3 * cost_s(bytes) : cost_s(bytes); }
 };
 
-class ClockCommunicator : public Communicator {
+// A pretend two-rank world whose collectives advance the simulated clock.
+class ClockCommunicator : public SoloCommunicator {
  public:
   explicit ClockCommunicator(SimClock* clock) : clock_(clock) {}
-  int rank() const override { return 0; }
   int size() const override { return 2; }
   void run(Collective, int64_t bytes) override { clock_->advance(bytes); }
-  int64_t check(Collective, int64_t) override { return 0; }
-  void send(int, int64_t, int) override {}
-  void recv(int, int64_t, int) override {}
-  void wait_sends() override {}
-  void barrier() override {}
-  double max(double value) override { return value; }
-  void reduce_each(std::vector<double>*, Reduce) override {}
 
  private:
   SimClock* clock_;
 };
 
-class CollectiveSpellBackend : public Backend {
+// SpellBackend (its GEMMs unused) with that world.
+class CollectiveSpellBackend : public SpellBackend {
  public:
-  explicit CollectiveSpellBackend(SimClock* clock) : clock_(clock), world_(clock) {}
-  std::string name() const override { return "spell"; }
-  std::string versions() const override { return "test"; }
-  DeviceInfo device() const override { return DeviceInfo{"test device", "0", 1e9}; }
+  explicit CollectiveSpellBackend(SimClock* clock) : SpellBackend(0, 0, 0), clock_(clock), world_(clock) {}
   Communicator& world() override { return world_; }
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<ClockCommunicator>(clock_); }
-  bool supports(const std::string&) const override { return true; }
-  void copy(int64_t) override {}
-  void synchronize() override {}
-  void gemm(int64_t, int64_t, int64_t, const std::string&) override {}
 
  private:
   SimClock* clock_;
