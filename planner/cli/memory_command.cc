@@ -95,6 +95,7 @@ int run_memory(const PlanFlags& flags, bool json) {
               job.cluster.name.c_str(), layout.gpus, layout.nodes, describe_plan(layout.plan).c_str());
   std::printf("# config %s; microbatches per step: %lld; GiB = 2^30 bytes, per GPU\n", hash.c_str(),
               static_cast<long long>(layout.microbatches));
+  if (const std::string note = mirrored_stages_note(layout.plan); !note.empty()) std::printf("# %s\n", note.c_str());
   std::printf("%5s %6s %14s %8s %12s %10s %12s %12s %10s %10s\n", "stage", "layers", "params/GPU(M)", "inflight",
               "weights(GiB)", "grads(GiB)", "optimizer(GiB)", "activ.(GiB)", "other(GiB)", "total(GiB)");
   for (const StageMemory& st : rep.stages) {

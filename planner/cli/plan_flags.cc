@@ -40,10 +40,11 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
                   "layer)");
   app->add_flag("--sp", f->sp, "sequence parallel (with tp > 1)");
   app->add_option("--schedule", f->schedule,
-                  "pipeline schedule gpipe|1f1b|interleaved|naive|zb-1p|zb-2p|zb-v|dualpipe-v|interleaved-zb (default "
-                  "1f1b, interleaved when vp > 1; zb-1p/zb-2p: Zero Bubble, activations up to 1x/2x 1F1B's; zb-v, "
-                  "dualpipe-v: two chunks per rank in a V, as PyTorch's ZBVZeroBubble and DualPipeV; "
-                  "interleaved-zb: vp chunks per rank, PyTorch's InterleavedZeroBubble)");
+                  "pipeline schedule gpipe|1f1b|interleaved|naive|zb-1p|zb-2p|zb-v|dualpipe-v|interleaved-zb|dualpipe "
+                  "(default 1f1b, interleaved when vp > 1; zb-1p/zb-2p: Zero Bubble, activations up to 1x/2x 1F1B's; "
+                  "zb-v, dualpipe-v: two chunks per rank in a V, as PyTorch's ZBVZeroBubble and DualPipeV; "
+                  "interleaved-zb: vp chunks per rank, PyTorch's InterleavedZeroBubble; dualpipe: DeepSeek-V3's "
+                  "bidirectional DualPipe, two parameter copies, rank r holding stages r and pp-1-r)");
   add_precision_flags(app, &f->precision, &f->fp8_recipe);
   app->add_option("--grad-dtype", f->grad_dtype, "gradient dtype bf16|fp32 (default fp32, as Megatron)");
   app->add_option("--attention", f->attention, "flash|naive (default flash)");

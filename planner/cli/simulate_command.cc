@@ -468,6 +468,7 @@ int run_simulate(const SimulateFlags& f) {
                 layout.plan.ep, layout.plan.etp, layout.expert_dp, rep.moe_load,
                 rep.moe_layer.ep_comm_forward_ps * 1e-9, rep.moe_layer.ep_comm_backward_ps * 1e-9);
   }
+  if (const std::string note = mirrored_stages_note(layout.plan); !note.empty()) std::printf("# %s\n", note.c_str());
   std::printf("memory per GPU (GiB = 2^30 B): simulated peak vs closed form\n");
   for (const StageResult& s : rep.stages) {
     std::printf("  stage %3d  %8.2f  %8.2f\n", s.stage, to_gib(s.simulated_peak_bytes), to_gib(s.closed_form_peak_bytes));

@@ -84,6 +84,13 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
                         "validate the same layout without it");
     }
   }
+  if (layout.plan.schedule == Schedule::kDualPipe) {
+    throw_input_error("--plan", "",
+                      "validate cannot execute the dualpipe schedule: its mirrored ranks hand each micro-batch over at "
+                      "the V's turn, which the executors do not route",
+                      "validate the plan it runs as: schedule dualpipe-v with half the pp and twice the dp (the same "
+                      "order on every rank)");
+  }
   if (layout.plan.dp_mode == DpMode::kAsync) {
     throw_input_error("--plan", "",
                       "validate executes synchronous plans only: the executors have no parameter servers to push "

@@ -1852,6 +1852,16 @@ ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelS
                   ", whose execution (overlaps, buckets, gathers) another framework does not reproduce; export it with "
                   "--to " + to_string(*export_target_of(fw)) + ", or simulate it for this target's framework");
   }
+  if (layout.plan.schedule == Schedule::kDualPipe) {
+    // deepseek-ai/DualPipe ships its schedule as a library of its own
+    // (dualpipe.DualPipe); Megatron-Core, DeepSpeed and torchtitan have none,
+    // and PyTorch's pipelining has only ScheduleDualPipeV.
+    return refuse("no framework export runs the bidirectional dualpipe schedule (DeepSeek's deepseek-ai/DualPipe "
+                  "library; PyTorch and torchtitan have only DualPipeV); its ranks run the very order of dualpipe-v on "
+                  "pp/2 ranks with twice the data-parallel replicas: export that plan (--schedule dualpipe-v --pp " +
+                  std::to_string(layout.plan.pp / 2) + " --dp " + std::to_string(layout.plan.dp * 2) +
+                  ") to torchtitan");
+  }
   if (layout.plan.ep_overlap && runs != ExportTarget::kMegatron) {
     return refuse("the plan runs Megatron-Core's combined 1F1B schedule, each forward merged with another "
                   "micro-batch's backward to hide the expert-parallel all-to-alls (--ep-overlap), which only "

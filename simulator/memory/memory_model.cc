@@ -88,6 +88,7 @@ int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp,
     case Schedule::kInterleavedZb:
     case Schedule::kZbv:
     case Schedule::kDualPipeV:
+    case Schedule::kDualPipe:
       // Fixed orders: read off the rank's passes.
       return peak_microbatches_in_flight(
           build_pipeline_schedule(schedule, pp, static_cast<int>(microbatches), interleaved(schedule) ? vp : 2)
@@ -96,7 +97,8 @@ int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp,
   return 1;
 }
 
-MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout) {
+MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& requested) {
+  const Layout layout = execution_layout(model, cluster, requested);
   const LayerShape shape = layer_shape(layout.plan);
   const LayerCost layer = transformer_layer_cost(model, shape);
   const LayerCost moe_layer = model.has_moe ? transformer_layer_cost(model, shape, true) : layer;
@@ -109,6 +111,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
                              const LayerCost& out, const LayerCost* plain_layer_given,
                              const LayerCost* plain_moe_layer_given) {
   const Plan& p = layout.plan;
+  TRAINPLAN_CHECK(p.schedule != Schedule::kDualPipe, "a dualpipe plan's memory is its execution_layout's");
   const LayerShape shape = layer_shape(p);
   const ExecutionProfile fw = execution_profile(p);
   const double tied_copy = static_cast<double>(model.vocab) * static_cast<double>(model.hidden) / p.tp;

@@ -316,7 +316,7 @@ LoweringOptions lowering_options(const SimulateOptions& options) {
 LoweredStep lower_for_simulation(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                                  const SimulateOptions& options) {
   TRAINPLAN_CHECK(layout.feasible, "simulating an infeasible layout");
-  return lower_step(model, cluster, layout, lowering_options(options));
+  return lower_step(model, cluster, execution_layout(model, cluster, layout), lowering_options(options));
 }
 
 int64_t lowered_step_lower_bound_ps(const LoweredStep& step, const Layout& layout) {
@@ -421,8 +421,9 @@ std::optional<StepReport> simulate_steady_state(const ModelSpec& model, const Cl
   return rep;
 }
 
-StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+StepReport simulate_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& requested,
                          const SimulateOptions& options) {
+  const Layout layout = execution_layout(model, cluster, requested);
   if (std::optional<StepReport> steady = simulate_steady_state(model, cluster, layout, options)) return *steady;
   return simulate_lowered(model, cluster, layout, options, lower_for_simulation(model, cluster, layout, options));
 }
@@ -431,7 +432,7 @@ StepReport simulate_lowered(const ModelSpec& model, const ClusterSpec& cluster, 
                             const SimulateOptions& options, LoweredStep step) {
   double wall_s = 0;
   const EngineResult r = run_lowered(step, &wall_s);
-  return report_lowered(model, cluster, layout, options, step, r, wall_s);
+  return report_lowered(model, cluster, execution_layout(model, cluster, layout), options, step, r, wall_s);
 }
 
 EngineResult run_lowered(LoweredStep& step, double* wall_s) {
@@ -488,10 +489,11 @@ void finish_report(const ModelSpec& model, const ClusterSpec& cluster, const Lay
 
 }  // namespace
 
-StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, const Layout& requested,
                           const SimulateOptions& options, const LoweredStep& step, const EngineResult& r,
                           double engine_wall_s) {
-  TRAINPLAN_CHECK(layout.feasible, "simulating an infeasible layout");
+  TRAINPLAN_CHECK(requested.feasible, "simulating an infeasible layout");
+  const Layout layout = execution_layout(model, cluster, requested);
   StepReport rep;
   rep.engine_wall_s = engine_wall_s;
   rep.events = r.events;

@@ -254,6 +254,21 @@ Feasibility check_pipeline_schedule(Schedule s, int p, int m, int v) {
   if (zero_bubble(s) && p < 2) {
     return no(std::string(to_string(s)) + " schedule needs pipeline size p >= 2 (got p = " + std::to_string(p) + ")");
   }
+  if (s == Schedule::kDualPipe) {
+    // deepseek-ai/DualPipe dualpipe.py: "num_ranks % 2 == 0", "num_chunks %
+    // 2 == 0 and num_chunks >= num_ranks * 2"; one stage of each parameter
+    // copy per rank.
+    if (v != 2) return no("dualpipe schedule runs two model chunks per rank (one stage of each parameter copy); got v = " + std::to_string(v));
+    if (p % 2 != 0) return no("dualpipe schedule needs an even pipeline size p (got p = " + std::to_string(p) + "; DualPipe: num_ranks % 2 == 0)");
+    // DualPipe runs on 2 ranks too; trainplan builds its order as DualPipeV's
+    // on p/2 ranks, which needs two.
+    if (p < 4) return no("dualpipe schedule needs p >= 4 here (got p = " + std::to_string(p) + "; it is built as dualpipe-v on p/2 >= 2 ranks)");
+    if (m % 2 != 0 || m < 2 * p) {
+      return no("dualpipe schedule needs an even m >= 2p micro-batches (got m = " + std::to_string(m) + ", p = " +
+                std::to_string(p) + "; DualPipe: num_chunks % 2 == 0 and num_chunks >= num_ranks * 2)");
+    }
+    return Feasibility{};
+  }
   if (v_shape(s)) {
     if (v != 2) {
       return no(std::string(to_string(s)) + " schedule runs exactly two model chunks per rank in a V; got v = " +
@@ -327,6 +342,13 @@ PipelineSchedule build_pipeline_schedule(Schedule s, int p, int m, int v, bool c
         break;
       case Schedule::kDualPipeV:
         ops = dualpipev_rank(p, m, rank);
+        break;
+      case Schedule::kDualPipe:
+        // dualpipe.py runs DualPipeV's steps with num_half_ranks, half_rank =
+        // min(rank, p-1-rank) and half the micro-batches; the second half of
+        // the ranks swap the two phases (their chunk 0 is the reverse
+        // direction's), which leaves the order itself unchanged.
+        ops = dualpipev_rank(p / 2, m / 2, std::min(rank, p - 1 - rank));
         break;
       case Schedule::kInterleavedZb:
         ops = interleaved_zb_rank(p, m, v, rank);

@@ -28,6 +28,7 @@ const char* to_string(Schedule s) {
     case Schedule::kZbv: return "zb-v";
     case Schedule::kDualPipeV: return "dualpipe-v";
     case Schedule::kInterleavedZb: return "interleaved-zb";
+    case Schedule::kDualPipe: return "dualpipe";
   }
   return "?";
 }
@@ -48,10 +49,12 @@ std::string recompute_modules_name(uint16_t modules) {
 
 const std::vector<std::string>& schedule_names() {
   static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "naive", "zb-1p", "zb-2p", "zb-v", "dualpipe-v",
-                                                 "interleaved-zb"};
+                                                 "interleaved-zb", "dualpipe"};
   return names;
 }
-bool zero_bubble(Schedule s) { return zero_bubble_automatic(s) || v_shape(s) || s == Schedule::kInterleavedZb; }
+bool zero_bubble(Schedule s) {
+  return zero_bubble_automatic(s) || v_shape(s) || s == Schedule::kInterleavedZb || s == Schedule::kDualPipe;
+}
 bool interleaved(Schedule s) { return s == Schedule::kInterleaved || s == Schedule::kInterleavedZb; }
 bool v_shape(Schedule s) { return s == Schedule::kZbv || s == Schedule::kDualPipeV; }
 bool zero_bubble_automatic(Schedule s) { return s == Schedule::kZb1p || s == Schedule::kZb2p; }
@@ -209,10 +212,11 @@ std::vector<int> balance_v_stage_layers(int64_t layers, int pp) {
 
 int chunks_per_rank(const Plan& plan) {
   if (interleaved(plan.schedule)) return std::max(1, plan.vp);
-  return v_shape(plan.schedule) ? 2 : 1;
+  return v_shape(plan.schedule) || plan.schedule == Schedule::kDualPipe ? 2 : 1;
 }
 
 int virtual_stage(Schedule s, int pp, int rank, int chunk) {
+  TRAINPLAN_CHECK(s != Schedule::kDualPipe, "a dualpipe plan runs as its execution_layout");
   TRAINPLAN_CHECK(rank >= 0 && rank < pp && chunk >= 0 && (!v_shape(s) || chunk < 2),
                   "rank " + std::to_string(rank) + ", chunk " + std::to_string(chunk) + " out of range for pp = " +
                       std::to_string(pp));
@@ -221,6 +225,7 @@ int virtual_stage(Schedule s, int pp, int rank, int chunk) {
 }
 
 RankChunk rank_chunk_of(Schedule s, int pp, int stage) {
+  TRAINPLAN_CHECK(s != Schedule::kDualPipe, "a dualpipe plan runs as its execution_layout");
   TRAINPLAN_CHECK(pp >= 1 && stage >= 0, "virtual stage " + std::to_string(stage) + " out of range");
   if (v_shape(s)) return stage < pp ? RankChunk{stage, 0} : RankChunk{2 * pp - 1 - stage, 1};
   return RankChunk{stage % pp, stage / pp};
@@ -258,6 +263,7 @@ StageCoord stage_coord(const Plan& plan, int local) {
 
 std::vector<std::vector<ChunkLayers>> chunk_layers(const Layout& layout) {
   const Plan& p = layout.plan;
+  TRAINPLAN_CHECK(p.schedule != Schedule::kDualPipe, "a dualpipe plan runs as its execution_layout");
   const int v = chunks_per_rank(p);
   std::vector<std::vector<ChunkLayers>> out(static_cast<size_t>(p.pp), std::vector<ChunkLayers>(static_cast<size_t>(v)));
   for (int s = 0; s < p.pp; ++s) {
@@ -278,7 +284,53 @@ namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
+// A dualpipe plan's layers per rank from those of its first pp/2 ranks:
+// rank pp-1-r holds what rank r holds.
+std::vector<int> mirrored_stage_layers(const std::vector<int>& half) {
+  std::vector<int> out = half;
+  out.insert(out.end(), half.rbegin(), half.rend());
+  return out;
+}
+
 }  // namespace
+
+std::string mirrored_stages_note(const Plan& plan) {
+  if (plan.schedule != Schedule::kDualPipe) return "";
+  return "dualpipe: stage k below is pipeline ranks k and " + str(plan.pp - 1) +
+         "-k (they hold the same two stages, one of each parameter copy, and run the same order); simulated as "
+         "dualpipe-v on pp/2 = " + str(plan.pp / 2) + " ranks with dp " + str(2 * plan.dp) +
+         ", the V's turn a transfer between ranks " + str(plan.pp / 2 - 1) + " and " + str(plan.pp / 2);
+}
+
+int global_rank(const Plan& p, int pp, int dp, int cp, int tp) {
+  return tp + p.tp * (cp + p.cp * (dp + p.dp * pp));
+}
+
+int physical_rank(const Layout& layout, int pp, int dp, int cp, int tp) {
+  if (layout.mirrored_pp == 0) return global_rank(layout.plan, pp, dp, cp, tp);
+  Plan physical = layout.plan;
+  physical.pp = layout.mirrored_pp;
+  physical.dp = layout.mirrored_dp;
+  const bool mirror = dp >= layout.mirrored_dp;
+  return global_rank(physical, mirror ? layout.mirrored_pp - 1 - pp : pp, dp % layout.mirrored_dp, cp, tp);
+}
+
+Layout execution_layout(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout) {
+  if (layout.plan.schedule != Schedule::kDualPipe) return layout;
+  TRAINPLAN_CHECK(layout.feasible, "execution_layout needs a feasible layout");
+  Plan folded = layout.plan;
+  folded.schedule = Schedule::kDualPipeV;
+  folded.schedule_given = true;
+  folded.pp = layout.plan.pp / 2;
+  folded.dp = layout.plan.dp * 2;
+  if (!folded.stage_layers.empty()) folded.stage_layers.resize(static_cast<size_t>(folded.pp));
+  Layout out = resolve_plan(model, cluster, layout.gpus, folded);
+  TRAINPLAN_CHECK(out.feasible, "the dualpipe plan's dualpipe-v execution is infeasible: " +
+                                    (out.reasons.empty() ? std::string() : out.reasons.front()));
+  out.mirrored_pp = layout.plan.pp;
+  out.mirrored_dp = layout.plan.dp;
+  return out;
+}
 
 int gpus_of_nodes(const ClusterSpec& cluster, int64_t nodes) {
   if (nodes < 1 || nodes > kMaxNodes) {
@@ -413,6 +465,18 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (!p.stage_layers.empty()) {
     if (static_cast<int>(p.stage_layers.size()) != p.pp) {
       fail("stage_layers lists " + str(static_cast<int64_t>(p.stage_layers.size())) + " stages but pp=" + str(p.pp));
+    } else if (p.schedule == Schedule::kDualPipe) {
+      // Ranks r and pp-1-r hold the same two stages (one of each copy).
+      const std::vector<int> half(p.stage_layers.begin(), p.stage_layers.begin() + p.pp / 2);
+      if (p.pp % 2 != 0 || mirrored_stage_layers(half) != p.stage_layers) {
+        fail("stage_layers of the dualpipe schedule list each rank's layers (its two stages, one of each parameter "
+             "copy); ranks r and pp-1-r hold the same stages, so the list must read the same from both ends");
+      } else if (std::accumulate(half.begin(), half.end(), int64_t{0}) != model.layers) {
+        fail("stage_layers of the dualpipe schedule: the first pp/2 ranks hold every layer once, but sum to " +
+             str(std::accumulate(half.begin(), half.end(), int64_t{0})) + " of the model's " + str(model.layers));
+      } else {
+        L.stage_layers = p.stage_layers;
+      }
     } else if (std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t{0}) != model.layers) {
       fail("stage_layers sum to " +
            str(std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t{0})) + " but the model has " +
@@ -420,6 +484,10 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     } else {
       L.stage_layers = p.stage_layers;
     }
+  } else if (p.schedule == Schedule::kDualPipe && p.pp % 2 == 0 && p.pp <= model.layers) {
+    // Rank r holds stages r and pp-1-r, as rank min(r, pp-1-r) of the
+    // dualpipe-v plan on pp/2 ranks does (execution_layout).
+    L.stage_layers = mirrored_stage_layers(balance_v_stage_layers(model.layers, p.pp / 2));
   } else if (p.pp <= model.layers && v_shape(p.schedule)) {
     L.stage_layers = balance_v_stage_layers(model.layers, p.pp);
   } else if (p.pp <= model.layers) {
@@ -525,7 +593,7 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     // pipeline); ZB-V runs exactly two (PyTorch ScheduleZBVZeroBubble: "ZBV
     // requires exactly 2 stages per rank"), implied by the schedule.
     if (p.pp < 2) fail(std::string("the ") + to_string(p.schedule) + " schedule needs pp >= 2");
-    if (v_shape(p.schedule)) {
+    if (v_shape(p.schedule) || p.schedule == Schedule::kDualPipe) {
       for (int n : L.stage_layers) {
         if (n < 2) {
           fail(std::string("the ") + to_string(p.schedule) +
@@ -540,6 +608,23 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     if (p.schedule == Schedule::kDualPipeV && L.microbatches < 2 * p.pp)
       fail("the dualpipe-v schedule needs at least as many micro-batches as its 2*pp = " + str(2 * p.pp) +
            " stages (got " + str(L.microbatches) + ")");
+    // deepseek-ai/DualPipe dualpipe.py: "assert num_ranks % 2 == 0" and
+    // "num_chunks % 2 == 0 and num_chunks >= num_ranks * 2" (half the
+    // micro-batches enter at each end).
+    if (p.schedule == Schedule::kDualPipe) {
+      if (p.pp % 2 != 0) fail("the dualpipe schedule needs an even pp (ranks pair up as r and pp-1-r); got pp=" + str(p.pp));
+      else if (p.pp < 4)
+        fail("the dualpipe schedule needs pp >= 4 here: trainplan runs it as dualpipe-v on pp/2 ranks, which needs "
+             "two (DeepSeek's DualPipe also runs on pp 2, not modelled)");
+      if (L.microbatches % 2 != 0 || L.microbatches < 2 * p.pp)
+        fail("the dualpipe schedule needs an even number of micro-batches, at least 2*pp = " + str(2 * p.pp) +
+             " (half enter at each end; got " + str(L.microbatches) + ")");
+      if (p.shard_group != 0) fail("a shard group with the dualpipe schedule is not modelled");
+      if (p.framework != Framework::kGeneric)
+        fail("the dualpipe schedule runs in DeepSeek's own DualPipe (deepseek-ai/DualPipe), which no framework "
+             "profile runs; use --framework generic, or dualpipe-v at pp/2 (the same order per rank) with a "
+             "framework");
+    }
     // The deferred W pass of a layer needs the inputs of its linear layers
     // and their output gradients: under full recompute those are
     // rematerialised in B and held until W, which no framework schedules.

@@ -53,7 +53,18 @@ std::string recompute_modules_name(uint16_t modules);
 // kInterleavedZb is PyTorch's ScheduleInterleavedZeroBubble (torchtitan's
 // "InterleavedZeroBubble"): the looped placement of the interleaved
 // schedule, vp chunks per rank, backward split into B and W.
-enum class Schedule { kGpipe, k1F1B, kInterleaved, kNaive, kZb1p, kZb2p, kZbv, kDualPipeV, kInterleavedZb };
+// kDualPipe is DeepSeek-V3's bidirectional DualPipe (report Sec. 3.2.1;
+// deepseek-ai/DualPipe dualpipe.py): pp ranks, the model in pp stages, rank
+// r holding stage r of one parameter copy (micro-batches fed at rank 0) and
+// stage pp-1-r of a second copy (fed at rank pp-1), half the micro-batches
+// each way.  dualpipe.py runs on rank r the very order dualpipev.py runs on
+// rank min(r, pp-1-r) of pp/2 with half the micro-batches, so the executors
+// simulate it as that dualpipe-v plan with the mirrored ranks as twice the
+// data-parallel replicas (execution_layout), the V's turn a transfer between
+// the two middle ranks.
+enum class Schedule {
+  kGpipe, k1F1B, kInterleaved, kNaive, kZb1p, kZb2p, kZbv, kDualPipeV, kInterleavedZb, kDualPipe
+};
 enum class Precision { kBf16, kFp16, kFp32 };
 enum class GradDtype { kBf16, kFp32 };
 enum class Attention { kFlash, kNaive };
@@ -173,6 +184,13 @@ struct Layout {
   int shard_degree = 1;       // ranks one copy of sharded state is spread over
   int expert_dp = 1;          // MoE: expert data parallel, tp*cp*dp / (ep*etp); ZeRO shards expert states over it
   std::vector<int> stage_layers;  // transformer layers per pipeline stage
+  // A dualpipe plan as its executors run it (execution_layout): the
+  // physical pipeline size pp and data-parallel size dp of the plan it was
+  // folded from; 0 for every other layout.  Rank (pp', dp') of the folded
+  // layout is physical pipeline rank pp' for dp' < dp and pp-1-pp' (the
+  // mirror) for dp' >= dp, data-parallel rank dp' mod dp.
+  int mirrored_pp = 0;
+  int mirrored_dp = 0;
   bool feasible = true;
   std::vector<std::string> reasons;  // why not, when !feasible
 };
@@ -191,6 +209,24 @@ constexpr int64_t kMaxNodes = 1 << 20;
 // comes back with feasible == false and the reasons.
 // REQUIRES: check_gpu_count(cluster, gpus) passed.
 Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus, const Plan& plan);
+
+// The layout the executors (lowering, memory, lower bounds) run for
+// `layout`: itself, except for the dualpipe schedule, which runs as
+// dualpipe-v on pp/2 ranks with 2*dp data-parallel replicas, the same
+// micro-batch size and global batch (so half the micro-batches per
+// pipeline), mirrored_pp/mirrored_dp set; stage k of it is physical ranks k
+// and pp-1-k.  Idempotent.  REQUIRES: layout.feasible.
+Layout execution_layout(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
+// For a dualpipe plan, the line that says how its per-stage figures read
+// ("stage k is pipeline ranks k and pp-1-k ..."); "" for every other plan.
+std::string mirrored_stages_note(const Plan& plan);
+// Global rank of coordinates in Megatron order (tp fastest, then cp, dp,
+// pp).
+int global_rank(const Plan& plan, int pp, int dp, int cp, int tp);
+// The physical global rank (tp fastest, then cp, dp, pp) of rank (pp, dp,
+// cp, tp) of `layout`: global_rank order, through the mirror of a folded
+// dualpipe layout.
+int physical_rank(const Layout& layout, int pp, int dp, int cp, int tp);
 
 // Checks that `gpus` (from the flag or plan-file field named by `where` and
 // `pointer`) is 1..kMaxGpus and whole nodes or part of one node; throws
@@ -232,8 +268,8 @@ int largest_chunk_layers(const Plan& plan, const std::vector<int>& stage_layers)
 std::string recompute_layers_text(const Plan& plan);
 
 // Model chunks per pipeline rank: vp with the interleaved schedules
-// (interleaved, interleaved-zb), 2 with the V schedules (zb-v, dualpipe-v),
-// else 1.
+// (interleaved, interleaved-zb), 2 with the V schedules (zb-v, dualpipe-v)
+// and dualpipe (one stage of each parameter copy), else 1.
 int chunks_per_rank(const Plan& plan);
 // The virtual stage (model order) of chunk `chunk` on pipeline rank `rank`
 // of `pp`: chunk*pp + rank, the "loop" placement of Megatron's virtual
@@ -241,7 +277,8 @@ int chunks_per_rank(const Plan& plan);
 // chunk 0 at stage rank and chunk 1 at stage 2pp-1-rank (torchtitan
 // pipeline_module_split style "v", PyTorch generate_stage_to_rank_mapping):
 // the first and the last stage, embedding and loss, on rank 0.
-// REQUIRES: 0 <= rank < pp, 0 <= chunk (< 2 for the V schedules).
+// REQUIRES: 0 <= rank < pp, 0 <= chunk (< 2 for the V schedules); not
+// dualpipe (its executors run execution_layout's dualpipe-v).
 int virtual_stage(Schedule s, int pp, int rank, int chunk);
 // The inverse: {rank, chunk} of virtual stage `stage` (0 <= stage < pp*v).
 struct RankChunk {
@@ -277,6 +314,7 @@ StageCoord stage_coord(const Plan& plan, int local);
 // interleaved schedule, two with zb-v; a stage's chunks differ by at most one
 // layer (the later ones take the extra) and the layers go to virtual stages
 // in model order (virtual_stage), as Megatron and torchtitan assign them.
+// REQUIRES: not dualpipe (fold it with execution_layout first).
 std::vector<std::vector<ChunkLayers>> chunk_layers(const Layout& layout);
 
 // "fp8" for a plan with FP8 GEMMs, else to_string(plan.precision).

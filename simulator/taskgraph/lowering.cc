@@ -21,10 +21,6 @@
 
 namespace trainplan {
 
-int global_rank(const Plan& p, int pp, int dp, int cp, int tp) {
-  return tp + p.tp * (cp + p.cp * (dp + p.dp * pp));
-}
-
 namespace {
 
 // Async DP: iterations simulated per worker (enough for the staleness
@@ -211,12 +207,13 @@ class Lowerer {
     const int gpn = c_.gpus_per_node;
     auto coord = [&](int g) {
       RankCoord r;
-      r.global = g;
       r.tp = g % p_.tp;
       r.cp = (g / p_.tp) % p_.cp;
       r.dp = (g / (p_.tp * p_.cp)) % p_.dp;
       r.pp = g / (p_.tp * p_.cp * p_.dp);
-      r.node = g / gpn;
+      // The GPU it runs on: g itself, except through a dualpipe plan's mirror.
+      r.global = physical_rank(L_, r.pp, r.dp, r.cp, r.tp);
+      r.node = r.global / gpn;
       return r;
     };
     if (p_.dp_mode == DpMode::kAsync) {
@@ -496,8 +493,8 @@ class Lowerer {
       t.backward_input.push_back(static_cast<double>(std::max<int64_t>(1, b)));
       t.backward_weight.push_back(static_cast<double>(std::max<int64_t>(1, w)));
     }
-    const int dst = global_rank(p_, 1, 0, 0, 0);
-    t.p2p = static_cast<double>(p2p_cost(0, dst).cost.time.ps());
+    const int dst = physical_rank(L_, 1, 0, 0, 0);
+    t.p2p = static_cast<double>(p2p_cost(physical_rank(L_, 0, 0, 0, 0), dst).cost.time.ps());
     t.weight_memory_share = layer_.saved_bytes > 0 ? layer_.weight_grad_saved_bytes / layer_.saved_bytes : 1.0;
     return t;
   }
@@ -836,16 +833,23 @@ class Lowerer {
         if (to < 0 || to >= stages) continue;
         const RankChunk to_rc = rank_chunk_of(p_.schedule, p_.pp, to);
         const int to_stage = to_rc.rank, to_chunk = to_rc.chunk;
-        const size_t dst = static_cast<size_t>(sim_index(to_stage, rc.dp, rc.cp, rc.tp));
+        // The turn of a dualpipe plan's V crosses to the mirrored replica
+        // (physical ranks pp/2-1 and pp/2): the same micro-batch index there
+        // continues this one (execution_layout).  Simulating one rank per
+        // stage, the mirror is not simulated and runs in step with this rank,
+        // so the transfer lands on this rank's own next stage.
+        const bool mirror_turn = to_stage == rc.pp && L_.mirrored_pp > 0;
+        const int to_dp = mirror_turn ? (rc.dp + L_.mirrored_dp) % p_.dp : rc.dp;
+        const size_t dst = static_cast<size_t>(sim_index(to_stage, to_dp, rc.cp, rc.tp));
         const int32_t producer = task_of(r, op.microbatch, op.chunk, op.kind, true);
         const int32_t produced = tp_after(producer) >= 0 ? tp_after(producer) : producer;
-        if (to_stage == rc.pp) {
+        if (to_stage == rc.pp && !mirror_turn) {
           // The turn of zb-v's V: both stages on this rank, the activation
           // (or its gradient) handed over in memory, no transfer.
           g.add_dep(produced, task_of(dst, op.microbatch, to_chunk, op.kind, false));
           continue;
         }
-        const int dst_global = global_rank(p_, to_stage, rc.dp, rc.cp, rc.tp);
+        const int dst_global = physical_rank(L_, to_stage, to_dp, rc.cp, rc.tp);
         const P2pCost pc = p2p_cost(rc.global, dst_global);
         const Route& route = pc.route;
         const CollectiveCost& cost = pc.cost;
@@ -992,7 +996,14 @@ class Lowerer {
   // Placement of a group of `size` ranks whose global ranks are `stride`
   // apart (a DP group: stride tp; hybrid-shard replicas: tp * shard).
   GroupPlacement dp_placement(int size, int stride) const {
-    const int per_node = std::max(1, std::min(size, c_.gpus_per_node / std::min(stride, c_.gpus_per_node)));
+    int per_node = std::max(1, std::min(size, c_.gpus_per_node / std::min(stride, c_.gpus_per_node)));
+    // A dualpipe plan's replicas sit on two physical pipeline ranks, r and
+    // pp-1-r (execution_layout): half the group on each, on other nodes
+    // unless the whole pipeline fits one.
+    if (L_.mirrored_pp > 0 && size % 2 == 0 && int64_t{size / 2} * stride < c_.gpus_per_node &&
+        int64_t{L_.gpus} > c_.gpus_per_node) {
+      per_node = std::min(per_node, size / 2);
+    }
     return group_placement(size, per_node, c_);
   }
 
@@ -1382,7 +1393,8 @@ class Lowerer {
 LoweredStep lower_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                        const LoweringOptions& options) {
   TRAINPLAN_CHECK(layout.feasible, "lowering an infeasible layout");
-  Lowerer l(model, cluster, layout, options);
+  const Layout executed = execution_layout(model, cluster, layout);
+  Lowerer l(model, cluster, executed, options);
   return l.run();
 }
 

@@ -92,9 +92,6 @@ struct LoweredStep {
 LoweredStep lower_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                        const LoweringOptions& options);
 
-// Global rank of coordinates in Megatron order.
-int global_rank(const Plan& plan, int pp, int dp, int cp, int tp);
-
 }  // namespace trainplan
 
 #endif  // TRAINPLAN_SIM_TASKGRAPH_LOWERING_H_

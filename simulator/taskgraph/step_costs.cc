@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "simulator/compute/compute_model.h"
+#include "simulator/core/error.h"
 #include "simulator/framework/framework.h"
 #include "simulator/network/collective_model.h"
 #include "simulator/schedule/pipeline_schedule.h"
@@ -429,6 +430,7 @@ std::vector<int64_t> stage_first_layers(const std::vector<int>& stage_layers) {
 
 int64_t optimizer_ps(const ClusterSpec& c, const Layout& layout, double stage_params, double stage_expert_params) {
   const Plan& p = layout.plan;
+  TRAINPLAN_CHECK(p.schedule != Schedule::kDualPipe, "a dualpipe plan's optimizer step is its execution_layout's");
   const double shard = p.zero >= 1 ? layout.shard_degree : 1;
   const double expert_shard = p.zero >= 1 ? std::max(1, layout.expert_dp) : 1;
   const double local = (stage_params - stage_expert_params) / shard + stage_expert_params / expert_shard;

@@ -55,7 +55,7 @@ expect_error "--recompute bogus" \
   "${GOOD[@]}" --recompute bogus
 
 expect_error "--schedule bogus" \
-  "trainplan: --schedule: unknown value \"bogus\"; allowed: gpipe, 1f1b, interleaved, naive, zb-1p, zb-2p, zb-v, dualpipe-v, interleaved-zb" \
+  "trainplan: --schedule: unknown value \"bogus\"; allowed: gpipe, 1f1b, interleaved, naive, zb-1p, zb-2p, zb-v, dualpipe-v, interleaved-zb, dualpipe" \
   "${GOOD[@]}" --schedule bogus
 
 expect_error "--zero 4" \
@@ -241,6 +241,21 @@ json_check "framework_note" 'assert d["framework_note"].startswith("ZeRO-3 as De
 "$BIN" simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 16 --zero 1 --framework deepspeed >"$TMP/out" 2>"$TMP/err" ||
   fail "deepspeed zero1 simulate: $(cat "$TMP/err")"
 if grep -q "^# framework:" "$TMP/out"; then fail "deepspeed zero1: a framework note where none applies"; fi
+
+# The bidirectional DualPipe: per-stage figures are rank pairs, and the
+# export names the dualpipe-v plan it runs as (pp 4 dp 2 -> pp 2 dp 4).
+DUAL=(--model llama3-8b --cluster dgx-h100 --gpus 8 --pp 4 --schedule dualpipe --gbs 16 --seq 2048)
+expect_ok "dualpipe simulate" simulate "${DUAL[@]}"
+grep -q "^# dualpipe: stage k below is pipeline ranks k and 3-k" "$TMP/out" || fail "dualpipe: no rank-pair note"
+[ "$(grep -c '^  stage ' "$TMP/out")" -eq 2 ] || fail "dualpipe: expected 2 stage rows (rank pairs)"
+cat >"$TMP/dual.json" <<'JSON'
+{"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "tp": 1, "pp": 4, "dp": 2, "cp": 1, "vp": 1, "zero": 1,
+ "mbs": 1, "gbs": 16, "seq": 2048, "recompute": "none", "sp": false, "schedule": "dualpipe", "precision": "bf16",
+ "grad_dtype": "fp32", "attention": "flash"}
+JSON
+expect_error "dualpipe export refused" \
+  "trainplan: --to: torchtitan cannot express this plan: no framework export runs the bidirectional dualpipe schedule (DeepSeek's deepseek-ai/DualPipe library; PyTorch and torchtitan have only DualPipeV); its ranks run the very order of dualpipe-v on pp/2 ranks with twice the data-parallel replicas: export that plan (--schedule dualpipe-v --pp 2 --dp 4) to torchtitan" \
+  export --plan "$TMP/dual.json" --to torchtitan
 
 mkdir -p "$TMP/alone" && cp "$BIN" "$TMP/alone/trainplan"
 CHECKS=$((CHECKS + 1))
