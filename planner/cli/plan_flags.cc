@@ -62,6 +62,10 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
                 "MoE: each forward merged with another micro-batch's backward, the expert-parallel all-to-alls of "
                 "each under the other's compute (Megatron-Core --overlap-moe-expert-parallel-comm; needs ep >= 2 "
                 "and, with pp > 1, --vp >= 2)");
+  app->add_option("--mtp-layers", f->mtp_layers,
+                  "multi-token prediction depths after the output layer, each a transformer layer of the last "
+                  "layer's kind plus the logits and loss again, on the loss's pipeline stage (Megatron-Core "
+                  "--mtp-num-layers; DeepSeek-V3 trains 1; default 0)");
   app->add_option("--ep", f->ep, "expert-parallel degree, MoE models (default 1; ep*etp must divide tp*cp*dp)");
   app->add_option("--etp", f->etp, "expert tensor-parallel degree, MoE models (default tp, as Megatron)");
   app->add_option("--moe-imbalance", f->moe_imbalance,
@@ -81,8 +85,6 @@ size_t pick(const std::string& flag, const std::string& value, const std::vector
   throw_input_error(flag, "", "unknown value \"" + value + "\"", "allowed: " + list);
 }
 
-namespace {
-
 int64_t in_range(const std::string& flag, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi) {
     throw_input_error(flag, "", "out of range: " + std::to_string(v),
@@ -90,6 +92,8 @@ int64_t in_range(const std::string& flag, int64_t v, int64_t lo, int64_t hi) {
   }
   return v;
 }
+
+namespace {
 
 uint16_t parse_recompute_modules(const std::string& text) {
   uint16_t bits = 0;
@@ -207,6 +211,7 @@ Job to_job(const PlanFlags& f) {
   p.fp8_param_gather = f.fp8_param_gather;
   p.tp_comm_overlap = f.tp_comm_overlap;
   p.ep_overlap = f.ep_overlap;
+  p.mtp_layers = static_cast<int>(in_range("--mtp-layers", f.mtp_layers, 0, kMaxMtpLayers));
   p.ep = static_cast<int>(in_range("--ep", f.ep, 1, kMaxDegree));
   p.etp = static_cast<int>(derived("--etp", f.etp, kMaxDegree));
   if (given("--moe-imbalance")) {

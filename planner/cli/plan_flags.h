@@ -50,6 +50,7 @@ struct PlanFlags {
   bool fp8_param_gather = false;
   bool tp_comm_overlap = false;
   bool ep_overlap = false;
+  int64_t mtp_layers = 0;
   int64_t ep = 1, etp = 0;
   double moe_imbalance = 0;
 };
@@ -83,6 +84,10 @@ struct Job {
 // Throws InputError (also when --plan is combined with other plan flags).
 Job to_job(const PlanFlags& flags);
 
+
+// `v` of the integer flag `flag`; throws InputError("<flag>: out of range:
+// v; allowed: lo to hi") unless lo <= v <= hi.
+int64_t in_range(const std::string& flag, int64_t v, int64_t lo, int64_t hi);
 
 }  // namespace trainplan
 

@@ -59,6 +59,7 @@ struct RecommendFlags {
   int top = 5;
   std::string precision = "bf16";
   std::string fp8_recipe;
+  int64_t mtp_layers = 0;
   std::string strategies;
   std::string convergence;  // --convergence SPEC (async plans)
   std::string framework;
@@ -228,6 +229,7 @@ int run_recommend(const RecommendFlags& f) {
     o.precision = precision.precision;
     o.fp8_recipe = precision.fp8_recipe;
     o.fp8_recipe_given = precision.fp8_recipe_given;
+    o.mtp_layers = static_cast<int>(in_range("--mtp-layers", f.mtp_layers, 0, kMaxMtpLayers));
   }
   if (!f.framework.empty()) o.framework = static_cast<Framework>(pick("--framework", f.framework, framework_names()));
   std::stringstream ss(f.strategies);
@@ -278,6 +280,7 @@ int run_recommend(const RecommendFlags& f) {
   const std::string hash = config_hash(model, cluster, gpus,
                                        "recommend gbs=" + std::to_string(o.gbs) + " seq=" + std::to_string(seq) +
                                            " top=" + std::to_string(o.top_k) + " precision=" + f.precision + " fp8_recipe=" + f.fp8_recipe +
+                                           (f.mtp_layers > 0 ? " mtp_layers=" + std::to_string(f.mtp_layers) : "") +
                                            " strategies=" + f.strategies + " calibration=" + f.calibration +
                                            (f.framework.empty() ? "" : " framework=" + f.framework));
   out["config_hash"] = hash;
@@ -530,6 +533,8 @@ void register_recommend_command(CLI::App* app, int* status) {
   cmd->add_option("--seq", f.seq, "sequence length (default: the model's)");
   cmd->add_option("--top", f.top, "how many plans to show (default 5)");
   add_precision_flags(cmd, &f.precision, &f.fp8_recipe);
+  cmd->add_option("--mtp-layers", f.mtp_layers,
+                  "multi-token prediction depths in every plan (Megatron-Core --mtp-num-layers; default 0)");
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
   cmd->add_option("--convergence", f.convergence,
                   std::string("async plans: the stale-gradient convergence model they are ranked by (time to a target "
@@ -563,6 +568,8 @@ void register_report_command(CLI::App* app, int* status) {
   cmd->add_option("--seq", f.seq, "sequence length (default: the model's)");
   cmd->add_option("--top", f.top, "how many plans to rank (default 5)");
   add_precision_flags(cmd, &f.precision, &f.fp8_recipe);
+  cmd->add_option("--mtp-layers", f.mtp_layers,
+                  "multi-token prediction depths in every plan (Megatron-Core --mtp-num-layers; default 0)");
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
   cmd->add_option("--convergence", f.convergence,
                   std::string("async plans: the stale-gradient convergence model they are ranked by (time to a target "

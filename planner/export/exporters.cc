@@ -482,6 +482,10 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
   model.opt("--max-position-embeddings", std::max(p.seq, m.seq_len));
   const bool rope = m.position_embedding == PositionEmbedding::kRope;
   model.opt("--position-embedding-type", rope ? "rope" : "learned_absolute");
+  // Multi-token prediction depths (Plan::mtp_layers), on the last pipeline
+  // stage with the loss (Megatron-Core's default placement); the loss
+  // weight stays Megatron's default (--mtp-loss-scaling-factor 0.1).
+  if (p.mtp_layers > 0) model.opt("--mtp-num-layers", p.mtp_layers);
   if (m.mlp == MlpKind::kSwiglu) model.flag("--swiglu");
   if (!m.bias) model.flag("--disable-bias-linear");
   model.opt("--normalization", m.bias ? "LayerNorm" : "RMSNorm");
@@ -1861,6 +1865,13 @@ ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelS
                   "pp/2 ranks with twice the data-parallel replicas: export that plan (--schedule dualpipe-v --pp " +
                   std::to_string(layout.plan.pp / 2) + " --dp " + std::to_string(layout.plan.dp * 2) +
                   ") to torchtitan");
+  }
+  if (layout.plan.mtp_layers > 0 && runs != ExportTarget::kMegatron) {
+    // torchtitan's DeepSeek-V3 and the FSDP2 script build no MTP module;
+    // DeepSpeed's Megatron-DeepSpeed neither.
+    return refuse("the plan trains " + std::to_string(layout.plan.mtp_layers) +
+                  " multi-token prediction layer(s) (--mtp-layers), which only Megatron-Core builds "
+                  "(--mtp-num-layers); export it with --to megatron, or plan without them");
   }
   if (layout.plan.ep_overlap && runs != ExportTarget::kMegatron) {
     return refuse("the plan runs Megatron-Core's combined 1F1B schedule, each forward merged with another "

@@ -205,6 +205,7 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         p.precision = o.precision;
                         p.fp8_recipe = o.fp8_recipe;
                         p.fp8_recipe_given = o.fp8_recipe_given;
+                        p.mtp_layers = o.mtp_layers;
                         p.grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
                         p.offload = off;
                         p.dp_mode = mode;

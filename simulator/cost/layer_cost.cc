@@ -21,6 +21,7 @@ LayerShape layer_shape(const Plan& p) {
   s.recompute_modules = p.recompute_modules != 0 ? p.recompute_modules : static_cast<uint16_t>(kRcCoreAttn);
   s.fp8_recipe = p.fp8_recipe;
   s.fp8_saved_inputs = fp8_transformer_engine(p);
+  s.mtp_layers = p.mtp_layers;
   s.ep = p.ep;
   s.etp = p.etp;
   s.moe_load = p.moe_imbalance;
@@ -723,6 +724,71 @@ LayerCost output_cost(const ModelSpec& m, const LayerShape& s) {
   // holds its saved fp32 output, the nll_loss gradient (dense fp32) and the
   // fp32 gradient of the logits together: 8 B per logit beyond the saved 4.
   c.backward_transient_bytes = tokens * v / t * (s.pytorch_loss ? 8.0 : e);
+  return c;
+}
+
+LayerCost mtp_head_cost(const ModelSpec& m, const LayerShape& s) {
+  const double t = s.tp;
+  const double e = activation_bytes(s.precision);
+  const double sp_div = s.sp ? t : 1.0;
+  const double tokens = static_cast<double>(s.mbs) * static_cast<double>(s.seq) / s.cp;
+  const double h = static_cast<double>(m.hidden);
+  LayerCost c;
+  // enorm, hnorm: RMSNorms (Megatron-Core's MTP layer spec), each reading and
+  // writing an [s, b, h] tensor and keeping its input; with sequence
+  // parallelism the concatenation is gathered for the column-parallel
+  // eh_proj.
+  c.ops.push_back(elementwise("mtp_enorm", 2 * tokens * h * e / sp_div, tokens * h * e / sp_div));
+  OpCost hnorm = elementwise("mtp_hnorm", 2 * tokens * h * e / sp_div, tokens * h * e / sp_div);
+  hnorm.tp_comm_after = s.sp ? TpComm::kAllGather : TpComm::kNone;
+  hnorm.tp_comm_bytes = s.sp ? tokens * 2 * h * e : 0;
+  c.ops.push_back(hnorm);
+  // eh_proj: [tokens, 2h] x [2h, h/t], keeping its input; its h/t-wide
+  // output is gathered over TP before the transformer layer (Megatron-Core:
+  // gather_from_tensor_model_parallel_region, then the scatter to SP).
+  OpCost proj = gemm("mtp_eh_proj", tokens, h / t, 2 * h, tokens * 2 * h * e);
+  proj.tp_comm_after = s.tp > 1 ? TpComm::kAllGather : TpComm::kNone;
+  proj.tp_comm_bytes = s.tp > 1 ? tokens * h * e : 0;
+  c.ops.push_back(proj);
+  add_totals(&c, e);
+  c.params = 2 * h * h / t + 3 * h;
+  // The depth's final norm, logits and loss, on the shared output weights.
+  const LayerCost head = output_cost(m, s);
+  for (const OpCost& op : head.ops) c.ops.push_back(op);
+  c.fwd_flops += head.fwd_flops;
+  c.fwd_bytes += head.fwd_bytes;
+  c.saved_bytes += head.saved_bytes;
+  c.weight_grad_saved_bytes += head.weight_grad_saved_bytes;
+  c.backward_transient_bytes = head.backward_transient_bytes;
+  return c;
+}
+
+bool mtp_layer_is_moe(const ModelSpec& m) { return m.has_moe && m.is_moe_layer(m.layers - 1); }
+
+LayerCost output_block_cost(const ModelSpec& m, const LayerShape& s) {
+  LayerCost c = output_cost(m, s);
+  if (s.mtp_layers <= 0) return c;
+  const LayerCost head = mtp_head_cost(m, s);
+  const LayerCost layer = transformer_layer_cost(m, s, mtp_layer_is_moe(m));
+  auto add = [&c](const LayerCost& b) {
+    c.ops.insert(c.ops.end(), b.ops.begin(), b.ops.end());
+    c.params += b.params;
+    c.fwd_flops += b.fwd_flops;
+    c.fwd_bytes += b.fwd_bytes;
+    c.saved_bytes += b.saved_bytes;
+    c.recompute_flops += b.recompute_flops;
+    c.cp_comm_bytes += b.cp_comm_bytes;
+    c.linear_params += b.linear_params;
+    c.weight_grad_saved_bytes += b.weight_grad_saved_bytes;
+    c.expert_params += b.expert_params;
+    c.moe = c.moe || b.moe;
+    c.moe_load = std::max(c.moe_load, b.moe_load);
+    c.backward_transient_bytes = std::max(c.backward_transient_bytes, b.backward_transient_bytes);
+  };
+  for (int d = 0; d < s.mtp_layers; ++d) {
+    add(head);
+    add(layer);
+  }
   return c;
 }
 

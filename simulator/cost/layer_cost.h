@@ -50,6 +50,8 @@ struct LayerShape {
   bool pytorch_loss = false;
   // Memory-bound ops as PyTorch eager kernels (ExecutionProfile::eager_elementwise).
   bool eager = false;
+  // Multi-token prediction depths after the output layer (Plan::mtp_layers).
+  int mtp_layers = 0;
 };
 
 LayerShape layer_shape(const Plan& resolved_plan);
@@ -185,6 +187,23 @@ double layer_input_bytes(const ModelSpec& m, const LayerShape& s);
 // gradient and the logits' fp32 gradient at once (+8 B per logit).
 LayerCost embedding_cost(const ModelSpec& m, const LayerShape& s);
 LayerCost output_cost(const ModelSpec& m, const LayerShape& s);
+// One depth of Megatron-Core's multi-token prediction (MultiTokenPredictionLayer,
+// megatron/core/transformer/multi_token_prediction.py) less its transformer
+// layer: the norms of the next tokens' embedding and of the previous depth's
+// hidden state (enorm, hnorm), their concatenation projected 2h -> h
+// (eh_proj, column-parallel, its output gathered), the depth's final norm,
+// and the logits and loss on the shared output layer (output_cost's ops).
+// Parameters: eh_proj's 2h x h / tp and the three norms.
+LayerCost mtp_head_cost(const ModelSpec& m, const LayerShape& s);
+// Whether an MTP depth's transformer layer is an MoE layer: as the model's
+// last layer (Megatron-Core builds the MTP block from the decoder's last
+// layer spec; num_floating_point_operations counts it as last_layer_is_moe).
+bool mtp_layer_is_moe(const ModelSpec& m);
+// The block the loss's pipeline stage runs after its last layer:
+// output_cost, and with s.mtp_layers > 0 each depth's mtp_head_cost and
+// transformer layer (ops, parameters, activations; expert parameters as
+// expert_params).
+LayerCost output_block_cost(const ModelSpec& m, const LayerShape& s);
 
 }  // namespace trainplan
 

@@ -14,7 +14,7 @@ namespace {
 // norms and embeddings are not counted.  Checked on the Megatron-Bridge rows
 // (tokens/s and TFLOP/s printed together): Qwen3-30B-A3B 22.97 vs 23.01
 // GFLOP/token, DeepSeek-V3 249.1 vs 249.8.
-double megatron_moe_flops_per_token(const ModelSpec& m, int64_t seq) {
+double megatron_moe_flops_per_token(const ModelSpec& m, int64_t seq, int mtp_layers) {
   const double h = static_cast<double>(m.hidden), n = static_cast<double>(m.heads);
   const double glu = m.mlp == MlpKind::kSwiglu ? 3 : 2;
   double attn_lin = 0, attn_core = 0;
@@ -32,15 +32,19 @@ double megatron_moe_flops_per_token(const ModelSpec& m, int64_t seq) {
     attn_lin = 6 * (h * (n * d + 2 * g * d) + n * d * h);
     attn_core = 6 * n * d;
   }
-  const double moe_layers = static_cast<double>(m.moe_layer_count());
-  const double dense_layers = static_cast<double>(m.layers) - moe_layers;
+  // Multi-token prediction (num_floating_point_operations): each depth a
+  // layer of the last layer's kind, its norms and eh projection (3h + 2h^2
+  // multiply-adds per token), and one more logit.
+  const double mtp = static_cast<double>(mtp_layers);
+  const double moe_layers = static_cast<double>(m.moe_layer_count()) + (mtp_layer_is_moe(m) ? mtp : 0.0);
+  const double dense_layers = static_cast<double>(m.layers) + mtp - moe_layers;
   const MoeSpec& e = m.moe;
   const double mlp = 6 * h * glu *
                      (static_cast<double>(m.ffn_hidden) * dense_layers +
                       static_cast<double>(e.expert_ffn_hidden * e.top_k) * moe_layers +
                       static_cast<double>(e.shared_experts * e.shared_ffn_hidden) * moe_layers);
-  const double layers = static_cast<double>(m.layers);
-  return mlp + attn_lin * layers + 6 * h * static_cast<double>(m.vocab) +
+  const double layers = static_cast<double>(m.layers) + mtp;
+  return mlp + attn_lin * layers + 6 * h * static_cast<double>(m.vocab) * (1 + mtp) + 6 * mtp * (3 * h + 2 * h * h) +
          static_cast<double>(seq) * attn_core * layers;
 }
 
@@ -55,11 +59,12 @@ StepFlops step_flops(const ModelSpec& model, const Plan& plan) {
   one.ep = 1;
   one.etp = 1;
   one.moe_load = 1;  // the FLOPs of the routed tokens, not of the busiest rank
+  one.mtp_layers = plan.mtp_layers;
   LayerCost layer = transformer_layer_cost(model, one);
   LayerCost moe = model.has_moe ? transformer_layer_cost(model, one, true) : layer;
-  LayerCost out = output_cost(model, one);
+  LayerCost out = output_block_cost(model, one);  // multi-token prediction included
   const double sequences = static_cast<double>(plan.gbs);
-  double fwd = out.fwd_flops, recompute = 0;
+  double fwd = out.fwd_flops, recompute = out.recompute_flops;
   for (int64_t i = 0; i < model.layers; ++i) {
     const LayerCost& c = model.is_moe_layer(i) ? moe : layer;
     fwd += c.fwd_flops;
@@ -73,7 +78,7 @@ StepFlops step_flops(const ModelSpec& model, const Plan& plan) {
     // MoE / MLA models: model FLOPs as Megatron-Core counts them (the
     // convention every published MoE figure uses); hardware FLOPs stay the
     // executed ops (router, full attention product, recompute).
-    f.model_flops = sequences * static_cast<double>(plan.seq) * megatron_moe_flops_per_token(model, plan.seq);
+    f.model_flops = sequences * static_cast<double>(plan.seq) * megatron_moe_flops_per_token(model, plan.seq, plan.mtp_layers);
   }
   return f;
 }

@@ -103,7 +103,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
   const LayerCost layer = transformer_layer_cost(model, shape);
   const LayerCost moe_layer = model.has_moe ? transformer_layer_cost(model, shape, true) : layer;
   return estimate_memory(model, cluster, layout, layer, moe_layer, embedding_cost(model, shape),
-                         output_cost(model, shape));
+                         output_block_cost(model, shape));
 }
 
 MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
@@ -206,13 +206,15 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     if (i == 0) params += emb.params;
     if (i == output_rank) params += out.params - (model.tied_embeddings && p.pp == 1 ? tied_copy : 0.0);
     st.params = params;
-    st.expert_params = ss.expert_params;
+    // Routed experts: the layers' and, on the loss's stage, an MoE MTP layer's.
+    const double experts = ss.expert_params + (i == output_rank ? out.expert_params : 0.0);
+    st.expert_params = experts;
     // Dense parameters shard over the shard degree; routed experts' states
     // over the expert data-parallel group (Megatron's distributed optimizer
     // keeps one optimizer per parallel-state group).
-    ModelStateBytes ms = model_state_bytes(params - ss.expert_params, p.precision, p.grad_dtype, p.zero,
+    ModelStateBytes ms = model_state_bytes(params - experts, p.precision, p.grad_dtype, p.zero,
                                            layout.shard_degree, p.offload, fw.fp32_master_is_param);
-    ModelStateBytes me = model_state_bytes(ss.expert_params, p.precision, p.grad_dtype, p.zero,
+    ModelStateBytes me = model_state_bytes(experts, p.precision, p.grad_dtype, p.zero,
                                            std::max(1, layout.expert_dp), p.offload, fw.fp32_master_is_param);
     MemoryBreakdown& b = st.breakdown;
     b.weights = ms.weights + me.weights;
@@ -242,13 +244,14 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // Transformer Engine keeps each linear layer's weight quantized to FP8
     // beside the bf16 weight for the whole run (its FP8 workspaces; not
     // with torchao, which casts per use).
-    b.weights += ss.linear * fp8_weight_cache_bytes(cluster, p);
+    const double linear = ss.linear + (i == output_rank ? out.linear_params : 0.0);
+    b.weights += linear * fp8_weight_cache_bytes(cluster, p);
     // --fp8-param-gather: the FP8 copy is the compute weight; no bf16 copy
     // of the linear layers remains (the fp32 master stays in the optimizer).
-    if (p.fp8_param_gather) b.weights -= ss.linear * weight_bytes(p.precision) / (p.zero >= 3 ? layout.shard_degree : 1);
-    ModelStateBytes kept = model_state_bytes(params - ss.expert_params, p.precision, p.grad_dtype, p.zero,
+    if (p.fp8_param_gather) b.weights -= linear * weight_bytes(p.precision) / (p.zero >= 3 ? layout.shard_degree : 1);
+    ModelStateBytes kept = model_state_bytes(params - experts, p.precision, p.grad_dtype, p.zero,
                                              layout.shard_degree, Offload::kNone, fw.fp32_master_is_param);
-    ModelStateBytes kept_e = model_state_bytes(ss.expert_params, p.precision, p.grad_dtype, p.zero,
+    ModelStateBytes kept_e = model_state_bytes(experts, p.precision, p.grad_dtype, p.zero,
                                                std::max(1, layout.expert_dp), Offload::kNone, fw.fp32_master_is_param);
     offloaded_per_gpu_max = std::max(offloaded_per_gpu_max, kept.total() + kept_e.total() - ms.total() - me.total());
 

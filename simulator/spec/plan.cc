@@ -587,6 +587,26 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
       fail("ep overlap is Megatron-Core's combined 1F1B schedule; this plan's framework does not run it: use "
            "--framework megatron-core");
   }
+  if (p.mtp_layers != 0) {
+    // Megatron validate_args: "Multi-Token Prediction (MTP) is not supported
+    // with <type> position embedding type. The supported position embedding
+    // types are rope and none"; TransformerConfig: "MTP supports at most one
+    // layer when enabling overlap_moe_expert_parallel_comm".  Megatron-Core
+    // is the framework that runs it (torchtitan's DeepSeek-V3 has no MTP
+    // module; Megatron-LM of 2021-22, DeepSpeed and plain PyTorch neither).
+    if (p.mtp_layers < 0 || p.mtp_layers > kMaxMtpLayers)
+      fail("mtp_layers=" + str(p.mtp_layers) + " is out of range 0.." + str(kMaxMtpLayers));
+    if (model.position_embedding != PositionEmbedding::kRope)
+      fail(std::string("multi-token prediction needs rotary position embeddings; ") + model.name + " has " +
+           (model.position_embedding == PositionEmbedding::kAlibi ? "ALiBi" : "learned") +
+           " ones (Megatron: MTP supports the rope and none position embedding types)");
+    if (p.ep_overlap && p.mtp_layers > 1)
+      fail("ep overlap supports at most one MTP layer (Megatron-Core TransformerConfig); got mtp_layers=" +
+           str(p.mtp_layers));
+    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
+      fail("multi-token prediction is Megatron-Core's (--mtp-num-layers); this plan's framework has no MTP "
+           "module: use --framework megatron-core");
+  }
   if (zero_bubble(p.schedule)) {
     // Qi et al. 2024 run ZB-1p/ZB-2p with one model chunk per rank (the
     // authors' Megatron fork refuses --enable-zero-bubble with a virtual

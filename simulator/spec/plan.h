@@ -157,6 +157,13 @@ struct Plan {
   // no full recompute and no "moe" among the recomputed modules (Megatron-Core
   // TransformerConfig.__post_init__).
   bool ep_overlap = false;
+  // Multi-token prediction (DeepSeek-V3 report Sec. 2.2; Megatron-Core
+  // --mtp-num-layers): depths after the output layer, each a projection of
+  // the next tokens' embedding and the hidden state, a transformer layer of
+  // the model's last layer's kind, and the logits and loss again on the
+  // shared output layer (output_block_cost), on the loss's pipeline stage.
+  // 0: none.
+  int mtp_layers = 0;
   GradDtype grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
   Attention attention = Attention::kFlash;
   DpMode dp_mode = DpMode::kSync;
@@ -195,6 +202,9 @@ struct Layout {
   std::vector<std::string> reasons;  // why not, when !feasible
 };
 
+// Multi-token prediction depths a plan may give (DeepSeek-V3 trains 1;
+// Megatron-Core has no cap).
+constexpr int kMaxMtpLayers = 16;
 // The largest values a plan may give, the same for flags and plan.json
 // (docs/input-limits.md): 2^24 GPUs (16.7M) and parallel degrees, 2^30
 // sequences per global batch, 2^20 nodes.

@@ -406,14 +406,17 @@ class Lowerer {
           double params = sc_.cost_of(ch.global_first + layer).params;
           if (ch.embedding && layer == 0) params += emb_.params;
           if (ch.output && layer == ch.layers - 1) params += outc_.params;
+          // An MoE multi-token prediction layer's experts (in the output
+          // block) reduce over the expert data-parallel group like the rest.
+          const double out_experts = ch.output && layer == ch.layers - 1 ? outc_.expert_params : 0.0;
           if (finalizes(op.kind)) {
             e.grad_params = params;
-            e.grad_expert_params = sc_.cost_of(ch.global_first + layer).expert_params;
+            e.grad_expert_params = sc_.cost_of(ch.global_first + layer).expert_params + out_experts;
           }
           if (p_.zero == 3) {
             e.gather_params = params;
             e.gather_layer_params = sc_.cost_of(ch.global_first + layer).params;
-            e.gather_expert_params = sc_.cost_of(ch.global_first + layer).expert_params;
+            e.gather_expert_params = sc_.cost_of(ch.global_first + layer).expert_params + out_experts;
           }
           entries_[static_cast<size_t>(s)].push_back(e);
         }

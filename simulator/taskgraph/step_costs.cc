@@ -372,7 +372,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   s.shape = layer_shape(p);
   s.layer = transformer_layer_cost(m, s.shape);
   s.embedding = embedding_cost(m, s.shape);
-  s.output = output_cost(m, s.shape);
+  s.output = output_block_cost(m, s.shape);  // multi-token prediction included
   const ComputeParams cpm = compute_params(c, p.precision);
   const LinkParams lp = link_params(c);
   const ExecutionProfile prof = execution_profile(p);
@@ -392,13 +392,27 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   s.embedding_tp_backward_ps = e.tp_b;
   // The embedding's backward is all weight gradient (its input is token ids).
   s.embedding_weight_grad_ps = e.bwd;
-  const OpTimes o = op_times(s.output, cpm, c, lp, p, false, prof);
+  const OpTimes o = op_times(output_cost(m, s.shape), cpm, c, lp, p, false, prof);
   const auto [out_copy_f, out_copy_b] = fsdp2_copy_ps(s.output.params, cpm, p, prof);
   s.output_forward_ps = o.fwd + o.tp_f + out_copy_f;
   s.output_backward_ps = o.bwd + o.tp_b + out_copy_b;
   s.output_tp_forward_ps = o.tp_f;
   s.output_tp_backward_ps = o.tp_b;
   s.output_weight_grad_ps = o.wgrad;
+  if (p.mtp_layers > 0) {
+    // Each multi-token prediction depth after the loss: its norms,
+    // projection, logits and loss (op times), and a transformer layer timed
+    // as the decoder's of its kind (recompute, TP and expert collectives
+    // included), all in the output block's passes.
+    const LayerTimes& mt = mtp_layer_is_moe(m) ? s.moe_layer_times : s.layer_times;
+    const OpTimes h = op_times(mtp_head_cost(m, s.shape), cpm, c, lp, p, false, prof);
+    const int64_t k = p.mtp_layers;
+    s.output_forward_ps += k * (mt.forward_ps + h.fwd + h.tp_f);
+    s.output_backward_ps += k * (mt.backward_ps + h.bwd + h.tp_b);
+    s.output_tp_forward_ps += k * (mt.tp_comm_forward_ps + h.tp_f);
+    s.output_tp_backward_ps += k * (mt.tp_comm_backward_ps + h.tp_b);
+    s.output_weight_grad_ps += k * (mt.weight_grad_ps + h.wgrad);
+  }
   s.comm_slowdown = kNcclChannels / std::max(1, c.gpu.sm_count);
   return s;
 }

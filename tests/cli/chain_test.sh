@@ -174,7 +174,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
         "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers",
-        "framework", "gpus", "ep", "etp", "recompute_modules", "tp_comm_overlap", "ep_overlap"]
+        "framework", "gpus", "ep", "etp", "recompute_modules", "tp_comm_overlap", "ep_overlap", "mtp_layers"]
 for i, p in enumerate(d["plans"]):
     plan = {k: p[k] for k in keys if k in p}
     plan.update(model=sys.argv[3], cluster=sys.argv[4])
@@ -289,6 +289,33 @@ JSON
   grep -v -- "--overlap-moe-expert-parallel-comm" "$work/epo.sh" > "$work/epo_off.sh"
   python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/epo_off.sh" --nodes "$nodes" 2>&1 |
     grep -q "the plan's ep_overlap is True" || fail "oracle accepted a script without the plan's ep overlap"
+done
+
+# Multi-token prediction (--mtp-layers): exported as --mtp-num-layers N,
+# passing the oracle (rope; the plan's depth), on one node and on two (pp 2,
+# the MTP layer on the last stage); the other targets refuse it; the oracle
+# rejects a script that drops the flag.
+for nodes in 1 2; do
+  plan="$work/mtp$nodes.json"
+  gpus=$((8 * nodes))
+  cat > "$plan" <<JSON
+{"model": "qwen3-30b-a3b", "cluster": "dgx-h100", "gpus": $gpus, "tp": 1, "pp": $nodes, "dp": 8, "cp": 1,
+ "vp": 1, "ep": 8, "etp": 1, "zero": 1, "mbs": 1, "gbs": 128, "seq": 4096, "sp": false, "recompute": "none",
+ "schedule": "1f1b", "precision": "bf16", "grad_dtype": "fp32", "attention": "flash", "framework": "megatron-core",
+ "mtp_layers": $nodes}
+JSON
+  "$T" simulate --plan "$plan" > "$work/mtp.txt" 2>&1 || { fail "mtp ($nodes nodes) does not simulate: $(cat "$work/mtp.txt")"; continue; }
+  grep -q "mtp_layers=$nodes" "$work/mtp.txt" || fail "mtp ($nodes nodes): the plan line lacks mtp_layers=$nodes"
+  export_and_check "$plan" "$nodes" "mtp ($nodes nodes)"
+  "$T" export --plan "$plan" --to megatron > "$work/mtp.sh" 2> /dev/null || { fail "mtp: no Megatron export"; continue; }
+  grep -q -- "--mtp-num-layers $nodes" "$work/mtp.sh" || fail "mtp ($nodes nodes): no --mtp-num-layers $nodes"
+  for target in deepspeed torchtitan fsdp; do
+    "$T" export --plan "$plan" --to "$target" > /dev/null 2> "$work/mtp.err"
+    [ $? = 2 ] || fail "mtp exported to $target"
+  done
+  grep -v -- "--mtp-num-layers" "$work/mtp.sh" > "$work/mtp_off.sh"
+  python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/mtp_off.sh" --nodes "$nodes" 2>&1 |
+    grep -q "the plan has mtp_layers $nodes" || fail "oracle accepted a script without the plan's MTP layers"
 done
 
 # Every framework took some plans on one and on four nodes.

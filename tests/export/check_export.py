@@ -72,6 +72,7 @@ def load_plan(path: str) -> dict:
         "recompute_modules": list(p.get("recompute_modules") or []),
         "recompute_layers": int(p.get("recompute_layers", 0) or 0),
         "ep_overlap": bool(p.get("ep_overlap", False)),
+        "mtp_layers": int(p.get("mtp_layers", 0) or 0),
     }
     out["etp"] = int(p.get("etp", out["tp"]))
     tp, pp, cp = out["tp"], out["pp"], out["cp"]
@@ -859,6 +860,19 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
         if ns.get("moe_shared_expert_overlap"):
             P.add("megatron: --overlap-moe-expert-parallel-comm excludes --moe-shared-expert-overlap "
                   "(transformer_config.py)", where)
+    # Multi-token prediction: arguments.py validate_args ("MTP is not supported with {type} position
+    # embedding type. The supported position embedding types are rope and none"); transformer_config.py
+    # ("MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm"); the plan's depth.
+    mtp = geti("mtp_num_layers") or 0
+    if mtp:
+        where = ln("mtp_num_layers")
+        if (ns.get("position_embedding_type") or "learned_absolute") not in ("rope", "none"):
+            P.add("megatron: --mtp-num-layers needs --position-embedding-type rope or none (arguments.py)", where)
+        if ns.get("overlap_moe_expert_parallel_comm") and mtp > 1:
+            P.add("megatron: --overlap-moe-expert-parallel-comm supports at most one MTP layer "
+                  "(transformer_config.py)", where)
+    if mtp != plan.get("mtp_layers", 0):
+        P.add(f"megatron: --mtp-num-layers {mtp}, the plan has mtp_layers {plan.get('mtp_layers', 0)}")
     if bool(ns.get("overlap_moe_expert_parallel_comm")) != plan.get("ep_overlap", False):
         P.add(f"megatron: --overlap-moe-expert-parallel-comm is {bool(ns.get('overlap_moe_expert_parallel_comm'))}, "
               f"the plan's ep_overlap is {plan.get('ep_overlap', False)}")
