@@ -3,11 +3,22 @@
 #ifndef TRAINPLAN_TESTS_SIMULATOR_FIXTURES_H_
 #define TRAINPLAN_TESTS_SIMULATOR_FIXTURES_H_
 
+#include <string>
+
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
 
 namespace trainplan {
 namespace testing {
+
+// Whether one of an infeasible layout's reasons contains `part`.
+inline bool reasons_mention(const Layout& layout, const std::string& part) {
+  for (const std::string& r : layout.reasons) {
+    if (r.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
 
 // 1e15 B/s links with zero latency and a slow (10 TFLOP/s) GPU: NCCL's fixed
 // call latency is negligible next to the compute, so pipeline bubbles come out

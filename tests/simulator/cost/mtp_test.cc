@@ -13,17 +13,11 @@
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
+#include "tests/simulator/fixtures.h"
 #include "simulator/taskgraph/step_costs.h"
 
 namespace trainplan {
 namespace {
-
-bool has_reason(const Layout& L, const std::string& part) {
-  for (const std::string& r : L.reasons) {
-    if (r.find(part) != std::string::npos) return true;
-  }
-  return false;
-}
 
 TEST_CASE("MTP: DeepSeek-V3's module is 14B parameters", "[sim][cost][mtp]") {
   // DeepSeek-V3 model card: "685B, which includes 671B of the Main Model
@@ -123,15 +117,15 @@ TEST_CASE("MTP: the plan rules", "[sim][cost][mtp]") {
   Plan plan;
   plan.mtp_layers = 1;
   // Megatron validate_args: rope or none only.
-  CHECK(has_reason(resolve_plan(load_model("gpt3-1.3b"), c, 8, plan), "needs rotary position embeddings"));
+  CHECK(testing::reasons_mention(resolve_plan(load_model("gpt3-1.3b"), c, 8, plan), "needs rotary position embeddings"));
   const ModelSpec llama = load_model("llama3-8b");
   CHECK(resolve_plan(llama, c, 8, plan).feasible);
   Plan q = plan;
   q.framework = Framework::kTorchtitan;
-  CHECK(has_reason(resolve_plan(llama, c, 8, q), "use --framework megatron-core"));
+  CHECK(testing::reasons_mention(resolve_plan(llama, c, 8, q), "use --framework megatron-core"));
   q = plan;
   q.mtp_layers = kMaxMtpLayers + 1;
-  CHECK(has_reason(resolve_plan(llama, c, 8, q), "out of range"));
+  CHECK(testing::reasons_mention(resolve_plan(llama, c, 8, q), "out of range"));
 }
 
 }  // namespace

@@ -16,17 +16,11 @@
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
+#include "tests/simulator/fixtures.h"
 #include "simulator/taskgraph/lowering.h"
 
 namespace trainplan {
 namespace {
-
-bool has_reason(const Layout& L, const std::string& part) {
-  for (const std::string& r : L.reasons) {
-    if (r.find(part) != std::string::npos) return true;
-  }
-  return false;
-}
 
 TEST_CASE("DualPipe: each rank runs dualpipe.py's order for its half rank", "[sim][taskgraph][dualpipe]") {
   // dualpipe.py: "assert num_ranks % 2 == 0"; "num_chunks % 2 == 0 and
@@ -210,39 +204,39 @@ TEST_CASE("DualPipe: the plan rules", "[sim][taskgraph][dualpipe]") {
     Plan q = plan;
     q.pp = 3;
     q.gbs = 12;
-    CHECK(has_reason(reasons(q, 6), "the dualpipe schedule needs an even pp"));
+    CHECK(testing::reasons_mention(reasons(q, 6), "the dualpipe schedule needs an even pp"));
   }
   {
     Plan q = plan;
     q.pp = 2;
     q.gbs = 8;
-    CHECK(has_reason(reasons(q, 4), "the dualpipe schedule needs pp >= 4 here"));
+    CHECK(testing::reasons_mention(reasons(q, 4), "the dualpipe schedule needs pp >= 4 here"));
   }
   {
     Plan q = plan;
     q.gbs = 12;  // 6 micro-batches < 2 * pp
-    CHECK(has_reason(reasons(q, 8), "at least 2*pp = 8"));
+    CHECK(testing::reasons_mention(reasons(q, 8), "at least 2*pp = 8"));
     q.gbs = 18;  // 9: odd
-    CHECK(has_reason(reasons(q, 8), "an even number of micro-batches"));
+    CHECK(testing::reasons_mention(reasons(q, 8), "an even number of micro-batches"));
   }
   {
     Plan q = plan;
     q.framework = Framework::kTorchtitan;
-    CHECK(has_reason(reasons(q, 8), "no framework profile runs"));
+    CHECK(testing::reasons_mention(reasons(q, 8), "no framework profile runs"));
   }
   {
     Plan q = plan;
     q.stage_layers = {14, 18, 16, 16};  // ranks 1 and 2 hold the same two stages: not a mirror image
-    CHECK(has_reason(reasons(q, 8), "read the same from both ends"));
+    CHECK(testing::reasons_mention(reasons(q, 8), "read the same from both ends"));
     q.stage_layers = {14, 18, 18, 14};
     CHECK(reasons(q, 8).feasible);
     q.stage_layers = {14, 16, 16, 14};
-    CHECK(has_reason(reasons(q, 8), "sum to 30 of the model's 32"));
+    CHECK(testing::reasons_mention(reasons(q, 8), "sum to 30 of the model's 32"));
   }
   {
     Plan q = plan;
     q.recompute = Recompute::kFull;  // a schedule with deferred W passes
-    CHECK(has_reason(reasons(q, 8), "defers weight gradients"));
+    CHECK(testing::reasons_mention(reasons(q, 8), "defers weight gradients"));
   }
 }
 
