@@ -62,6 +62,9 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
                 "MoE: each forward merged with another micro-batch's backward, the expert-parallel all-to-alls of "
                 "each under the other's compute (Megatron-Core --overlap-moe-expert-parallel-comm; needs ep >= 2 "
                 "and, with pp > 1, --vp >= 2)");
+  app->add_flag("--delay-wgrad-compute", f->delay_wgrad,
+                "with --ep-overlap: a merged backward runs its weight gradients while its own all-to-all is in "
+                "flight, hiding it further (Megatron-Core --delay-wgrad-compute)");
   app->add_option("--mtp-layers", f->mtp_layers,
                   "multi-token prediction depths after the output layer, each a transformer layer of the last "
                   "layer's kind plus the logits and loss again, on the loss's pipeline stage (Megatron-Core "
@@ -211,6 +214,7 @@ Job to_job(const PlanFlags& f) {
   p.fp8_param_gather = f.fp8_param_gather;
   p.tp_comm_overlap = f.tp_comm_overlap;
   p.ep_overlap = f.ep_overlap;
+  p.delay_wgrad = f.delay_wgrad;
   p.mtp_layers = static_cast<int>(in_range("--mtp-layers", f.mtp_layers, 0, kMaxMtpLayers));
   p.ep = static_cast<int>(in_range("--ep", f.ep, 1, kMaxDegree));
   p.etp = static_cast<int>(derived("--etp", f.etp, kMaxDegree));

@@ -50,6 +50,7 @@ struct PlanFlags {
   bool fp8_param_gather = false;
   bool tp_comm_overlap = false;
   bool ep_overlap = false;
+  bool delay_wgrad = false;
   int64_t mtp_layers = 0;
   int64_t ep = 1, etp = 0;
   double moe_imbalance = 0;

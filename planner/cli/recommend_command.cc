@@ -179,6 +179,7 @@ std::string plan_difference(const Plan& base, const Plan& other) {
   field("fp8-recipe", to_string(base.fp8_recipe), to_string(other.fp8_recipe));
   field("tp-comm-overlap", base.tp_comm_overlap ? "on" : "off", other.tp_comm_overlap ? "on" : "off");
   field("ep-overlap", base.ep_overlap ? "on" : "off", other.ep_overlap ? "on" : "off");
+  field("delay-wgrad", base.delay_wgrad ? "on" : "off", other.delay_wgrad ? "on" : "off");
   return s.str();
 }
 
@@ -464,7 +465,8 @@ int run_recommend(const RecommendFlags& f) {
       }
       if (q.ep_overlap) {
         std::printf("       expert all-to-alls overlapped with another micro-batch's compute (Megatron-Core "
-                    "--overlap-moe-expert-parallel-comm)\n");
+                    "--overlap-moe-expert-parallel-comm%s)\n",
+                    q.delay_wgrad ? " --delay-wgrad-compute" : "");
       }
       if (o.framework == Framework::kGeneric) {
         const std::vector<std::string> fws = frameworks_running(model, cluster, p.layout);

@@ -541,6 +541,7 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
   // The combined 1F1B schedule's all-to-all overlap (Plan::ep_overlap; the
   // alltoall dispatcher above, as TransformerConfig requires).
   if (p.ep_overlap) parallel.flag("--overlap-moe-expert-parallel-comm");
+  if (p.delay_wgrad) parallel.flag("--delay-wgrad-compute");
   if (p.offload == Offload::kOptimizer) {
     parallel.flag("--optimizer-cpu-offload");
     parallel.flag("--use-precision-aware-optimizer");

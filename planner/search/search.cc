@@ -231,6 +231,11 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                           Plan q = p;
                           q.tp_comm_overlap = false;
                           q.ep_overlap = true;
+                          // With --delay-wgrad-compute, the pair the MoE
+                          // README recommends (never slower: the merged
+                          // backward's own W only adds to what hides its
+                          // all-to-all).
+                          q.delay_wgrad = true;
                           plans.push_back(q);
                           world_of_plan->push_back(gpus);
                         }

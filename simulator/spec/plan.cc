@@ -587,6 +587,11 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
       fail("ep overlap is Megatron-Core's combined 1F1B schedule; this plan's framework does not run it: use "
            "--framework megatron-core");
   }
+  // transformer_config.py: "overlap_moe_expert_parallel_comm must be enabled
+  // when enabling delay_wgrad_compute".
+  if (p.delay_wgrad && !p.ep_overlap)
+    fail("delay wgrad compute needs ep overlap (Megatron-Core: overlap_moe_expert_parallel_comm must be enabled "
+         "when enabling delay_wgrad_compute)");
   if (p.mtp_layers != 0) {
     // Megatron validate_args: "Multi-Token Prediction (MTP) is not supported
     // with <type> position embedding type. The supported position embedding

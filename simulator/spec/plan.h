@@ -157,6 +157,11 @@ struct Plan {
   // no full recompute and no "moe" among the recomputed modules (Megatron-Core
   // TransformerConfig.__post_init__).
   bool ep_overlap = false;
+  // Megatron-Core's --delay-wgrad-compute with the combined 1F1B: a merged
+  // backward runs its weight-gradient GEMMs after its input gradients, while
+  // its own expert all-to-all is in flight, so that all-to-all hides under
+  // the partner forward's compute and those GEMMs.  Needs ep_overlap.
+  bool delay_wgrad = false;
   // Multi-token prediction (DeepSeek-V3 report Sec. 2.2; Megatron-Core
   // --mtp-num-layers): depths after the output layer, each a projection of
   // the next tokens' embedding and the hidden state, a transformer layer of

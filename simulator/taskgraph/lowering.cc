@@ -435,23 +435,31 @@ class Lowerer {
     const bool fwd = ops[k].kind == PipeOp::Kind::kForward;
     const size_t partner = fwd ? k + 1 : k - 1;
     TRAINPLAN_CHECK(partner < ops.size() && ops[partner].overlapped, "an overlapped pass without its partner");
+    struct Sums {
+      double compute = 0, ep = 0, wgrad = 0;
+    };
     auto sums = [&](const PipeOp& op, bool forward) {
       const Chunk& ch = chunks_[static_cast<size_t>(s)][static_cast<size_t>(op.chunk)];
-      double compute = 0, ep = 0;
+      Sums x;
       for (int i = ch.global_first; i < ch.global_first + ch.layers; ++i) {
         const LayerTimes& lt = sc_.times_of(i);
         const int64_t all = forward ? lt.forward_ps : lt.backward_ps;
         const int64_t tp = forward ? lt.tp_comm_forward_ps : lt.tp_comm_backward_ps;
         const int64_t e = forward ? lt.ep_comm_forward_ps : lt.ep_comm_backward_ps;
-        compute += static_cast<double>(all - tp - e);
-        ep += static_cast<double>(e);
+        x.compute += static_cast<double>(all - tp - e);
+        x.ep += static_cast<double>(e);
+        if (!forward) x.wgrad += static_cast<double>(lt.weight_grad_ps);
       }
-      return std::make_pair(compute, ep);
+      return x;
     };
-    const auto own = sums(ops[k], fwd);
-    const auto other = sums(ops[partner], !fwd);
-    if (own.second <= 0) return 0;
-    return std::min(1.0, other.first / own.second);
+    const Sums own = sums(ops[k], fwd);
+    const Sums other = sums(ops[partner], !fwd);
+    if (own.ep <= 0) return 0;
+    // --delay-wgrad-compute: a merged backward's weight-gradient GEMMs run
+    // while its own all-to-all is in flight (model_chunk_schedule_plan.py:
+    // backward_dw after the dispatch), so they hide it too.
+    const double budget = other.compute + (!fwd && p_.delay_wgrad ? own.wgrad : 0.0);
+    return std::min(1.0, budget / own.ep);
   }
 
   // Per-stage F, B (input gradient) and W times and the p2p time the

@@ -174,7 +174,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
         "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers",
-        "framework", "gpus", "ep", "etp", "recompute_modules", "tp_comm_overlap", "ep_overlap", "mtp_layers"]
+        "framework", "gpus", "ep", "etp", "recompute_modules", "tp_comm_overlap", "ep_overlap", "delay_wgrad", "mtp_layers"]
 for i, p in enumerate(d["plans"]):
     plan = {k: p[k] for k in keys if k in p}
     plan.update(model=sys.argv[3], cluster=sys.argv[4])
@@ -265,13 +265,13 @@ echo "recommend labels: $(grep -c yes "$work/gen.list") framework labels checked
 # oracle rejects the script with the allgather dispatcher or without the flag.
 for nodes in 1 4; do
   plan="$work/epo$nodes.json"
-  if [ "$nodes" = 1 ]; then pp=1 vp=1 sched=1f1b; else pp=2 vp=2 sched=interleaved; fi
+  if [ "$nodes" = 1 ]; then pp=1 vp=1 sched=1f1b dw=false; else pp=2 vp=2 sched=interleaved dw=true; fi
   gpus=$((8 * nodes))
   cat > "$plan" <<JSON
 {"model": "qwen3-30b-a3b", "cluster": "dgx-h100", "gpus": $gpus, "tp": 1, "pp": $pp, "dp": $((gpus / pp)), "cp": 1,
  "vp": $vp, "ep": 8, "etp": 1, "zero": 1, "mbs": 1, "gbs": 256, "seq": 4096, "sp": false, "recompute": "selective",
  "recompute_modules": ["layernorm", "moe_act"], "schedule": "$sched", "precision": "bf16", "grad_dtype": "fp32",
- "attention": "flash", "framework": "megatron-core", "ep_overlap": true}
+ "attention": "flash", "framework": "megatron-core", "ep_overlap": true, "delay_wgrad": $dw}
 JSON
   "$T" simulate --plan "$plan" > "$work/epo.txt" 2>&1 || { fail "ep overlap ($nodes nodes) does not simulate: $(cat "$work/epo.txt")"; continue; }
   grep -q "ep_overlap=on" "$work/epo.txt" || fail "ep overlap ($nodes nodes): the plan line lacks ep_overlap=on"
@@ -279,6 +279,15 @@ JSON
   "$T" export --plan "$plan" --to megatron > "$work/epo.sh" 2> /dev/null || { fail "ep overlap: no Megatron export"; continue; }
   grep -q -- "--overlap-moe-expert-parallel-comm" "$work/epo.sh" || fail "ep overlap ($nodes nodes): no --overlap-moe-expert-parallel-comm"
   grep -q "^export CUDA_DEVICE_MAX_CONNECTIONS=32" "$work/epo.sh" || fail "ep overlap ($nodes nodes): CUDA_DEVICE_MAX_CONNECTIONS not raised"
+  if [ "$dw" = true ]; then
+    grep -q -- "--delay-wgrad-compute" "$work/epo.sh" || fail "ep overlap ($nodes nodes): no --delay-wgrad-compute"
+    grep -v -- "--overlap-moe-expert-parallel-comm" "$work/epo.sh" > "$work/epo_dw.sh"
+    python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/epo_dw.sh" --nodes "$nodes" 2>&1 |
+      grep -q "delay-wgrad-compute needs --overlap-moe-expert-parallel-comm" ||
+      fail "oracle accepted --delay-wgrad-compute without the overlap"
+  elif grep -q -- "--delay-wgrad-compute" "$work/epo.sh"; then
+    fail "ep overlap ($nodes nodes): --delay-wgrad-compute without the plan's delay_wgrad"
+  fi
   for target in deepspeed torchtitan fsdp; do
     "$T" export --plan "$plan" --to "$target" > /dev/null 2> "$work/epo.err"
     [ $? = 2 ] || fail "ep overlap exported to $target"

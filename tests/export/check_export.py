@@ -73,6 +73,7 @@ def load_plan(path: str) -> dict:
         "recompute_layers": int(p.get("recompute_layers", 0) or 0),
         "ep_overlap": bool(p.get("ep_overlap", False)),
         "mtp_layers": int(p.get("mtp_layers", 0) or 0),
+        "delay_wgrad": bool(p.get("delay_wgrad", False)),
     }
     out["etp"] = int(p.get("etp", out["tp"]))
     tp, pp, cp = out["tp"], out["pp"], out["cp"]
@@ -860,6 +861,14 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
         if ns.get("moe_shared_expert_overlap"):
             P.add("megatron: --overlap-moe-expert-parallel-comm excludes --moe-shared-expert-overlap "
                   "(transformer_config.py)", where)
+    # transformer_config.py: "overlap_moe_expert_parallel_comm must be enabled when enabling
+    # delay_wgrad_compute".
+    if ns.get("delay_wgrad_compute") and not ns.get("overlap_moe_expert_parallel_comm"):
+        P.add("megatron: --delay-wgrad-compute needs --overlap-moe-expert-parallel-comm (transformer_config.py)",
+              ln("delay_wgrad_compute"))
+    if bool(ns.get("delay_wgrad_compute")) != plan.get("delay_wgrad", False):
+        P.add(f"megatron: --delay-wgrad-compute is {bool(ns.get('delay_wgrad_compute'))}, "
+              f"the plan's delay_wgrad is {plan.get('delay_wgrad', False)}")
     # Multi-token prediction: arguments.py validate_args ("MTP is not supported with {type} position
     # embedding type. The supported position embedding types are rope and none"); transformer_config.py
     # ("MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm"); the plan's depth.

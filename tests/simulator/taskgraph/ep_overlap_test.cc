@@ -181,6 +181,56 @@ TEST_CASE("EpOverlap: the merged passes hide their all-to-alls; the unpaired fir
   CHECK_THAT(on.breakdown.compute, WithinRel(off.breakdown.compute, 1e-9));
 }
 
+TEST_CASE("EpOverlap: --delay-wgrad-compute hides a merged backward's all-to-all under its own W too",
+          "[sim][taskgraph][moe]") {
+  // Qwen3-30B-A3B on 2 DGX H100 nodes with ep 16: the expert all-to-alls
+  // cross the NICs and a backward's exceeds its partner forward's compute.
+  // The combined 1F1B without pipelining merges (F_i, B_i-1) for i = 1..7;
+  // in each, the backward's all-to-all eB is hidden up to the forward's
+  // compute Fc, and with delay_wgrad_compute up to Fc + W, W the backward's
+  // own weight-gradient GEMMs (model_chunk_schedule_plan.py runs backward_dw
+  // after the dispatch).  The forwards' all-to-alls are hidden alike in both.
+  // So the exposed all-to-all time, and the step, fall by exactly
+  // 7 x (min(eB, Fc + W) - min(eB, Fc)), all 48 layers being one chunk.
+  const ModelSpec model = load_model("qwen3-30b-a3b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan plan;
+  plan.ep = 16;
+  plan.zero = 1;
+  plan.mbs = 1;
+  plan.gbs = 128;
+  plan.framework = Framework::kMegatronCore;
+  plan.ep_overlap = true;
+  auto run = [&](bool delay) {
+    Plan q = plan;
+    q.delay_wgrad = delay;
+    const Layout L = resolve_plan(model, c, 16, q);
+    REQUIRE(L.feasible);
+    REQUIRE(L.microbatches == 8);
+    return simulate_step(model, c, L, SimulateOptions{});
+  };
+  const StepReport off = run(false), on = run(true);
+  const StepCosts sc = step_costs(model, c, resolve_plan(model, c, 16, plan).plan);
+  const LayerTimes& lt = sc.times_of(0);
+  const double layers = static_cast<double>(model.layers);
+  const double eB = layers * static_cast<double>(lt.ep_comm_backward_ps);
+  const double fc = layers * static_cast<double>(lt.forward_ps - lt.tp_comm_forward_ps - lt.ep_comm_forward_ps);
+  const double w = layers * static_cast<double>(lt.weight_grad_ps);
+  REQUIRE(eB > fc);  // the backward's all-to-all outlasts its partner's compute
+  const double gain_s = 7 * (std::min(eB, fc + w) - std::min(eB, fc)) * 1e-12;
+  REQUIRE(gain_s > 0.05);
+  CHECK_THAT(off.breakdown.ep_comm - on.breakdown.ep_comm, WithinRel(gain_s, 1e-6));
+  CHECK_THAT(off.step_time_s - on.step_time_s, WithinRel(gain_s, 1e-3));
+  // Megatron-Core: "overlap_moe_expert_parallel_comm must be enabled when
+  // enabling delay_wgrad_compute".
+  Plan q = plan;
+  q.ep_overlap = false;
+  q.delay_wgrad = true;
+  const Layout bad = resolve_plan(model, c, 16, q);
+  CHECK_FALSE(bad.feasible);
+  CHECK(bad.reasons.front().find("delay wgrad compute needs ep overlap") != std::string::npos);
+}
+
 TEST_CASE("EpOverlap: one more micro-batch in flight, as the pass order holds", "[sim][taskgraph][moe]") {
   // Without pipelining F1 runs before B0: two micro-batches' activations at
   // the peak instead of one.  Interleaved: the extra warm-up forward; on
