@@ -225,9 +225,7 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         // under another micro-batch's compute but holds one
                         // more micro-batch, so both are searched where
                         // Megatron-Core allows it (resolve_plan's rules).
-                        if (o.framework == Framework::kMegatronCore && ep > 1 &&
-                            (pp == 1 || sched == Schedule::kInterleaved) && rc != Recompute::kFull &&
-                            (modules & kRcMoe) == 0 && o.precision != Precision::kFp32) {
+                        if (o.framework == Framework::kMegatronCore) {
                           Plan q = p;
                           q.tp_comm_overlap = false;
                           q.ep_overlap = true;
@@ -236,8 +234,10 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                           // backward's own W only adds to what hides its
                           // all-to-all).
                           q.delay_wgrad = true;
-                          plans.push_back(q);
-                          world_of_plan->push_back(gpus);
+                          if (ep_overlap_conflicts(q).empty()) {
+                            plans.push_back(q);
+                            world_of_plan->push_back(gpus);
+                          }
                         }
                         }
                       }

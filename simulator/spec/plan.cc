@@ -302,6 +302,46 @@ std::string mirrored_stages_note(const Plan& plan) {
          ", the V's turn a transfer between ranks " + str(plan.pp / 2 - 1) + " and " + str(plan.pp / 2);
 }
 
+std::vector<std::string> ep_overlap_conflicts(const Plan& p) {
+  // megatron/core/transformer/transformer_config.py __post_init__, under
+  // overlap_moe_expert_parallel_comm: "only supported with expert model
+  // parallelism"; "virtual_pipeline_model_parallel_size must be specified
+  // when pipeline_model_parallel_size > 1"; "disable full recomputation";
+  // "disable moe in recompute_modules"; "only supported with bf16 or fp16
+  // model" (FP8 GEMMs keep a bf16 model); "MTP supports at most one layer
+  // when enabling overlap_moe_expert_parallel_comm"; the combined 1F1B
+  // schedule is Megatron-Core's.
+  std::vector<std::string> why;
+  if (p.ep < 2) why.push_back("ep overlap needs ep >= 2 (there is no expert-parallel all-to-all to overlap)");
+  if (p.schedule != Schedule::k1F1B && p.schedule != Schedule::kInterleaved) {
+    why.push_back(std::string("ep overlap runs Megatron-Core's combined 1F1B, built on the 1f1b or interleaved "
+                              "schedule; this plan's schedule is ") +
+                  to_string(p.schedule));
+  } else if (p.pp > 1 && p.schedule != Schedule::kInterleaved) {
+    why.push_back(std::string("ep overlap with pp > 1 runs on the interleaved schedule (Megatron-Core: virtual "
+                              "pipeline size must be specified); this plan's schedule is ") +
+                  to_string(p.schedule) + ": give --vp >= 2");
+  }
+  if (p.recompute == Recompute::kFull) {
+    why.push_back("ep overlap needs a recompute other than full (Megatron-Core: disable full recomputation when "
+                  "enabling overlap_moe_expert_parallel_comm)");
+  }
+  if (p.recompute == Recompute::kSelective && (p.recompute_modules & kRcMoe) != 0) {
+    why.push_back("ep overlap cannot recompute the moe module (Megatron-Core: disable moe in recompute_modules); "
+                  "recompute moe_act instead");
+  }
+  if (p.precision == Precision::kFp32) why.push_back("ep overlap needs a bf16 or fp16 model (Megatron-Core); got fp32");
+  if (p.mtp_layers > 1) {
+    why.push_back("ep overlap supports at most one MTP layer (Megatron-Core TransformerConfig); got mtp_layers=" +
+                  str(p.mtp_layers));
+  }
+  if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore) {
+    why.push_back("ep overlap is Megatron-Core's combined 1F1B schedule; this plan's framework does not run it: use "
+                  "--framework megatron-core");
+  }
+  return why;
+}
+
 int global_rank(const Plan& p, int pp, int dp, int cp, int tp) {
   return tp + p.tp * (cp + p.cp * (dp + p.dp * pp));
 }
@@ -561,31 +601,7 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
            "it: use --framework megatron-core");
   }
   if (p.ep_overlap) {
-    // megatron/core/transformer/transformer_config.py __post_init__, under
-    // overlap_moe_expert_parallel_comm: "only supported with expert model
-    // parallelism"; "virtual_pipeline_model_parallel_size must be specified
-    // when pipeline_model_parallel_size > 1"; "disable full recomputation";
-    // "disable moe in recompute_modules"; "only supported with bf16 or fp16
-    // model" (FP8 GEMMs keep a bf16 model); the combined 1F1B schedule is
-    // Megatron-Core's.
-    if (p.ep < 2) fail("ep overlap needs ep >= 2 (there is no expert-parallel all-to-all to overlap)");
-    if (p.schedule != Schedule::k1F1B && p.schedule != Schedule::kInterleaved)
-      fail(std::string("ep overlap runs Megatron-Core's combined 1F1B, built on the 1f1b or interleaved schedule; "
-                       "this plan's schedule is ") +
-           to_string(p.schedule));
-    else if (p.pp > 1 && p.schedule != Schedule::kInterleaved)
-      fail(std::string("ep overlap with pp > 1 runs on the interleaved schedule (Megatron-Core: virtual pipeline size "
-                       "must be specified); this plan's schedule is ") +
-           to_string(p.schedule) + ": give --vp >= 2");
-    if (p.recompute == Recompute::kFull) fail("ep overlap needs a recompute other than full (Megatron-Core: disable full "
-                                              "recomputation when enabling overlap_moe_expert_parallel_comm)");
-    if (p.recompute == Recompute::kSelective && (p.recompute_modules & kRcMoe) != 0)
-      fail("ep overlap cannot recompute the moe module (Megatron-Core: disable moe in recompute_modules); recompute "
-           "moe_act instead");
-    if (p.precision == Precision::kFp32) fail("ep overlap needs a bf16 or fp16 model (Megatron-Core); got fp32");
-    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
-      fail("ep overlap is Megatron-Core's combined 1F1B schedule; this plan's framework does not run it: use "
-           "--framework megatron-core");
+    for (const std::string& why : ep_overlap_conflicts(p)) fail(why);
   }
   // transformer_config.py: "overlap_moe_expert_parallel_comm must be enabled
   // when enabling delay_wgrad_compute".
@@ -605,9 +621,6 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
       fail(std::string("multi-token prediction needs rotary position embeddings; ") + model.name + " has " +
            (model.position_embedding == PositionEmbedding::kAlibi ? "ALiBi" : "learned") +
            " ones (Megatron: MTP supports the rope and none position embedding types)");
-    if (p.ep_overlap && p.mtp_layers > 1)
-      fail("ep overlap supports at most one MTP layer (Megatron-Core TransformerConfig); got mtp_layers=" +
-           str(p.mtp_layers));
     if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
       fail("multi-token prediction is Megatron-Core's (--mtp-num-layers); this plan's framework has no MTP "
            "module: use --framework megatron-core");

@@ -232,6 +232,12 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
 // pipeline), mirrored_pp/mirrored_dp set; stage k of it is physical ranks k
 // and pp-1-k.  Idempotent.  REQUIRES: layout.feasible.
 Layout execution_layout(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
+// Why Megatron-Core's all-to-all overlap (Plan::ep_overlap) cannot run
+// `plan` (TransformerConfig.__post_init__'s rules), in the order checked;
+// empty when it can.  The one place for those rules: resolve_plan reports
+// them, the search asks before it adds a plan's overlapped variant.
+// `plan` has its schedule and recompute modules resolved.
+std::vector<std::string> ep_overlap_conflicts(const Plan& plan);
 // For a dualpipe plan, the line that says how its per-stage figures read
 // ("stage k is pipeline ranks k and pp-1-k ..."); "" for every other plan.
 std::string mirrored_stages_note(const Plan& plan);
