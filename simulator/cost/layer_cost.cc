@@ -660,12 +660,43 @@ double saved_activation_bytes(const LayerCost& c, const ModelSpec& m, const Laye
   return total;
 }
 
-LayerCost embedding_cost(const ModelSpec& m, const LayerShape& s) {
+namespace {
+
+// The sizes the embedding, output and MTP blocks are costed from: tp, bytes
+// per activation element, the sequence-parallel split, tokens on this rank
+// and the hidden size.
+struct BlockDims {
+  double t, e, sp_div, tokens, h;
+};
+BlockDims block_dims(const ModelSpec& m, const LayerShape& s) {
   const double t = s.tp;
-  const double e = activation_bytes(s.precision);
-  const double sp_div = s.sp ? t : 1.0;
-  const double tokens = static_cast<double>(s.mbs) * static_cast<double>(s.seq) / s.cp;
-  const double h = static_cast<double>(m.hidden);
+  return BlockDims{t, static_cast<double>(activation_bytes(s.precision)), s.sp ? t : 1.0,
+                   static_cast<double>(s.mbs) * static_cast<double>(s.seq) / s.cp, static_cast<double>(m.hidden)};
+}
+
+// Adds block `b` to `into`: its ops after `into`'s, its parameters, FLOPs,
+// traffic and activations summed, the larger backward transient.
+void append_block(LayerCost* into, const LayerCost& b) {
+  LayerCost& c = *into;
+  c.ops.insert(c.ops.end(), b.ops.begin(), b.ops.end());
+  c.params += b.params;
+  c.fwd_flops += b.fwd_flops;
+  c.fwd_bytes += b.fwd_bytes;
+  c.saved_bytes += b.saved_bytes;
+  c.recompute_flops += b.recompute_flops;
+  c.cp_comm_bytes += b.cp_comm_bytes;
+  c.linear_params += b.linear_params;
+  c.weight_grad_saved_bytes += b.weight_grad_saved_bytes;
+  c.expert_params += b.expert_params;
+  c.moe = c.moe || b.moe;
+  c.moe_load = std::max(c.moe_load, b.moe_load);
+  c.backward_transient_bytes = std::max(c.backward_transient_bytes, b.backward_transient_bytes);
+}
+
+}  // namespace
+
+LayerCost embedding_cost(const ModelSpec& m, const LayerShape& s) {
+  const auto [t, e, sp_div, tokens, h] = block_dims(m, s);
   LayerCost c;
   // Vocab-parallel word embedding (split by tp); learned positions replicated.
   c.params = static_cast<double>(m.vocab) * h / t +
@@ -684,11 +715,7 @@ LayerCost embedding_cost(const ModelSpec& m, const LayerShape& s) {
 }
 
 LayerCost output_cost(const ModelSpec& m, const LayerShape& s) {
-  const double t = s.tp;
-  const double e = activation_bytes(s.precision);
-  const double sp_div = s.sp ? t : 1.0;
-  const double tokens = static_cast<double>(s.mbs) * static_cast<double>(s.seq) / s.cp;
-  const double h = static_cast<double>(m.hidden);
+  const auto [t, e, sp_div, tokens, h] = block_dims(m, s);
   const double v = static_cast<double>(m.vocab);
   LayerCost c;
   // The output layer holds vocab/t rows; with tied embeddings and pp > 1
@@ -728,11 +755,7 @@ LayerCost output_cost(const ModelSpec& m, const LayerShape& s) {
 }
 
 LayerCost mtp_head_cost(const ModelSpec& m, const LayerShape& s) {
-  const double t = s.tp;
-  const double e = activation_bytes(s.precision);
-  const double sp_div = s.sp ? t : 1.0;
-  const double tokens = static_cast<double>(s.mbs) * static_cast<double>(s.seq) / s.cp;
-  const double h = static_cast<double>(m.hidden);
+  const auto [t, e, sp_div, tokens, h] = block_dims(m, s);
   LayerCost c;
   // enorm, hnorm: RMSNorms (Megatron-Core's MTP layer spec), each reading and
   // writing an [s, b, h] tensor and keeping its input; with sequence
@@ -752,14 +775,11 @@ LayerCost mtp_head_cost(const ModelSpec& m, const LayerShape& s) {
   c.ops.push_back(proj);
   add_totals(&c, e);
   c.params = 2 * h * h / t + 3 * h;
-  // The depth's final norm, logits and loss, on the shared output weights.
-  const LayerCost head = output_cost(m, s);
-  for (const OpCost& op : head.ops) c.ops.push_back(op);
-  c.fwd_flops += head.fwd_flops;
-  c.fwd_bytes += head.fwd_bytes;
-  c.saved_bytes += head.saved_bytes;
-  c.weight_grad_saved_bytes += head.weight_grad_saved_bytes;
-  c.backward_transient_bytes = head.backward_transient_bytes;
+  // The depth's final norm, logits and loss, on the shared output weights
+  // (their parameters are the output layer's, counted once).
+  LayerCost head = output_cost(m, s);
+  head.params = 0;
+  append_block(&c, head);
   return c;
 }
 
@@ -770,24 +790,9 @@ LayerCost output_block_cost(const ModelSpec& m, const LayerShape& s) {
   if (s.mtp_layers <= 0) return c;
   const LayerCost head = mtp_head_cost(m, s);
   const LayerCost layer = transformer_layer_cost(m, s, mtp_layer_is_moe(m));
-  auto add = [&c](const LayerCost& b) {
-    c.ops.insert(c.ops.end(), b.ops.begin(), b.ops.end());
-    c.params += b.params;
-    c.fwd_flops += b.fwd_flops;
-    c.fwd_bytes += b.fwd_bytes;
-    c.saved_bytes += b.saved_bytes;
-    c.recompute_flops += b.recompute_flops;
-    c.cp_comm_bytes += b.cp_comm_bytes;
-    c.linear_params += b.linear_params;
-    c.weight_grad_saved_bytes += b.weight_grad_saved_bytes;
-    c.expert_params += b.expert_params;
-    c.moe = c.moe || b.moe;
-    c.moe_load = std::max(c.moe_load, b.moe_load);
-    c.backward_transient_bytes = std::max(c.backward_transient_bytes, b.backward_transient_bytes);
-  };
   for (int d = 0; d < s.mtp_layers; ++d) {
-    add(head);
-    add(layer);
+    append_block(&c, head);
+    append_block(&c, layer);
   }
   return c;
 }

@@ -316,7 +316,7 @@ LoweringOptions lowering_options(const SimulateOptions& options) {
 LoweredStep lower_for_simulation(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                                  const SimulateOptions& options) {
   TRAINPLAN_CHECK(layout.feasible, "simulating an infeasible layout");
-  return lower_step(model, cluster, execution_layout(model, cluster, layout), lowering_options(options));
+  return lower_step(model, cluster, layout, lowering_options(options));  // lower_step folds a dualpipe plan
 }
 
 int64_t lowered_step_lower_bound_ps(const LoweredStep& step, const Layout& layout) {
@@ -432,7 +432,7 @@ StepReport simulate_lowered(const ModelSpec& model, const ClusterSpec& cluster, 
                             const SimulateOptions& options, LoweredStep step) {
   double wall_s = 0;
   const EngineResult r = run_lowered(step, &wall_s);
-  return report_lowered(model, cluster, execution_layout(model, cluster, layout), options, step, r, wall_s);
+  return report_lowered(model, cluster, layout, options, step, r, wall_s);  // report_lowered folds it
 }
 
 EngineResult run_lowered(LoweredStep& step, double* wall_s) {
