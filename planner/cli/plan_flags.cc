@@ -65,6 +65,10 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_flag("--delay-wgrad-compute", f->delay_wgrad,
                 "with --ep-overlap: a merged backward runs its weight gradients while its own all-to-all is in "
                 "flight, hiding it further (Megatron-Core --delay-wgrad-compute)");
+  app->add_option("--moe-dispatcher", f->moe_dispatcher,
+                  "MoE: alltoall (every token copy over NCCL, default), deepep or hybridep (Megatron-Core's flex "
+                  "dispatcher: each token once per destination rank, once per node across nodes; hybridep also "
+                  "across a multi-node NVLink domain)");
   app->add_option("--mtp-layers", f->mtp_layers,
                   "multi-token prediction depths after the output layer, each a transformer layer of the last "
                   "layer's kind plus the logits and loss again, on the loss's pipeline stage (Megatron-Core "
@@ -152,7 +156,7 @@ Job to_job(const PlanFlags& f) {
     for (const char* flag : {"--model", "--cluster", "--nodes", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp",
                              "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--recompute-modules", "--recompute-layers", "--sp", "--schedule",
                              "--precision", "--fp8-recipe", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
-                             "--stage-layers", "--framework", "--fp8-param-gather", "--tp-comm-overlap", "--ep", "--etp", "--moe-imbalance"}) {
+                             "--stage-layers", "--framework", "--fp8-param-gather", "--tp-comm-overlap", "--ep", "--etp", "--moe-imbalance", "--moe-dispatcher"}) {
       if (given(flag)) throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
     }
     PlanJob pj = load_plan_job(f.plan_file, f.calibration);
@@ -215,6 +219,7 @@ Job to_job(const PlanFlags& f) {
   p.tp_comm_overlap = f.tp_comm_overlap;
   p.ep_overlap = f.ep_overlap;
   p.delay_wgrad = f.delay_wgrad;
+  p.moe_dispatcher = static_cast<MoeDispatcher>(pick("--moe-dispatcher", f.moe_dispatcher, moe_dispatcher_names()));
   p.mtp_layers = static_cast<int>(in_range("--mtp-layers", f.mtp_layers, 0, kMaxMtpLayers));
   p.ep = static_cast<int>(in_range("--ep", f.ep, 1, kMaxDegree));
   p.etp = static_cast<int>(derived("--etp", f.etp, kMaxDegree));

@@ -51,6 +51,7 @@ struct PlanFlags {
   bool tp_comm_overlap = false;
   bool ep_overlap = false;
   bool delay_wgrad = false;
+  std::string moe_dispatcher = "alltoall";
   int64_t mtp_layers = 0;
   int64_t ep = 1, etp = 0;
   double moe_imbalance = 0;

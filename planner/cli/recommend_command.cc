@@ -60,6 +60,7 @@ struct RecommendFlags {
   std::string precision = "bf16";
   std::string fp8_recipe;
   int64_t mtp_layers = 0;
+  std::string moe_dispatcher = "alltoall";
   std::string strategies;
   std::string convergence;  // --convergence SPEC (async plans)
   std::string framework;
@@ -180,6 +181,7 @@ std::string plan_difference(const Plan& base, const Plan& other) {
   field("tp-comm-overlap", base.tp_comm_overlap ? "on" : "off", other.tp_comm_overlap ? "on" : "off");
   field("ep-overlap", base.ep_overlap ? "on" : "off", other.ep_overlap ? "on" : "off");
   field("delay-wgrad", base.delay_wgrad ? "on" : "off", other.delay_wgrad ? "on" : "off");
+  field("moe-dispatcher", to_string(base.moe_dispatcher), to_string(other.moe_dispatcher));
   return s.str();
 }
 
@@ -231,8 +233,15 @@ int run_recommend(const RecommendFlags& f) {
     o.fp8_recipe = precision.fp8_recipe;
     o.fp8_recipe_given = precision.fp8_recipe_given;
     o.mtp_layers = static_cast<int>(in_range("--mtp-layers", f.mtp_layers, 0, kMaxMtpLayers));
+    o.moe_dispatcher =
+        static_cast<MoeDispatcher>(pick("--moe-dispatcher", f.moe_dispatcher, moe_dispatcher_names()));
   }
   if (!f.framework.empty()) o.framework = static_cast<Framework>(pick("--framework", f.framework, framework_names()));
+  if (o.moe_dispatcher != MoeDispatcher::kAllToAll && o.framework != Framework::kGeneric &&
+      o.framework != Framework::kMegatronCore) {
+    throw_input_error("--moe-dispatcher", "", f.moe_dispatcher + " is Megatron-Core's flex dispatcher, which --framework " +
+                      f.framework + " does not run", "use --framework megatron-core, or drop --moe-dispatcher");
+  }
   std::stringstream ss(f.strategies);
   std::string s;
   while (std::getline(ss, s, ',')) {
@@ -282,6 +291,7 @@ int run_recommend(const RecommendFlags& f) {
                                        "recommend gbs=" + std::to_string(o.gbs) + " seq=" + std::to_string(seq) +
                                            " top=" + std::to_string(o.top_k) + " precision=" + f.precision + " fp8_recipe=" + f.fp8_recipe +
                                            (f.mtp_layers > 0 ? " mtp_layers=" + std::to_string(f.mtp_layers) : "") +
+                                           (f.moe_dispatcher != "alltoall" ? " moe_dispatcher=" + f.moe_dispatcher : "") +
                                            " strategies=" + f.strategies + " calibration=" + f.calibration +
                                            (f.framework.empty() ? "" : " framework=" + f.framework));
   out["config_hash"] = hash;
@@ -537,6 +547,9 @@ void register_recommend_command(CLI::App* app, int* status) {
   add_precision_flags(cmd, &f.precision, &f.fp8_recipe);
   cmd->add_option("--mtp-layers", f.mtp_layers,
                   "multi-token prediction depths in every plan (Megatron-Core --mtp-num-layers; default 0)");
+  cmd->add_option("--moe-dispatcher", f.moe_dispatcher,
+                  "MoE token dispatcher of every plan whose tokens cross GPUs: alltoall (default), deepep or "
+                  "hybridep (Megatron-Core's flex dispatcher)");
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
   cmd->add_option("--convergence", f.convergence,
                   std::string("async plans: the stale-gradient convergence model they are ranked by (time to a target "
@@ -572,6 +585,9 @@ void register_report_command(CLI::App* app, int* status) {
   add_precision_flags(cmd, &f.precision, &f.fp8_recipe);
   cmd->add_option("--mtp-layers", f.mtp_layers,
                   "multi-token prediction depths in every plan (Megatron-Core --mtp-num-layers; default 0)");
+  cmd->add_option("--moe-dispatcher", f.moe_dispatcher,
+                  "MoE token dispatcher of every plan whose tokens cross GPUs: alltoall (default), deepep or "
+                  "hybridep (Megatron-Core's flex dispatcher)");
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
   cmd->add_option("--convergence", f.convergence,
                   std::string("async plans: the stale-gradient convergence model they are ranked by (time to a target "

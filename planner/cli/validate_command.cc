@@ -91,6 +91,13 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
                       "validate the plan it runs as: schedule dualpipe-v with half the pp and twice the dp (the same "
                       "order on every rank)");
   }
+  if (layout.plan.moe_dispatcher != MoeDispatcher::kAllToAll) {
+    throw_input_error("--plan", "",
+                      std::string("validate cannot execute the ") + to_string(layout.plan.moe_dispatcher) +
+                          " dispatcher: the executors move every token copy with an all-to-all, so they would "
+                          "measure another plan",
+                      "validate the same layout with moe_dispatcher alltoall");
+  }
   if (layout.plan.dp_mode == DpMode::kAsync) {
     throw_input_error("--plan", "",
                       "validate executes synchronous plans only: the executors have no parameter servers to push "

@@ -475,8 +475,21 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
       std::snprintf(cf, sizeof cf, "%g", e.capacity_factor);
       model.opt("--moe-expert-capacity-factor", cf);
     }
+    if (e.router_groups > 0) {
+      // Group-limited (node-limited) routing: TransformerConfig
+      // moe_router_num_groups / moe_router_group_topk.
+      model.opt("--moe-router-num-groups", e.router_groups);
+      model.opt("--moe-router-group-topk", e.router_group_topk);
+    }
     model.flag("--moe-grouped-gemm");
-    model.opt("--moe-token-dispatcher-type", p.ep * p.etp > 1 ? "alltoall" : "allgather");
+    if (p.moe_dispatcher != MoeDispatcher::kAllToAll) {
+      // The flex dispatcher on the plan's backend (Plan::moe_dispatcher;
+      // resolve_plan holds its rules).
+      model.opt("--moe-token-dispatcher-type", "flex");
+      model.opt("--moe-flex-dispatcher-backend", to_string(p.moe_dispatcher));
+    } else {
+      model.opt("--moe-token-dispatcher-type", p.ep * p.etp > 1 ? "alltoall" : "allgather");
+    }
   }
   model.opt("--seq-length", p.seq);
   model.opt("--max-position-embeddings", std::max(p.seq, m.seq_len));
@@ -873,18 +886,22 @@ constexpr TitanFlavor kTitanFlavors[] = {
 // still in progress").  Sliding windows: gpt_oss's even layers attend
 // through a 128-token window (torchtitan/models/gpt_oss: sliding_window_size
 // 128, use_sliding_attention = layer_id % 2 == 0), i.e. full_every 2.
+// Group-limited routing: deepseek_v3's 671B flavor sets n_expert_groups 8,
+// n_limited_groups 4 (torchtitan/models/deepseek_v3/__init__.py); the
+// others route over every expert.
 struct TitanMoeFlavor {
   const char* name;
   const char* flavor;
   int64_t layers, hidden, vocab, experts, top_k, expert_ffn_hidden, shared_experts, dense_layers;
   bool pipeline, context_parallel;
   int64_t window_tokens, window_full_every;  // 0, 0: no sliding window
+  int64_t router_groups, router_group_topk;  // 0, 0: no group-limited routing
 };
 constexpr TitanMoeFlavor kTitanMoeFlavors[] = {
-    {"deepseek_v3", "671B", 61, 7168, 129280, 256, 8, 2048, 1, 3, true, false, 0, 0},
-    {"qwen3", "30B-A3B", 48, 2048, 151936, 128, 8, 768, 0, 0, false, true, 0, 0},
-    {"qwen3", "235B-A22B", 94, 4096, 151936, 128, 8, 1536, 0, 0, false, true, 0, 0},
-    {"gpt_oss", "120b", 36, 2880, 201088, 128, 4, 2880, 0, 0, false, false, 128, 2},
+    {"deepseek_v3", "671B", 61, 7168, 129280, 256, 8, 2048, 1, 3, true, false, 0, 0, 8, 4},
+    {"qwen3", "30B-A3B", 48, 2048, 151936, 128, 8, 768, 0, 0, false, true, 0, 0, 0, 0},
+    {"qwen3", "235B-A22B", 94, 4096, 151936, 128, 8, 1536, 0, 0, false, true, 0, 0, 0, 0},
+    {"gpt_oss", "120b", 36, 2880, 201088, 128, 4, 2880, 0, 0, false, false, 128, 2, 0, 0},
 };
 
 // What the torchtitan export writes in [model]: the train spec and flavor.
@@ -911,14 +928,15 @@ std::optional<std::string> titan_moe_refusal(const ModelSpec& m, const Layout& L
         t.top_k == m.moe.top_k && t.expert_ffn_hidden == m.moe.expert_ffn_hidden &&
         t.shared_experts == m.moe.shared_experts && t.dense_layers == m.moe.dense_layers &&
         t.window_tokens == (m.has_sliding_window ? m.sliding_window.tokens : 0) &&
-        t.window_full_every == (m.has_sliding_window ? m.sliding_window.full_every : 0)) {
+        t.window_full_every == (m.has_sliding_window ? m.sliding_window.full_every : 0) &&
+        t.router_groups == m.moe.router_groups && t.router_group_topk == m.moe.router_group_topk) {
       f = &t;
     }
   }
   if (f == nullptr) {
     return "torchtitan v0.2.2 trains MoE models through its own model code, and none of its MoE flavors "
            "(deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has " + m.name +
-           "'s shape and attention windows (layers=" +
+           "'s shape, attention windows and routing groups (layers=" +
            str(m.layers) + ", hidden=" + str(m.hidden) + ", experts=" + str(m.moe.experts) + ", top_k=" +
            str(m.moe.top_k) + ", expert_ffn_hidden=" + str(m.moe.expert_ffn_hidden) + "; use --to megatron)";
   }
@@ -1878,6 +1896,11 @@ ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelS
     return refuse("the plan runs Megatron-Core's combined 1F1B schedule, each forward merged with another "
                   "micro-batch's backward to hide the expert-parallel all-to-alls (--ep-overlap), which only "
                   "Megatron-Core runs; export it with --to megatron");
+  }
+  if (layout.plan.moe_dispatcher != MoeDispatcher::kAllToAll && runs != ExportTarget::kMegatron) {
+    return refuse(std::string("the plan dispatches its tokens with Megatron-Core's flex dispatcher on ") +
+                  to_string(layout.plan.moe_dispatcher) + " (--moe-dispatcher), which only Megatron-Core runs; "
+                  "export it with --to megatron, or plan with --moe-dispatcher alltoall");
   }
   if (layout.plan.tp_comm_overlap && runs != ExportTarget::kMegatron) {
     return refuse("the plan overlaps tensor-parallel communication with the GEMMs as Transformer Engine's "

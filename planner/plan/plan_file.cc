@@ -49,6 +49,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   if (p.tp_comm_overlap) j["tp_comm_overlap"] = true;
   if (p.ep_overlap) j["ep_overlap"] = true;
   if (p.delay_wgrad) j["delay_wgrad"] = true;
+  if (p.moe_dispatcher != MoeDispatcher::kAllToAll) j["moe_dispatcher"] = to_string(p.moe_dispatcher);
   if (p.mtp_layers > 0) j["mtp_layers"] = p.mtp_layers;
   if (p.ep > 1 || p.etp > 1) {
     j["ep"] = p.ep;
@@ -132,6 +133,7 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.tp_comm_overlap = o.optional_boolean("tp_comm_overlap").value_or(false);
   p.ep_overlap = o.optional_boolean("ep_overlap").value_or(false);
   p.delay_wgrad = o.optional_boolean("delay_wgrad").value_or(false);
+  p.moe_dispatcher = static_cast<MoeDispatcher>(o.optional_choice("moe_dispatcher", moe_dispatcher_names()).value_or(0));
   p.mtp_layers = static_cast<int>(o.optional_integer("mtp_layers", 0, kMaxMtpLayers).value_or(0));
   p.ep = static_cast<int>(o.optional_integer("ep", 1, kMaxDegree).value_or(1));
   p.etp = static_cast<int>(o.optional_integer("etp", 1, kMaxDegree).value_or(0));
@@ -183,6 +185,7 @@ std::string describe_plan(const Plan& p) {
   if (p.tp_comm_overlap) s << " tp_comm_overlap=on";
   if (p.ep_overlap) s << " ep_overlap=on";
   if (p.delay_wgrad) s << " delay_wgrad=on";
+  if (p.moe_dispatcher != MoeDispatcher::kAllToAll) s << " moe_dispatcher=" << to_string(p.moe_dispatcher);
   if (p.mtp_layers > 0) s << " mtp_layers=" << p.mtp_layers;
   s << " grad_dtype=" << to_string(p.grad_dtype)
     << " attention=" << to_string(p.attention);

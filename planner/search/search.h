@@ -58,6 +58,9 @@ struct SearchOptions {
   Fp8Recipe fp8_recipe = Fp8Recipe::kNone;  // FP8 GEMMs in every plan (set_precision "fp8")
   bool fp8_recipe_given = false;            // false: the GPU's default recipe
   int mtp_layers = 0;        // multi-token prediction depths in every plan (Plan::mtp_layers)
+  // The MoE token dispatcher of every plan whose tokens cross GPUs
+  // (ep * etp > 1; the others keep alltoall, which they never run).
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   bool gpipe = false;        // also consider GPipe
   bool naive = false;        // also consider naive model parallel
   bool zero_bubble = false;  // also consider the ZB-1p and ZB-2p schedules

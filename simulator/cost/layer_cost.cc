@@ -23,6 +23,7 @@ LayerShape layer_shape(const Plan& p) {
   s.fp8_saved_inputs = fp8_transformer_engine(p);
   s.mtp_layers = p.mtp_layers;
   s.ep = p.ep;
+  s.dispatcher = p.moe_dispatcher;
   s.etp = p.etp;
   s.moe_load = p.moe_imbalance;
   const ExecutionProfile fw = execution_profile(p);
@@ -521,31 +522,63 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     c.ops.push_back(after_norm(gemm("router", tr, static_cast<double>(x.experts), h, tr * h * e), kRcMoe));
     c.ops.push_back(tag(elementwise("router_topk", 3 * 4 * tr * x.experts, 4 * tr * x.experts), kRcMoe, kRcMoe,
                         4 * tr * x.experts));
+    // The flex dispatcher (DeepEP, HybridEP; Plan::moe_dispatcher) sends
+    // each token once per destination rank with its top_k indices (int64)
+    // and weights (fp32) beside it (deepseek-ai/DeepEP Buffer.dispatch), and
+    // fuses the global permute into that kernel: the expert side then
+    // permutes the `recv` distinct tokens it received into its `rows`
+    // (Megatron-Core _DeepepManager / _HybridEPManager get_permuted_hidden_states),
+    // and sums its experts' outputs back per token before the combine.
+    const bool flex = s.dispatcher != MoeDispatcher::kAllToAll && s.ep > 1;
+    const int64_t groups = x.router_groups, group_topk = x.router_group_topk;
+    const double recv =
+        flex ? rows * expert_block_hit_probability(x.experts, x.top_k, x.experts / s.ep, groups, group_topk) * s.ep /
+                   static_cast<double>(x.top_k)
+             : tr;
+    auto dedup = [&](OpCost* op, double copy) {
+      op->dedup.copy_bytes = tr * load * copy;
+      op->dedup.experts = x.experts;
+      op->dedup.top_k = x.top_k;
+      op->dedup.groups = groups;
+      op->dedup.group_topk = group_topk;
+    };
     if (s.ep > 1) {
       // The dispatcher's preprocessing (token_dispatcher.py, all-to-all
       // dispatcher): every rank's token count per expert is gathered over
-      // the ep group (4-byte counts for every expert; latency-bound), and the
-      // routing scores travel beside the tokens (an all-to-all of top_k fp32
-      // scores per token, reversed in backward).
+      // the ep group (4-byte counts for every expert; latency-bound; DeepEP's
+      // notify step exchanges the same counts), and with the all-to-all
+      // dispatcher the routing scores travel beside the tokens (an
+      // all-to-all of top_k fp32 scores per token, reversed in backward).
       OpCost counts = elementwise("token_counts", 0, 0);
       counts.rerun_by = kRcMoe;
       counts.tp_comm_after = TpComm::kAllGather;
       counts.comm_group = CommGroup::kEp;
       counts.tp_comm_bytes = 4.0 * static_cast<double>(x.experts) * s.ep;
       c.ops.push_back(counts);
-      OpCost scores = elementwise("score_dispatch", 0, 0);
-      scores.rerun_by = kRcMoe;
-      scores.tp_comm_after = TpComm::kAllToAll;
-      scores.comm_group = CommGroup::kEp;
-      scores.tp_comm_bytes = 4.0 * assign * load;
-      c.ops.push_back(scores);
+      if (!flex) {
+        OpCost scores = elementwise("score_dispatch", 0, 0);
+        scores.rerun_by = kRcMoe;
+        scores.tp_comm_after = TpComm::kAllToAll;
+        scores.comm_group = CommGroup::kEp;
+        scores.tp_comm_bytes = 4.0 * assign * load;
+        c.ops.push_back(scores);
+      }
     }
-    OpCost permute = elementwise("permute", (tr + assign) * h * e, 0);
+    OpCost permute = elementwise("permute", ((flex ? 0 : tr + assign)) * h * e, 0);
     permute.rerun_by = kRcMoe;
     permute.tp_comm_after = s.ep > 1 ? TpComm::kAllToAll : TpComm::kNone;
     permute.comm_group = CommGroup::kEp;
     permute.tp_comm_bytes = s.ep > 1 ? assign * load * h * e : 0;  // each rank's send buffer, at the peak load
+    if (flex) {
+      permute.name = "dispatch";
+      dedup(&permute, h * e + 12.0 * static_cast<double>(x.top_k));
+    }
     c.ops.push_back(permute);
+    if (flex) {
+      OpCost regroup = elementwise("local_permute", (recv + rows) * h * e, 0);
+      regroup.rerun_by = kRcMoe;
+      c.ops.push_back(regroup);
+    }
     if (s.etp > 1) {
       OpCost g = elementwise("etp_gather", 0, 0);
       g.rerun_by = kRcMoe;
@@ -590,13 +623,15 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
       combine.tp_comm_after = TpComm::kAllToAll;
       combine.comm_group = CommGroup::kEp;
       combine.tp_comm_bytes = assign * load * h * e;
+      if (flex) dedup(&combine, h * e);
       c.ops.push_back(combine);
     }
     // Unpermute sums the top_k copies back per token.  Megatron-Core applies
     // the router scores inside the expert activation (weighted SwiGLU, its
     // scores saved with the activation input), so unpermute saves nothing
-    // but its index map.
-    c.ops.push_back(tag(elementwise("unpermute", (assign + tr) * h * e, 0), kRcMoe, 0, 0));
+    // but its index map.  Before a flex combine the expert side sums its
+    // rows into the `recv` tokens it sends back.
+    c.ops.push_back(tag(elementwise("unpermute", (flex ? recv + rows : assign + tr) * h * e, 0), kRcMoe, 0, 0));
     if (shared) {
       tp_mlp("shared_", static_cast<double>(m.moe.shared_experts * m.moe.shared_ffn_hidden),
              static_cast<uint16_t>(kRcSharedExperts | kRcMoe));

@@ -52,6 +52,8 @@ struct LayerShape {
   bool eager = false;
   // Multi-token prediction depths after the output layer (Plan::mtp_layers).
   int mtp_layers = 0;
+  // MoE layers: the token dispatcher (Plan::moe_dispatcher).
+  MoeDispatcher dispatcher = MoeDispatcher::kAllToAll;
 };
 
 LayerShape layer_shape(const Plan& resolved_plan);
@@ -109,6 +111,17 @@ struct OpCost {
   TpComm tp_comm_after = TpComm::kNone;  // collective after this op
   CommGroup comm_group = CommGroup::kTp;  // over which group
   double tp_comm_bytes = 0;      // buffer size of that collective (nccl-tests "size")
+  // An expert-parallel all-to-all of a deduplicating dispatcher (DeepEP,
+  // HybridEP): each token goes once to each rank (and, off the node, each
+  // node) holding one of its experts, `copy_bytes` per destination for all
+  // of this rank's tokens at the busiest rank's load.  The time is that of
+  // the uniform all-to-all loading the links as much
+  // (all_to_all_equivalent_bytes, at the group's placement); tp_comm_bytes
+  // keeps the all-to-all dispatcher's size.  copy_bytes 0: not deduplicated.
+  struct Dedup {
+    double copy_bytes = 0;
+    int64_t experts = 0, top_k = 0, groups = 0, group_topk = 0;
+  } dedup;
 };
 
 struct LayerCost {

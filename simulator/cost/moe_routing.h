@@ -36,6 +36,28 @@ double expected_max_standard_normal(int64_t n);
 double expected_max_rank_load(double tokens, int64_t top_k, int64_t experts, int64_t ep,
                               double capacity_factor = 0);
 
+// The chance that one token's top_k experts include at least one of a
+// block of `unit` consecutive experts (an expert-parallel rank's local
+// experts, or a node's), averaged over the experts / unit blocks, for a
+// router that picks uniformly at random without repetition; with
+// group-limited routing (groups > 0) the token first picks `group_topk` of
+// the `groups` equal groups of consecutive experts uniformly, then its
+// top_k among their experts (Megatron-Core group_limited_topk).  What a
+// deduplicating dispatcher (DeepEP, HybridEP) sends: each token once per
+// destination rank or node, so E[destinations] = blocks x this.
+//
+// Derivation: with S the selected groups and N = group_topk * experts /
+// groups candidates (N = experts without groups), a block missed by all k
+// picks has probability C(N - u_S, k) / C(N, k), where u_S is the number of
+// its experts inside S; averaged over the equally likely S, enumerated over
+// the subsets of the groups the block touches (hypergeometric in their
+// count).  Exact; a Monte Carlo in tests/simulator/cost/moe_routing_test.cc.
+// REQUIRES: 1 <= top_k <= experts; unit divides experts; groups == 0 or
+// (groups divides experts, 1 <= group_topk <= groups, top_k <=
+// group_topk * experts / groups).
+double expert_block_hit_probability(int64_t experts, int64_t top_k, int64_t unit, int64_t groups = 0,
+                                    int64_t group_topk = 0);
+
 }  // namespace trainplan
 
 #endif  // TRAINPLAN_SIM_COST_MOE_ROUTING_H_

@@ -218,6 +218,22 @@ class Model {
     return t;
   }
 
+  // The size of a uniform all-to-all that takes as long on the wire as
+  // `intra` bytes per rank over NVLink/PCIe and `inter` bytes per rank off
+  // the node (see all_to_all_equivalent_bytes): the same per-byte link
+  // costs as p2p's all-to-all branch.
+  double a2a_equivalent(double intra, double inter) const {
+    const int n = g_.ranks, per_node = g_.ranks_per_node, nodes = g_.nodes;
+    const double out_rate = nodes > 1 ? inter_group_bytes_per_s(per_node) : 0;
+    const double intra_s = intra / intra_bytes_per_s_;
+    const double inter_s = nodes > 1 ? per_node * inter / out_rate : 0;
+    const double intra_per_size = (per_node - 1) / (n * intra_bytes_per_s_);
+    const double inter_per_size =
+        nodes > 1 ? static_cast<double>(per_node) * (n - per_node) / (n * out_rate) : 0;
+    const double per_size = std::max(intra_per_size, inter_per_size);
+    return per_size > 0 ? std::max(intra_s, inter_s) / per_size : 0;
+  }
+
   std::optional<Term> p2p(NcclProto proto) const {
     const int n = g_.ranks, nodes = g_.nodes, per_node = g_.ranks_per_node;
     if (proto == NcclProto::kLL128) return std::nullopt;  // NCCL p2p uses LL or Simple
@@ -572,6 +588,12 @@ std::optional<CollectiveCost> collective_cost(Collective c, Bytes size, const Gr
 std::vector<CollectiveCost> candidate_costs(Collective c, Bytes size, const GroupPlacement& g,
                                             const LinkParams& p) {
   return candidates(c, size, g, p, AlgoFilter{});
+}
+
+double all_to_all_equivalent_bytes(double intra_bytes, double inter_bytes, const GroupPlacement& g,
+                                   const LinkParams& p) {
+  if (g.ranks <= 1 || (intra_bytes <= 0 && inter_bytes <= 0)) return 0;
+  return Model(Collective::kAllToAll, 1, g, p).a2a_equivalent(std::max(0.0, intra_bytes), std::max(0.0, inter_bytes));
 }
 
 Bandwidth reported_bus_bandwidth(const CollectiveCost& cost) {

@@ -145,6 +145,16 @@ std::vector<CollectiveCost> candidate_costs(Collective c, Bytes size, const Grou
 
 // Returns the busbw nccl-tests would print for this cost:
 // wire_bytes_per_rank / time (latency included).  0 when time is 0.
+// A traffic pattern that is not the uniform all-to-all nccl-tests measures
+// (a deduplicating MoE dispatcher: DeepEP, HybridEP) as the uniform
+// all-to-all size that loads the busier link tier as much: `intra_bytes`
+// per rank over the intra-node fabric and `inter_bytes` per rank off the
+// node (through the NICs the group's ranks on a node share), against the
+// uniform all-to-all's (r - 1)/n and (n - r)/n of its size on each (r ranks
+// per node of n).  0 for a one-rank group or no bytes.
+double all_to_all_equivalent_bytes(double intra_bytes, double inter_bytes, const GroupPlacement& g,
+                                   const LinkParams& p);
+
 Bandwidth reported_bus_bandwidth(const CollectiveCost& cost);
 
 }  // namespace trainplan

@@ -69,7 +69,32 @@ ModelSpec parse_model(const std::string& json_text, const std::string& where) {
     e.router = router && *router == 1 ? RouterScore::kSigmoid : RouterScore::kSoftmax;
     auto balance = moe->optional_choice("load_balancing", {"aux_loss", "aux_free"});
     e.load_balancing = balance && *balance == 1 ? LoadBalancing::kAuxFree : LoadBalancing::kAuxLoss;
+    e.router_groups = moe->optional_integer("router_groups", 1, kMaxExperts).value_or(0);
+    e.router_group_topk = moe->optional_integer("router_group_topk", 1, kMaxExperts).value_or(0);
     moe->finish();
+    // Megatron-Core TransformerConfig: "When using group limited routing,
+    // moe_router_num_groups must be specified"; num_moe_experts divisible by
+    // the groups; group_topk <= num_groups; and the top_k experts are picked
+    // among the selected groups' experts.
+    if ((e.router_groups > 0) != (e.router_group_topk > 0)) {
+      throw_input_error(where, e.router_groups > 0 ? "/moe/router_group_topk" : "/moe/router_groups",
+                        "is missing", "group-limited routing needs both router_groups and router_group_topk");
+    }
+    if (e.router_groups > 0) {
+      if (e.experts % e.router_groups != 0) {
+        throw_input_error(where, "/moe/router_groups", "router_groups=" + std::to_string(e.router_groups) +
+                          " does not divide experts=" + std::to_string(e.experts), "a divisor of experts");
+      }
+      if (e.router_group_topk > e.router_groups) {
+        throw_input_error(where, "/moe/router_group_topk", "router_group_topk=" + std::to_string(e.router_group_topk) +
+                          " exceeds router_groups=" + std::to_string(e.router_groups), "1 .. router_groups");
+      }
+      if (e.top_k > e.router_group_topk * (e.experts / e.router_groups)) {
+        throw_input_error(where, "/moe/router_group_topk", "the " + std::to_string(e.router_group_topk) +
+                          " selected groups hold fewer than top_k=" + std::to_string(e.top_k) + " experts",
+                          "router_group_topk * experts / router_groups >= top_k");
+      }
+    }
     if (e.top_k > e.experts) {
       throw_input_error(where, "/moe/top_k", "top_k=" + std::to_string(e.top_k) + " exceeds experts=" +
                         std::to_string(e.experts), "a token is routed to at most every expert");

@@ -66,6 +66,13 @@ struct MoeSpec {
   double capacity_factor = 0;     // 0: dropless
   RouterScore router = RouterScore::kSoftmax;
   LoadBalancing load_balancing = LoadBalancing::kAuxLoss;
+  // Group-limited routing (DeepSeek-V2 device-limited, DeepSeek-V3
+  // node-limited; Megatron-Core --moe-router-num-groups / --moe-router-group-topk):
+  // the experts form router_groups equal groups of consecutive experts and a
+  // token picks its top_k among the router_group_topk groups it selects.
+  // 0: no groups (every expert is a candidate).
+  int64_t router_groups = 0;
+  int64_t router_group_topk = 0;
 };
 
 // Sliding-window (local) attention (Mistral 7B v0.1; Gemma 2/3; gpt-oss):

@@ -74,6 +74,20 @@ const char* to_string(Precision p) {
 const char* to_string(GradDtype g) { return g == GradDtype::kBf16 ? "bf16" : "fp32"; }
 const char* to_string(Attention a) { return a == Attention::kFlash ? "flash" : "naive"; }
 const char* to_string(DpMode m) { return m == DpMode::kSync ? "sync" : "async"; }
+const char* to_string(MoeDispatcher d) {
+  switch (d) {
+    case MoeDispatcher::kAllToAll: return "alltoall";
+    case MoeDispatcher::kDeepEp: return "deepep";
+    case MoeDispatcher::kHybridEp: return "hybridep";
+  }
+  return "?";
+}
+
+const std::vector<std::string>& moe_dispatcher_names() {
+  static const std::vector<std::string> names = {"alltoall", "deepep", "hybridep"};
+  return names;
+}
+
 const char* to_string(Offload o) {
   switch (o) {
     case Offload::kNone: return "none";
@@ -608,6 +622,26 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (p.delay_wgrad && !p.ep_overlap)
     fail("delay wgrad compute needs ep overlap (Megatron-Core: overlap_moe_expert_parallel_comm must be enabled "
          "when enabling delay_wgrad_compute)");
+  if (p.moe_dispatcher != MoeDispatcher::kAllToAll) {
+    // The flex token dispatcher (megatron/core/transformer/moe/
+    // token_dispatcher.py MoEFlexTokenDispatcher): "DeepEP dispatcher
+    // requires TPxEP > 1" (its TP is the expert TP); Megatron-Core's alone
+    // (TransformerConfig moe_flex_dispatcher_backend).  DeepEP's intranode
+    // kernels reach at most 8 NVLink peers (deepseek-ai/DeepEP
+    // NUM_MAX_NVL_PEERS = 8; TransformerConfig: "Currently only hybridep
+    // backend supports the MNNVL case").
+    const std::string name = to_string(p.moe_dispatcher);
+    if (!model.has_moe) fail("the " + name + " dispatcher needs a Mixture-of-Experts model");
+    else if (int64_t{p.ep} * std::max(1, p.etp) < 2)
+      fail("the " + name + " dispatcher needs ep*etp > 1 (Megatron-Core: the flex dispatcher requires TPxEP > 1); "
+           "use alltoall or a larger --ep");
+    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
+      fail("the " + name + " dispatcher is Megatron-Core's flex token dispatcher; this plan's framework does not "
+           "run it: use --framework megatron-core or --moe-dispatcher alltoall");
+    if (p.moe_dispatcher == MoeDispatcher::kDeepEp && cluster.gpus_per_node > 8)
+      fail("the deepep dispatcher reaches at most 8 NVLink peers (DeepEP NUM_MAX_NVL_PEERS); " + cluster.name +
+           "'s NVLink domain is " + str(cluster.gpus_per_node) + " GPUs: use --moe-dispatcher hybridep");
+  }
   if (p.mtp_layers != 0) {
     // Megatron validate_args: "Multi-Token Prediction (MTP) is not supported
     // with <type> position embedding type. The supported position embedding

@@ -70,6 +70,17 @@ enum class GradDtype { kBf16, kFp32 };
 enum class Attention { kFlash, kNaive };
 enum class DpMode { kSync, kAsync };
 enum class Offload { kNone, kOptimizer, kParams };
+// How an MoE layer's tokens reach their experts across the expert-parallel
+// group (Megatron-Core --moe-token-dispatcher-type, docs/moe.md):
+//   alltoall  NCCL all-to-all of every (token, expert) copy, after a global
+//             permute into expert order (MoEAlltoAllTokenDispatcher)
+//   deepep    the flex dispatcher on DeepEP: each token sent once per
+//             destination rank, across nodes once per destination node over
+//             RDMA then forwarded over NVLink; the global permute fused
+//             into the kernel (--moe-flex-dispatcher-backend deepep)
+//   hybridep  the flex dispatcher on HybridEP, the same traffic, and the one
+//             backend that runs across a multi-node NVLink domain (NVL72)
+enum class MoeDispatcher { kAllToAll, kDeepEp, kHybridEp };
 // FP8 training (docs/fp8.md): the linear layers' GEMMs run in FP8 with one
 // of these scaling recipes, everything else in bf16 (Transformer Engine,
 // torchao float8).  kNone: no FP8.
@@ -90,6 +101,9 @@ const char* to_string(GradDtype g);
 const char* to_string(Attention a);
 const char* to_string(DpMode m);
 const char* to_string(Offload o);
+const char* to_string(MoeDispatcher d);
+// The dispatcher names the CLI and plan.json accept, in enum order.
+const std::vector<std::string>& moe_dispatcher_names();
 const char* to_string(Fp8Recipe r);
 // The schedule names the CLI and plan.json accept, in enum order.
 const std::vector<std::string>& schedule_names();
@@ -162,6 +176,9 @@ struct Plan {
   // its own expert all-to-all is in flight, so that all-to-all hides under
   // the partner forward's compute and those GEMMs.  Needs ep_overlap.
   bool delay_wgrad = false;
+  // The MoE token dispatcher (MoeDispatcher); the flex ones need ep * etp >
+  // 1 and Megatron-Core, DeepEP an NVLink domain of at most 8 GPUs.
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   // Multi-token prediction (DeepSeek-V3 report Sec. 2.2; Megatron-Core
   // --mtp-num-layers): depths after the output layer, each a projection of
   // the next tokens' embedding and the hidden state, a transformer layer of

@@ -12,6 +12,7 @@
 
 #include "simulator/compute/compute_model.h"
 #include "simulator/core/error.h"
+#include "simulator/cost/moe_routing.h"
 #include "simulator/framework/framework.h"
 #include "simulator/network/collective_model.h"
 #include "simulator/schedule/pipeline_schedule.h"
@@ -169,6 +170,27 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
     }
     return std::make_pair(cost.time.ps(), totals);
   };
+  // A deduplicating dispatcher's all-to-all (OpCost::Dedup) as the uniform
+  // all-to-all that loads the links as much: per token, one copy to each
+  // rank holding one of its experts (chance rank_hit each), the copies to
+  // other nodes once per node over the NICs (node_hit) and forwarded there
+  // over NVLink unless the relay (the sender's peer by local index) is the
+  // target.  Per token on average: intra-node copies rank_hit * (n - nodes)
+  // (the own node's r - 1 ranks plus the other nodes' ranks less their
+  // relays), inter-node copies node_hit * (nodes - 1).
+  auto comm_bytes = [&](const OpCost& op) {
+    const OpCost::Dedup& d = op.dedup;
+    if (d.copy_bytes <= 0 || op.comm_group != CommGroup::kEp) return op.tp_comm_bytes;
+    const auto [n, g] = placement(CommGroup::kEp);
+    if (n <= 1) return 0.0;
+    const int64_t per_rank = d.experts / n;
+    const double rank_hit = expert_block_hit_probability(d.experts, d.top_k, per_rank, d.groups, d.group_topk);
+    const double node_hit =
+        expert_block_hit_probability(d.experts, d.top_k, per_rank * g.ranks_per_node, d.groups, d.group_topk);
+    const double intra = d.copy_bytes * rank_hit * (n - g.nodes);
+    const double inter = d.copy_bytes * node_hit * (g.nodes - 1);
+    return all_to_all_equivalent_bytes(intra, inter, g, lp);
+  };
   const uint16_t modules = p.recompute == Recompute::kSelective
                               ? (p.recompute_modules != 0 ? p.recompute_modules : static_cast<uint16_t>(kRcCoreAttn))
                               : 0;
@@ -200,8 +222,9 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
       const Collective bk = fk == Collective::kAllGather       ? Collective::kReduceScatter
                             : fk == Collective::kReduceScatter ? Collective::kAllGather
                                                                : fk;
-      auto [cf, tf] = coll(fk, op.tp_comm_bytes, op.comm_group, true);
-      auto [cb, tb] = coll(bk, op.tp_comm_bytes, op.comm_group, false);
+      const double bytes = comm_bytes(op);
+      auto [cf, tf] = coll(fk, bytes, op.comm_group, true);
+      auto [cb, tb] = coll(bk, bytes, op.comm_group, false);
       if (op.comm_group == CommGroup::kTp && overlap) {
         // Hidden behind a GEMM (ExecutionProfile::tp_comm_overlap): only
         // what the overlap leaves is exposed, and the collective runs beside

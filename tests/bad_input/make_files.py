@@ -118,6 +118,12 @@ edit(MOE, '"top_k": 2', '"top_k": 9', "moe_topk_above_experts.json")
 edit(MOE, '"top_k": 2', '"top_k": 2, "exprts": 8', "moe_unknown_key.json")
 edit(MOE, '"experts": 8', '"experts": 0', "moe_experts_0.json")
 edit(MOE, '"router": "softmax"', '"router": "topk"', "moe_router_bad.json")
+edit(MOE, '"router": "softmax"', '"router": "softmax", "router_groups": 3, "router_group_topk": 1',
+     "moe_groups_not_divisor.json")
+edit(MOE, '"router": "softmax"', '"router": "softmax", "router_group_topk": 2', "moe_group_topk_alone.json")
+edit(PLAN, '"zero": 1', '"zero": 1, "moe_dispatcher": "nccl"', "plan_moe_dispatcher_bad.json")
+edit("tests/data/export/plan_qwen3-30b-a3b_ep8.json", '"framework": "torchtitan"',
+     '"framework": "megatron-core", "moe_dispatcher": "deepep"', "plan_moe_dispatcher_deepep.json")
 edit(MOE, '"top_k": 2', '"top_k": 2, "capacity_factor": -1', "moe_capacity_negative.json")
 edit(MOE, '"top_k": 2', '"top_k": 2, "dense_layers": 32', "moe_dense_all.json")
 edit(MOE, '"kv_heads": 8,', '"kv_heads": 8, "kv_lora_rank": 512,', "mla_key_without_mla.json")

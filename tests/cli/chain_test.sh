@@ -300,6 +300,53 @@ JSON
     grep -q "the plan's ep_overlap is True" || fail "oracle accepted a script without the plan's ep overlap"
 done
 
+# Megatron-Core's flex dispatcher (--moe-dispatcher deepep|hybridep): exported
+# as --moe-token-dispatcher-type flex with the plan's backend, passing the
+# oracle, on one node (DeepEP, ep 8) and two (HybridEP, ep 16); the other
+# targets refuse it; the oracle rejects the script with the alltoall
+# dispatcher; DeepSeek-V3's node-limited routing exports its groups.
+for nodes in 1 2; do
+  plan="$work/flex$nodes.json"
+  gpus=$((8 * nodes))
+  if [ "$nodes" = 1 ]; then backend=deepep; else backend=hybridep; fi
+  cat > "$plan" <<JSON
+{"model": "qwen3-30b-a3b", "cluster": "dgx-h100", "gpus": $gpus, "tp": 1, "pp": 1, "dp": $gpus, "cp": 1,
+ "vp": 1, "ep": $gpus, "etp": 1, "zero": 1, "mbs": 1, "gbs": 256, "seq": 4096, "sp": false, "recompute": "selective",
+ "recompute_modules": ["layernorm", "moe_act"], "schedule": "1f1b", "precision": "bf16", "grad_dtype": "fp32",
+ "attention": "flash", "framework": "megatron-core", "moe_dispatcher": "$backend"}
+JSON
+  "$T" simulate --plan "$plan" > "$work/flex.txt" 2>&1 || { fail "flex ($nodes nodes) does not simulate: $(cat "$work/flex.txt")"; continue; }
+  grep -q "moe_dispatcher=$backend" "$work/flex.txt" || fail "flex ($nodes nodes): the plan line lacks moe_dispatcher=$backend"
+  export_and_check "$plan" "$nodes" "flex $backend ($nodes nodes)"
+  "$T" export --plan "$plan" --to megatron > "$work/flex.sh" 2> /dev/null || { fail "flex: no Megatron export"; continue; }
+  grep -q -- "--moe-token-dispatcher-type flex" "$work/flex.sh" || fail "flex ($nodes nodes): no flex dispatcher"
+  grep -q -- "--moe-flex-dispatcher-backend $backend" "$work/flex.sh" || fail "flex ($nodes nodes): no $backend backend"
+  for target in deepspeed torchtitan fsdp; do
+    "$T" export --plan "$plan" --to "$target" > /dev/null 2> "$work/flex.err"
+    [ $? = 2 ] || fail "flex exported to $target"
+  done
+  sed 's/--moe-token-dispatcher-type flex/--moe-token-dispatcher-type alltoall/' "$work/flex.sh" > "$work/flex_a2a.sh"
+  python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/flex_a2a.sh" --nodes "$nodes" 2>&1 |
+    grep -q "the plan simulated moe_dispatcher $backend" || fail "oracle accepted the alltoall dispatcher for a $backend plan"
+done
+cat > "$work/dsv3.json" <<JSON
+{"model": "deepseek-v3", "cluster": "dgx-h100", "gpus": 1024, "tp": 2, "pp": 16, "dp": 32, "cp": 1,
+ "vp": 1, "ep": 64, "etp": 1, "zero": 1, "mbs": 1, "gbs": 1024, "seq": 4096, "sp": true, "recompute": "full",
+ "schedule": "1f1b", "precision": "bf16", "grad_dtype": "fp32", "attention": "flash", "framework": "megatron-core",
+ "moe_dispatcher": "deepep"}
+JSON
+if "$T" export --plan "$work/dsv3.json" --to megatron > "$work/dsv3.sh" 2> "$work/dsv3.err"; then
+  grep -q -- "--moe-router-num-groups 8" "$work/dsv3.sh" && grep -q -- "--moe-router-group-topk 4" "$work/dsv3.sh" ||
+    fail "deepseek-v3: node-limited routing not exported"
+  python3 "$ORACLE" --target megatron --plan "$work/dsv3.json" --file "$work/dsv3.sh" --nodes 128 > "$work/oracle" 2>&1 ||
+    fail "deepseek-v3 deepep: $(cat "$work/oracle")"
+  grep -v -- '--moe-router-num-groups' "$work/dsv3.sh" > "$work/dsv3_g.sh"
+  python3 "$ORACLE" --target megatron --plan "$work/dsv3.json" --file "$work/dsv3_g.sh" --nodes 128 2>&1 |
+    grep -q "group-topk needs --moe-router-num-groups" || fail "oracle accepted a group top-k without groups"
+else
+  fail "deepseek-v3 deepep export: $(cat "$work/dsv3.err")"
+fi
+
 # Multi-token prediction (--mtp-layers): exported as --mtp-num-layers N,
 # passing the oracle (rope; the plan's depth), on one node and on two (pp 2,
 # the MTP layer on the last stage); the other targets refuse it; the oracle

@@ -185,7 +185,7 @@ expect_error "torchtitan refuses DualPipeV with expert parallelism and activatio
   "trainplan: --to: torchtitan cannot express this plan: torchtitan raises NotImplementedError for expert parallelism with DualPipeV and activation checkpointing (\"cannot be used together\"); use recompute none with dualpipe-v, or schedule zb-v" \
   export --plan "$TMP/dpv_ac.json" --to torchtitan
 expect_error "torchtitan refuses an MoE model it has no flavor of" \
-  "trainplan: --to: torchtitan cannot express this plan: torchtitan v0.2.2 trains MoE models through its own model code, and none of its MoE flavors (deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has mixtral-8x7b's shape and attention windows (layers=32, hidden=4096, experts=8, top_k=2, expert_ffn_hidden=14336; use --to megatron)" \
+  "trainplan: --to: torchtitan cannot express this plan: torchtitan v0.2.2 trains MoE models through its own model code, and none of its MoE flavors (deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has mixtral-8x7b's shape, attention windows and routing groups (layers=32, hidden=4096, experts=8, top_k=2, expert_ffn_hidden=14336; use --to megatron)" \
   export --plan "$EXPORT/plan_mixtral-8x7b_ep8.json" --to torchtitan
 expect_error "the torchtitan head export refuses MoE plans" \
   "trainplan: --to: torchtitan-py cannot express this plan: the torchtitan head export writes llama3 jobs (model_registry of torchtitan.models.llama3); export MoE plans with --to torchtitan (v0.2.2 TOML: qwen3 30B-A3B)" \

@@ -74,6 +74,7 @@ def load_plan(path: str) -> dict:
         "ep_overlap": bool(p.get("ep_overlap", False)),
         "mtp_layers": int(p.get("mtp_layers", 0) or 0),
         "delay_wgrad": bool(p.get("delay_wgrad", False)),
+        "moe_dispatcher": p.get("moe_dispatcher", "alltoall"),
     }
     out["etp"] = int(p.get("etp", out["tp"]))
     tp, pp, cp = out["tp"], out["pp"], out["cp"]
@@ -929,6 +930,28 @@ def megatron_moe_rules(ns: dict, given: dict, plan: dict, world: int, tp: int, p
         disp = ns.get("moe_token_dispatcher_type") or "allgather"
         if disp == "flex" and etp * ep <= 1:
             P.add("megatron: the flex dispatcher needs etp*ep > 1 (token_dispatcher.py)")
+        # The dispatcher the plan simulated (plan.json moe_dispatcher): flex on its backend, else alltoall
+        # where tokens cross GPUs.
+        want = plan.get("moe_dispatcher", "alltoall")
+        backend = ns.get("moe_flex_dispatcher_backend") or "deepep"
+        got = backend if disp == "flex" else "alltoall"
+        if etp * ep > 1 and got != want:
+            P.add(f"megatron: the export dispatches with {disp}" + (f"/{backend}" if disp == "flex" else "") +
+                  f", the plan simulated moe_dispatcher {want}", ln("moe_token_dispatcher_type"))
+        # TransformerConfig: "When using group limited routing, moe_router_num_groups must be specified";
+        # num_moe_experts divisible by it; group_topk <= num_groups.
+        groups, gtopk = ns.get("moe_router_num_groups"), ns.get("moe_router_group_topk")
+        if gtopk and not groups:
+            P.add("megatron: --moe-router-group-topk needs --moe-router-num-groups (transformer_config.py)",
+                  ln("moe_router_group_topk"))
+        if groups and gtopk:
+            experts = ns.get("num_experts") or 0
+            if experts % groups != 0:
+                P.add(f"megatron: --num-experts {experts} is not divisible by --moe-router-num-groups {groups} "
+                      "(transformer_config.py)", ln("moe_router_num_groups"))
+            if gtopk > groups:
+                P.add(f"megatron: --moe-router-group-topk {gtopk} exceeds --moe-router-num-groups {groups} "
+                      "(transformer_config.py)", ln("moe_router_group_topk"))
         freq = ns.get("moe_layer_freq")
         if isinstance(freq, str):
             text = freq.strip("'\"")

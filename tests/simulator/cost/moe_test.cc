@@ -20,6 +20,8 @@
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
 #include "simulator/taskgraph/lowering.h"
+#include "simulator/taskgraph/step_costs.h"
+#include "tests/simulator/fixtures.h"
 
 namespace trainplan {
 namespace {
@@ -371,6 +373,174 @@ TEST_CASE("Selective recompute of the MoE block keeps only its input") {
   const double dropped = 2 * rows * h + (2 * 2 * rows * f + 4 * rows) + 2 * rows * f + 4 * 4096 * 128;
   CHECK_THAT(none.saved_bytes - moe.saved_bytes, WithinRel(dropped, 1e-9));
   CHECK(moe.recompute_flops > 0);
+}
+
+
+// Monte Carlo of (group-limited) routing: each token picks group_topk of the
+// groups uniformly (or none: every expert a candidate), then top_k distinct
+// experts among the candidates; the mean over tokens and blocks of whether a
+// block of `unit` consecutive experts holds one of them.
+double monte_carlo_block_hits(int experts, int top_k, int unit, int groups, int group_topk, int tokens) {
+  std::mt19937_64 rng(777);
+  const int per_group = groups > 0 ? experts / groups : experts;
+  std::vector<int> group_ids(static_cast<size_t>(std::max(groups, 1)));
+  std::vector<int> cand;
+  double hits = 0;
+  for (int t = 0; t < tokens; ++t) {
+    cand.clear();
+    if (groups > 0) {
+      for (int g = 0; g < groups; ++g) group_ids[static_cast<size_t>(g)] = g;
+      for (int j = 0; j < group_topk; ++j) {
+        std::uniform_int_distribution<int> pick(j, groups - 1);
+        std::swap(group_ids[static_cast<size_t>(j)], group_ids[static_cast<size_t>(pick(rng))]);
+        for (int e = 0; e < per_group; ++e) cand.push_back(group_ids[static_cast<size_t>(j)] * per_group + e);
+      }
+    } else {
+      for (int e = 0; e < experts; ++e) cand.push_back(e);
+    }
+    std::vector<char> hit(static_cast<size_t>(experts / unit), 0);
+    for (int j = 0; j < top_k; ++j) {
+      std::uniform_int_distribution<int> pick(j, static_cast<int>(cand.size()) - 1);
+      std::swap(cand[static_cast<size_t>(j)], cand[static_cast<size_t>(pick(rng))]);
+      hit[static_cast<size_t>(cand[static_cast<size_t>(j)] / unit)] = 1;
+    }
+    for (char h : hit) hits += h;
+  }
+  return hits / (static_cast<double>(tokens) * (experts / unit));
+}
+
+TEST_CASE("A deduplicating dispatcher's destinations per token agree with a Monte Carlo of group-limited routing") {
+  struct Case {
+    int experts, top_k, unit, groups, group_topk;
+  };
+  // DeepSeek-V3 (256 experts, top 8, 8 groups of which 4): an EP64 rank's 4
+  // experts, a node's 32 (one group); the same without groups; blocks of
+  // two whole groups; and blocks that straddle groups (60 experts in 6
+  // groups of 10, blocks of 6).
+  for (const Case& c : {Case{256, 8, 4, 0, 0}, Case{256, 8, 32, 0, 0}, Case{256, 8, 4, 8, 4}, Case{256, 8, 32, 8, 4},
+                        Case{64, 6, 16, 8, 3}, Case{60, 4, 6, 6, 2}, Case{8, 2, 1, 0, 0}}) {
+    INFO(c.experts << " experts, top-" << c.top_k << ", blocks of " << c.unit << ", groups " << c.groups << "/"
+                   << c.group_topk);
+    const double mc = monte_carlo_block_hits(c.experts, c.top_k, c.unit, c.groups, c.group_topk, 200000);
+    const double model = expert_block_hit_probability(c.experts, c.top_k, c.unit, c.groups, c.group_topk);
+    // 200,000 tokens: the Monte Carlo's standard error is under 0.001.
+    CHECK(model == Approx(mc).margin(0.004));
+  }
+  // Closed forms: without groups 1 - C(E - u, k) / C(E, k); a node holding
+  // exactly one of DeepSeek-V3's groups is hit when that group is selected
+  // (4 of 8) and one of the 8 picks among the 128 candidates falls in it.
+  CHECK(expert_block_hit_probability(8, 2, 1) == Approx(2.0 / 8));
+  double miss = 1;
+  for (int i = 0; i < 8; ++i) miss *= (96.0 - i) / (128.0 - i);
+  CHECK(expert_block_hit_probability(256, 8, 32, 8, 4) == Approx(0.5 * (1 - miss)));
+}
+
+TEST_CASE("A non-uniform all-to-all maps to the uniform one that loads its busier link tier as much") {
+  const ClusterSpec cl = load_cluster("dgx-h100");
+  const LinkParams lp = link_params(cl);
+  // One node of 8: a uniform all-to-all of size S sends 7S/8 over NVLink,
+  // so `intra` bytes are a size of 8/7 of them.
+  CHECK(all_to_all_equivalent_bytes(7e6, 0, group_placement(8, 8, cl), lp) == Approx(8e6));
+  // One rank per node on 8 nodes: the same over the NICs.
+  CHECK(all_to_all_equivalent_bytes(0, 7e6, group_placement(8, 1, cl), lp) == Approx(8e6));
+  // 2 nodes of 8 with the uniform pattern's own split (7/16 and 8/16 of S)
+  // give back S.
+  CHECK(all_to_all_equivalent_bytes(7e6 / 16, 8e6 / 16, group_placement(16, 8, cl), lp) == Approx(1e6));
+  CHECK(all_to_all_equivalent_bytes(0, 0, group_placement(16, 8, cl), lp) == 0);
+}
+
+TEST_CASE("The DeepEP dispatcher sends each token once per destination rank, once per node across nodes") {
+  const ModelSpec m = load_model("qwen3-30b-a3b");  // 128 experts, top-8, hidden 2048, no groups
+  const ClusterSpec cl = load_cluster("dgx-h100");
+  const LinkParams lp = link_params(cl);
+  Plan p;
+  p.tp = 1;
+  p.pp = 1;
+  p.ep = 8;
+  p.mbs = 2;
+  p.seq = 4096;
+  p.gbs = 16;
+  p.zero = 1;
+  p.moe_imbalance = 1;  // balanced: the busiest rank's load is the mean
+  p.framework = Framework::kMegatronCore;
+  double alltoall = 0, deepep = 0, deepep16 = 0;
+  for (MoeDispatcher d : {MoeDispatcher::kAllToAll, MoeDispatcher::kDeepEp}) {
+    p.moe_dispatcher = d;
+    const Layout L = resolve_plan(m, cl, 8, p);
+    REQUIRE(L.reasons.empty());
+    (d == MoeDispatcher::kAllToAll ? alltoall : deepep) =
+        static_cast<double>(step_costs(m, cl, L.plan).moe_layer_times.ep_comm_forward_ps);
+    if (d == MoeDispatcher::kDeepEp) {
+      Plan q = p;
+      q.ep = 16;
+      q.gbs = 32;
+      const Layout L16 = resolve_plan(m, cl, 16, q);
+      REQUIRE(L16.reasons.empty());
+      deepep16 = static_cast<double>(step_costs(m, cl, L16.plan).moe_layer_times.ep_comm_forward_ps);
+    }
+  }
+  // One node, ep 8, 8192 tokens per rank: DeepEP sends each token (4096 B
+  // of hidden state plus 8 x 12 B of indices and weights) to each other
+  // rank holding one of its experts, a rank's 16 experts being hit with
+  // chance 1 - C(112, 8)/C(128, 8); the all-to-all dispatcher sends 8
+  // copies of 4096 B (7/8 of them off the rank) plus 8 fp32 scores.
+  // The combine returns each token's sum from each such rank (4096 B).
+  double miss = 1;
+  for (int i = 0; i < 8; ++i) miss *= (112.0 - i) / (128.0 - i);
+  const double copy = 8192.0 * (2048 * 2 + 12 * 8), back = 8192.0 * 2048 * 2;
+  const GroupPlacement g8 = group_placement(8, 8, cl);
+  auto a2a = [&](double size, const GroupPlacement& g) {
+    return static_cast<double>(collective_cost(Collective::kAllToAll, static_cast<Bytes>(size), g, lp).time.ps());
+  };
+  // intra bytes 7 (1 - miss) copy per rank, a uniform size of 8/7 of them.
+  const double want = a2a(copy * (1 - miss) * 8, g8) + a2a(back * (1 - miss) * 8, g8) +
+                      static_cast<double>(collective_cost(Collective::kAllGather, 4 * 128 * 8, g8, lp).time.ps());
+  CHECK(deepep == Approx(want).epsilon(1e-6));
+  CHECK(deepep < alltoall);
+  // Two nodes (ep 16): each token crosses to the other node at most once.
+  // The other node's 64 experts hold one of its 8 with chance
+  // 1 - C(64, 8)/C(128, 8); per node 8 ranks x 8192 tokens x that x copy
+  // leave through 8 NICs; within the node rank_hit x (16 - 2) copies.
+  double node_miss = 1, rank_miss = 1;
+  for (int i = 0; i < 8; ++i) {
+    node_miss *= (64.0 - i) / (128.0 - i);
+    rank_miss *= (120.0 - i) / (128.0 - i);
+  }
+  const GroupPlacement g16 = group_placement(16, 8, cl);
+  auto flex16 = [&](double c) {
+    return a2a(all_to_all_equivalent_bytes(c * (1 - rank_miss) * 14, c * (1 - node_miss), g16, lp), g16);
+  };
+  const double want16 = flex16(copy) + flex16(back) +
+                        static_cast<double>(collective_cost(Collective::kAllGather, 4 * 128 * 16, g16, lp).time.ps());
+  CHECK(deepep16 == Approx(want16).epsilon(1e-6));
+}
+
+TEST_CASE("The flex dispatcher's rules follow Megatron-Core and DeepEP") {
+  const ModelSpec m = load_model("qwen3-30b-a3b");
+  Plan p;
+  p.tp = 1;
+  p.pp = 1;
+  p.ep = 8;
+  p.mbs = 1;
+  p.seq = 4096;
+  p.gbs = 64;
+  p.zero = 1;
+  p.framework = Framework::kMegatronCore;
+  p.moe_dispatcher = MoeDispatcher::kDeepEp;
+  using testing::reasons_mention;
+  CHECK(resolve_plan(m, load_cluster("dgx-h100"), 8, p).reasons.empty());
+  // DeepEP's intranode kernels reach at most 8 NVLink peers
+  // (NUM_MAX_NVL_PEERS); a 64-GPU NVLink domain needs HybridEP.
+  CHECK(reasons_mention(resolve_plan(m, load_cluster("gb200-nvl72"), 64, p), "at most 8 NVLink peers"));
+  p.moe_dispatcher = MoeDispatcher::kHybridEp;
+  CHECK(resolve_plan(m, load_cluster("gb200-nvl72"), 64, p).reasons.empty());
+  // "DeepEP dispatcher requires TPxEP > 1"; Megatron-Core's alone.
+  Plan one = p;
+  one.ep = 1;
+  CHECK(reasons_mention(resolve_plan(m, load_cluster("dgx-h100"), 8, one), "needs ep*etp > 1"));
+  Plan titan = p;
+  titan.framework = Framework::kTorchtitan;
+  CHECK(reasons_mention(resolve_plan(m, load_cluster("dgx-h100"), 8, titan), "flex token dispatcher"));
 }
 
 }  // namespace
