@@ -69,6 +69,10 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
                   "MoE: alltoall (every token copy over NCCL, default), deepep or hybridep (Megatron-Core's flex "
                   "dispatcher: each token once per destination rank, once per node across nodes; hybridep also "
                   "across a multi-node NVLink domain)");
+  app->add_flag("--moe-pad-to-capacity", f->moe_pad_to_capacity,
+                "MoE with a capacity factor: pad every expert's input to its capacity, so each runs "
+                "capacity_factor x its mean load whatever the routing (Megatron-Core "
+                "--moe-pad-expert-input-to-capacity)");
   app->add_option("--mtp-layers", f->mtp_layers,
                   "multi-token prediction depths after the output layer, each a transformer layer of the last "
                   "layer's kind plus the logits and loss again, on the loss's pipeline stage (Megatron-Core "
@@ -156,7 +160,7 @@ Job to_job(const PlanFlags& f) {
     for (const char* flag : {"--model", "--cluster", "--nodes", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp",
                              "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--recompute-modules", "--recompute-layers", "--sp", "--schedule",
                              "--precision", "--fp8-recipe", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
-                             "--stage-layers", "--framework", "--fp8-param-gather", "--tp-comm-overlap", "--ep", "--etp", "--moe-imbalance", "--moe-dispatcher"}) {
+                             "--stage-layers", "--framework", "--fp8-param-gather", "--tp-comm-overlap", "--ep", "--etp", "--moe-imbalance", "--moe-dispatcher", "--moe-pad-to-capacity"}) {
       if (given(flag)) throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
     }
     PlanJob pj = load_plan_job(f.plan_file, f.calibration);
@@ -220,6 +224,7 @@ Job to_job(const PlanFlags& f) {
   p.ep_overlap = f.ep_overlap;
   p.delay_wgrad = f.delay_wgrad;
   p.moe_dispatcher = static_cast<MoeDispatcher>(pick("--moe-dispatcher", f.moe_dispatcher, moe_dispatcher_names()));
+  p.moe_pad_to_capacity = f.moe_pad_to_capacity;
   p.mtp_layers = static_cast<int>(in_range("--mtp-layers", f.mtp_layers, 0, kMaxMtpLayers));
   p.ep = static_cast<int>(in_range("--ep", f.ep, 1, kMaxDegree));
   p.etp = static_cast<int>(derived("--etp", f.etp, kMaxDegree));

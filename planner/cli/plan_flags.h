@@ -52,6 +52,7 @@ struct PlanFlags {
   bool ep_overlap = false;
   bool delay_wgrad = false;
   std::string moe_dispatcher = "alltoall";
+  bool moe_pad_to_capacity = false;
   int64_t mtp_layers = 0;
   int64_t ep = 1, etp = 0;
   double moe_imbalance = 0;

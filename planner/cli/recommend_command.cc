@@ -182,6 +182,7 @@ std::string plan_difference(const Plan& base, const Plan& other) {
   field("ep-overlap", base.ep_overlap ? "on" : "off", other.ep_overlap ? "on" : "off");
   field("delay-wgrad", base.delay_wgrad ? "on" : "off", other.delay_wgrad ? "on" : "off");
   field("moe-dispatcher", to_string(base.moe_dispatcher), to_string(other.moe_dispatcher));
+  field("moe-pad-to-capacity", base.moe_pad_to_capacity ? "on" : "off", other.moe_pad_to_capacity ? "on" : "off");
   return s.str();
 }
 

@@ -474,6 +474,8 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
       char cf[32];
       std::snprintf(cf, sizeof cf, "%g", e.capacity_factor);
       model.opt("--moe-expert-capacity-factor", cf);
+      // Plan::moe_pad_to_capacity (resolve_plan holds the rules).
+      if (p.moe_pad_to_capacity) model.flag("--moe-pad-expert-input-to-capacity");
     }
     if (e.router_groups > 0) {
       // Group-limited (node-limited) routing: TransformerConfig
@@ -939,6 +941,14 @@ std::optional<std::string> titan_moe_refusal(const ModelSpec& m, const Layout& L
            "'s shape, attention windows and routing groups (layers=" +
            str(m.layers) + ", hidden=" + str(m.hidden) + ", experts=" + str(m.moe.experts) + ", top_k=" +
            str(m.moe.top_k) + ", expert_ffn_hidden=" + str(m.moe.expert_ffn_hidden) + "; use --to megatron)";
+  }
+  if (m.moe.capacity_factor > 0) {
+    // torchtitan's MoE routes dropless (torchtitan/models/moe: token-choice
+    // top-k with no capacity).
+    char cf[32];
+    std::snprintf(cf, sizeof cf, "%g", m.moe.capacity_factor);
+    return "torchtitan's MoE is dropless (no expert capacity); " + m.name + " drops tokens beyond capacity factor " +
+           cf + " (use --to megatron, or a dropless model)";
   }
   out->name = f->name;
   out->flavor = f->flavor;
@@ -1896,6 +1906,10 @@ ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelS
     return refuse("the plan runs Megatron-Core's combined 1F1B schedule, each forward merged with another "
                   "micro-batch's backward to hide the expert-parallel all-to-alls (--ep-overlap), which only "
                   "Megatron-Core runs; export it with --to megatron");
+  }
+  if (layout.plan.moe_pad_to_capacity && runs != ExportTarget::kMegatron) {
+    return refuse("the plan pads every expert's input to its capacity (--moe-pad-to-capacity), which only "
+                  "Megatron-Core runs (--moe-pad-expert-input-to-capacity); export it with --to megatron");
   }
   if (layout.plan.moe_dispatcher != MoeDispatcher::kAllToAll && runs != ExportTarget::kMegatron) {
     return refuse(std::string("the plan dispatches its tokens with Megatron-Core's flex dispatcher on ") +

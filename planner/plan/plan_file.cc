@@ -50,6 +50,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   if (p.ep_overlap) j["ep_overlap"] = true;
   if (p.delay_wgrad) j["delay_wgrad"] = true;
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) j["moe_dispatcher"] = to_string(p.moe_dispatcher);
+  if (p.moe_pad_to_capacity) j["moe_pad_to_capacity"] = true;
   if (p.mtp_layers > 0) j["mtp_layers"] = p.mtp_layers;
   if (p.ep > 1 || p.etp > 1) {
     j["ep"] = p.ep;
@@ -134,6 +135,7 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.ep_overlap = o.optional_boolean("ep_overlap").value_or(false);
   p.delay_wgrad = o.optional_boolean("delay_wgrad").value_or(false);
   p.moe_dispatcher = static_cast<MoeDispatcher>(o.optional_choice("moe_dispatcher", moe_dispatcher_names()).value_or(0));
+  p.moe_pad_to_capacity = o.optional_boolean("moe_pad_to_capacity").value_or(false);
   p.mtp_layers = static_cast<int>(o.optional_integer("mtp_layers", 0, kMaxMtpLayers).value_or(0));
   p.ep = static_cast<int>(o.optional_integer("ep", 1, kMaxDegree).value_or(1));
   p.etp = static_cast<int>(o.optional_integer("etp", 1, kMaxDegree).value_or(0));
@@ -186,6 +188,7 @@ std::string describe_plan(const Plan& p) {
   if (p.ep_overlap) s << " ep_overlap=on";
   if (p.delay_wgrad) s << " delay_wgrad=on";
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) s << " moe_dispatcher=" << to_string(p.moe_dispatcher);
+  if (p.moe_pad_to_capacity) s << " moe_pad_to_capacity=on";
   if (p.mtp_layers > 0) s << " mtp_layers=" << p.mtp_layers;
   s << " grad_dtype=" << to_string(p.grad_dtype)
     << " attention=" << to_string(p.attention);

@@ -462,7 +462,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   // Partial full recompute also depends on which layers of each chunk are
   // recomputed: the count and the plan's chunking (pp, vp, schedule).
   using ShapeKey = std::tuple<int, int, bool, int64_t, int64_t, int, int, int, uint16_t, int, bool, int, int, double, int,
-                              int, int, int, bool, bool>;
+                              int, int, int, bool, bool, int, bool>;
   // Whether the framework's ZeRO-3 costs differ from its other stages' (FSDP2's copies).
   const bool zero3_costs = [&] {
     Plan z;
@@ -476,7 +476,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
                     static_cast<int>(x.recompute), x.recompute_modules, static_cast<int>(x.fp8_recipe),
                     x.fp8_saved_inputs, x.ep, x.etp, x.moe_load, p.recompute_layers, partial ? p.pp : 0,
                     partial ? p.vp : 0, partial ? static_cast<int>(p.schedule) : 0, p.tp_comm_overlap,
-                    zero3_costs && p.zero == 3};
+                    zero3_costs && p.zero == 3, static_cast<int>(x.dispatcher), x.pad_to_capacity};
   };
   std::map<ShapeKey, StepCosts> cost_cache;  // entries stay put (std::map): references to them hold
   std::mutex cost_mu;

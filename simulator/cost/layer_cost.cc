@@ -26,6 +26,7 @@ LayerShape layer_shape(const Plan& p) {
   s.dispatcher = p.moe_dispatcher;
   s.etp = p.etp;
   s.moe_load = p.moe_imbalance;
+  s.pad_to_capacity = p.moe_pad_to_capacity;
   const ExecutionProfile fw = execution_profile(p);
   s.per_op_sac = fw.per_op_selective_recompute && p.recompute == Recompute::kSelective;
   s.pytorch_loss = fw.pytorch_cross_entropy;
@@ -506,7 +507,8 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     const MoeSpec& x = m.moe;
     const double tr = tokens / sp_div;            // this rank's tokens
     const double assign = tr * static_cast<double>(x.top_k);  // token copies it dispatches
-    const double load = s.moe_load > 0 ? s.moe_load
+    const double load = s.pad_to_capacity && x.capacity_factor > 0 ? x.capacity_factor
+                        : s.moe_load > 0                        ? s.moe_load
                                        : expected_max_rank_load(tr * s.ep * s.etp, x.top_k, x.experts, s.ep,
                                                                 x.capacity_factor);
     c.moe_load = load;

@@ -54,6 +54,9 @@ struct LayerShape {
   int mtp_layers = 0;
   // MoE layers: the token dispatcher (Plan::moe_dispatcher).
   MoeDispatcher dispatcher = MoeDispatcher::kAllToAll;
+  // Every expert's input padded to its capacity (Plan::moe_pad_to_capacity):
+  // the load is the model's capacity_factor, whatever the routing.
+  bool pad_to_capacity = false;
 };
 
 LayerShape layer_shape(const Plan& resolved_plan);

@@ -37,13 +37,14 @@ double expected_max_standard_normal(int64_t n) {
 double expected_max_rank_load(double tokens, int64_t top_k, int64_t experts, int64_t ep, double capacity_factor) {
   TRAINPLAN_CHECK(tokens > 0 && top_k >= 1 && top_k <= experts && ep >= 1 && experts % ep == 0,
                   "expected_max_rank_load: bad arguments");
-  if (ep == 1 || top_k == experts) return 1;
+  // Below 1, every expert is full and drops the rest: the load is the cap.
+  if (ep == 1 || top_k == experts) return capacity_factor > 0 ? std::min(1.0, capacity_factor) : 1;
   const double k = static_cast<double>(top_k), e = static_cast<double>(experts), r = static_cast<double>(ep);
   const double mean = tokens * k / r;
   const double var = tokens * k * (1 / r) * (1 - 1 / r) * (e - k) / (e - 1);
   double load = 1 + std::sqrt(r / (r - 1)) * expected_max_standard_normal(ep) * std::sqrt(var) / mean;
-  if (capacity_factor > 0) load = std::min(load, capacity_factor);
-  return std::max(1.0, load);
+  load = std::max(1.0, load);
+  return capacity_factor > 0 ? std::min(load, capacity_factor) : load;
 }
 
 namespace {

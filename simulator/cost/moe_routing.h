@@ -30,8 +30,9 @@ double expected_max_standard_normal(int64_t n);
 // The busiest of `ep` ranks' expected load over the mean load, for `tokens`
 // tokens each routed to `top_k` distinct experts of `experts` chosen
 // uniformly.  capacity_factor > 0 caps it (tokens beyond an expert's
-// capacity of capacity_factor x its mean load are dropped).  >= 1; 1 when
-// ep == 1 or every token goes to every expert.
+// capacity of capacity_factor x its mean load are dropped; below 1 every
+// expert is full and the load is the capacity factor).  Otherwise >= 1; 1
+// when ep == 1 or every token goes to every expert.
 // REQUIRES: tokens > 0, 1 <= top_k <= experts, ep >= 1, ep divides experts.
 double expected_max_rank_load(double tokens, int64_t top_k, int64_t experts, int64_t ep,
                               double capacity_factor = 0);

@@ -442,6 +442,16 @@ void resolve_experts(const ModelSpec& model, Layout* L, Fail fail) {
   if (p.shard_group != 0) fail("a shard group with MoE is not modelled");
   if (p.dp_mode == DpMode::kAsync) fail("async data parallel with MoE is not modelled");
   if (p.moe_imbalance != 0 && p.moe_imbalance < 1) fail("moe imbalance is the busiest rank's load over the mean, >= 1");
+  if (p.moe_pad_to_capacity) {
+    // TransformerConfig: "moe_expert_capacity_factor must be set to use
+    // moe_pad_expert_input_to_capacity"; padded, every expert runs its
+    // capacity whatever the routing, so an imbalance has nothing to say.
+    if (e.capacity_factor <= 0)
+      fail("padding to capacity needs a capacity factor: " + model.name +
+           " is dropless (set the model's moe.capacity_factor)");
+    if (p.moe_imbalance != 0)
+      fail("moe imbalance does not apply when every expert is padded to its capacity (moe_pad_to_capacity)");
+  }
 }
 
 }  // namespace
@@ -638,6 +648,10 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
       fail("the " + name + " dispatcher is Megatron-Core's flex token dispatcher; this plan's framework does not "
            "run it: use --framework megatron-core or --moe-dispatcher alltoall");
+    // TransformerConfig: "Flex token dispatcher with deepep backend does not
+    // support moe_pad_expert_input_to_capacity".
+    if (p.moe_dispatcher == MoeDispatcher::kDeepEp && p.moe_pad_to_capacity)
+      fail("the deepep dispatcher does not pad to capacity (Megatron-Core); use hybridep or alltoall");
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp && cluster.gpus_per_node > 8)
       fail("the deepep dispatcher reaches at most 8 NVLink peers (DeepEP NUM_MAX_NVL_PEERS); " + cluster.name +
            "'s NVLink domain is " + str(cluster.gpus_per_node) + " GPUs: use --moe-dispatcher hybridep");

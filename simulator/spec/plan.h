@@ -179,6 +179,12 @@ struct Plan {
   // The MoE token dispatcher (MoeDispatcher); the flex ones need ep * etp >
   // 1 and Megatron-Core, DeepEP an NVLink domain of at most 8 GPUs.
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // Token dropping with padding (Megatron-Core
+  // --moe-pad-expert-input-to-capacity): every expert's input is padded to
+  // its capacity, ceil(capacity_factor x its mean load), so each expert runs
+  // and each rank sends exactly capacity_factor x the mean (static shapes).
+  // Needs the model's capacity_factor; not with deepep.
+  bool moe_pad_to_capacity = false;
   // Multi-token prediction (DeepSeek-V3 report Sec. 2.2; Megatron-Core
   // --mtp-num-layers): depths after the output layer, each a projection of
   // the next tokens' embedding and the hidden state, a transformer layer of

@@ -200,6 +200,8 @@ class Lowerer {
     out_b_ = sc_.output_backward_ps;
     out_tp_f_ = sc_.output_tp_forward_ps;
     out_tp_b_ = sc_.output_tp_backward_ps;
+    out_ep_f_ = sc_.output_ep_forward_ps;
+    out_ep_b_ = sc_.output_ep_backward_ps;
   }
 
   // ---- ranks and links ----
@@ -450,6 +452,10 @@ class Lowerer {
         x.ep += static_cast<double>(e);
         if (!forward) x.wgrad += static_cast<double>(lt.weight_grad_ps);
       }
+      // The multi-token prediction layers' all-to-alls, on the output
+      // block's chunk, hide at the same share (their compute is not counted
+      // in the partner's budget: the pairing is layer by layer).
+      if (ch.output) x.ep += static_cast<double>(forward ? out_ep_f_ : out_ep_b_);
       return x;
     };
     const Sums own = sums(ops[k], fwd);
@@ -615,6 +621,7 @@ class Lowerer {
         if (with_out) {
           work += is_b ? out_b_ : out_f_;
           tp += is_b ? out_tp_b_ : out_tp_f_;
+          ep += is_b ? out_ep_b_ : out_ep_f_;
           alloc += outc_.saved_bytes;
           kept += outc_.weight_grad_saved_bytes;
         }
@@ -1371,7 +1378,7 @@ class Lowerer {
   Duration member_call_;  // one PyTorch call of a list-API collective (the kernel overhead)
   ComputeParams cpm_;     // the GPU's compute parameters for the plan's dtype
   int64_t emb_f_ = 0, emb_b_ = 0, emb_tp_f_ = 0, emb_tp_b_ = 0;
-  int64_t out_f_ = 0, out_b_ = 0, out_tp_f_ = 0, out_tp_b_ = 0;
+  int64_t out_f_ = 0, out_b_ = 0, out_tp_f_ = 0, out_tp_b_ = 0, out_ep_f_ = 0, out_ep_b_ = 0;
   double layer_grad_bytes_ = 4;
   double largest_tensor_params_ = 1;
   std::vector<double> layer_modules_;  // gather_per_module: a dense layer's modules, parameters per TP rank

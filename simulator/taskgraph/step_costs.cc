@@ -435,6 +435,8 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
     s.output_tp_forward_ps += k * (mt.tp_comm_forward_ps + h.tp_f);
     s.output_tp_backward_ps += k * (mt.tp_comm_backward_ps + h.tp_b);
     s.output_weight_grad_ps += k * (mt.weight_grad_ps + h.wgrad);
+    s.output_ep_forward_ps = k * mt.ep_comm_forward_ps;
+    s.output_ep_backward_ps = k * mt.ep_comm_backward_ps;
   }
   s.comm_slowdown = kNcclChannels / std::max(1, c.gpu.sm_count);
   return s;
@@ -528,7 +530,10 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
     const int64_t layers = layout.stage_layers[static_cast<size_t>(st)];
     int64_t work = s.layers_work_ps(first[static_cast<size_t>(st)], layers, hide_ep);
     if (st == 0) work += s.embedding_forward_ps + s.embedding_backward_ps;
-    if (st == output_rank) work += s.output_forward_ps + s.output_backward_ps;
+    if (st == output_rank) {
+      work += s.output_forward_ps + s.output_backward_ps -
+              (hide_ep ? s.output_ep_forward_ps + s.output_ep_backward_ps : 0);
+    }
     // Naive model parallel: one stage busy at a time, so the step is at least
     // the sum over stages.
     const int64_t done = start_delay + mb * work;
@@ -590,8 +595,8 @@ int64_t pipeline_step_lower_bound(const ModelSpec& m, const ClusterSpec& c, cons
         b += s.embedding_backward_ps;
       }
       if (r == p.pp - 1 && ch == v - 1) {
-        f += s.output_forward_ps;
-        b += s.output_backward_ps;
+        f += s.output_forward_ps - (hide_ep ? s.output_ep_forward_ps : 0);
+        b += s.output_backward_ps - (hide_ep ? s.output_ep_backward_ps : 0);
       }
       // simulate_pipeline_stages needs positive times: a pass of no work
       // takes a picosecond here (none in the lowering), so the makespan may

@@ -101,6 +101,10 @@ struct StepCosts {
   int64_t embedding_tp_forward_ps = 0, embedding_tp_backward_ps = 0;
   int64_t output_forward_ps = 0, output_backward_ps = 0;
   int64_t output_tp_forward_ps = 0, output_tp_backward_ps = 0;
+  // The expert all-to-alls of the multi-token prediction layers (MoE
+  // layers): part of output_forward_ps / output_backward_ps, reported as
+  // ep_comm and hidden as the decoder's are where the framework overlaps them.
+  int64_t output_ep_forward_ps = 0, output_ep_backward_ps = 0;
   // Weight-gradient parts of embedding_backward_ps and output_backward_ps.
   int64_t embedding_weight_grad_ps = 0, output_weight_grad_ps = 0;
   double comm_slowdown = 0;  // compute slowdown while NCCL kernels run

@@ -347,6 +347,32 @@ else
   fail "deepseek-v3 deepep export: $(cat "$work/dsv3.err")"
 fi
 
+# Token dropping padded to capacity (--moe-pad-to-capacity): exported as
+# --moe-pad-expert-input-to-capacity beside the capacity factor, passing
+# the oracle; the other targets refuse it; the oracle rejects the flag
+# without a capacity factor.
+python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); m["moe"]["capacity_factor"] = 1.25
+m["name"] = "qwen3-30b-a3b-cf1.25"; json.dump(m, open(sys.argv[2], "w"))' \
+  "$TRAINPLAN_DATA_DIR/models/qwen3-30b-a3b.json" "$work/qwen_cf.json"
+cat > "$work/pad.json" <<JSON
+{"model": "$work/qwen_cf.json", "cluster": "dgx-h100", "gpus": 8, "tp": 1, "pp": 1, "dp": 8, "cp": 1,
+ "vp": 1, "ep": 8, "etp": 1, "zero": 1, "mbs": 1, "gbs": 256, "seq": 4096, "sp": false, "recompute": "selective",
+ "recompute_modules": ["layernorm", "moe_act"], "schedule": "1f1b", "precision": "bf16", "grad_dtype": "fp32",
+ "attention": "flash", "framework": "megatron-core", "moe_pad_to_capacity": true}
+JSON
+if "$T" simulate --plan "$work/pad.json" > "$work/pad.txt" 2>&1; then
+  grep -q "moe_pad_to_capacity=on" "$work/pad.txt" || fail "pad: the plan line lacks moe_pad_to_capacity=on"
+  grep -q "busiest expert-parallel rank 1.250x" "$work/pad.txt" || fail "pad: the load is not the capacity factor"
+  export_and_check "$work/pad.json" 1 "pad to capacity"
+  "$T" export --plan "$work/pad.json" --to megatron > "$work/pad.sh" 2> /dev/null || fail "pad: no Megatron export"
+  grep -q -- "--moe-pad-expert-input-to-capacity" "$work/pad.sh" || fail "pad: no --moe-pad-expert-input-to-capacity"
+  grep -v -- "--moe-expert-capacity-factor" "$work/pad.sh" > "$work/pad_nocf.sh"
+  python3 "$ORACLE" --target megatron --plan "$work/pad.json" --file "$work/pad_nocf.sh" --nodes 1 2>&1 |
+    grep -q "needs --moe-expert-capacity-factor" || fail "oracle accepted padding without a capacity factor"
+else
+  fail "pad to capacity does not simulate: $(cat "$work/pad.txt")"
+fi
+
 # Multi-token prediction (--mtp-layers): exported as --mtp-num-layers N,
 # passing the oracle (rope; the plan's depth), on one node and on two (pp 2,
 # the MTP layer on the last stage); the other targets refuse it; the oracle

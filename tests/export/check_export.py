@@ -75,6 +75,7 @@ def load_plan(path: str) -> dict:
         "mtp_layers": int(p.get("mtp_layers", 0) or 0),
         "delay_wgrad": bool(p.get("delay_wgrad", False)),
         "moe_dispatcher": p.get("moe_dispatcher", "alltoall"),
+        "moe_pad_to_capacity": bool(p.get("moe_pad_to_capacity", False)),
     }
     out["etp"] = int(p.get("etp", out["tp"]))
     tp, pp, cp = out["tp"], out["pp"], out["cp"]
@@ -938,6 +939,18 @@ def megatron_moe_rules(ns: dict, given: dict, plan: dict, world: int, tp: int, p
         if etp * ep > 1 and got != want:
             P.add(f"megatron: the export dispatches with {disp}" + (f"/{backend}" if disp == "flex" else "") +
                   f", the plan simulated moe_dispatcher {want}", ln("moe_token_dispatcher_type"))
+        # TransformerConfig: "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity";
+        # "Flex token dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity".
+        pad = bool(ns.get("moe_pad_expert_input_to_capacity"))
+        if pad and ns.get("moe_expert_capacity_factor") is None:
+            P.add("megatron: --moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor "
+                  "(transformer_config.py)", ln("moe_pad_expert_input_to_capacity"))
+        if pad and disp == "flex" and backend == "deepep":
+            P.add("megatron: the flex dispatcher with deepep does not support --moe-pad-expert-input-to-capacity "
+                  "(transformer_config.py)", ln("moe_pad_expert_input_to_capacity"))
+        if pad != plan.get("moe_pad_to_capacity", False):
+            P.add(f"megatron: --moe-pad-expert-input-to-capacity is {pad}, the plan's moe_pad_to_capacity is "
+                  f"{plan.get('moe_pad_to_capacity', False)}")
         # TransformerConfig: "When using group limited routing, moe_router_num_groups must be specified";
         # num_moe_experts divisible by it; group_topk <= num_groups.
         groups, gtopk = ns.get("moe_router_num_groups"), ns.get("moe_router_group_topk")

@@ -515,17 +515,21 @@ TEST_CASE("The DeepEP dispatcher sends each token once per destination rank, onc
   CHECK(deepep16 == Approx(want16).epsilon(1e-6));
 }
 
-TEST_CASE("The flex dispatcher's rules follow Megatron-Core and DeepEP") {
-  const ModelSpec m = load_model("qwen3-30b-a3b");
+// A Megatron-Core plan of 8 GPUs, ep 8, mbs 1 x 4096 tokens, 64 sequences.
+Plan megatron_ep8_plan() {
   Plan p;
-  p.tp = 1;
-  p.pp = 1;
   p.ep = 8;
   p.mbs = 1;
   p.seq = 4096;
   p.gbs = 64;
   p.zero = 1;
   p.framework = Framework::kMegatronCore;
+  return p;
+}
+
+TEST_CASE("The flex dispatcher's rules follow Megatron-Core and DeepEP") {
+  const ModelSpec m = load_model("qwen3-30b-a3b");
+  Plan p = megatron_ep8_plan();
   p.moe_dispatcher = MoeDispatcher::kDeepEp;
   using testing::reasons_mention;
   CHECK(resolve_plan(m, load_cluster("dgx-h100"), 8, p).reasons.empty());
@@ -541,6 +545,53 @@ TEST_CASE("The flex dispatcher's rules follow Megatron-Core and DeepEP") {
   Plan titan = p;
   titan.framework = Framework::kTorchtitan;
   CHECK(reasons_mention(resolve_plan(m, load_cluster("dgx-h100"), 8, titan), "flex token dispatcher"));
+}
+
+
+TEST_CASE("Padding to capacity runs every expert at the capacity factor times its mean load") {
+  // Qwen3-30B-A3B with capacity factor 1.25, mbs 2 x 4096 = 8192 tokens,
+  // top-8, ep 8: Megatron-Core's capacity is ceil(tokens * top_k / experts
+  // * cf) per expert (moe_utils.get_capacity); padded, each of a rank's 16
+  // experts runs exactly that, 8192 * 8 * 1.25 / 8 ranks * 8 (from every
+  // rank of the ep group) = 8192 * 8 * 1.25 rows per rank, and each rank
+  // sends 8192 * 8 * 1.25 copies of 2048 x 2 B.
+  ModelSpec m = load_model("qwen3-30b-a3b");
+  m.moe.capacity_factor = 1.25;
+  LayerShape s = moe_shape(8, 2);
+  s.moe_load = 0;
+  s.pad_to_capacity = true;
+  const LayerCost padded = transformer_layer_cost(m, s, true);
+  CHECK(padded.moe_load == 1.25);
+  for (const OpCost& op : padded.ops) {
+    if (op.name == "expert_fc1") CHECK(op.flops == Approx(2.0 * 8192 * 8 * 1.25 * (2 * 768) * 2048));
+    if (op.name == "permute") CHECK(op.tp_comm_bytes == Approx(8192.0 * 8 * 1.25 * 2048 * 2));
+  }
+  // Unpadded, the cap only bounds the expected busiest load (1.005 here);
+  // below 1 every expert is full and drops the rest.
+  s.pad_to_capacity = false;
+  const double dropless = expected_max_rank_load(8192.0 * 8, 8, 128, 8);
+  CHECK(transformer_layer_cost(m, s, true).moe_load == Approx(dropless));
+  CHECK(dropless < 1.25);
+  m.moe.capacity_factor = 0.5;
+  CHECK(transformer_layer_cost(m, s, true).moe_load == 0.5);
+  CHECK(expected_max_rank_load(256, 2, 8, 1, 0.5) == 0.5);
+
+  // TransformerConfig: padding needs a capacity factor; DeepEP does not pad;
+  // a padded plan has no imbalance to state.
+  using testing::reasons_mention;
+  const ClusterSpec cl = load_cluster("dgx-h100");
+  const ModelSpec dropless_model = load_model("qwen3-30b-a3b");
+  Plan p = megatron_ep8_plan();
+  p.moe_pad_to_capacity = true;
+  CHECK(reasons_mention(resolve_plan(dropless_model, cl, 8, p), "needs a capacity factor"));
+  m.moe.capacity_factor = 1.25;
+  CHECK(resolve_plan(m, cl, 8, p).reasons.empty());
+  Plan deep = p;
+  deep.moe_dispatcher = MoeDispatcher::kDeepEp;
+  CHECK(reasons_mention(resolve_plan(m, cl, 8, deep), "does not pad to capacity"));
+  Plan stated = p;
+  stated.moe_imbalance = 1.1;
+  CHECK(reasons_mention(resolve_plan(m, cl, 8, stated), "moe imbalance does not apply"));
 }
 
 }  // namespace

@@ -128,5 +128,38 @@ TEST_CASE("MTP: the plan rules", "[sim][cost][mtp]") {
   CHECK(testing::reasons_mention(resolve_plan(llama, c, 8, q), "out of range"));
 }
 
+
+TEST_CASE("MTP: an MoE depth's all-to-alls count as expert communication", "[sim][cost][mtp]") {
+  // qwen3-30b-a3b on 8 GPUs, ep 8, one MTP depth (an MoE layer like the
+  // last): the output block carries the depth's dispatch and combine, one
+  // decoder MoE layer's worth, and the step's expert communication grows by
+  // that much per micro-batch on the one stage (m = 4 micro-batches).
+  const ModelSpec m = load_model("qwen3-30b-a3b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan plan;
+  plan.mbs = 1;
+  plan.gbs = 32;
+  plan.seq = 4096;
+  plan.ep = 8;
+  plan.zero = 1;
+  plan.framework = Framework::kMegatronCore;
+  const Layout L0 = resolve_plan(m, c, 8, plan);
+  plan.mtp_layers = 1;
+  const Layout L1 = resolve_plan(m, c, 8, plan);
+  REQUIRE(L0.feasible);
+  REQUIRE(L1.feasible);
+  const StepCosts sc0 = step_costs(m, c, L0.plan);
+  const StepCosts sc1 = step_costs(m, c, L1.plan);
+  CHECK(sc0.output_ep_forward_ps == 0);
+  CHECK(sc1.output_ep_forward_ps == sc1.moe_layer_times.ep_comm_forward_ps);
+  CHECK(sc1.output_ep_backward_ps == sc1.moe_layer_times.ep_comm_backward_ps);
+  const double per_mb = static_cast<double>(sc1.output_ep_forward_ps + sc1.output_ep_backward_ps) * 1e-12;
+  const double ep0 = simulate_step(m, c, L0, SimulateOptions{}).breakdown.ep_comm;
+  const double ep1 = simulate_step(m, c, L1, SimulateOptions{}).breakdown.ep_comm;
+  // (Within 0.5%: the engine stretches a pass that runs beside the
+  // gradient reduce-scatter by the SMs NCCL takes, its ep share with it.)
+  CHECK(ep1 - ep0 == Approx(4 * per_mb).epsilon(0.005));
+}
+
 }  // namespace
 }  // namespace trainplan
