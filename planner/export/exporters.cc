@@ -921,8 +921,15 @@ std::pair<int, int> titan_dp_degrees(const Layout& L) {
   return {p.dp / shard, shard};
 }
 
-// The MoE plans torchtitan v0.2.2 cannot run, with the rule; sets *out.
-std::optional<std::string> titan_moe_refusal(const ModelSpec& m, const Layout& L, TitanModel* out) {
+// The MoE plans torchtitan v0.2.2 (or, with `head`, torchtitan at head
+// commit b5bcd76c) cannot run, with the rule; sets *out.  Head differs
+// (torchtitan/models/{qwen3,deepseek_v3,gpt_oss}/__init__.py model_registry,
+// config/configs.py, distributed/parallel_dims.py): every MoE spec pipelines
+// (pipelining_fn=pipeline_llm); context parallelism needs FlexAttention,
+// the qwen3 and deepseek_v3 default and gpt_oss's with attn_backend="flex";
+// ParallelismConfig has no expert tensor parallelism (the expert mesh is
+// pp x dp_replicate x efsdp x ep, efsdp = dp_shard*cp*tp/ep).
+std::optional<std::string> titan_moe_refusal(const ModelSpec& m, const Layout& L, TitanModel* out, bool head) {
   const Plan& p = L.plan;
   const TitanMoeFlavor* f = nullptr;
   for (const TitanMoeFlavor& t : kTitanMoeFlavors) {
@@ -953,11 +960,21 @@ std::optional<std::string> titan_moe_refusal(const ModelSpec& m, const Layout& L
   out->name = f->name;
   out->flavor = f->flavor;
   out->moe = true;
-  if (p.pp > 1 && !f->pipeline) {
+  if (head && p.etp != 1) {
+    return "torchtitan at head has no expert tensor parallelism (ParallelismConfig has no "
+           "expert_tensor_parallel_degree; the expert mesh is dp_replicate x efsdp x ep): plan with --etp 1, or "
+           "export to the v0.2.2 TOML (--to torchtitan)";
+  }
+  if (head && p.tp > 1 && p.ep == 1) {
+    return "this export writes MoE plans with tp > 1 for torchtitan at head only with expert parallelism (etp 1, "
+           "each ep rank taking the tp ranks' token shards, as ParallelDims borrows them); how head runs experts "
+           "under tp without ep is not among the checked facts: give --ep > 1, or export to --to torchtitan";
+  }
+  if (p.pp > 1 && !f->pipeline && !head) {
     return std::string("torchtitan's ") + f->name + " train spec has no pipelining function (torchtitan/train.py: "
            "\"Pipeline Parallel is enabled but " + f->name + " does not support pipelining\"); use pp 1";
   }
-  if (p.cp > 1 && !f->context_parallel) {
+  if (p.cp > 1 && !f->context_parallel && !head) {
     return std::string("torchtitan's ") + f->name + " " + f->flavor + " cannot run context parallelism (" +
            (std::string(f->name) == "gpt_oss" ? "\"CP support for gpt-oss model is still in progress\""
                                               : "\"Context Parallel only supports SDPA attention\" and the flavor uses "
@@ -1028,7 +1045,7 @@ std::optional<std::string> titan_llama_refusal(const ModelSpec& m, TitanModel* o
 // The plans torchtitan (v0.2.2 and head alike) cannot run, with the rule;
 // sets *out to the [model] name and flavor of the model (llama3, or one of
 // the MoE train specs of v0.2.2).
-std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, TitanModel* out) {
+std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, TitanModel* out, bool head) {
   const Plan& p = L.plan;
   if (auto r = async_refusal("torchtitan", p)) return r;
   if (auto r = fp8_refusal("torchtitan", p, false)) return r;
@@ -1040,7 +1057,7 @@ std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, Ti
     return std::optional<std::string>("torchtitan's llama3 models attend to the whole causal prefix; " + m.name +
                                       " has sliding-window layers (use --to megatron)");
   }
-  if (auto r = m.has_moe ? titan_moe_refusal(m, L, out) : titan_llama_refusal(m, out)) return r;
+  if (auto r = m.has_moe ? titan_moe_refusal(m, L, out, head) : titan_llama_refusal(m, out)) return r;
   if (p.zero == 1) {
     return std::optional<std::string>(
         "torchtitan has no optimizer-only sharding (ZeRO-1); its data parallelism is DDP "
@@ -1121,7 +1138,7 @@ const char* titan_schedule(Schedule s) {
 ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
   const Plan& p = L.plan;
   TitanModel model;
-  if (auto r = titan_refusal(m, L, &model)) return refuse(*r);
+  if (auto r = titan_refusal(m, L, &model, false)) return refuse(*r);
 
   const auto [dp_replicate, dp_shard] = titan_dp_degrees(L);
   const char* schedule = titan_schedule(p.schedule);
@@ -1276,14 +1293,19 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
 // written (its Config fields are not part of the checked facts).
 std::string py_bool(bool b);  // "True" / "False" (with the FSDP script below)
 
+// Where torchtitan's own job configs point hf_assets_path (the tokenizer
+// folder): torchtitan/models/*/config_registry.py at head.
+std::string titan_hf_assets(const TitanModel& model) {
+  if (model.name == "llama3") return "./assets/hf/Llama-3.1-" + model.flavor;
+  if (model.name == "qwen3") return "./assets/hf/Qwen3-" + model.flavor;
+  if (model.name == "deepseek_v3") return "./assets/hf/DeepSeek-V3.1-Base";
+  return "./assets/hf/gpt-oss-" + model.flavor;
+}
+
 ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
   const Plan& p = L.plan;
   TitanModel model;
-  if (auto r = titan_refusal(m, L, &model)) return refuse(*r);
-  if (model.moe) {
-    return refuse("the torchtitan head export writes llama3 jobs (model_registry of torchtitan.models.llama3); "
-                  "export MoE plans with --to torchtitan (v0.2.2 TOML: " + model.name + " " + model.flavor + ")");
-  }
+  if (auto r = titan_refusal(m, L, &model, true)) return refuse(*r);
   if (p.fp8_recipe != Fp8Recipe::kNone) {
     return refuse(
         "the torchtitan head export writes no float8 converter (Float8LinearConverter.Config at head is not among "
@@ -1315,17 +1337,22 @@ ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, cons
   }
   s += "from torchtitan.hf_datasets.text_datasets import DATASETS\n";
   s += "from torchtitan.models.common.config_utils import decoder_vocab_size\n";
-  s += "from torchtitan.models.llama3 import model_registry\n";
+  s += "from torchtitan.models." + model.name + " import model_registry\n";
   s += "from torchtitan.trainer import Trainer\n\n\n";
   s += "def trainplan_job() -> Trainer.Config:\n";
-  s += "    model_spec = model_registry(\"" + model.flavor + "\")\n";
+  // gpt_oss defaults to varlen attention, which context parallelism refuses
+  // ("Context Parallel is not supported with ScaledDotProductAttention or
+  // VarlenAttention. Use FlexAttention or disable CP.").
+  const bool flex_attention = model.name == "gpt_oss" && p.cp > 1;
+  s += "    model_spec = model_registry(\"" + model.flavor + "\"" + (flex_attention ? ", attn_backend=\"flex\"" : "") +
+       ")\n";
   s += "    return Trainer.Config(\n";
   s += "        model_spec=model_spec,\n";
   // The base loss is abstract: the plain cross entropy simulated (one
   // logits GEMM, not the chunked wrapper of torchtitan's own configs).
   s += "        loss=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(model_spec)),\n";
   s += "        dataloader=GrainDataLoader.Config(dataset=ConcatThenSplitPackingConfig(dataset=DATASETS[\"c4\"])),\n";
-  s += "        hf_assets_path=\"./assets/hf/Llama-3.1-" + model.flavor + "\",\n";
+  s += "        hf_assets_path=\"" + titan_hf_assets(model) + "\",\n";
   s += "        dump_folder=\"./outputs\",\n";
   s += "        optimizer=default_adamw(lr=" + std::string(kLearningRate) + "),\n";
   s += "        lr_scheduler=LRSchedulersContainer.Config(warmup_steps=" + str(kWarmupIters) + "),\n";
@@ -1340,8 +1367,10 @@ ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, cons
   s += ind + "    mixed_precision_param=" + (p.precision == Precision::kBf16 ? "\"bfloat16\"" : "\"float32\"") + ",\n";
   s += ind + "    mixed_precision_reduce=\"float32\",\n";
   s += ind + "    enable_cpu_offload=" + py_bool(p.offload == Offload::kParams) + ",\n";
-  // Trainer.Config._validate_cuda_graphs: pipeline parallelism needs them off.
-  s += ind + "    disable_cuda_graphs=" + py_bool(p.pp > 1) + ",\n";
+  // Trainer.Config._validate_cuda_graphs: pipeline parallelism, and expert
+  // parallelism on the standard all-to-all (dynamic token counts), need
+  // them off.
+  s += ind + "    disable_cuda_graphs=" + py_bool(p.pp > 1 || p.ep > 1) + ",\n";
   s += ind + "),\n";
   s += "        parallelism=ParallelismConfig(\n";
   s += ind + "    data_parallel_replicate_degree=" + str(dp_replicate) + ",\n";
@@ -1379,6 +1408,10 @@ ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, cons
     s += ind + "    ],\n";
   }
   s += ind + "    context_parallel_degree=" + str(p.cp) + ",\n";
+  if (model.moe) {
+    s += ind + "    # The experts over ep ranks borrowed from dp_shard x cp x tp (no expert TP at head).\n";
+    s += ind + "    expert_parallel_degree=" + str(p.ep) + ",\n";
+  }
   s += ind + "),\n";
   s += "        compile=CompileConfig(enable=False),\n";
   if (p.recompute == Recompute::kFull) {

@@ -169,6 +169,7 @@ done
 while read -r fw target model cluster nodes; do
   "$T" recommend --model "$model" --cluster "$cluster" --nodes "$nodes" --framework "$fw" --top 3 --json \
     > "$work/fw.json" 2> "$work/fw.err" || { fail "recommend --framework $fw $model: $(cat "$work/fw.err")"; continue; }
+  heads=0
   count=$(python3 - "$work/fw.json" "$work" "$model" "$cluster" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -203,6 +204,16 @@ PY
       gpus=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["gpus"])' "$plan")
       python3 "$TITAN" --plan "$plan" --file "$work/fw.out" --world "$gpus" > "$work/oracle" 2>&1 ||
         fail "$fw plan $i ($model): $(cat "$work/oracle")"
+      # The head's Python config: exported and checked, or refused with the reason.
+      "$T" export --plan "$plan" --to torchtitan-py > "$work/fw.py" 2> "$work/fw.err"
+      rc=$?
+      if [ "$rc" = 0 ]; then
+        heads=$((heads + 1))
+        python3 "$TITAN" --plan "$plan" --file "$work/fw.py" --world "$gpus" --format python > "$work/oracle" 2>&1 ||
+          fail "$fw plan $i ($model) torchtitan-py: $(cat "$work/oracle")"
+      elif [ "$rc" != 2 ] || ! grep -q "^trainplan: --to: torchtitan-py cannot express this plan: " "$work/fw.err"; then
+        fail "$fw plan $i ($model) torchtitan-py: exit $rc: $(cat "$work/fw.err")"
+      fi
     fi
     # Another framework's target refuses it with the reason.
     other=fsdp; [ "$target" = fsdp ] && other=megatron
@@ -210,7 +221,8 @@ PY
     [ $? = 2 ] && grep -q "the plan was simulated for $fw" "$work/fw.err" ||
       fail "$fw plan $i exported to $other: $(cat "$work/fw.err")"
   done
-  echo "recommend --framework $fw ($model, $cluster, $nodes nodes): $count plans export to $target"
+  echo "recommend --framework $fw ($model, $cluster, $nodes nodes): $count plans export to $target" \
+    "$([ "$target" = torchtitan ] && echo "($heads also to torchtitan-py)")"
 done <<'FRAMEWORKS'
 megatron-core megatron llama3-8b dgx-h100 1
 megatron-core megatron gpt3-1.3b dgx-a100 2

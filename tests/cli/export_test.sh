@@ -187,9 +187,27 @@ expect_error "torchtitan refuses DualPipeV with expert parallelism and activatio
 expect_error "torchtitan refuses an MoE model it has no flavor of" \
   "trainplan: --to: torchtitan cannot express this plan: torchtitan v0.2.2 trains MoE models through its own model code, and none of its MoE flavors (deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has mixtral-8x7b's shape, attention windows and routing groups (layers=32, hidden=4096, experts=8, top_k=2, expert_ffn_hidden=14336; use --to megatron)" \
   export --plan "$EXPORT/plan_mixtral-8x7b_ep8.json" --to torchtitan
-expect_error "the torchtitan head export refuses MoE plans" \
-  "trainplan: --to: torchtitan-py cannot express this plan: the torchtitan head export writes llama3 jobs (model_registry of torchtitan.models.llama3); export MoE plans with --to torchtitan (v0.2.2 TOML: qwen3 30B-A3B)" \
-  export --plan "$MOE_PLAN" --to torchtitan-py
+# The head's Python config: qwen3's own model_registry, expert_parallel_degree
+# (head has no expert TP), CUDA graphs off for expert parallelism; the
+# oracle follows the config at head.
+expect_ok "torchtitan-py: qwen3-30b-a3b ep8 ZeRO-2" export --plan "$MOE_PLAN" --to torchtitan-py
+CHECKS=$((CHECKS + 1))
+echo "check $CHECKS: the torchtitan head oracle accepts the MoE export"
+python3 "$(dirname "$0")/../export/torchtitan_rules.py" --plan "$MOE_PLAN" --file "$TMP/out" --world 16 \
+  --format python > "$TMP/oracle" 2>&1 || fail "qwen3 torchtitan-py export: $(cat "$TMP/oracle")"
+grep -q "^from torchtitan.models.qwen3 import model_registry" "$TMP/out" || fail "torchtitan-py: not qwen3's model_registry"
+grep -q "expert_parallel_degree=8," "$TMP/out" || fail "torchtitan-py: no expert_parallel_degree=8"
+grep -q "disable_cuda_graphs=True," "$TMP/out" || fail "torchtitan-py: CUDA graphs left on with expert parallelism"
+CHECKS=$((CHECKS + 1))
+echo "check $CHECKS: the torchtitan head oracle rejects CUDA graphs with expert parallelism"
+sed 's/disable_cuda_graphs=True/disable_cuda_graphs=False/' "$TMP/out" > "$TMP/cg.py"
+python3 "$(dirname "$0")/../export/torchtitan_rules.py" --plan "$MOE_PLAN" --file "$TMP/cg.py" --world 16 \
+  --format python 2>&1 | grep -q "disable_cuda_graphs must be True with expert_parallel_degree > 1" ||
+  fail "the head oracle accepted CUDA graphs with expert parallelism"
+sed 's/"etp": 1/"etp": 2/; s/"tp": 1/"tp": 2/; s/"dp": 16/"dp": 8/' "$MOE_PLAN" > "$TMP/etp2.json"
+expect_error "the torchtitan head export refuses expert tensor parallelism" \
+  "trainplan: --to: torchtitan-py cannot express this plan: torchtitan at head has no expert tensor parallelism (ParallelismConfig has no expert_tensor_parallel_degree; the expert mesh is dp_replicate x efsdp x ep): plan with --etp 1, or export to the v0.2.2 TOML (--to torchtitan)" \
+  export --plan "$TMP/etp2.json" --to torchtitan-py
 
 # ---- PyTorch FSDP2 ------------------------------------------------------------
 

@@ -226,6 +226,32 @@ def check_moe_model(name: str, flavor: str, p: Plan, pp: int, cp: int) -> tuple[
     return out, int(f["layers"])
 
 
+def check_head_moe_model(family: str, flavor: Any, p: Plan) -> tuple[list[str], int]:
+    """An MoE model_registry flavor at head (facts head.moe_registries): the
+    flavor is the plan's model, routing groups included.  Returns (problems,
+    the flavor's layer count or 0).  Every head MoE spec pipelines."""
+    reg = facts()["head"]["moe_registries"][family]
+    src = f"torchtitan/models/{family}/__init__.py model_registry"
+    if flavor not in reg["flavors"]:
+        return [f"model_registry({flavor!r}): not a {family} flavor ({sorted(reg['flavors'])}) [{src}]"], 0
+    f = reg["flavors"][flavor]
+    m = p.model or {}
+    e = m.get("moe") or {}
+    if not e:
+        return [f"model_registry: {family} {flavor!r} is an MoE model, the plan's model {p.model_name} has no "
+                "experts"], int(f["layers"])
+    out = []
+    want = {"layers": m.get("layers"), "hidden": m.get("hidden"), "vocab": m.get("vocab"),
+            "experts": e.get("experts"), "top_k": e.get("top_k"), "expert_ffn_hidden": e.get("expert_ffn_hidden"),
+            "shared_experts": e.get("shared_experts", 0), "dense_layers": e.get("dense_layers", 0),
+            "router_groups": e.get("router_groups", 0), "router_group_topk": e.get("router_group_topk", 0)}
+    for key, value in want.items():
+        if value is not None and int(f[key]) != int(value):
+            out.append(f"model_registry: {family} {flavor!r} has {key}={f[key]}, the plan's model {p.model_name} "
+                       f"has {value} [{src}]")
+    return out, int(f["layers"])
+
+
 def expert_parallel(ep: Any, etp: Any, shard: int, cp: int, tp: int, p: Plan, where: str) -> list[str]:
     """torchtitan/distributed/parallel_dims.py: the expert mesh borrows
     dp_shard*cp*tp ranks (facts rules.expert_parallel)."""
@@ -888,9 +914,11 @@ class _Interp:
     classes, model_registry(...), default_adamw(...), registry functions, and
     attribute assignments to the config."""
 
-    def __init__(self, problems: list[str]):
+    def __init__(self, problems: list[str], registry_module: str | None = None):
         self.env: dict[str, Any] = {}
         self.problems = problems
+        # The module model_registry was imported from (llama3 or an MoE model).
+        self.registry_family = registry_module.split(".")[-1] if registry_module else "llama3"
 
     def call_name(self, node: ast.AST) -> str:
         return ast.unparse(node)
@@ -977,10 +1005,13 @@ class _Interp:
             return _Obj(cls, fields)
         if short == "model_registry" or name.endswith(".model_registry"):
             flavor = self.eval(node.args[0]) if node.args else None
+            attn = None
             for kw in node.keywords:
                 if kw.arg == "flavor":
                     flavor = self.eval(kw.value)
-            return _Obj("ModelSpec", {"flavor": flavor})
+                if kw.arg == "attn_backend":
+                    attn = self.eval(kw.value)
+            return _Obj("ModelSpec", {"flavor": flavor, "family": self.registry_family, "attn_backend": attn})
         if short == "default_adamw" or name.endswith(".default_adamw"):
             # torchtitan/components/optimizer/optimizer.py default_adamw
             return _Obj("OptimizersContainer.Config", {"param_groups": _Unknown("default_adamw")})
@@ -1063,13 +1094,22 @@ def check_python_config(text: str, plan: dict, world: int, function: str | None 
         out.append(f"def {fn.name}: --config calls it with no arguments [torchtitan/config/manager.py _load_config]")
     # Imports: names used must come from the head modules (torchtitan.json head.imports).
     imports = facts()["head"]["imports"]
+    moe_reg = facts()["head"]["moe_registries"]
+    registry_modules = [imports["model_registry"]] + [v["module"] for k, v in moe_reg.items() if k != "source"]
+    registry_module = None
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torchtitan"):
             for a in node.names:
+                if a.name == "model_registry":
+                    registry_module = node.module
+                    if node.module not in registry_modules:
+                        out.append(f"from {node.module} import model_registry: head defines it in "
+                                   f"{', '.join(registry_modules)}")
+                    continue
                 want = imports.get(a.name)
                 if want and not want.startswith(node.module) and node.module not in want:
                     out.append(f"from {node.module} import {a.name}: it lives in {want} at head")
-    it = _Interp(out)
+    it = _Interp(out, registry_module)
     for node in tree.body:  # module-level constants (SEQ = 8192)
         if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
             v = it.eval(node.value)
@@ -1103,7 +1143,16 @@ def check_python_config(text: str, plan: dict, world: int, function: str | None 
         out.append("config.model_spec: not a model_registry(<flavor>) the checker can read "
                    "[torchtitan/models/llama3/__init__.py model_registry]")
         n_layers = int(p.model["layers"]) if p.model else 0
+    elif ms.fields.get("family") in moe_reg:
+        family = ms.fields["family"]
+        probs, n_layers = check_head_moe_model(family, ms.fields.get("flavor"), p)
+        out += probs
+        n_layers = n_layers or (int(p.model["layers"]) if p.model else 0)
     else:
+        if p.model and p.model.get("moe"):
+            out.append(f"config.model_spec: a llama3 model_registry, the plan's model {p.model_name} has experts "
+                       "(import model_registry from its MoE model: " +
+                       ", ".join(v["module"] for k, v in moe_reg.items() if k != "source") + ")")
         head_flavors = facts()["head"]["model_registry"]["flavors"]
         out += check_flavor(ms.fields.get("flavor"), head_flavors, p, "model_registry",
                             "torchtitan/models/llama3/__init__.py llama3_configs")
@@ -1151,9 +1200,26 @@ def check_python_config(text: str, plan: dict, world: int, function: str | None 
     if shard is None:
         return out
     # torchtitan/distributed/parallel_dims.py ParallelDims._validate: ep | dp_shard*cp*tp.
-    if (shard * cp * tp) % vals["expert_parallel_degree"] != 0:
+    ep = vals["expert_parallel_degree"]
+    if (shard * cp * tp) % ep != 0:
         out.append("ParallelismConfig.expert_parallel_degree must divide dp_shard*cp*tp "
                    "[torchtitan/distributed/parallel_dims.py ParallelDims._validate]")
+    # Head has no expert tensor parallelism (facts head.rules.expert_parallel): etp is 1.
+    out += expert_parallel(ep, 1, shard, cp, tp, p, "ParallelismConfig")
+    if isinstance(ms, _Obj) and ms.fields.get("family") in moe_reg:
+        experts = int(moe_reg[ms.fields["family"]]["flavors"].get(ms.fields.get("flavor"), {}).get("experts", 0))
+        if experts and experts % ep != 0:
+            out.append(f"ParallelismConfig.expert_parallel_degree = {ep} does not divide the {experts} experts "
+                       "[torchtitan/models/common/decoder.py]")
+        if cp > 1:
+            attn = ms.fields.get("attn_backend") or moe_reg[ms.fields["family"]]["attn_backend_default"]
+            if attn != "flex":
+                out.append(f"context_parallel_degree = {cp} with attn_backend {attn!r}: 'Context Parallel is not "
+                           "supported with ScaledDotProductAttention or VarlenAttention. Use FlexAttention or "
+                           "disable CP.' (pass attn_backend=\"flex\" to model_registry)")
+    if ep > 1 and not tvals["disable_cuda_graphs"]:
+        out.append("TrainingConfig.disable_cuda_graphs must be True with expert_parallel_degree > 1 on the standard "
+                   "all-to-all [torchtitan/trainer.py Trainer.Config._validate_cuda_graphs]")
     # Head llama3 always applies FSDP2 (torchtitan/models/llama3/parallelize.py
     # apply_fsdp_to_decoder), so zero 0 is dp_replicate replicas of shard 1.
     out += fidelity_degrees(p, rep, shard, cp, tp, pp, vals["fsdp_reshard_after_forward"], world,
