@@ -67,8 +67,8 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
                 "flight, hiding it further (Megatron-Core --delay-wgrad-compute)");
   app->add_option("--moe-dispatcher", f->moe_dispatcher,
                   "MoE: alltoall (every token copy over NCCL, default), deepep or hybridep (Megatron-Core's flex "
-                  "dispatcher: each token once per destination rank, once per node across nodes; hybridep also "
-                  "across a multi-node NVLink domain)");
+                  "dispatcher, torchtitan's DeepEP/HybridEP backends: each token once per destination rank, once per "
+                  "node across nodes; hybridep also across a multi-node NVLink domain)");
   app->add_flag("--moe-pad-to-capacity", f->moe_pad_to_capacity,
                 "MoE with a capacity factor: pad every expert's input to its capacity, so each runs "
                 "capacity_factor x its mean load whatever the routing (Megatron-Core "

@@ -239,9 +239,9 @@ int run_recommend(const RecommendFlags& f) {
   }
   if (!f.framework.empty()) o.framework = static_cast<Framework>(pick("--framework", f.framework, framework_names()));
   if (o.moe_dispatcher != MoeDispatcher::kAllToAll && o.framework != Framework::kGeneric &&
-      o.framework != Framework::kMegatronCore) {
-    throw_input_error("--moe-dispatcher", "", f.moe_dispatcher + " is Megatron-Core's flex dispatcher, which --framework " +
-                      f.framework + " does not run", "use --framework megatron-core, or drop --moe-dispatcher");
+      o.framework != Framework::kMegatronCore && o.framework != Framework::kTorchtitan) {
+    throw_input_error("--moe-dispatcher", "", f.moe_dispatcher + " runs in Megatron-Core and torchtitan, not in --framework " +
+                      f.framework, "use --framework megatron-core or torchtitan, or drop --moe-dispatcher");
   }
   std::stringstream ss(f.strategies);
   std::string s;
@@ -550,7 +550,7 @@ void register_recommend_command(CLI::App* app, int* status) {
                   "multi-token prediction depths in every plan (Megatron-Core --mtp-num-layers; default 0)");
   cmd->add_option("--moe-dispatcher", f.moe_dispatcher,
                   "MoE token dispatcher of every plan whose tokens cross GPUs: alltoall (default), deepep or "
-                  "hybridep (Megatron-Core's flex dispatcher)");
+                  "hybridep (Megatron-Core's flex dispatcher, torchtitan's DeepEP/HybridEP backends)");
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
   cmd->add_option("--convergence", f.convergence,
                   std::string("async plans: the stale-gradient convergence model they are ranked by (time to a target "

@@ -970,6 +970,15 @@ std::optional<std::string> titan_moe_refusal(const ModelSpec& m, const Layout& L
            "each ep rank taking the tp ranks' token shards, as ParallelDims borrows them); how head runs experts "
            "under tp without ep is not among the checked facts: give --ep > 1, or export to --to torchtitan";
   }
+  if (!head && p.moe_dispatcher == MoeDispatcher::kHybridEp) {
+    return "torchtitan v0.2.2's expert_parallel_comm_backend is \"standard\" or \"deepep\" (job_config.py); "
+           "HybridEP is torchtitan head's (moe_comm_backend): export with --to torchtitan-py";
+  }
+  if (!head && p.moe_dispatcher == MoeDispatcher::kDeepEp && std::string(f->name) != "deepseek_v3") {
+    return std::string("torchtitan v0.2.2 runs DeepEP in deepseek_v3's (and llama4's) parallelize only; ") + f->name +
+           " ignores expert_parallel_comm_backend and would dispatch with the standard all-to-all: export with "
+           "--to torchtitan-py (head: moe_comm_backend)";
+  }
   if (p.pp > 1 && !f->pipeline && !head) {
     return std::string("torchtitan's ") + f->name + " train spec has no pipelining function (torchtitan/train.py: "
            "\"Pipeline Parallel is enabled but " + f->name + " does not support pipelining\"); use pp 1";
@@ -1270,6 +1279,10 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
          ", each expert split over etp (= 1 or tp).\n";
     s += "expert_parallel_degree = " + str(p.ep) + "\n";
     s += "expert_tensor_parallel_degree = " + str(p.etp) + "\n";
+    if (p.moe_dispatcher == MoeDispatcher::kDeepEp) {
+      s += "# Dispatch and combine through DeepEP's kernels, as simulated (each token once per destination).\n";
+      s += "expert_parallel_comm_backend = \"deepep\"\n";
+    }
   }
   s += "\n";
   s += "[activation_checkpoint]\n";
@@ -1344,8 +1357,14 @@ ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, cons
   // ("Context Parallel is not supported with ScaledDotProductAttention or
   // VarlenAttention. Use FlexAttention or disable CP.").
   const bool flex_attention = model.name == "gpt_oss" && p.cp > 1;
+  // The plan's DeepEP / HybridEP dispatch (Plan::moe_dispatcher):
+  // model_registry's moe_comm_backend (models/common/config_utils.py
+  // make_token_dispatcher_config: standard | deepep | hybridep).
+  const std::string comm_backend = p.moe_dispatcher != MoeDispatcher::kAllToAll
+                                       ? std::string(", moe_comm_backend=\"") + to_string(p.moe_dispatcher) + "\""
+                                       : std::string();
   s += "    model_spec = model_registry(\"" + model.flavor + "\"" + (flex_attention ? ", attn_backend=\"flex\"" : "") +
-       ")\n";
+       comm_backend + ")\n";
   s += "    return Trainer.Config(\n";
   s += "        model_spec=model_spec,\n";
   // The base loss is abstract: the plain cross entropy simulated (one
@@ -1944,10 +1963,11 @@ ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelS
     return refuse("the plan pads every expert's input to its capacity (--moe-pad-to-capacity), which only "
                   "Megatron-Core runs (--moe-pad-expert-input-to-capacity); export it with --to megatron");
   }
-  if (layout.plan.moe_dispatcher != MoeDispatcher::kAllToAll && runs != ExportTarget::kMegatron) {
-    return refuse(std::string("the plan dispatches its tokens with Megatron-Core's flex dispatcher on ") +
-                  to_string(layout.plan.moe_dispatcher) + " (--moe-dispatcher), which only Megatron-Core runs; "
-                  "export it with --to megatron, or plan with --moe-dispatcher alltoall");
+  if (layout.plan.moe_dispatcher != MoeDispatcher::kAllToAll && runs != ExportTarget::kMegatron &&
+      runs != ExportTarget::kTorchtitan) {
+    return refuse(std::string("the plan dispatches its tokens with ") + to_string(layout.plan.moe_dispatcher) +
+                  " (--moe-dispatcher), which Megatron-Core (flex dispatcher) and torchtitan run; export it with "
+                  "--to megatron or a torchtitan target, or plan with --moe-dispatcher alltoall");
   }
   if (layout.plan.tp_comm_overlap && runs != ExportTarget::kMegatron) {
     return refuse("the plan overlaps tensor-parallel communication with the GEMMs as Transformer Engine's "

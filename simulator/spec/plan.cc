@@ -635,19 +635,26 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) {
     // The flex token dispatcher (megatron/core/transformer/moe/
     // token_dispatcher.py MoEFlexTokenDispatcher): "DeepEP dispatcher
-    // requires TPxEP > 1" (its TP is the expert TP); Megatron-Core's alone
-    // (TransformerConfig moe_flex_dispatcher_backend).  DeepEP's intranode
-    // kernels reach at most 8 NVLink peers (deepseek-ai/DeepEP
-    // NUM_MAX_NVL_PEERS = 8; TransformerConfig: "Currently only hybridep
-    // backend supports the MNNVL case").
+    // requires TPxEP > 1" (its TP is the expert TP).  torchtitan runs DeepEP
+    // (v0.2.2 expert_parallel_comm_backend; head moe_comm_backend, with
+    // HybridEP): "DeepEP requires expert parallelism (ep_degree > 1)" and
+    // "DeepEP with Expert Tensor Parallelism (ETP) is not supported yet"
+    // (v0.2.2 deepseek_v3/infra/parallelize.py; head has no expert TP).
+    // DeepEP's intranode kernels reach at most 8 NVLink peers
+    // (deepseek-ai/DeepEP NUM_MAX_NVL_PEERS = 8; TransformerConfig:
+    // "Currently only hybridep backend supports the MNNVL case").
     const std::string name = to_string(p.moe_dispatcher);
     if (!model.has_moe) fail("the " + name + " dispatcher needs a Mixture-of-Experts model");
     else if (int64_t{p.ep} * std::max(1, p.etp) < 2)
       fail("the " + name + " dispatcher needs ep*etp > 1 (Megatron-Core: the flex dispatcher requires TPxEP > 1); "
            "use alltoall or a larger --ep");
-    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
-      fail("the " + name + " dispatcher is Megatron-Core's flex token dispatcher; this plan's framework does not "
-           "run it: use --framework megatron-core or --moe-dispatcher alltoall");
+    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore &&
+        p.framework != Framework::kTorchtitan)
+      fail("the " + name + " dispatcher runs in Megatron-Core (flex token dispatcher) and torchtitan (DeepEP, "
+           "HybridEP at head); this plan's framework does not run it: use --moe-dispatcher alltoall");
+    if (p.framework == Framework::kTorchtitan && (p.ep < 2 || p.etp != 1))
+      fail("torchtitan's " + name + " dispatch needs ep > 1 and etp 1 (\"DeepEP requires expert parallelism\", "
+           "\"DeepEP with Expert Tensor Parallelism (ETP) is not supported yet\")");
     // TransformerConfig: "Flex token dispatcher with deepep backend does not
     // support moe_pad_expert_input_to_capacity".
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp && p.moe_pad_to_capacity)

@@ -166,8 +166,9 @@ done
 # recommend --framework F lists only plans F runs: each of them (top 3, on
 # three model/cluster pairs) exports to F's target without a refusal, passes
 # the oracle, and carries the overlaps F was simulated with.
-while read -r fw target model cluster nodes; do
-  "$T" recommend --model "$model" --cluster "$cluster" --nodes "$nodes" --framework "$fw" --top 3 --json \
+while read -r fw target model cluster nodes extra; do
+  # shellcheck disable=SC2086  # extra: further recommend flags, word-split on purpose
+  "$T" recommend --model "$model" --cluster "$cluster" --nodes "$nodes" --framework "$fw" --top 3 --json $extra \
     > "$work/fw.json" 2> "$work/fw.err" || { fail "recommend --framework $fw $model: $(cat "$work/fw.err")"; continue; }
   heads=0
   count=$(python3 - "$work/fw.json" "$work" "$model" "$cluster" <<'PY'
@@ -175,7 +176,8 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
         "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers",
-        "framework", "gpus", "ep", "etp", "recompute_modules", "tp_comm_overlap", "ep_overlap", "delay_wgrad", "mtp_layers"]
+        "framework", "gpus", "ep", "etp", "recompute_modules", "tp_comm_overlap", "ep_overlap", "delay_wgrad", "mtp_layers",
+        "moe_dispatcher", "moe_pad_to_capacity"]
 for i, p in enumerate(d["plans"]):
     plan = {k: p[k] for k in keys if k in p}
     plan.update(model=sys.argv[3], cluster=sys.argv[4])
@@ -221,7 +223,7 @@ PY
     [ $? = 2 ] && grep -q "the plan was simulated for $fw" "$work/fw.err" ||
       fail "$fw plan $i exported to $other: $(cat "$work/fw.err")"
   done
-  echo "recommend --framework $fw ($model, $cluster, $nodes nodes): $count plans export to $target" \
+  echo "recommend --framework $fw${extra:+ $extra} ($model, $cluster, $nodes nodes): $count plans export to $target" \
     "$([ "$target" = torchtitan ] && echo "($heads also to torchtitan-py)")"
 done <<'FRAMEWORKS'
 megatron-core megatron llama3-8b dgx-h100 1
@@ -243,6 +245,8 @@ megatron-core megatron deepseek-v3 dgx-h100 32
 torchtitan torchtitan qwen3-30b-a3b dgx-h100 2
 torchtitan torchtitan gpt-oss-120b dgx-h100 8
 torchtitan torchtitan deepseek-v3 dgx-h100 32
+megatron-core megatron qwen3-30b-a3b dgx-h100 2 --moe-dispatcher hybridep
+torchtitan torchtitan deepseek-v3 dgx-h100 32 --moe-dispatcher deepep
 FRAMEWORKS
 
 # Without --framework, recommend labels each plan with the frameworks that

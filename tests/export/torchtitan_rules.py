@@ -145,6 +145,7 @@ class Plan:
         self.grad_dtype = plan.get("grad_dtype", "fp32")
         self.attention = plan.get("attention", "flash")
         self.ep = int(plan.get("ep", 1))
+        self.moe_dispatcher = plan.get("moe_dispatcher", "alltoall")
         self.etp = int(plan.get("etp", 0)) or (self.tp if self.model and self.model.get("moe") else 1)
         self.dp_mode = plan.get("dp_mode", "sync")
         self.offload = plan.get("offload", "none")
@@ -684,6 +685,27 @@ def check_toml(text: str, plan: dict, world: int, warnings: list[str] | None = N
     out += fidelity_degrees(p, rep, shard, cp, tp, pp, policy, world, "parallelism")
     out += expert_parallel(_get(doc, "parallelism", "expert_parallel_degree"),
                            _get(doc, "parallelism", "expert_tensor_parallel_degree"), shard, cp, tp, p, "parallelism")
+    # expert_parallel_comm_backend (v0.2.2 job_config.py: "standard" | "deepep"); only deepseek_v3's
+    # parallelize reads it ("DeepEP requires expert parallelism", "DeepEP with Expert Tensor Parallelism
+    # (ETP) is not supported yet" [torchtitan/models/deepseek_v3/infra/parallelize.py]).
+    backend = _get(doc, "parallelism", "expert_parallel_comm_backend")
+    want = {"alltoall": "standard", "deepep": "deepep"}.get(p.moe_dispatcher)
+    if want is None:
+        out.append(f"plan: moe_dispatcher {p.moe_dispatcher!r} has no torchtitan v0.2.2 backend (standard, deepep)")
+    elif backend != want:
+        out.append(f"parallelism.expert_parallel_comm_backend = {backend!r}, the plan has moe_dispatcher "
+                   f"{p.moe_dispatcher!r}")
+    if backend == "deepep":
+        if name != "deepseek_v3":
+            out.append(f"parallelism.expert_parallel_comm_backend = 'deepep': {name} ignores it (v0.2.2 runs DeepEP "
+                       "in deepseek_v3's and llama4's parallelize only)")
+        if (_get(doc, "parallelism", "expert_parallel_degree") or 1) <= 1:
+            out.append("parallelism.expert_parallel_comm_backend = 'deepep' needs expert_parallel_degree > 1: "
+                       "'DeepEP requires expert parallelism (ep_degree > 1)' [torchtitan/models/deepseek_v3/infra/"
+                       "parallelize.py]")
+        if (_get(doc, "parallelism", "expert_tensor_parallel_degree") or 1) != 1:
+            out.append("parallelism.expert_parallel_comm_backend = 'deepep' with expert_tensor_parallel_degree > 1: "
+                       "'DeepEP with Expert Tensor Parallelism (ETP) is not supported yet'")
     if tp > 1 and not p.sp:
         # torchtitan/models/llama3/infra/parallelize.py apply_tp: always SequenceParallel norms.
         warn.append("parallelism.tensor_parallel_degree > 1 always shards norms over the sequence "
@@ -1005,13 +1027,16 @@ class _Interp:
             return _Obj(cls, fields)
         if short == "model_registry" or name.endswith(".model_registry"):
             flavor = self.eval(node.args[0]) if node.args else None
-            attn = None
+            attn = comm = None
             for kw in node.keywords:
                 if kw.arg == "flavor":
                     flavor = self.eval(kw.value)
                 if kw.arg == "attn_backend":
                     attn = self.eval(kw.value)
-            return _Obj("ModelSpec", {"flavor": flavor, "family": self.registry_family, "attn_backend": attn})
+                if kw.arg == "moe_comm_backend":
+                    comm = self.eval(kw.value)
+            return _Obj("ModelSpec", {"flavor": flavor, "family": self.registry_family, "attn_backend": attn,
+                                      "moe_comm_backend": comm})
         if short == "default_adamw" or name.endswith(".default_adamw"):
             # torchtitan/components/optimizer/optimizer.py default_adamw
             return _Obj("OptimizersContainer.Config", {"param_groups": _Unknown("default_adamw")})
@@ -1211,6 +1236,19 @@ def check_python_config(text: str, plan: dict, world: int, function: str | None 
         if experts and experts % ep != 0:
             out.append(f"ParallelismConfig.expert_parallel_degree = {ep} does not divide the {experts} experts "
                        "[torchtitan/models/common/decoder.py]")
+        # model_registry(moe_comm_backend=...): models/common/config_utils.py make_token_dispatcher_config
+        # (standard | deepep | hybridep | minimal_async_ep); DeepEP, HybridEP "requires expert parallelism
+        # (expert_parallel_degree > 1)" [token_dispatcher.py update_ep_token_dispatcher_config].
+        comm = ms.fields.get("moe_comm_backend") or "standard"
+        want = {"alltoall": "standard"}.get(p.moe_dispatcher, p.moe_dispatcher)
+        if comm not in ("standard", "deepep", "hybridep", "minimal_async_ep"):
+            out.append(f"model_registry(moe_comm_backend={comm!r}): Unknown comm_backend "
+                       "[torchtitan/models/common/config_utils.py]")
+        elif comm != want:
+            out.append(f"model_registry(moe_comm_backend={comm!r}), the plan has moe_dispatcher {p.moe_dispatcher!r}")
+        if comm in ("deepep", "hybridep", "minimal_async_ep") and ep <= 1:
+            out.append(f"model_registry(moe_comm_backend={comm!r}) requires expert parallelism "
+                       "(expert_parallel_degree > 1) [torchtitan/models/common/token_dispatcher.py]")
         if cp > 1:
             attn = ms.fields.get("attn_backend") or moe_reg[ms.fields["family"]]["attn_backend_default"]
             if attn != "flex":

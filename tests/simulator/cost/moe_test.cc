@@ -542,9 +542,18 @@ TEST_CASE("The flex dispatcher's rules follow Megatron-Core and DeepEP") {
   Plan one = p;
   one.ep = 1;
   CHECK(reasons_mention(resolve_plan(m, load_cluster("dgx-h100"), 8, one), "needs ep*etp > 1"));
+  // torchtitan runs DeepEP with ep > 1 and no expert TP ("DeepEP with
+  // Expert Tensor Parallelism (ETP) is not supported yet"); DeepSpeed not at all.
   Plan titan = p;
   titan.framework = Framework::kTorchtitan;
-  CHECK(reasons_mention(resolve_plan(m, load_cluster("dgx-h100"), 8, titan), "flex token dispatcher"));
+  CHECK(resolve_plan(m, load_cluster("dgx-h100"), 8, titan).reasons.empty());
+  titan.tp = 2;
+  titan.etp = 2;
+  titan.sp = true;
+  CHECK(reasons_mention(resolve_plan(m, load_cluster("dgx-h100"), 8, titan), "needs ep > 1 and etp 1"));
+  Plan ds = p;
+  ds.framework = Framework::kDeepSpeed;
+  CHECK(reasons_mention(resolve_plan(m, load_cluster("dgx-h100"), 8, ds), "does not run it"));
 }
 
 
