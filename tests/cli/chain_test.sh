@@ -363,6 +363,30 @@ else
   fail "deepseek-v3 deepep export: $(cat "$work/dsv3.err")"
 fi
 
+# recommend's hint for the best all-to-all plan of an MoE model: the same
+# layout with DeepEP, not ranked, at the step `simulate` gives that plan.
+"$T" recommend --model deepseek-v3 --cluster dgx-h100 --gpus 256 --gbs 1024 --top 1 --json > "$work/hint.json" \
+  2> "$work/hint.err" || fail "recommend deepseek-v3: $(cat "$work/hint.err")"
+python3 - "$work/hint.json" "$work/hint_plan.json" <<'PY' || fail "recommend deepseek-v3: no flex-dispatcher hint"
+import json, sys
+d = json.load(open(sys.argv[1]))
+h = d["best_with_flex_dispatcher"]
+assert h["moe_dispatcher"] == "deepep" and h["step_time_s"] < h["alltoall_step_time_s"], h
+p = d["plans"][0]
+keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
+        "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers",
+        "framework", "gpus", "ep", "etp", "recompute_modules"]
+plan = {k: p[k] for k in keys if k in p}
+plan.update(model=d["model"], cluster=d["cluster"], moe_dispatcher="deepep")
+json.dump(plan, open(sys.argv[2], "w"))
+print(h["step_time_s"])
+PY
+if [ -s "$work/hint_plan.json" ]; then
+  want=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["best_with_flex_dispatcher"]["step_time_s"])' "$work/hint.json")
+  got=$("$T" simulate --plan "$work/hint_plan.json" --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["step_time_s"], 6))')
+  [ "$want" = "$got" ] || fail "recommend's deepep hint says $want s, simulate says $got s"
+fi
+
 # Token dropping padded to capacity (--moe-pad-to-capacity): exported as
 # --moe-pad-expert-input-to-capacity beside the capacity factor, passing
 # the oracle; the other targets refuse it; the oracle rejects the flag
