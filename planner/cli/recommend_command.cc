@@ -208,6 +208,10 @@ std::string days(double s) {
 // an NVLink domain of more than 8 GPUs), if its framework runs it
 // (resolve_plan's rules).  Not ranked: the kernels' SM occupancy is not
 // modelled, so the flex plan would always win (docs/moe.md).
+constexpr const char* kMoeDispatcherHelp =
+    "MoE token dispatcher of every plan whose tokens cross GPUs: alltoall (default), deepep or hybridep "
+    "(Megatron-Core's flex dispatcher, torchtitan's DeepEP/HybridEP backends)";
+
 struct DispatcherHint {
   bool valid = false;
   MoeDispatcher dispatcher = MoeDispatcher::kDeepEp;
@@ -270,8 +274,7 @@ int run_recommend(const RecommendFlags& f) {
         static_cast<MoeDispatcher>(pick("--moe-dispatcher", f.moe_dispatcher, moe_dispatcher_names()));
   }
   if (!f.framework.empty()) o.framework = static_cast<Framework>(pick("--framework", f.framework, framework_names()));
-  if (o.moe_dispatcher != MoeDispatcher::kAllToAll && o.framework != Framework::kGeneric &&
-      o.framework != Framework::kMegatronCore && o.framework != Framework::kTorchtitan) {
+  if (o.moe_dispatcher != MoeDispatcher::kAllToAll && !runs_flex_dispatcher(o.framework)) {
     throw_input_error("--moe-dispatcher", "", f.moe_dispatcher + " runs in Megatron-Core and torchtitan, not in --framework " +
                       f.framework, "use --framework megatron-core or torchtitan, or drop --moe-dispatcher");
   }
@@ -595,9 +598,7 @@ void register_recommend_command(CLI::App* app, int* status) {
   add_precision_flags(cmd, &f.precision, &f.fp8_recipe);
   cmd->add_option("--mtp-layers", f.mtp_layers,
                   "multi-token prediction depths in every plan (Megatron-Core --mtp-num-layers; default 0)");
-  cmd->add_option("--moe-dispatcher", f.moe_dispatcher,
-                  "MoE token dispatcher of every plan whose tokens cross GPUs: alltoall (default), deepep or "
-                  "hybridep (Megatron-Core's flex dispatcher, torchtitan's DeepEP/HybridEP backends)");
+  cmd->add_option("--moe-dispatcher", f.moe_dispatcher, kMoeDispatcherHelp);
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
   cmd->add_option("--convergence", f.convergence,
                   std::string("async plans: the stale-gradient convergence model they are ranked by (time to a target "
@@ -633,9 +634,7 @@ void register_report_command(CLI::App* app, int* status) {
   add_precision_flags(cmd, &f.precision, &f.fp8_recipe);
   cmd->add_option("--mtp-layers", f.mtp_layers,
                   "multi-token prediction depths in every plan (Megatron-Core --mtp-num-layers; default 0)");
-  cmd->add_option("--moe-dispatcher", f.moe_dispatcher,
-                  "MoE token dispatcher of every plan whose tokens cross GPUs: alltoall (default), deepep or "
-                  "hybridep (Megatron-Core's flex dispatcher)");
+  cmd->add_option("--moe-dispatcher", f.moe_dispatcher, kMoeDispatcherHelp);
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
   cmd->add_option("--convergence", f.convergence,
                   std::string("async plans: the stale-gradient convergence model they are ranked by (time to a target "

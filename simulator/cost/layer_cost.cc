@@ -566,7 +566,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
         c.ops.push_back(scores);
       }
     }
-    OpCost permute = elementwise("permute", ((flex ? 0 : tr + assign)) * h * e, 0);
+    OpCost permute = elementwise("permute", (flex ? 0 : tr + assign) * h * e, 0);
     permute.rerun_by = kRcMoe;
     permute.tp_comm_after = s.ep > 1 ? TpComm::kAllToAll : TpComm::kNone;
     permute.comm_group = CommGroup::kEp;

@@ -1,6 +1,7 @@
 #include "simulator/cost/moe_routing.h"
 
 #include <algorithm>
+#include <bitset>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -106,7 +107,7 @@ double expert_block_hit_probability(int64_t experts, int64_t top_k, int64_t unit
       // Each subset T' of the touched groups is the selected part with
       // probability C(groups - t, group_topk - |T'|) / C(groups, group_topk).
       for (uint32_t mask = 0; mask < (1u << t); ++mask) {
-        const int i = __builtin_popcount(mask);
+        const int i = static_cast<int>(std::bitset<32>(mask).count());
         if (i > group_topk) continue;
         const double p = std::exp(log_choose(groups - t, group_topk - i) - log_choose(groups, group_topk));
         int64_t u = 0;

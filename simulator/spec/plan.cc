@@ -316,6 +316,10 @@ std::string mirrored_stages_note(const Plan& plan) {
          ", the V's turn a transfer between ranks " + str(plan.pp / 2 - 1) + " and " + str(plan.pp / 2);
 }
 
+bool runs_flex_dispatcher(Framework f) {
+  return f == Framework::kGeneric || f == Framework::kMegatronCore || f == Framework::kTorchtitan;
+}
+
 std::vector<std::string> ep_overlap_conflicts(const Plan& p) {
   // megatron/core/transformer/transformer_config.py __post_init__, under
   // overlap_moe_expert_parallel_comm: "only supported with expert model
@@ -648,8 +652,7 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     else if (int64_t{p.ep} * std::max(1, p.etp) < 2)
       fail("the " + name + " dispatcher needs ep*etp > 1 (Megatron-Core: the flex dispatcher requires TPxEP > 1); "
            "use alltoall or a larger --ep");
-    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore &&
-        p.framework != Framework::kTorchtitan)
+    if (!runs_flex_dispatcher(p.framework))
       fail("the " + name + " dispatcher runs in Megatron-Core (flex token dispatcher) and torchtitan (DeepEP, "
            "HybridEP at head); this plan's framework does not run it: use --moe-dispatcher alltoall");
     if (p.framework == Framework::kTorchtitan && (p.ep < 2 || p.etp != 1))

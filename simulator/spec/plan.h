@@ -261,6 +261,10 @@ Layout execution_layout(const ModelSpec& model, const ClusterSpec& cluster, cons
 // them, the search asks before it adds a plan's overlapped variant.
 // `plan` has its schedule and recompute modules resolved.
 std::vector<std::string> ep_overlap_conflicts(const Plan& plan);
+// Whether `framework` runs the deduplicating dispatchers (Plan::moe_dispatcher
+// deepep / hybridep): Megatron-Core's flex dispatcher, torchtitan's DeepEP
+// and HybridEP backends, and the generic model.
+bool runs_flex_dispatcher(Framework framework);
 // For a dualpipe plan, the line that says how its per-stage figures read
 // ("stage k is pipeline ranks k and pp-1-k ..."); "" for every other plan.
 std::string mirrored_stages_note(const Plan& plan);
