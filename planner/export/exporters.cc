@@ -739,11 +739,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
         "DeepSpeed has no ring context parallelism; its sequence parallelism (DeepSpeed-Ulysses) splits attention "
         "heads with all-to-all instead (use cp 1)");
   }
-  if (p.pp > 1 && p.zero >= 2) {
-    return refuse(
-        "DeepSpeed's pipeline engine refuses ZeRO stage 2 and 3 (\"ZeRO-2 and ZeRO-3 are incompatible with pipeline "
-        "parallelism\"); use zero 0 or 1 with pp > 1");
-  }
+  if (const std::string why = deepspeed_pipeline_zero_conflict(p); !why.empty()) return refuse(why);
   if (p.pp > 1 && p.schedule != Schedule::k1F1B) {
     return refuse(std::string("DeepSpeed's pipeline engine runs one 1F1B schedule (TrainSchedule) with one model chunk "
                               "per stage; it has no ") +

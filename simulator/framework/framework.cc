@@ -151,8 +151,13 @@ ExecutionProfile deepspeed(const Plan& p) {
     e.list_api_copies = true;
     // _allgather_param starts with torch.cuda.synchronize() and a fetch ends
     // with one (stage3.py _synchronize_communication), so the host's calls
-    // run with the device idle; the backward's reductions come from the
-    // same hooks, between a module's backward and the next module's fetch.
+    // run with the device idle; a module's pre-forward/pre-backward hook
+    // fetches (and waits for) its parameters, then prefetches the next
+    // module's before its own kernels are launched
+    // (pre_sub_module_forward_function: fetch_sub_module, then
+    // prefetch_next_sub_modules); the backward's reduce-scatters come from
+    // the gradient hooks once the module's backward is launched
+    // (reduce_ipg_grads), and the next fetch's synchronize waits for them.
     e.gather_syncs_device = true;
     e.version_note =
         "ZeRO-3 as DeepSpeed <= 0.5.4 ran it (2021: list-API collectives with per-member calls, the device "

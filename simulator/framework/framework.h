@@ -67,11 +67,14 @@ struct ExecutionProfile {
   // input first (2 B read, 2 B written per gradient element).  Memory-bound
   // device time beside the collective, on its stream.
   bool list_api_copies = false;
-  // ZeRO-3: the device is synchronized before each gather is issued, so the
-  // host work of each gather and reduce-scatter (its per-member calls) runs
-  // with the device idle: after the previous compute, before the next.  The
-  // NCCL part still runs behind the previous layer's compute (one step of
-  // prefetch).
+  // ZeRO-3: the device is synchronized at every fetch, so the host work of
+  // each gather (its per-member calls) runs with the device idle and the
+  // gather is launched after it: a layer's gather is prefetched from the
+  // previous layer's hook, before that layer's compute, and runs beside it
+  // (one step of prefetch, forward and backward).  A reduce-scatter is issued
+  // from the gradient hooks (its host work beside the backward) and the next
+  // fetch's synchronize waits for it: the next layer's compute starts after
+  // it (lowering.cc, build_dp_groups).
   bool gather_syncs_device = false;
 
   // Memory as the framework allocates it (memory_model.h).

@@ -316,6 +316,12 @@ std::string mirrored_stages_note(const Plan& plan) {
          ", the V's turn a transfer between ranks " + str(plan.pp / 2 - 1) + " and " + str(plan.pp / 2);
 }
 
+std::string deepspeed_pipeline_zero_conflict(const Plan& p) {
+  if (p.pp <= 1 || p.zero < 2) return "";
+  return "DeepSpeed's pipeline engine refuses ZeRO stage 2 and 3 (\"ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+         "parallelism\"); use zero 0 or 1 with pp > 1";
+}
+
 bool runs_flex_dispatcher(Framework f) {
   return f == Framework::kGeneric || f == Framework::kMegatronCore || f == Framework::kTorchtitan;
 }
@@ -630,6 +636,10 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   }
   if (p.ep_overlap) {
     for (const std::string& why : ep_overlap_conflicts(p)) fail(why);
+  }
+  if (p.framework == Framework::kDeepSpeed) {
+    const std::string why = deepspeed_pipeline_zero_conflict(p);
+    if (!why.empty()) fail(why);
   }
   // transformer_config.py: "overlap_moe_expert_parallel_comm must be enabled
   // when enabling delay_wgrad_compute".

@@ -261,6 +261,13 @@ Layout execution_layout(const ModelSpec& model, const ClusterSpec& cluster, cons
 // them, the search asks before it adds a plan's overlapped variant.
 // `plan` has its schedule and recompute modules resolved.
 std::vector<std::string> ep_overlap_conflicts(const Plan& plan);
+// Why DeepSpeed's pipeline engine refuses `plan`'s ZeRO stage: ZeRO-2 and
+// ZeRO-3 with pp > 1 (deepspeed/runtime/pipe/engine.py PipelineEngine
+// __init__: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+// parallelism", v0.3 to head); empty when it accepts it.  The one place for
+// that rule: resolve_plan for --framework deepspeed, the DeepSpeed exporter
+// for any plan.
+std::string deepspeed_pipeline_zero_conflict(const Plan& plan);
 // Whether `framework` runs the deduplicating dispatchers (Plan::moe_dispatcher
 // deepep / hybridep): Megatron-Core's flex dispatcher, torchtitan's DeepEP
 // and HybridEP backends, and the generic model.

@@ -1222,7 +1222,18 @@ class Lowerer {
       for (size_t k = 0; k < entries.size(); ++k) {
         if (entries[k].kind != PipeOp::Kind::kForward) last_backward = k;
       }
-      auto reduce = [&](size_t k, double params) {
+      // ZeRO-3 with the device synchronized at every fetch (gather_syncs_device,
+      // DeepSpeed <= 0.5.4 stage3.py): per program entry, the last device task
+      // of its gathers (the list API's copy-out, else the gather) and of its
+      // reduce-scatter; the next fetch's torch.cuda.synchronize() waits for both.
+      const bool synced = p_.zero == 3 && prof_.gather_syncs_device;
+      std::vector<int32_t> gather_tail(synced ? entries.size() : 0, -1);
+      std::vector<int32_t> reduce_tail(synced ? entries.size() : 0, -1);
+      // `deferred`: the reduce-scatter's host work comes from the gradient
+      // hooks, which run once the backward's kernels are launched, after the
+      // host work of the next fetch's prefetch (issued from the pre-backward
+      // hook): on the host's FIFO after it, beside the backward on the device.
+      auto reduce = [&](size_t k, double params, bool deferred = false) {
         const double bytes = params * gbytes;
         Collective kind = p_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
         // ZeRO-3 through the list API: ProcessGroupNCCL copies the member
@@ -1239,7 +1250,8 @@ class Lowerer {
         const size_t after = after_backward ? last_backward : k;
         // ZeRO-3 with the device synchronized at every fetch: the list
         // API's calls run on the host between this backward and the next.
-        const int32_t h = add_host_work(p_.zero == 3 ? synced_host_latency(1, shard) : Duration(), after, after + 1);
+        const int32_t h = add_host_work(p_.zero == 3 ? synced_host_latency(1, shard) : Duration(),
+                                        deferred ? kNoEntry : after, deferred ? kNoEntry : after + 1);
         if (h >= 0) g.add_dep(h, id);
         for (int32_t mr : members) {
           g.add_dep(task_at(mr, after), id);
@@ -1252,6 +1264,7 @@ class Lowerer {
           g.task(copy_in).layer = static_cast<int16_t>(entries[k].layer);
         }
         reductions.push_back(id);
+        if (synced) reduce_tail[k] = id;
         if (hybrid) {
           // Hybrid shard: the shard's gradients are then all-reduced across
           // the replicas (HSDP / ZeRO++ hpZ).
@@ -1259,7 +1272,24 @@ class Lowerer {
                                       world_dp / shard, members, p_.tp * shard);
           g.add_dep(id, ar);
           reductions.push_back(ar);
+          if (synced) reduce_tail[k] = ar;
         }
+        // The next entry's fetch ends with a device-wide synchronize: its
+        // compute waits for this reduce-scatter whether or not it prefetches.
+        if (synced) {
+          for (int32_t mr : members) {
+            if (k + 1 < g.program[static_cast<size_t>(mr)].size()) g.add_dep(reduce_tail[k], task_at(mr, k + 1));
+          }
+        }
+      };
+      // synced: the reduce-scatter of the previous backward entry, issued
+      // once this entry's prefetch host work is on the host's FIFO.
+      size_t pending_reduce = kNoEntry;
+      double pending_params = 0;
+      auto flush_reduce = [&]() {
+        if (pending_reduce == kNoEntry) return;
+        reduce(pending_reduce, pending_params, true);
+        pending_reduce = kNoEntry;
       };
       for (size_t k = 0; k < entries.size(); ++k) {
         const Entry& e = entries[k];
@@ -1285,7 +1315,21 @@ class Lowerer {
             // ... and, with the list API, the zero-fill of the flat buffer
             // (DeepSpeed's torch.zeros, one write, before the synchronize).
             const Duration zero_fill = prof_.list_api_copies ? memory_time(cpm_, gathered) : Duration();
-            add_host_work(synced_host_latency(pieces.size(), shard) + zero_fill, k >= 1 ? k - 1 : kNoEntry, k);
+            // Synced, the host work is the prefetch issued from the previous
+            // entry's pre-forward (pre-backward) hook: after the fetch that
+            // waited for entry k-2 and for the device work then in flight
+            // (entry k-1's gathers, entry k-2's reduce-scatter), before
+            // entry k-1 runs; the gather is launched once it is done.
+            const int32_t h = synced ? add_host_work(synced_host_latency(pieces.size(), shard) + zero_fill,
+                                                     k >= 2 ? k - 2 : kNoEntry, k >= 1 ? k - 1 : kNoEntry)
+                                     : add_host_work(synced_host_latency(pieces.size(), shard) + zero_fill,
+                                                     k >= 1 ? k - 1 : kNoEntry, k);
+            if (synced && h >= 0) {
+              g.add_dep(h, ag);
+              if (k >= 1 && gather_tail[k - 1] >= 0) g.add_dep(gather_tail[k - 1], h);
+              if (k >= 2 && reduce_tail[k - 2] >= 0) g.add_dep(reduce_tail[k - 2], h);
+            }
+            if (synced) gather_tail[k] = ag;
             // An offloaded shard reaches the GPU before it is gathered.
             for (int32_t mr : members) {
               if (static_cast<size_t>(mr) < h2d_.size() && !h2d_[static_cast<size_t>(mr)].empty()) {
@@ -1309,11 +1353,16 @@ class Lowerer {
               for (int32_t mr : members) g.add_dep(copy, task_at(mr, k));
               g.task(copy).microbatch = e.mb;
               g.task(copy).layer = static_cast<int16_t>(e.layer);
+              if (synced) gather_tail[k] = copy;
             }
           }
         }
+        flush_reduce();
         if (e.kind != PipeOp::Kind::kForward && grad_params > 0) {
-          if (p_.zero == 3) {
+          if (synced) {
+            pending_reduce = k;  // every micro-batch, per layer, after the next prefetch
+            pending_params = grad_params;
+          } else if (p_.zero == 3) {
             reduce(k, grad_params);  // every micro-batch, per layer
           } else if (e.last_backward || prof.reduce_every_microbatch) {
             // PyTorch DDP fills buckets tensor by tensor and closes one once it
@@ -1336,6 +1385,7 @@ class Lowerer {
           }
         }
       }
+      flush_reduce();
       for (int32_t mr : members) {
         for (int32_t red : reductions) {
           g.add_dep(red, optimizer_task_[static_cast<size_t>(mr)]);

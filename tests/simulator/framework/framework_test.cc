@@ -16,6 +16,7 @@
 #include "simulator/spec/model.h"
 #include "simulator/taskgraph/lowering.h"
 #include "simulator/taskgraph/step_costs.h"
+#include "tests/simulator/fixtures.h"
 
 namespace trainplan {
 namespace {
@@ -207,6 +208,97 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 gathers module by module", "[sim][framewo
     if (task.label == TaskLabel::kParamAllGather && task.layer == 5) {
       CHECK(task.wire_bytes > gather(weights).wire_bytes_per_rank);
     }
+  }
+}
+
+TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", "[sim][framework]") {
+  // DeepSpeed v0.3.14 stage3.py: a module's pre-forward (pre-backward) hook
+  // fetches its parameters and waits for them (fetch_sub_module ends with
+  // _synchronize_communication: comm_stream.synchronize() and
+  // torch.cuda.synchronize()), then prefetches the next module's
+  // (prefetch_next_sub_modules -> _allgather_param: torch.cuda.synchronize(),
+  // the Python loop over the world, then the NCCL launch) before the module's
+  // own kernels are launched; a layer's reduce-scatter is issued from its
+  // gradient hooks, after its backward kernels are launched.  Hence, in the
+  // lowered step (GPT-3 1.3B, 32 A100, full recompute, one micro-batch):
+  //  (1) every gather but the first one of a pass's chain is prefetched: it
+  //      runs beside the compute of the entry before the one it feeds,
+  //      forward and backward alike;
+  //  (2) a gather starts only after the host work that issues it;
+  //  (3) no compute runs while a reduce-scatter does: the next fetch's
+  //      synchronize waits for it, and the layer's backward has produced
+  //      its input before.
+  Case c;
+  c.plan.zero = 3;
+  c.plan.gbs = 32;
+  c.plan.recompute = Recompute::kFull;
+  LoweredStep s = lower_step(c.model, c.cluster, c.layout(Framework::kDeepSpeed), LoweringOptions{});
+  const EngineResult r = run_lowered(s, nullptr);
+  const TaskGraph& g = s.graph;
+  const std::vector<int32_t>& prog = g.program[0];
+  auto feeds = [&](int32_t from, int32_t to) {
+    const Task& t = g.task(from);
+    const uint32_t* succ = g.successors(t);
+    for (uint32_t i = 0; i < t.succ_count; ++i) {
+      if (static_cast<int32_t>(succ[i]) == to) return true;
+    }
+    return false;
+  };
+  auto span = [&](int32_t id) { return r.times[static_cast<size_t>(id)]; };
+  int prefetched = 0, gathers = 0, issued = 0;
+  for (int32_t id = 0; id < g.size(); ++id) {
+    if (g.task(id).label != TaskLabel::kParamAllGather) continue;
+    ++gathers;
+    // (1) the entry it feeds, and the compute before it.
+    for (size_t k = 1; k < prog.size(); ++k) {
+      if (!feeds(id, prog[k])) continue;
+      if (span(id).start_ps < span(prog[k - 1]).end_ps) ++prefetched;
+      break;
+    }
+    // (2) the host work that issues it.
+    for (int32_t h = 0; h < g.size(); ++h) {
+      if (g.task(h).label != TaskLabel::kHostWork || !feeds(h, id)) continue;
+      ++issued;
+      CHECK(span(id).start_ps >= span(h).end_ps);
+    }
+  }
+  // 24 layers: one gather per forward, two per backward (the recompute's and
+  // the backward's), each issued by its own host work; all but the first
+  // forward's are prefetched behind the entry before (the backward's second
+  // gather behind that entry too).
+  CHECK(gathers == 3 * 24);
+  CHECK(issued == gathers);
+  CHECK(prefetched == gathers - 1);
+  // (3)
+  int scatters = 0;
+  for (int32_t id = 0; id < g.size(); ++id) {
+    if (g.task(id).label != TaskLabel::kDpReduceScatter) continue;
+    ++scatters;
+    for (int32_t k : prog) {
+      const bool inside = span(k).start_ps < span(id).end_ps && span(k).end_ps > span(id).start_ps;
+      if (g.task(k).label == TaskLabel::kBackward) CHECK_FALSE(inside);
+    }
+  }
+  CHECK(scatters == 24);
+}
+
+TEST_CASE("Framework: DeepSpeed's pipeline engine takes ZeRO-0 and ZeRO-1 only", "[sim][framework]") {
+  // deepspeed/runtime/pipe/engine.py PipelineEngine.__init__ (v0.3 to head):
+  // assert zero stage < 2, "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+  // parallelism".  Other frameworks shard with pp > 1 (Megatron-Core's
+  // distributed optimizer is ZeRO-1; the generic model takes any stage).
+  Case c;
+  c.plan.pp = 2;
+  c.plan.gbs = 64;
+  for (int zero : {0, 1, 2, 3}) {
+    Plan p = c.plan;
+    p.zero = zero;
+    p.framework = Framework::kDeepSpeed;
+    const Layout L = resolve_plan(c.model, c.cluster, c.gpus, p);
+    CHECK(L.feasible == (zero < 2));
+    if (zero >= 2) CHECK(testing::reasons_mention(L, "incompatible with pipeline parallelism"));
+    p.framework = Framework::kGeneric;
+    CHECK(resolve_plan(c.model, c.cluster, c.gpus, p).feasible);
   }
 }
 
