@@ -7,6 +7,7 @@
 #include "simulator/cost/layer_cost.h"
 #include "simulator/framework/framework.h"
 #include "simulator/schedule/pipeline_schedule.h"
+#include "simulator/spec/deepep.h"
 
 namespace trainplan {
 
@@ -311,9 +312,14 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     int communicators = (p.tp > 1) + (p.pp > 1) + (p.dp > 1) + (p.cp > 1) + (p.ep > 1) + (p.etp > 1 && p.etp != p.tp);
     b.runtime = kCudaContextBytes;
     b.communication = communicators * kNcclBytesPerCommunicator;
+    // DeepEP's NVLink and RDMA buffers (spec/deepep.h), allocated outside
+    // the caching allocator by the ranks that run MoE layers.
+    if (p.moe_dispatcher == MoeDispatcher::kDeepEp && experts > 0) {
+      b.dispatcher = deepep_buffer_bytes(model.hidden, int64_t{p.ep} * std::max(1, p.etp)).total();
+    }
     b.workspace = kCublasWorkspaceBytes + (p.zero >= 2 || p.dp_mode == DpMode::kAsync ? kBucketBytes : 0.0);
     b.fragmentation = kFragmentation * b.allocated();
-    b.other = b.workspace + b.fragmentation + b.runtime + b.communication;
+    b.other = b.workspace + b.fragmentation + b.runtime + b.communication + b.dispatcher;
     r.stages.push_back(st);
   }
   for (const StageMemory& st : r.stages) {

@@ -6,6 +6,7 @@
 
 #include "simulator/core/error.h"
 #include "simulator/spec/calibration.h"
+#include "simulator/spec/deepep.h"
 
 namespace trainplan {
 
@@ -672,6 +673,14 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     // support moe_pad_expert_input_to_capacity".
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp && p.moe_pad_to_capacity)
       fail("the deepep dispatcher does not pad to capacity (Megatron-Core); use hybridep or alltoall");
+    // deep_ep/buffers/legacy.py get_dispatch_config: a tuned config per
+    // group size, else "Unsupported number of EP ranks" (the group is
+    // Megatron-Core's ETP x EP group).
+    const int64_t group = int64_t{p.ep} * std::max(1, p.etp);
+    if (p.moe_dispatcher == MoeDispatcher::kDeepEp && group >= 2 && !deepep_supports_group(group))
+      fail("the deepep dispatcher has tuned configs for expert groups (ep*etp) of " + deepep_group_sizes() +
+           " ranks only (DeepEP: \"Unsupported number of EP ranks\"); ep*etp = " + str(group) +
+           ": use another --ep, or hybridep / alltoall");
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp && cluster.gpus_per_node > 8)
       fail("the deepep dispatcher reaches at most 8 NVLink peers (DeepEP NUM_MAX_NVL_PEERS); " + cluster.name +
            "'s NVLink domain is " + str(cluster.gpus_per_node) + " GPUs: use --moe-dispatcher hybridep");
