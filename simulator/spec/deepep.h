@@ -1,6 +1,9 @@
 // What DeepEP's normal (high-throughput) kernels support and allocate, as
 // Megatron-Core's flex dispatcher (--moe-flex-dispatcher-backend deepep)
-// and torchtitan's DeepEP backend run them: the one place for DeepEP's
+// and torchtitan v0.2.2's DeepEP backend (distributed/deepep/deepep.py,
+// the same legacy Buffer and size hints) run them; torchtitan's head moved
+// to DeepEP v2's ElasticBuffer, sized from the tokens per rank, which is not
+// modelled.  The one place for DeepEP's
 // tuned group sizes (a plan rule) and for the buffers it allocates per GPU
 // (the memory model).
 //
