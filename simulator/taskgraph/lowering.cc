@@ -1249,7 +1249,8 @@ class Lowerer {
         if (blocking) blocking_comm_.push_back(id);
         const size_t after = after_backward ? last_backward : k;
         // ZeRO-3 with the device synchronized at every fetch: the list
-        // API's calls run on the host between this backward and the next.
+        // API's calls run on the host, between this backward and the next,
+        // or (deferred) beside this backward, after the next prefetch's.
         const int32_t h = add_host_work(p_.zero == 3 ? synced_host_latency(1, shard) : Duration(),
                                         deferred ? kNoEntry : after, deferred ? kNoEntry : after + 1);
         if (h >= 0) g.add_dep(h, id);
