@@ -336,9 +336,24 @@ def moe_model_file(row, tmp):
     return path
 
 
+def moe_dispatcher_for(layout):
+    """M5: the token dispatcher the row names (layout.token_dispatcher), as the CLI names it: a flex dispatcher
+    on DeepEP ("flex (DeepEP)", "deepep") -> deepep, on HybridEP -> hybridep, an "alltoall" one -> alltoall;
+    null or anything else (a custom kernel) -> None, trainplan's default (alltoall)."""
+    text = (layout.get("token_dispatcher") or "").lower()
+    if "hybridep" in text:
+        return "hybridep"
+    if "deepep" in text:
+        return "deepep"
+    if text.startswith("alltoall"):
+        return "alltoall"
+    return None
+
+
 def moe_flags_for(row, trainplan):
     """L1-L9 and F1 as for dense rows; --ep and --etp as printed (etp null -> trainplan's default, tp); the
-    distributed optimizer ("ZeRO-1-like") -> --zero 1; vp strings (DualPipe) -> not expressible.  The metric is
+    distributed optimizer ("ZeRO-1-like") -> --zero 1; the dispatcher by M5; vp strings (DualPipe) -> not
+    expressible.  The metric is
     Megatron-Core's model TFLOP/s (T1), compared at the source's own FLOP count where it prints tokens/s too
     (source_flops_per_token); trainplan's count (causal attention, top-k experts) otherwise."""
     lay = row["layout"]
@@ -376,6 +391,9 @@ def moe_flags_for(row, trainplan):
     fw = framework_for(row)
     if fw and cli_offers(trainplan, fw):
         f += ["--framework", fw]
+    disp = moe_dispatcher_for(lay)
+    if disp and cli_offers(trainplan, "--moe-dispatcher"):
+        f += ["--moe-dispatcher", disp]
     meas = row["measured"]
     if "model_tflops_per_gpu" in meas:
         return f, "model TFLOP/s per GPU", meas["model_tflops_per_gpu"], "model_tflops_per_gpu"
