@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "simulator/framework/deepspeed_zero3.h"
 #include "simulator/spec/plan.h"
 
 namespace trainplan {
@@ -76,6 +77,17 @@ struct ExecutionProfile {
   // fetch's synchronize waits for it: the next layer's compute starts after
   // it (lowering.cc, build_dp_groups).
   bool gather_syncs_device = false;
+  // ZeRO-3 fetched module by module as DeepSpeed's parameter coordinator
+  // does (deepspeed_zero3.h, with these knobs): a fetch synchronizes only
+  // where its module's parameters are not yet available, the prefetch
+  // walks the trace one bucket at a time, and a module used again soon
+  // (the recompute's MLP before its backward) keeps its parameters.  The
+  // gradients are reduce-scattered in buckets of zero3_reduce_bucket_params
+  // (reduce_independent_p_g_buckets_and_remove_grads), the rest at the end
+  // of each backward.
+  bool zero3_module_fetches = false;
+  Zero3CoordinatorKnobs zero3_knobs;
+  double zero3_reduce_bucket_params = 0;
 
   // Memory as the framework allocates it (memory_model.h).
   // Mixed precision with the fp32 parameter as the master copy (PyTorch

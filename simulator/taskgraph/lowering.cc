@@ -13,6 +13,7 @@
 #include "simulator/compute/compute_model.h"
 #include "simulator/core/error.h"
 #include "simulator/cost/layer_cost.h"
+#include "simulator/framework/deepspeed_zero3.h"
 #include "simulator/framework/framework.h"
 #include "simulator/memory/memory_model.h"
 #include "simulator/network/collective_model.h"
@@ -115,6 +116,18 @@ struct Entry {
   // Paired passes: the share of its expert-parallel all-to-all time hidden
   // under the paired pass's compute (ExecutionProfile::paired_ep_overlap).
   double ep_hidden_share = 0;
+  // DeepSpeed ZeRO-3 replayed module by module (Lowerer::segment_zero3):
+  // this entry runs the part [share_begin, share_end) of its layer's pass,
+  // from one fetch that synchronizes to the next; `awaited` are the gathers
+  // that fetch waits for, each launched from the hook at the start of the
+  // stage's entry `launched_at` (this entry: a blocking fetch).
+  struct Gather {
+    double params = 0;
+    size_t launched_at = 0;
+  };
+  bool segmented = false;
+  double share_begin = 0, share_end = 1;
+  std::vector<Gather> awaited;
 };
 
 class Lowerer {
@@ -424,6 +437,146 @@ class Lowerer {
         }
       }
     }
+    if (segment_zero3()) {
+      for (auto& entries : entries_) entries = zero3_segments(entries);
+    }
+  }
+
+  // DeepSpeed's ZeRO-3 coordinator replayed module by module
+  // (ExecutionProfile::zero3_module_fetches): dense layers of four gathered
+  // modules (layer_modules_), one rank per layer (tp = cp = 1; DeepSpeed's
+  // pipeline engine refuses ZeRO-3), parameters on the GPU.
+  bool segment_zero3() const {
+    return p_.zero == 3 && prof_.zero3_module_fetches && layer_modules_.size() == 4 && p_.tp == 1 && p_.cp == 1 &&
+           p_.pp == 1 && !split_ && p_.offload == Offload::kNone && p_.recompute_layers == 0;
+  }
+
+  // A stage's per-layer entries cut where DeepSpeed's fetches synchronize
+  // (replay_zero3_fetches over the step's trace of module uses): each
+  // segment runs its modules' share of the layer pass (the attention with
+  // the fused QKV, the rest by parameters, i.e. by GEMM FLOPs) and waits for
+  // the gathers its first fetch waits for; the gradients leave in
+  // DeepSpeed's reduce buckets, the rest at the end of each backward.
+  std::vector<Entry> zero3_segments(const std::vector<Entry>& entries) const {
+    struct Use {
+      size_t entry = 0;
+      int module = 0;
+      double numel = 0;
+      double share = 0;       // of the entry's pass
+      double grad = 0;        // gradients finalised by this use (backward)
+    };
+    std::vector<Use> uses;
+    const double layer_total = layer_modules_[0] + layer_modules_[1] + layer_modules_[2] + layer_modules_[3];
+    const int emb_module = static_cast<int>(4 * m_.layers), out_module = emb_module + 1;
+    const bool regather = prof_.regather_for_recompute && p_.recompute == Recompute::kFull;
+    for (size_t k = 0; k < entries.size(); ++k) {
+      const Entry& e = entries[k];
+      const Chunk& ch = chunks_[0][static_cast<size_t>(e.chunk)];
+      const int gl = ch.global_first + e.layer;
+      const LayerTimes& lt = sc_.times_of(gl);
+      const bool with_emb = ch.embedding && e.layer == 0;
+      const bool with_out = ch.output && e.layer == ch.layers - 1;
+      auto shares = [&](double attention_share) {
+        std::vector<double> out(4);
+        const double a = std::clamp(attention_share, 0.0, 1.0);
+        for (int m = 0; m < 4; ++m) out[static_cast<size_t>(m)] = (1 - a) * layer_modules_[static_cast<size_t>(m)] / layer_total;
+        out[0] += a;
+        return out;
+      };
+      auto ratio = [](int64_t part, int64_t whole) { return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0; };
+      auto module = [&](int m) { return 4 * gl + m; };
+      const double small = sc_.cost_of(gl).params - layer_total;  // norms and biases (persistent)
+      // The entry's pass: the layer's, plus the embedding's or the output
+      // layer's work run by their own modules.
+      const bool fwd = e.kind == PipeOp::Kind::kForward;
+      const double layer_ps = static_cast<double>(fwd ? lt.forward_ps : lt.backward_ps);
+      const double emb_ps = with_emb ? static_cast<double>(fwd ? emb_f_ : emb_b_) : 0.0;
+      const double out_ps = with_out ? static_cast<double>(fwd ? out_f_ : out_b_) : 0.0;
+      const double total_ps = std::max(1.0, layer_ps + emb_ps + out_ps);
+      const double layer_share = layer_ps / total_ps;
+      if (fwd) {
+        const std::vector<double> f = shares(ratio(lt.attention_forward_ps, lt.forward_ps));
+        if (with_emb) uses.push_back(Use{k, emb_module, emb_.params, emb_ps / total_ps, 0});
+        for (int m = 0; m < 4; ++m) {
+          uses.push_back(Use{k, module(m), layer_modules_[static_cast<size_t>(m)], layer_share * f[static_cast<size_t>(m)], 0});
+        }
+        if (with_out) uses.push_back(Use{k, out_module, outc_.params, out_ps / total_ps, 0});
+        continue;
+      }
+      const double rec = regather ? ratio(lt.recompute_ps, lt.backward_ps) : 0.0;
+      if (regather) {
+        const std::vector<double> f = shares(ratio(lt.attention_forward_ps, lt.forward_ps));
+        for (int m = 0; m < 4; ++m) {
+          uses.push_back(Use{k, module(m), layer_modules_[static_cast<size_t>(m)], layer_share * rec * f[static_cast<size_t>(m)], 0});
+        }
+      }
+      const std::vector<double> b = shares(ratio(lt.attention_backward_ps, lt.backward_ps));
+      const bool grads = e.grad_params > 0;
+      if (with_out) uses.push_back(Use{k, out_module, outc_.params, out_ps / total_ps, grads ? outc_.params : 0});
+      for (int m = 3; m >= 0; --m) {
+        const double numel = layer_modules_[static_cast<size_t>(m)];
+        uses.push_back(Use{k, module(m), numel, layer_share * (1 - rec) * b[static_cast<size_t>(m)],
+                           grads ? numel + (m == 0 ? small : 0) : 0});
+      }
+      if (with_emb) uses.push_back(Use{k, emb_module, emb_.params, emb_ps / total_ps, grads ? emb_.params : 0});
+    }
+    std::vector<ModuleUse> trace;
+    trace.reserve(uses.size());
+    for (const Use& u : uses) trace.push_back(ModuleUse{u.module, u.numel});
+    const std::vector<std::vector<AwaitedGather>> awaited = replay_zero3_fetches(trace, prof_.zero3_knobs);
+    // Cut: a segment starts with each entry and at each synchronizing fetch.
+    std::vector<Entry> out;
+    std::vector<size_t> segment_of(uses.size(), 0);
+    double bucket = 0;
+    for (size_t i = 0; i < uses.size(); ++i) {
+      const Use& u = uses[i];
+      const bool first = i == 0 || uses[i - 1].entry != u.entry;
+      if (first || !awaited[i].empty()) {
+        Entry seg = entries[u.entry];
+        seg.segmented = true;
+        seg.grad_params = seg.grad_expert_params = 0;
+        seg.gather_params = seg.gather_layer_params = seg.gather_expert_params = 0;
+        seg.share_begin = seg.share_end = first ? 0.0 : out.back().share_end;
+        for (const AwaitedGather& g : awaited[i]) {
+          seg.awaited.push_back(Entry::Gather{g.numel, static_cast<size_t>(g.launched_at)});
+          seg.gather_params += g.numel;
+        }
+        seg.gather_layer_params = seg.gather_params;
+        if (!first) out.back().last_backward = false;
+        out.push_back(seg);
+      }
+      segment_of[i] = out.size() - 1;
+      Entry& seg = out.back();
+      seg.share_end = std::min(1.0, seg.share_end + u.share);
+      // reduce_independent_p_g_buckets_and_remove_grads: the bucket leaves
+      // before a gradient that would overflow it.
+      if (u.grad > 0) {
+        if (bucket > 0 && bucket + u.grad > prof_.zero3_reduce_bucket_params) {
+          seg.grad_params += bucket;
+          bucket = 0;
+        }
+        bucket += u.grad;
+      }
+      // The entry's last use ends its pass (the whole of it); the end of a
+      // micro-batch's backward flushes the bucket (the epilogue's reduce_ipg_grads).
+      const bool last = i + 1 == uses.size() || uses[i + 1].entry != u.entry;
+      if (last) {
+        seg.share_end = 1;
+        const Entry& e = entries[u.entry];
+        const bool ends_mb = e.kind != PipeOp::Kind::kForward &&
+                             (u.entry + 1 == entries.size() || entries[u.entry + 1].kind == PipeOp::Kind::kForward ||
+                              entries[u.entry + 1].mb != e.mb);
+        if (ends_mb && bucket > 0) {
+          seg.grad_params += bucket;
+          bucket = 0;
+        }
+      }
+    }
+    // Launch points as segment indices.
+    for (Entry& seg : out) {
+      for (Entry::Gather& g : seg.awaited) g.launched_at = segment_of[g.launched_at];
+    }
+    return out;
   }
 
   // Paired passes with the framework's overlap (dualpipe-v; Megatron-Core's
@@ -626,6 +779,18 @@ class Lowerer {
           kept += outc_.weight_grad_saved_bytes;
         }
         if (is_b) work -= wgrad;
+        if (e.segmented) {
+          // Its part of the layer pass; the parts of one pass sum to the whole.
+          auto part = [&](double x) {
+            return static_cast<int64_t>(std::llround(x * e.share_end) - std::llround(x * e.share_begin));
+          };
+          work = part(static_cast<double>(work));
+          tp = part(static_cast<double>(tp));
+          ep = part(static_cast<double>(ep));
+          attention = part(static_cast<double>(attention));
+          alloc = static_cast<double>(part(alloc));
+          kept = static_cast<double>(part(kept));
+        }
         if (!ends_microbatch_[static_cast<size_t>(s)].empty() && ends_microbatch_[static_cast<size_t>(s)][k]) {
           work += grad_accum_ps_[static_cast<size_t>(s)];
         }
@@ -1149,6 +1314,63 @@ class Lowerer {
     return members;
   }
 
+  // The gathers a segmented entry's fetch waits for (Entry::awaited), each
+  // batch launched from the hook at the start of its entry j: the host work
+  // of its per-parameter list-API calls (each starts with a device-wide
+  // synchronize) runs once entry j-1 is done and the gathers and
+  // reduce-scatter that entry j's fetch waited for have ended, before entry
+  // j runs; the gathers (one collective per parameter) follow it and entry k
+  // waits for them.  j = k: a blocking fetch, after entry k-1 and whatever
+  // was in flight.
+  template <typename HostWork, typename TaskAt>
+  void gather_segmented(size_t k, const std::vector<Entry>& entries, const std::vector<int32_t>& members,
+                        int32_t channel, int shard, int stride, double wbytes, HostWork& add_host_work,
+                        TaskAt& task_at, std::vector<int32_t>& gather_tail, const std::vector<int32_t>& reduce_tail,
+                        std::vector<std::vector<int32_t>>& awaited_tails) {
+    constexpr size_t kNoEntry = std::numeric_limits<size_t>::max();
+    TaskGraph& g = out_.graph;
+    const Entry& e = entries[k];
+    std::map<size_t, std::vector<double>> launches;
+    for (const Entry::Gather& a : e.awaited) launches[a.launched_at].push_back(a.params * wbytes);
+    std::vector<int32_t> earlier;  // launched before this entry (in flight at its fetch)
+    for (const auto& [j, pieces] : launches) {
+      const int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kParamAllGather, pieces, shard,
+                                        members, stride);
+      double gathered = 0;
+      for (double piece : pieces) gathered += piece;
+      const Duration zero_fill = prof_.list_api_copies ? memory_time(cpm_, gathered) : Duration();
+      const Duration host = synced_host_latency(pieces.size(), shard) + zero_fill;
+      const int32_t h = add_host_work(host, j >= 1 ? j - 1 : kNoEntry, j);
+      if (h >= 0) {
+        g.add_dep(h, ag);
+        if (j < k) {
+          for (int32_t t : awaited_tails[j]) g.add_dep(t, h);
+        } else {
+          for (int32_t t : earlier) g.add_dep(t, h);
+        }
+        if (j >= 1 && reduce_tail[j - 1] >= 0) g.add_dep(reduce_tail[j - 1], h);
+      }
+      if (j >= 1) {
+        for (int32_t mr : members) g.add_dep(task_at(mr, j - 1), ag);
+      }
+      g.task(ag).microbatch = e.mb;
+      g.task(ag).layer = static_cast<int16_t>(e.layer);
+      for (int32_t mr : members) g.add_dep(ag, task_at(mr, k));
+      int32_t tail = ag;
+      if (prof_.list_api_copies) {
+        tail = g.add_comm(channel, memory_time(cpm_, 2 * gathered).ps(), 0, 0, Category::kDpComm,
+                          TaskLabel::kListCopy, members, {});
+        g.add_dep(ag, tail);
+        g.task(tail).microbatch = e.mb;
+        g.task(tail).layer = static_cast<int16_t>(e.layer);
+      }
+      for (int32_t mr : members) g.add_dep(tail, task_at(mr, k));
+      awaited_tails[k].push_back(tail);
+      gather_tail[k] = tail;
+      if (j < k) earlier.push_back(tail);
+    }
+  }
+
   // The gradient reductions (and ZeRO gathers) of the dense parameters over
   // the DP group, or with `experts` of the routed experts over the expert
   // data-parallel group.
@@ -1229,6 +1451,8 @@ class Lowerer {
       const bool synced = p_.zero == 3 && prof_.gather_syncs_device;
       std::vector<int32_t> gather_tail(synced ? entries.size() : 0, -1);
       std::vector<int32_t> reduce_tail(synced ? entries.size() : 0, -1);
+      // Segmented (Entry::segmented): every device task a segment's fetch waits for.
+      std::vector<std::vector<int32_t>> awaited_tails(synced ? entries.size() : 0);
       // `deferred`: the reduce-scatter's host work comes from the gradient
       // hooks, which run once the backward's kernels are launched, after the
       // host work of the next fetch's prefetch (issued from the pre-backward
@@ -1299,7 +1523,10 @@ class Lowerer {
         // ZeRO-3: the layer's routed experts are gathered over the expert
         // group (one unit), the rest over the shard group.
         const double gather = experts ? e.gather_expert_params : e.gather_params - e.gather_expert_params;
-        if (gather > 0) {
+        if (e.segmented && synced) {
+          gather_segmented(k, entries, members, channel, shard, stride, gather_wbytes, add_host_work, task_at,
+                           gather_tail, reduce_tail, awaited_tails);
+        } else if (gather > 0) {
           // DeepSpeed with full recompute gathers a layer twice for its
           // backward (recompute forward, then backward).
           const int gathers = gathers_before(e);

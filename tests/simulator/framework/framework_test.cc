@@ -116,99 +116,138 @@ TEST_CASE("Framework: Megatron-Core overlaps the distributed optimizer's all-gat
   CHECK(c.run(Framework::kMegatronCore).step_time_s < c.run(Framework::kGeneric).step_time_s);
 }
 
-TEST_CASE("Framework: DeepSpeed ZeRO-3 gathers a layer three times with full recompute", "[sim][framework]") {
-  // DeepSpeed releases a module's parameters after its forward, so the
-  // checkpointed recompute fetches them again before the backward does:
-  // forward, recompute, backward = 3 gathers per layer and micro-batch;
-  // FSDP2 (torchtitan) recomputes after the backward's unshard: 2.
+// GPT-3 175B's layer shape (h 12288, 96 heads, 4h GeLU MLP) on 4 layers:
+// its four weight matrices (QKV 3h^2, proj h^2, FC1 and FC2 4h^2) each
+// exceed DeepSpeed's 5e7-element prefetch bucket, and a layer (12h^2 =
+// 1.81e9) exceeds the 1e9 reuse distance, so the coordinator
+// (deepspeed_zero3.h) prefetches exactly one module ahead.
+Case zero3_case() {
   Case c;
+  c.model.hidden = 12288;
+  c.model.heads = 96;
+  c.model.kv_heads = 96;
+  c.model.ffn_hidden = 4 * 12288;
+  c.model.layers = 4;
   c.plan.zero = 3;
-  c.plan.gbs = 64;  // 2 micro-batches per rank
-  c.plan.recompute = Recompute::kFull;
-  const int64_t layers = c.model.layers, microbatches = 2;
-  CHECK(c.count(Framework::kDeepSpeed, TaskLabel::kParamAllGather) == 3 * layers * microbatches);
-  CHECK(c.count(Framework::kTorchtitan, TaskLabel::kParamAllGather) == 2 * layers * microbatches);
-  CHECK(c.run(Framework::kDeepSpeed).step_time_s > c.run(Framework::kTorchtitan).step_time_s);
-  // Without recompute DeepSpeed gathers twice too.
-  c.plan.recompute = Recompute::kNone;
-  CHECK(c.count(Framework::kDeepSpeed, TaskLabel::kParamAllGather) == 2 * layers * microbatches);
+  return c;
 }
 
-TEST_CASE("Framework: DeepSpeed ZeRO-3 gathers module by module", "[sim][framework]") {
-  // stage3 fetch_sub_module all-gathers each module's parameters as it runs
-  // (one coalesced collective per fetch, prefetch queue walked to 5e7
-  // elements); biases and norms are under param_persistence_threshold and
-  // never partitioned.  GPT-3 1.3B (h 2048, 4h GeLU MLP): QKV 12.6M, proj
-  // 4.2M, fc1 16.8M, fc2 16.8M parameters, together 50.3M >= 5e7, so one
-  // collective per layer holding exactly the four weight matrices, and the
-  // layers whose chunk also holds the embedding (51200 x 2048 = 104.9M) add
-  // it as a collective of its own.  FSDP2 (torchtitan) gathers the whole
-  // block, biases included, in one collective.
-  // Each collective goes through torch.distributed's list API (DeepSpeed
-  // through v0.5.4, partition_parameters.py _allgather_param): per member a
-  // narrow() view and a get_rank(group) in Python, ProcessGroupNCCL's select
-  // and copy_ of the member's slice out of its flat buffer: four calls per
-  // member issued one by one with the device synchronized
-  // (torch.cuda.synchronize() first): 4 x 32 kernel overheads of host work
-  // per collective, after the previous layer's compute and before this
-  // layer's, beside the NCCL gather.
-  Case c;
-  c.plan.zero = 3;
+// The gathers of layer `layer` (a middle one: no embedding or output layer)
+// in micro-batch `mb`, by parameters moved.
+std::vector<double> layer_gathers(const LoweredStep& s, int mb, int layer, double bytes_per_param) {
+  std::vector<double> out;
+  for (int32_t id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    if (t.label == TaskLabel::kParamAllGather && t.microbatch == mb && t.layer == layer) {
+      out.push_back(t.wire_bytes / bytes_per_param);
+    }
+  }
+  return out;
+}
+
+TEST_CASE("Framework: DeepSpeed ZeRO-3 gathers what its coordinator released", "[sim][framework]") {
+  // stage3.py (v0.3.14) releases a module's parameters after its forward
+  // unless it is used again within 1e9 elements (_keep_for_later).  With
+  // full recompute a middle layer, per micro-batch: the forward gathers its
+  // four modules; the recompute gathers them again (the next use is a whole
+  // step of other layers away); the backward finds FC2 kept (its recompute
+  // ran just before, nothing in between) and gathers FC1 (2 x FC2 = 1.21e9
+  // in between), proj and QKV again: 11 gathers, 3 + 3 - 4/12 = 2.67 layers
+  // of parameters.  Without recompute, forward and backward: 8, 2 layers.
+  // Each gather is one collective (async _allgather_param per parameter).
+  // FSDP2 (torchtitan) gathers each block whole, twice with recompute.
+  Case c = zero3_case();
+  c.plan.gbs = 64;  // 2 micro-batches per rank
+  c.plan.recompute = Recompute::kFull;
+  const double h2 = 12288.0 * 12288.0;
+  // Wire bytes per gathered parameter: (n-1)/n of 2 B (bf16) over 32 ranks.
+  const double per_param = 2.0 * 31 / 32;
+  const LoweredStep s = lower_step(c.model, c.cluster, c.layout(Framework::kDeepSpeed), LoweringOptions{});
+  for (int mb : {0, 1}) {
+    for (int layer : {1, 2}) {
+      const std::vector<double> g = layer_gathers(s, mb, layer, per_param);
+      REQUIRE(g.size() == 11u);
+      double total = 0;
+      for (double params : g) {
+        total += params;
+        const bool one_module = std::abs(params - 3 * h2) < 1e3 || std::abs(params - h2) < 1e3 ||
+                                std::abs(params - 4 * h2) < 1e3;
+        CHECK(one_module);
+      }
+      CHECK_THAT(total, WithinRel(32 * h2, 1e-9));  // 12 + 12 + 8 h^2
+    }
+  }
+  // FSDP2: each block whole, for the forward and once more for the
+  // backward, whose recompute runs after that unshard: 2 per layer.
+  CHECK(c.count(Framework::kTorchtitan, TaskLabel::kParamAllGather) == 2 * c.model.layers * 2);
+  c.plan.recompute = Recompute::kNone;
+  const LoweredStep t = lower_step(c.model, c.cluster, c.layout(Framework::kDeepSpeed), LoweringOptions{});
+  const std::vector<double> g = layer_gathers(t, 1, 2, per_param);
+  CHECK(g.size() == 8u);
+  double total = 0;
+  for (double params : g) total += params;
+  CHECK_THAT(total, WithinRel(24 * h2, 1e-9));
+}
+
+TEST_CASE("Framework: DeepSpeed ZeRO-3 issues one list-API collective per parameter", "[sim][framework]") {
+  // v0.3.14 partition_parameters.py _all_gather(async_op=True) calls
+  // _allgather_param for each parameter: one torch.distributed.all_gather per
+  // weight matrix, each through the list API: per member a narrow() view and
+  // a get_rank(group) in Python, ProcessGroupNCCL's select and copy_ of the
+  // member's slice out of its flat buffer: four calls per member, issued
+  // with the device synchronized (torch.cuda.synchronize() first), so 4 x 32
+  // kernel overheads of host work per collective, plus the zero-fill of the
+  // parameter's flat buffer (2 B written per parameter).  Biases and norms
+  // stay whole (param_persistence_threshold 1e5).  Each gradient bucket
+  // (reduce_bucket_size 5e8: FC2, FC1, proj and QKV each fill one, 4h^2 =
+  // 6.04e8 > 5e8) is one list-API reduce-scatter with the same host work.
+  Case c = zero3_case();
   c.plan.gbs = 32;  // one micro-batch per rank
-  const double h = 2048, weights = 4 * h * h + 2 * h * 4 * h;
+  const double h2 = 12288.0 * 12288.0;
   const LinkParams lp = link_params(c.cluster);
   const GroupPlacement g = group_placement(32, 8, c.cluster);
   const auto gather = [&](double params) { return collective_cost(Collective::kAllGather, static_cast<Bytes>(params * 2), g, lp); };
   const LoweredStep s = lower_step(c.model, c.cluster, c.layout(Framework::kDeepSpeed), LoweringOptions{});
-  const int64_t per_member = compute_params(c.cluster, Precision::kBf16).kernel_overhead.ps();
-  const int64_t list_api = 4 * 32 * per_member;
-  REQUIRE(per_member > 0);
-  int plain = 0, with_embedding = 0;
-  for (int32_t id = 0; id < s.graph.size(); ++id) {
-    const Task& t = s.graph.task(id);
-    if (t.label != TaskLabel::kParamAllGather) continue;
-    const CollectiveCost one = gather(weights);
-    if (std::abs(t.wire_bytes - one.wire_bytes_per_rank) < 1) {
-      ++plain;
-      CHECK(t.work_ps == one.latency.ps());
-    } else {
-      const CollectiveCost emb = gather(51200 * h);
-      // The word embedding, plus the learned positions (2048 x 2048) or the
-      // final norm that ride with it: within 5%.
-      CHECK_THAT(t.wire_bytes, WithinRel(one.wire_bytes_per_rank + emb.wire_bytes_per_rank, 0.05));
-      CHECK(t.work_ps == one.latency.ps() + emb.latency.ps());
-      ++with_embedding;
-    }
-  }
-  // Forward and backward of 24 layers; the embedding rides with layer 0 in
-  // both, and with the last layer (tied output) in both.
-  CHECK(plain + with_embedding == 2 * 24);
-  CHECK(with_embedding == 4);
-  // One host task per gather (one collective's calls, or two with the
-  // embedding, and the zero-fill of the gathered parameters' flat buffer:
-  // one write of their bf16 bytes) and per reduce-scatter (one per layer's
-  // backward, no zero-fill).
   const ComputeParams cpm = compute_params(c.cluster, Precision::kBf16);
-  const int64_t zero_fill = memory_time(cpm, weights * 2).ps();
-  int host_one = 0, host_two = 0, host_scatter = 0;
+  const int64_t list_api = 4 * 32 * cpm.kernel_overhead.ps();
+  REQUIRE(list_api > 0);
+  std::map<double, int> modules;  // parameters -> gathers of that module size (middle layers)
   for (int32_t id = 0; id < s.graph.size(); ++id) {
     const Task& t = s.graph.task(id);
-    if (t.label != TaskLabel::kHostWork) continue;
-    host_one += t.work_ps == list_api + zero_fill;
-    host_two += t.work_ps > 2 * list_api + zero_fill;  // with the embedding's larger fill
-    host_scatter += t.work_ps == list_api;
-  }
-  CHECK(host_one == 2 * 24 - 4);
-  CHECK(host_two == 4);
-  CHECK(host_scatter == 24);
-  // FSDP2 moves the biases and norms too: one per layer, more bytes.
-  const LoweredStep t = lower_step(c.model, c.cluster, c.layout(Framework::kTorchtitan), LoweringOptions{});
-  for (int32_t id = 0; id < t.graph.size(); ++id) {
-    const Task& task = t.graph.task(id);
-    if (task.label == TaskLabel::kParamAllGather && task.layer == 5) {
-      CHECK(task.wire_bytes > gather(weights).wire_bytes_per_rank);
+    if (t.label != TaskLabel::kParamAllGather || t.layer < 1 || t.layer > 2) continue;
+    for (double params : {3 * h2, h2, 4 * h2}) {
+      const CollectiveCost one = gather(params);
+      if (std::abs(t.wire_bytes - one.wire_bytes_per_rank) > 1) continue;
+      CHECK(t.work_ps == one.latency.ps());
+      ++modules[params];
+      // Its host work: one collective's calls and the zero-fill.
+      int hosts = 0;
+      for (int32_t h = 0; h < s.graph.size(); ++h) {
+        const Task& w = s.graph.task(h);
+        if (w.label != TaskLabel::kHostWork) continue;
+        const uint32_t* succ = s.graph.successors(w);
+        for (uint32_t i = 0; i < w.succ_count; ++i) {
+          if (static_cast<int32_t>(succ[i]) != id) continue;
+          ++hosts;
+          CHECK(w.work_ps == list_api + memory_time(cpm, params * 2).ps());
+        }
+      }
+      CHECK(hosts == 1);
     }
   }
+  // Two middle layers, forward (4 modules) and backward (4 again: no
+  // recompute, each released after its forward): QKV and proj twice each,
+  // FC1 and FC2 (same size) four times each, per layer.
+  CHECK(modules[3 * h2] == 2 * 2);
+  CHECK(modules[h2] == 2 * 2);
+  CHECK(modules[4 * h2] == 2 * 4);
+  int scatter_hosts = 0;
+  for (int32_t id = 0; id < s.graph.size(); ++id) {
+    scatter_hosts += s.graph.task(id).label == TaskLabel::kHostWork && s.graph.task(id).work_ps == list_api;
+  }
+  const int scatters = c.count(Framework::kDeepSpeed, TaskLabel::kDpReduceScatter);
+  CHECK(scatter_hosts == scatters);
+  CHECK(scatters >= 4 * 4);  // at least one per weight matrix
 }
 
 TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", "[sim][framework]") {
@@ -218,18 +257,17 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", 
   // torch.cuda.synchronize()), then prefetches the next module's
   // (prefetch_next_sub_modules -> _allgather_param: torch.cuda.synchronize(),
   // the Python loop over the world, then the NCCL launch) before the module's
-  // own kernels are launched; a layer's reduce-scatter is issued from its
-  // gradient hooks, after its backward kernels are launched.  Hence, in the
-  // lowered step (GPT-3 1.3B, 32 A100, full recompute, one micro-batch):
-  //  (1) every gather but the first one of a pass's chain is prefetched: it
-  //      runs beside the compute of the entry before the one it feeds,
-  //      forward and backward alike;
+  // own kernels are launched; the gradient buckets are reduce-scattered from
+  // the gradient hooks, after the module's backward kernels are launched.
+  // Hence, in the lowered step (GPT-3 175B's layer shape, 4 layers, 32 A100,
+  // full recompute, one micro-batch):
+  //  (1) every gather but the step's first (the embedding's) is prefetched:
+  //      it runs beside the compute of the part of the pass before the one
+  //      it feeds, forward and backward alike;
   //  (2) a gather starts only after the host work that issues it;
   //  (3) no compute runs while a reduce-scatter does: the next fetch's
-  //      synchronize waits for it, and the layer's backward has produced
-  //      its input before.
-  Case c;
-  c.plan.zero = 3;
+  //      synchronize waits for it, and the backward has produced its input.
+  Case c = zero3_case();
   c.plan.gbs = 32;
   c.plan.recompute = Recompute::kFull;
   LoweredStep s = lower_step(c.model, c.cluster, c.layout(Framework::kDeepSpeed), LoweringOptions{});
@@ -249,7 +287,7 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", 
   for (int32_t id = 0; id < g.size(); ++id) {
     if (g.task(id).label != TaskLabel::kParamAllGather) continue;
     ++gathers;
-    // (1) the entry it feeds, and the compute before it.
+    // (1) the part of the pass it feeds, and the compute before it.
     for (size_t k = 1; k < prog.size(); ++k) {
       if (!feeds(id, prog[k])) continue;
       if (span(id).start_ps < span(prog[k - 1]).end_ps) ++prefetched;
@@ -262,11 +300,12 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", 
       CHECK(span(id).start_ps >= span(h).end_ps);
     }
   }
-  // 24 layers: one gather per forward, two per backward (the recompute's and
-  // the backward's), each issued by its own host work; all but the first
-  // forward's are prefetched behind the entry before (the backward's second
-  // gather behind that entry too).
-  CHECK(gathers == 3 * 24);
+  // Forward: the embedding, 4 modules per layer, the (tied) output layer: 18.
+  // Backward: per layer the recompute's 4 and the backward's FC1, proj and
+  // QKV (FC2 kept); the output layer's backward before the last layer's
+  // (released after its forward: the recompute's 1.81e9 elements came
+  // between) and the embedding's after layer 0's: 4 x 7 + 2 = 30.
+  CHECK(gathers == 18 + 30);
   CHECK(issued == gathers);
   CHECK(prefetched == gathers - 1);
   // (3)
@@ -279,7 +318,7 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", 
       if (g.task(k).label == TaskLabel::kBackward) CHECK_FALSE(inside);
     }
   }
-  CHECK(scatters == 24);
+  CHECK(scatters >= 4 * 4);
 }
 
 TEST_CASE("Framework: DeepSpeed's pipeline engine takes ZeRO-0 and ZeRO-1 only", "[sim][framework]") {
@@ -570,35 +609,56 @@ TEST_CASE("Framework: DeepSpeed's list-API ZeRO-3 collectives copy their buffers
   // member's part back on its stream (2 B read + 2 B written): 4 B per
   // parameter per gather.  _reduce_scatter_gradient hands reduce_scatter a list of views,
   // which ProcessGroupNCCL copies into its flat input (read + write of the
-  // gradient).  Without recompute a layer is gathered for its forward and
-  // again for its backward and reduce-scattered once, per micro-batch.
-  Case c;
-  c.plan.zero = 3;
+  // gradient).  Without recompute each weight matrix of a layer (GPT-3
+  // 175B's shape) is gathered for its forward and again for its backward,
+  // and every gradient is reduce-scattered once per micro-batch (in buckets
+  // of at most one 4h^2 matrix).
+  Case c = zero3_case();
   c.plan.gbs = 64;  // 2 micro-batches per rank on 32 GPUs
   const Layout L = c.layout(Framework::kDeepSpeed);
   const LoweredStep s = lower_step(c.model, c.cluster, L, LoweringOptions{});
-  const StepCosts sc = step_costs(c.model, c.cluster, L.plan);
   const ComputeParams cpm = compute_params(c.cluster, Precision::kBf16);
-  const double params = sc.layer.params;
-  // Only the four weight matrices are gathered (12 h^2 for GPT: biases and
-  // norms stay whole under param_persistence_threshold); every gradient is
-  // reduce-scattered.
-  const double h = static_cast<double>(c.model.hidden);
-  const int64_t gather_copy = memory_time(cpm, 4 * 12 * h * h).ps();
-  const int64_t scatter_copy = memory_time(cpm, 2 * grad_bytes(L.plan.precision, L.plan.grad_dtype) * params).ps();
-  std::map<std::pair<int, int>, std::pair<int, int>> per_layer;  // (mb, layer) -> (gathers, scatters)
+  const double h2 = 12288.0 * 12288.0;
+  // Each gather's copy: 4 B per gathered parameter of one weight matrix.
+  std::map<int64_t, int> gather_copies;
   for (int32_t id = 0; id < s.graph.size(); ++id) {
     const Task& t = s.graph.task(id);
-    if (t.label != TaskLabel::kListCopy || t.layer <= 0 || t.layer >= c.model.layers - 1) continue;
-    REQUIRE((t.work_ps == gather_copy || t.work_ps == scatter_copy));
-    auto& n = per_layer[{t.microbatch, t.layer}];
-    (t.work_ps == gather_copy ? n.first : n.second) += 1;
+    if (t.label != TaskLabel::kParamAllGather || t.layer < 1 || t.layer > 2) continue;
+    const uint32_t* succ = s.graph.successors(t);
+    for (uint32_t i = 0; i < t.succ_count; ++i) {
+      const Task& copy = s.graph.task(static_cast<int32_t>(succ[i]));
+      if (copy.label == TaskLabel::kListCopy) ++gather_copies[copy.work_ps];
+    }
   }
-  CHECK(per_layer.size() == 2u * static_cast<size_t>(c.model.layers - 2));
-  for (const auto& [key, n] : per_layer) {
-    CHECK(n.first == 2);
-    CHECK(n.second == 1);
+  // Per micro-batch and middle layer, forward and backward: QKV and proj
+  // twice, FC1 and FC2 four times.
+  CHECK(gather_copies[memory_time(cpm, 4 * 3 * h2).ps()] == 2 * 2 * 2);
+  CHECK(gather_copies[memory_time(cpm, 4 * h2).ps()] == 2 * 2 * 2);
+  CHECK(gather_copies[memory_time(cpm, 4 * 4 * h2).ps()] == 2 * 2 * 4);
+  // The reduce-scatters' copies move 2 x grad bytes of every parameter the
+  // passes hold per micro-batch (each minus one kernel overhead:
+  // memory_time's): the layers, the embedding and the output block (whose
+  // tied matrix the lowering counts with it).
+  const double gbytes = grad_bytes(L.plan.precision, L.plan.grad_dtype);
+  const StepCosts sc = step_costs(c.model, c.cluster, L.plan);
+  const double stage_params = 4 * sc.layer.params + sc.embedding.params + sc.output.params;
+  double scatter_s = 0;
+  int scatter_copies = 0;
+  for (int32_t id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    if (t.label != TaskLabel::kListCopy) continue;
+    bool before_scatter = false;
+    const uint32_t* succ = s.graph.successors(t);
+    for (uint32_t i = 0; i < t.succ_count; ++i) {
+      before_scatter |= s.graph.task(static_cast<int32_t>(succ[i])).label == TaskLabel::kDpReduceScatter;
+    }
+    if (!before_scatter) continue;
+    ++scatter_copies;
+    scatter_s += static_cast<double>(t.work_ps - cpm.kernel_overhead.ps()) * 1e-12;
   }
+  CHECK(scatter_copies == c.count(Framework::kDeepSpeed, TaskLabel::kDpReduceScatter));
+  const double expected_s = 2 * (memory_time(cpm, 2 * gbytes * stage_params) - cpm.kernel_overhead).s();
+  CHECK_THAT(scatter_s, WithinRel(expected_s, 1e-3));
   // PyTorch's FSDP2 gathers into one flat buffer: no list copies.
   CHECK(c.count(Framework::kPytorch, TaskLabel::kListCopy) == 0);
 }
