@@ -138,6 +138,15 @@ constexpr double kFlashBlockOverheadTokens = 240;  // flash_sequence_factor (com
 constexpr double kFlashReferenceTokens = 16384;
 }  // namespace
 
+double flash_head_dim_factor(int64_t head_dim) {
+  if (head_dim <= 0 || head_dim >= 128) return 1.0;
+  // FlashAttention-3 paper, FlashAttention-2 at 16K tokens (TFLOP/s).
+  constexpr double kFwd64 = 324, kBwd64 = 291, kFwd128 = 370, kBwd128 = 322;
+  const double rate64 = 3.5 / (1 / kFwd64 + 2.5 / kBwd64);
+  const double rate128 = 3.5 / (1 / kFwd128 + 2.5 / kBwd128);
+  return std::pow(rate64 / rate128, std::log2(128.0 / static_cast<double>(head_dim)));
+}
+
 double flash_sequence_factor(int64_t kv_len) {
   if (kv_len <= 0) return 1.0;
   const double s = static_cast<double>(kv_len);
@@ -147,13 +156,15 @@ double flash_sequence_factor(int64_t kv_len) {
 
 namespace {
 
-// 1 / flash_sequence_factor of an attention op's calls, averaged over its
-// FLOPs: the full layers' calls loop over kv_len keys, the sliding-window
-// layers' over window_kv_len (OpCost::window_flops_share).
+// 1 / (flash_sequence_factor x flash_head_dim_factor) of an attention op's
+// calls, averaged over its FLOPs: the full layers' calls loop over kv_len
+// keys, the sliding-window layers' over window_kv_len
+// (OpCost::window_flops_share).
 double inverse_sequence_factor(const OpCost& op) {
   const double full = 1.0 / flash_sequence_factor(op.kv_len);
-  if (op.window_flops_share <= 0) return full;
-  return (1 - op.window_flops_share) * full + op.window_flops_share / flash_sequence_factor(op.window_kv_len);
+  const double head = 1.0 / flash_head_dim_factor(op.head_dim);
+  if (op.window_flops_share <= 0) return full * head;
+  return ((1 - op.window_flops_share) * full + op.window_flops_share / flash_sequence_factor(op.window_kv_len)) * head;
 }
 
 }  // namespace

@@ -76,6 +76,19 @@ Duration memory_time(const ComputeParams& p, double bytes);
 // kv_len <= 0: 1.
 double flash_sequence_factor(int64_t kv_len);
 
+// The share of its head-dimension-128 rate a fused (flash) attention kernel
+// reaches at head dimension `head_dim`: a K/V block loaded for fewer columns
+// leaves the block's fixed work (softmax rescaling, loads, the output write)
+// a larger share.  Source: the FlashAttention-3 paper (Shah et al. 2024,
+// Figs. 5-6; H100 SXM5, bf16, 16K tokens), FlashAttention-2 forward 324 vs
+// 370 TFLOP/s and backward 291 vs 322 at head dimension 64 vs 128, i.e.
+// forward + backward (the backward does 2.5x the forward's FLOPs) 299.7 vs
+// 334.4 TFLOP/s: 0.896 for each halving of the head dimension below 128.
+// The cluster files' attention figures are head-dimension-128 figures.
+// head_dim >= 128 or <= 0: 1 (the paper's FlashAttention-2 has no backward
+// figure above 128).
+double flash_head_dim_factor(int64_t head_dim);
+
 // Forward and backward time of one op.  Backward of a GEMM = data-gradient
 // GEMM (m x k x n) + weight-gradient GEMM (n x k x m); of flash attention
 // 2.5x the forward FLOPs (FlashAttention-2 recomputes S = QK^T); of a naive

@@ -409,7 +409,10 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     op.k = static_cast<int64_t>(qd / t);
     // A fused kernel's rate depends on the keys it loops over (ring
     // attention: one step's keys per call); unfused attention runs GEMMs.
-    if (s.attention == Attention::kFlash) op.kv_len = static_cast<int64_t>(seq / s.cp);
+    if (s.attention == Attention::kFlash) {
+      op.kv_len = static_cast<int64_t>(seq / s.cp);
+      op.head_dim = mla ? m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim : m.head_dim();
+    }
     op.flops = 2.0 * tokens * seq * (qd + vd) / t;
     if (s.attention == Attention::kFlash && m.has_sliding_window && m.sliding_window.tokens < seq) {
       // A windowed layer's query i attends to min(i + 1, w) keys: w*s -

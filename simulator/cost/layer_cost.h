@@ -97,6 +97,9 @@ struct OpCost {
   // window_kv_len keys instead of kv_len.
   double window_flops_share = 0;
   int64_t window_kv_len = 0;
+  // kAttention, flash: the query/key head width the kernel's tiles hold
+  // (compute_model.h, flash_head_dim_factor); 0: not a fused kernel.
+  int64_t head_dim = 0;
   double saved_bytes = 0;        // activation bytes saved for backward
   // Selective recompute (RecomputeModule bits): recomputing a module in
   // `rerun_by` re-runs this op's forward in backward; one in `drop_by`

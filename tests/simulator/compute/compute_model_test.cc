@@ -4,6 +4,8 @@
 // number of waves of tiles over the SMs (NVIDIA Deep Learning Performance
 // Guide, "Matrix Multiplication Background": tile quantization and wave
 // quantization, A100 with 108 SMs).
+#include <cmath>
+
 #include <catch2/catch.hpp>
 
 #include "simulator/compute/compute_model.h"
@@ -76,6 +78,35 @@ TEST_CASE("Attention: a flash kernel's rate over the sequence follows the publis
   const double ref = op_forward_time(p, op).s();
   op.kv_len = 1024;
   CHECK(op_forward_time(p, op).s() == Approx(ref / flash_sequence_factor(1024)).epsilon(1e-9));
+}
+
+TEST_CASE("Attention: a flash kernel's rate over the head dimension follows the published sweep") {
+  // FlashAttention-3 paper (Shah et al. 2024), Figs. 5-6, H100 SXM5, bf16,
+  // 16K tokens, FlashAttention-2: forward 324 / 370 TFLOP/s and backward
+  // 291 / 322 at head dimension 64 / 128.  A forward + backward pass (the
+  // backward 2.5x the forward's FLOPs) takes 1/324 + 2.5/291 against
+  // 1/370 + 2.5/322 (per TFLOP): 0.0116775 / 0.0104667 = 1.1157 x longer at 64.
+  const double slower64 = (1 / 324.0 + 2.5 / 291.0) / (1 / 370.0 + 2.5 / 322.0);
+  CHECK(1 / flash_head_dim_factor(64) == Approx(slower64).epsilon(1e-9));
+  CHECK(1 / flash_head_dim_factor(64) == Approx(1.1157).epsilon(1e-4));
+  // Halfway in log2 (96): the square root; 128 and above, and no head
+  // dimension (an unfused kernel): unchanged.
+  CHECK(flash_head_dim_factor(96) == Approx(std::pow(flash_head_dim_factor(64), std::log2(128.0 / 96))).epsilon(1e-12));
+  CHECK(flash_head_dim_factor(32) == Approx(flash_head_dim_factor(64) * flash_head_dim_factor(64)).epsilon(1e-12));
+  CHECK(flash_head_dim_factor(128) == 1.0);
+  CHECK(flash_head_dim_factor(192) == 1.0);
+  CHECK(flash_head_dim_factor(0) == 1.0);
+  // The attention op's time, forward and backward, follows it.
+  const ComputeParams p = a100();
+  OpCost op;
+  op.kind = OpKind::kAttention;
+  op.flops = 1e12;
+  op.kv_len = 16384;
+  op.head_dim = 128;
+  const double fwd = op_forward_time(p, op).s(), bwd = op_backward_time(p, op, Attention::kFlash).s();
+  op.head_dim = 64;
+  CHECK(op_forward_time(p, op).s() == Approx(fwd * slower64).epsilon(1e-9));
+  CHECK(op_backward_time(p, op, Attention::kFlash).s() == Approx(bwd * slower64).epsilon(1e-9));
 }
 
 TEST_CASE("Attention: a model's full and sliding-window layers each run at their own key count") {
