@@ -683,6 +683,15 @@ nlohmann::ordered_json deepspeed_config(const Layout& L, bool client_optimizer) 
     z["reduce_scatter"] = true;
     z["reduce_bucket_size"] = 500000000;
     if (p.zero <= 2) z["allgather_bucket_size"] = 500000000;
+    if (p.zero == 3) {
+      // The parameter coordinator as simulated (ExecutionProfile::zero3_knobs,
+      // DeepSpeed's defaults written out).
+      const Zero3CoordinatorKnobs& k = execution_profile(p).zero3_knobs;
+      z["stage3_prefetch_bucket_size"] = static_cast<int64_t>(k.prefetch_bucket_numel);
+      z["stage3_max_live_parameters"] = static_cast<int64_t>(k.max_live_numel);
+      z["stage3_max_reuse_distance"] = static_cast<int64_t>(k.max_reuse_numel);
+      z["stage3_param_persistence_threshold"] = static_cast<int64_t>(k.persistence_numel);
+    }
   }
   if (p.offload != Offload::kNone) z["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
   if (p.offload == Offload::kParams) z["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};

@@ -976,6 +976,24 @@ TEST_CASE("Export: a plan simulated for a framework exports what that framework 
     const nlohmann::json c = nlohmann::json::parse(exported(ExportTarget::kDeepSpeed, z));
     CHECK(c.at("zero_optimization").at("overlap_comm").get<bool>() == false);
   }
+  SECTION("DeepSpeed ZeRO-3: the parameter coordinator's knobs as simulated") {
+    // The values the simulation replays (deepspeed_zero3.h) are DeepSpeed's
+    // defaults (deepspeed/runtime/zero/config.py: stage3_prefetch_bucket_size
+    // 5e7, stage3_max_live_parameters 1e9, stage3_max_reuse_distance 1e9,
+    // stage3_param_persistence_threshold 1e5), written out so that the run
+    // does what was simulated whatever a DeepSpeed release defaults to.
+    Plan p;
+    p.zero = 3;
+    p.framework = Framework::kDeepSpeed;
+    const Job z = job("llama2-7b", "dgx-a100", 16, p);
+    const nlohmann::json c = nlohmann::json::parse(exported(ExportTarget::kDeepSpeed, z));
+    const nlohmann::json& zo = c.at("zero_optimization");
+    CHECK(zo.at("stage3_prefetch_bucket_size").get<int64_t>() == 50000000);
+    CHECK(zo.at("stage3_max_live_parameters").get<int64_t>() == 1000000000);
+    CHECK(zo.at("stage3_max_reuse_distance").get<int64_t>() == 1000000000);
+    CHECK(zo.at("stage3_param_persistence_threshold").get<int64_t>() == 100000);
+    CHECK(zo.at("reduce_bucket_size").get<int64_t>() == 500000000);
+  }
   SECTION("--fp8-param-gather is Megatron's flag, written when simulated") {
     Job k = j;
     k.file.plan.fp8_recipe = k.layout.plan.fp8_recipe = Fp8Recipe::kDelayed;
