@@ -467,7 +467,14 @@ class Lowerer {
     };
     std::vector<Use> uses;
     const double layer_total = layer_modules_[0] + layer_modules_[1] + layer_modules_[2] + layer_modules_[3];
-    const int emb_module = static_cast<int>(4 * m_.layers), out_module = emb_module + 1;
+    // With tied embeddings (one stage holds both ends) the output layer
+    // multiplies by the embedding's matrix: the same parameter, fetched and
+    // released as one, its gradient reduced once (with the embedding's);
+    // the output block's own parameters (the final norm) are persistent.
+    const bool tied = m_.tied_embeddings && p_.pp == 1;
+    const int emb_module = static_cast<int>(4 * m_.layers), out_module = tied ? emb_module : emb_module + 1;
+    const double out_numel = tied ? emb_.params : outc_.params;
+    const double out_grads = tied ? outc_.params - static_cast<double>(m_.vocab) * static_cast<double>(m_.hidden) : outc_.params;
     const bool regather = prof_.regather_for_recompute && p_.recompute == Recompute::kFull;
     for (size_t k = 0; k < entries.size(); ++k) {
       const Entry& e = entries[k];
@@ -500,7 +507,7 @@ class Lowerer {
         for (int m = 0; m < 4; ++m) {
           uses.push_back(Use{k, module(m), layer_modules_[static_cast<size_t>(m)], layer_share * f[static_cast<size_t>(m)], 0});
         }
-        if (with_out) uses.push_back(Use{k, out_module, outc_.params, out_ps / total_ps, 0});
+        if (with_out) uses.push_back(Use{k, out_module, out_numel, out_ps / total_ps, 0});
         continue;
       }
       const double rec = regather ? ratio(lt.recompute_ps, lt.backward_ps) : 0.0;
@@ -512,7 +519,7 @@ class Lowerer {
       }
       const std::vector<double> b = shares(ratio(lt.attention_backward_ps, lt.backward_ps));
       const bool grads = e.grad_params > 0;
-      if (with_out) uses.push_back(Use{k, out_module, outc_.params, out_ps / total_ps, grads ? outc_.params : 0});
+      if (with_out) uses.push_back(Use{k, out_module, out_numel, out_ps / total_ps, grads ? out_grads : 0});
       for (int m = 3; m >= 0; --m) {
         const double numel = layer_modules_[static_cast<size_t>(m)];
         uses.push_back(Use{k, module(m), numel, layer_share * (1 - rec) * b[static_cast<size_t>(m)],
