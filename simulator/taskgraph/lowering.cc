@@ -403,7 +403,7 @@ class Lowerer {
               e.grad_params += sc_.cost_of(ch.global_first + i).params;
               e.grad_expert_params += sc_.cost_of(ch.global_first + i).expert_params;
             }
-            e.grad_params += extra_params(ch);
+            e.grad_params += extra_params(ch) - (ch.embedding && ch.output ? tied_output_params() : 0.0);
           }
           entries_[static_cast<size_t>(s)].push_back(e);
           continue;
@@ -425,7 +425,8 @@ class Lowerer {
           // block) reduce over the expert data-parallel group like the rest.
           const double out_experts = ch.output && layer == ch.layers - 1 ? outc_.expert_params : 0.0;
           if (finalizes(op.kind)) {
-            e.grad_params = params;
+            // A tied output matrix's gradient is the embedding's, reduced once.
+            e.grad_params = params - (ch.output && layer == ch.layers - 1 && ch.embedding ? tied_output_params() : 0.0);
             e.grad_expert_params = sc_.cost_of(ch.global_first + layer).expert_params + out_experts;
           }
           if (p_.zero == 3) {
@@ -474,7 +475,7 @@ class Lowerer {
     const bool tied = m_.tied_embeddings && p_.pp == 1;
     const int emb_module = static_cast<int>(4 * m_.layers), out_module = tied ? emb_module : emb_module + 1;
     const double out_numel = tied ? emb_.params : outc_.params;
-    const double out_grads = tied ? outc_.params - static_cast<double>(m_.vocab) * static_cast<double>(m_.hidden) : outc_.params;
+    const double out_grads = outc_.params - tied_output_params();
     const bool regather = prof_.regather_for_recompute && p_.recompute == Recompute::kFull;
     for (size_t k = 0; k < entries.size(); ++k) {
       const Entry& e = entries[k];
@@ -678,6 +679,13 @@ class Lowerer {
 
   double extra_params(const Chunk& ch) const {
     return (ch.embedding ? emb_.params : 0.0) + (ch.output ? outc_.params : 0.0);
+  }
+  // The output layer's matrix when it is the embedding's (tied embeddings,
+  // both on one stage: one parameter, one gradient; memory_model.cc
+  // tied_copy), per TP rank; 0 otherwise.
+  double tied_output_params() const {
+    return m_.tied_embeddings && p_.pp == 1 ? static_cast<double>(m_.vocab) * static_cast<double>(m_.hidden) / p_.tp
+                                            : 0.0;
   }
 
   // ExecutionProfile::grad_accumulation_bytes_per_param: per stage, the

@@ -321,6 +321,35 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", 
   CHECK(scatters >= 4 * 4);
 }
 
+TEST_CASE("Framework: a tied output matrix's gradient is reduced once, with the embedding's", "[sim][framework]") {
+  // GPT-3 1.3B ties its output layer to the word embedding (51200 x 2048):
+  // one parameter, one gradient.  On one stage the data-parallel reduction
+  // moves every gradient once, so its bytes fall short of the same model
+  // untied by exactly that matrix's gradients: the memory model's parameter
+  // count (memory_model.cc tied_copy) is the reduced count.  Ring all-reduce
+  // over 8 GPUs: 2 x 7/8 of the bytes per rank on the wire.
+  Case c;
+  c.gpus = 8;
+  c.plan.gbs = 8;
+  auto wire = [&](const ModelSpec& m) {
+    Plan p = c.plan;
+    p.framework = Framework::kGeneric;
+    const Layout L = resolve_plan(m, c.cluster, c.gpus, p);
+    REQUIRE(L.feasible);
+    const LoweredStep s = lower_step(m, c.cluster, L, LoweringOptions{});
+    double bytes = 0;
+    for (int32_t id = 0; id < s.graph.size(); ++id) {
+      if (s.graph.task(id).label == TaskLabel::kDpAllReduce) bytes += s.graph.task(id).wire_bytes;
+    }
+    return bytes;
+  };
+  ModelSpec untied = c.model;
+  untied.tied_embeddings = false;
+  const double gbytes = grad_bytes(c.plan.precision, c.plan.grad_dtype);
+  const double matrix = 51200.0 * 2048.0;
+  CHECK_THAT(wire(untied) - wire(c.model), WithinRel(2.0 * 7 / 8 * matrix * gbytes, 1e-3));
+}
+
 TEST_CASE("Framework: DeepSpeed's pipeline engine takes ZeRO-0 and ZeRO-1 only", "[sim][framework]") {
   // deepspeed/runtime/pipe/engine.py PipelineEngine.__init__ (v0.3 to head):
   // assert zero stage < 2, "ZeRO-2 and ZeRO-3 are incompatible with pipeline
