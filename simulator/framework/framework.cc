@@ -160,10 +160,9 @@ ExecutionProfile deepspeed(const Plan& p) {
     // (reduce_ipg_grads), and the next fetch's synchronize waits for them.
     e.gather_syncs_device = true;
     // stage3.py (v0.3.14) FP16_DeepSpeedZeroOptimizer_Stage3 defaults, as
-    // zero/config.py: reduce_bucket_size 5e8 and the coordinator's knobs
-    // (Zero3CoordinatorKnobs).
+    // zero/config.py: the coordinator's knobs (Zero3CoordinatorKnobs) and
+    // reduce_bucket_size (grad_bucket_params above).
     e.zero3_module_fetches = true;
-    e.zero3_reduce_bucket_params = 5e8;
     e.version_note =
         "ZeRO-3 as DeepSpeed <= 0.5.4 ran it (2021: list-API collectives with per-member calls, the device "
         "synchronized before each gather); DeepSpeed >= 0.5.5 gathers into one flat buffer, so this plan is "

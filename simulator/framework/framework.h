@@ -82,12 +82,11 @@ struct ExecutionProfile {
   // where its module's parameters are not yet available, the prefetch
   // walks the trace one bucket at a time, and a module used again soon
   // (the recompute's MLP before its backward) keeps its parameters.  The
-  // gradients are reduce-scattered in buckets of zero3_reduce_bucket_params
+  // gradients are reduce-scattered in buckets of grad_bucket_params
   // (reduce_independent_p_g_buckets_and_remove_grads), the rest at the end
   // of each backward.
   bool zero3_module_fetches = false;
   Zero3CoordinatorKnobs zero3_knobs;
-  double zero3_reduce_bucket_params = 0;
 
   // Memory as the framework allocates it (memory_model.h).
   // Mixed precision with the fp32 parameter as the master copy (PyTorch

@@ -477,6 +477,16 @@ class Lowerer {
     const double out_numel = tied ? emb_.params : outc_.params;
     const double out_grads = outc_.params - tied_output_params();
     const bool regather = prof_.regather_for_recompute && p_.recompute == Recompute::kFull;
+    // A pass's share per module: the attention with the fused QKV, the rest
+    // by parameters (GEMM FLOPs).
+    auto shares = [&](double attention_share) {
+      std::vector<double> out(4);
+      const double a = std::clamp(attention_share, 0.0, 1.0);
+      for (int m = 0; m < 4; ++m) out[static_cast<size_t>(m)] = (1 - a) * layer_modules_[static_cast<size_t>(m)] / layer_total;
+      out[0] += a;
+      return out;
+    };
+    auto ratio = [](int64_t part, int64_t whole) { return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0; };
     for (size_t k = 0; k < entries.size(); ++k) {
       const Entry& e = entries[k];
       const Chunk& ch = chunks_[0][static_cast<size_t>(e.chunk)];
@@ -484,14 +494,6 @@ class Lowerer {
       const LayerTimes& lt = sc_.times_of(gl);
       const bool with_emb = ch.embedding && e.layer == 0;
       const bool with_out = ch.output && e.layer == ch.layers - 1;
-      auto shares = [&](double attention_share) {
-        std::vector<double> out(4);
-        const double a = std::clamp(attention_share, 0.0, 1.0);
-        for (int m = 0; m < 4; ++m) out[static_cast<size_t>(m)] = (1 - a) * layer_modules_[static_cast<size_t>(m)] / layer_total;
-        out[0] += a;
-        return out;
-      };
-      auto ratio = [](int64_t part, int64_t whole) { return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0; };
       auto module = [&](int m) { return 4 * gl + m; };
       const double small = sc_.cost_of(gl).params - layer_total;  // norms and biases (persistent)
       // The entry's pass: the layer's, plus the embedding's or the output
@@ -543,13 +545,11 @@ class Lowerer {
         Entry seg = entries[u.entry];
         seg.segmented = true;
         seg.grad_params = seg.grad_expert_params = 0;
-        seg.gather_params = seg.gather_layer_params = seg.gather_expert_params = 0;
+        seg.gather_params = seg.gather_layer_params = seg.gather_expert_params = 0;  // Entry::awaited instead
         seg.share_begin = seg.share_end = first ? 0.0 : out.back().share_end;
         for (const AwaitedGather& g : awaited[i]) {
           seg.awaited.push_back(Entry::Gather{g.numel, static_cast<size_t>(g.launched_at)});
-          seg.gather_params += g.numel;
         }
-        seg.gather_layer_params = seg.gather_params;
         if (!first) out.back().last_backward = false;
         out.push_back(seg);
       }
@@ -559,7 +559,7 @@ class Lowerer {
       // reduce_independent_p_g_buckets_and_remove_grads: the bucket leaves
       // before a gradient that would overflow it.
       if (u.grad > 0) {
-        if (bucket > 0 && bucket + u.grad > prof_.zero3_reduce_bucket_params) {
+        if (bucket > 0 && bucket + u.grad > prof_.grad_bucket_params) {
           seg.grad_params += bucket;
           bucket = 0;
         }
@@ -1340,7 +1340,7 @@ class Lowerer {
   template <typename HostWork, typename TaskAt>
   void gather_segmented(size_t k, const std::vector<Entry>& entries, const std::vector<int32_t>& members,
                         int32_t channel, int shard, int stride, double wbytes, HostWork& add_host_work,
-                        TaskAt& task_at, std::vector<int32_t>& gather_tail, const std::vector<int32_t>& reduce_tail,
+                        TaskAt& task_at, const std::vector<int32_t>& reduce_tail,
                         std::vector<std::vector<int32_t>>& awaited_tails) {
     constexpr size_t kNoEntry = std::numeric_limits<size_t>::max();
     TaskGraph& g = out_.graph;
@@ -1378,10 +1378,9 @@ class Lowerer {
         g.add_dep(ag, tail);
         g.task(tail).microbatch = e.mb;
         g.task(tail).layer = static_cast<int16_t>(e.layer);
+        for (int32_t mr : members) g.add_dep(tail, task_at(mr, k));
       }
-      for (int32_t mr : members) g.add_dep(tail, task_at(mr, k));
       awaited_tails[k].push_back(tail);
-      gather_tail[k] = tail;
       if (j < k) earlier.push_back(tail);
     }
   }
@@ -1540,7 +1539,7 @@ class Lowerer {
         const double gather = experts ? e.gather_expert_params : e.gather_params - e.gather_expert_params;
         if (e.segmented && synced) {
           gather_segmented(k, entries, members, channel, shard, stride, gather_wbytes, add_host_work, task_at,
-                           gather_tail, reduce_tail, awaited_tails);
+                           reduce_tail, awaited_tails);
         } else if (gather > 0) {
           // DeepSpeed with full recompute gathers a layer twice for its
           // backward (recompute forward, then backward).
