@@ -407,6 +407,10 @@ int run_simulate(const SimulateFlags& f) {
     }
     out["convergence"] = c;
   }
+  if (rep.layer.host_bound_ps > 0) out["host_bound_ms_per_layer"] = rounded(rep.layer.host_bound_ps * 1e-9, 6);
+  if (job.model.has_moe && rep.moe_layer.host_bound_ps > 0) {
+    out["host_bound_ms_per_moe_layer"] = rounded(rep.moe_layer.host_bound_ps * 1e-9, 6);
+  }
   out["simulated_ranks"] = rep.simulated_ranks;
   const std::string version_note = execution_profile(layout.plan).version_note;
   if (!version_note.empty()) out["framework_note"] = version_note;
@@ -452,6 +456,16 @@ int run_simulate(const SimulateFlags& f) {
       }
     }
   }
+  // Host-bound layers (step_costs.h LayerTimes::host_bound_ps).
+  auto host_line = [&](const char* what, const LayerTimes& t) {
+    if (t.host_bound_ps <= 0) return;
+    std::printf("host-bound       %s: %.3f ms to issue its forward + backward (%.2f us per op call), %.3f ms more "
+                "than on the GPU\n",
+                what, (t.host_forward_ps + t.host_backward_ps) * 1e-9, job.cluster.host.op_overhead.us(),
+                t.host_bound_ps * 1e-9);
+  };
+  host_line(job.model.has_moe ? "a dense layer" : "a layer", rep.layer);
+  if (job.model.has_moe) host_line("an MoE layer", rep.moe_layer);
   std::printf("where the time goes (s, mean over ranks):\n");
   const double st = rep.step_time_s;
   auto line = [st](const char* name, double v) { std::printf("  %-10s %10.4f  %5.1f%%\n", name, v, 100 * v / st); };

@@ -31,6 +31,7 @@ LayerShape layer_shape(const Plan& p) {
   s.per_op_sac = fw.per_op_selective_recompute && p.recompute == Recompute::kSelective;
   s.pytorch_loss = fw.pytorch_cross_entropy;
   s.eager = fw.eager_elementwise;
+  s.te_modules = fw.te_modules;
   return s;
 }
 
@@ -246,6 +247,40 @@ double fp8_cast_bytes_per_element(Fp8Recipe recipe) {
   }
   return 0;
 }
+
+namespace {
+
+// Host calls per op (OpCost::host_calls): one eager op call each, except
+// - a Transformer Engine module (s.te_modules: linear layers and the
+//   attention core): kTeModuleCalls calls' worth of host time.  TE#2053
+//   (NVIDIA/TransformerEngine, 2025-08) times one Linear forward (bf16,
+//   hidden 2048, 8192 tokens) on the host: TE 99.66 us vs torch.nn.Linear
+//   37.08 us on GB200's Grace, 90.53 vs 33.17 us on GH200's: 2.69 and 2.73.
+// - TE's GroupedLinear (a grouped expert GEMM, s.te_modules): the module,
+//   the split of its input by expert, and with FP8 two torch.empty per GEMM
+//   for the cast outputs (TE#1499, maintainer's answer: torch.split() and
+//   torch.empty() "2x num_gemms calls" under fused_multi_cast_transpose).
+// - Megatron-Core's router (s.te_modules): 72 kernels before router fusion
+//   (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization, Sec. 2.1.4:
+//   "reducing the total number of kernels in the router part from 72 to 31"
+//   with --moe-router-fusion, off by default), the gating GEMM one of them.
+constexpr double kTeModuleCalls = (99.66 / 37.08 + 90.53 / 33.17) / 2;
+constexpr double kMcoreRouterKernels = 72;
+
+void assign_host_calls(LayerCost* c, const LayerShape& s) {
+  for (OpCost& op : c->ops) {
+    op.host_calls = 1;
+    if (!s.te_modules) continue;
+    if (op.kind == OpKind::kAttention && s.attention == Attention::kFlash) op.host_calls = kTeModuleCalls;
+    if (op.kind == OpKind::kGemm && op.name != "router") {
+      op.host_calls = kTeModuleCalls;
+      if (op.groups > 1) op.host_calls += 1 + (op.fp8 ? 2.0 * static_cast<double>(op.groups) : 0.0);
+    }
+    if (op.name == "router_topk") op.host_calls = kMcoreRouterKernels - 1;
+  }
+}
+
+}  // namespace
 
 LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool moe) {
   TRAINPLAN_CHECK(s.tp >= 1 && m.heads % s.tp == 0 && m.kv_heads % s.tp == 0, "tp must divide heads and kv_heads");
@@ -648,6 +683,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     if (c.ops[i].name.rfind("fp8_cast_", 0) == 0) c.ops[i].rerun_by = c.ops[i + 1].rerun_by;
   }
   if (s.per_op_sac) mark_per_op_sac(&c, m, s, e);
+  assign_host_calls(&c, s);
   add_totals(&c, e);
 
   if (s.cp > 1) {

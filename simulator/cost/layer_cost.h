@@ -50,6 +50,9 @@ struct LayerShape {
   bool pytorch_loss = false;
   // Memory-bound ops as PyTorch eager kernels (ExecutionProfile::eager_elementwise).
   bool eager = false;
+  // Linear layers and the attention core as Transformer Engine modules
+  // (ExecutionProfile::te_modules): the host calls of each (host_calls).
+  bool te_modules = false;
   // Multi-token prediction depths after the output layer (Plan::mtp_layers).
   int mtp_layers = 0;
   // MoE layers: the token dispatcher (Plan::moe_dispatcher).
@@ -101,6 +104,11 @@ struct OpCost {
   // (compute_model.h, flash_head_dim_factor); 0: not a fused kernel.
   int64_t head_dim = 0;
   double saved_bytes = 0;        // activation bytes saved for backward
+  // Eager framework op calls the host makes to issue this op's forward
+  // (and, taken as equal, its backward); times ClusterSpec host.op_overhead
+  // it is the host time the GPU may wait for (step_costs.h).  Set by
+  // host_calls() below.
+  double host_calls = 1;
   // Selective recompute (RecomputeModule bits): recomputing a module in
   // `rerun_by` re-runs this op's forward in backward; one in `drop_by`
   // stops keeping `dropped_bytes` of saved_bytes (core_attn: the s^2 terms;

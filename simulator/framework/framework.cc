@@ -80,6 +80,9 @@ ExecutionProfile megatron_core(const Plan& p) {
   e.tp_comm_overlap = p.tp_comm_overlap;
   // --overlap-moe-expert-parallel-comm (default off; Plan::ep_overlap).
   e.paired_ep_overlap = p.ep_overlap;
+  // --transformer-impl transformer_engine is Megatron-Core's default
+  // (megatron/training/arguments.py).
+  e.te_modules = true;
   return e;
 }
 

@@ -198,6 +198,11 @@ struct ExecutionProfile {
   // FC1 input gradients runs beside their weight-gradient GEMM ("bulk", 16
   // SMs).  The plan asks for it (Plan::tp_comm_overlap); false elsewhere.
   bool tp_comm_overlap = false;
+  // The layers are Transformer Engine modules (Megatron-Core's
+  // transformer_engine layer spec): each linear layer and the attention
+  // core is a TE module, whose host work per call is several eager op
+  // calls' (LayerShape::te_modules, layer_cost.h host_calls).
+  bool te_modules = false;
   // What the profile assumes about the framework's version that a user of
   // another version should know ("" when nothing); simulate prints it.
   std::string version_note;

@@ -76,6 +76,7 @@ constexpr double kMaxRate = 1e15;                      // 1 PB/s
 constexpr double kMinFlops = 1e9;                      // 1 GFLOP/s (a CPU core)
 constexpr double kMaxFlops = 1e18;                     // 1 EFLOP/s
 constexpr double kMaxLatency = 1.0;                    // link latencies are microseconds
+constexpr double kMaxOpOverhead = 1e-3;                // one op call: microseconds (1 ms: a stalled host)
 
 int int_in(detail::JsonObject& o, const std::string& key, int64_t lo, int64_t hi) {
   return static_cast<int>(o.integer(key, lo, hi));
@@ -179,6 +180,9 @@ ClusterSpec parse_cluster(const std::string& json_text, const std::string& where
   c.host.memory = static_cast<Bytes>(host.quantity("memory", Dimension::kBytes, kMinBytes, kMaxBytes));
   c.host.bandwidth_per_gpu =
       Bandwidth::bytes_per_s(host.quantity("bandwidth_per_gpu", Dimension::kByteRate, kMinRate, kMaxRate));
+  if (host.has("op_overhead")) {
+    c.host.op_overhead = Duration::seconds(host.quantity("op_overhead", Dimension::kDuration, 0, kMaxOpOverhead));
+  }
   c.host.source = host.optional_string("source").value_or("");
   host.finish();
   c.source = o.optional_string("source").value_or("");

@@ -115,6 +115,11 @@ struct InterNodeSpec {
 struct HostSpec {
   Bytes memory = 0;               // CPU memory per node
   Bandwidth bandwidth_per_gpu;    // host <-> GPU (PCIe) per direction
+  // Host time of one eager framework op call on the node's CPU (Python and
+  // PyTorch dispatch, the kernel launch): the rate at which one training
+  // process can issue work (step_costs.h, host-bound layers).  Zero: the
+  // host is not modelled (it never bounds a layer).
+  Duration op_overhead;
   std::string source;
 };
 

@@ -31,6 +31,9 @@ struct OpTimes {
   // Selective recompute: the forward time of the re-run ops, and the TP and
   // expert collectives they re-run.
   int64_t rc = 0, rc_tp = 0, rc_ep = 0;
+  // Host calls (OpCost::host_calls) of the forward, and of the ops selective
+  // recompute re-runs.
+  double host_calls = 0, rc_host_calls = 0;
   CommTotals tp_f_totals, tp_b_totals, rc_tp_totals;  // the TP collectives, as link work
   std::string collectives;  // the forward collectives, described (LayerTimes::collectives)
 };
@@ -206,6 +209,8 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
                               : (op.rerun_by & modules) != 0;
     if (per_op) t.rc += static_cast<int64_t>(static_cast<double>(f) * op.sac_rerun_share);
     else if (rerun) t.rc += f;
+    t.host_calls += op.host_calls;
+    if (per_op ? op.sac_rerun_share > 0 : rerun) t.rc_host_calls += op.host_calls;
     t.fwd += f;
     t.bwd += b;
     t.wgrad += op_weight_grad_time(cpm, op).ps();
@@ -330,6 +335,22 @@ LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const C
   LayerTimes t;
   t.forward_ps = lt.fwd + lt.tp_f + cp_f + lt.ep_f + copy_f;
   t.backward_ps = lt.bwd + lt.tp_b + cp_b + lt.ep_b + recompute + copy_b;
+  // Host-bound: the host issues a pass's ops one call at a time
+  // (OpCost::host_calls x host.op_overhead); a pass whose calls take longer
+  // than its GPU time runs at the host's pace.  Backward: one autograd call
+  // per forward op, plus the recomputed ops' forward calls.
+  const double op_s = c.host.op_overhead.s();
+  if (op_s > 0) {
+    const double rc_calls = p.recompute == Recompute::kFull        ? lt.host_calls
+                            : p.recompute == Recompute::kSelective ? lt.rc_host_calls
+                                                                   : 0.0;
+    t.host_forward_ps = Duration::seconds(lt.host_calls * op_s).ps();
+    t.host_backward_ps = Duration::seconds((lt.host_calls + rc_calls) * op_s).ps();
+    t.host_bound_ps = std::max<int64_t>(0, t.host_forward_ps - t.forward_ps) +
+                      std::max<int64_t>(0, t.host_backward_ps - t.backward_ps);
+    t.forward_ps = std::max(t.forward_ps, t.host_forward_ps);
+    t.backward_ps = std::max(t.backward_ps, t.host_backward_ps);
+  }
   t.tp_comm_forward_ps = lt.tp_f + cp_f;
   t.tp_comm_backward_ps = lt.tp_b + cp_b + recompute_tp;
   t.tp_forward = lt.tp_f_totals;

@@ -41,6 +41,15 @@ struct LayerTimes {
   int64_t tp_comm_backward_ps = 0;
   int64_t recompute_ps = 0;
   int64_t weight_grad_ps = 0;  // the weight-gradient GEMMs: part of backward_ps (W of zero bubble)
+  // The host's time to issue the layer's forward and backward (recompute
+  // included) on one rank: its ops' host calls (OpCost::host_calls) x
+  // ClusterSpec host.op_overhead.  A pass is host-bound when this exceeds
+  // its GPU time: forward_ps / backward_ps are then these (each MoE layer
+  // synchronizes the host with the device for its token counts, so the host
+  // cannot run ahead of it; a dense layer is taken the same way).  0: the
+  // cluster does not model its host.
+  int64_t host_forward_ps = 0, host_backward_ps = 0;
+  int64_t host_bound_ps = 0;  // what the host adds to forward_ps + backward_ps (0: GPU-bound)
   // MoE layers: the expert-parallel all-to-alls (dispatch, combine) and
   // expert-TP collectives, part of forward_ps / backward_ps.
   int64_t ep_comm_forward_ps = 0;

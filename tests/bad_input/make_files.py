@@ -46,6 +46,8 @@ edit(CLUSTER, '"sm_count": 108', '"sm_count": 4294967296', "cluster_sm_2e32.json
 edit(CLUSTER, '"sm_count": 108', '"sm_count": 2147483648', "cluster_sm_2e31.json")
 edit(CLUSTER, '"nvls": false', '"nvls": false, "gpus_per_switch": 4294967296', "cluster_gps_2e32.json")
 edit(CLUSTER, '"nvls": false', '"nvls": false, "gpus_per_switch": 16', "cluster_gps_above_node.json")
+edit(CLUSTER, '"bandwidth_per_gpu": "25GB/s"', '"bandwidth_per_gpu": "25GB/s", "op_overhead": "5ms"',
+     "cluster_op_overhead_5ms.json")
 edit(MODEL, '"layers": 4', '"layers": 4.0', "model_layers_float.json")
 edit(MODEL, '"vocab": 1024', '"vocab": 18446744073709551616', "model_vocab_2e64.json")
 edit(PLAN, '"gpus": 8', '"gpus": 12', "plan_gpus_12.json")
