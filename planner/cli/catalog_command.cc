@@ -43,8 +43,8 @@ void print_models(bool json) {
 void print_clusters(bool json) {
   nlohmann::json out = nlohmann::json::array();
   if (!json) {
-    std::printf("%-14s %-18s %-9s %8s %9s %9s %5s %-9s %9s %-10s %4s %9s\n", "cluster", "gpu", "arch", "mem(GiB)",
-                "bf16(TF/s)", "hbm(GB/s)", "gpn", "intra", "intra(GB/s)", "inter", "nics", "nic(GB/s)");
+    std::printf("%-14s %-18s %-9s %8s %9s %9s %5s %-9s %9s %-10s %4s %9s %7s\n", "cluster", "gpu", "arch", "mem(GiB)",
+                "bf16(TF/s)", "hbm(GB/s)", "gpn", "intra", "intra(GB/s)", "inter", "nics", "nic(GB/s)", "op(us)");
   }
   for (const std::string& name : builtin_cluster_names()) {
     ClusterSpec c = load_cluster(name);
@@ -64,6 +64,7 @@ void print_clusters(bool json) {
         j["nics_per_node"] = c.inter_node->nics_per_node;
         j["nic_gb_per_s"] = rounded(c.inter_node->nic_bandwidth.gigabytes_per_s(), 2);
       }
+      if (c.host.op_overhead.ps() > 0) j["host_op_us"] = rounded(c.host.op_overhead.us(), 2);
       out.push_back(j);
     } else {
       std::printf("%-14s %-18s %-9s %8.1f %9.1f %9.0f %5d %-9s %9.1f", c.name.c_str(), c.gpu.name.c_str(),
@@ -71,11 +72,14 @@ void print_clusters(bool json) {
                   c.gpu.hbm_bandwidth.gigabytes_per_s(), c.gpus_per_node, to_string(c.intra_node.fabric),
                   c.intra_node.bandwidth.gigabytes_per_s());
       if (c.inter_node) {
-        std::printf("  %-10s %4d %9.1f\n", to_string(c.inter_node->fabric), c.inter_node->nics_per_node,
+        std::printf("  %-10s %4d %9.1f", to_string(c.inter_node->fabric), c.inter_node->nics_per_node,
                     c.inter_node->nic_bandwidth.gigabytes_per_s());
       } else {
-        std::printf("  %-10s %4s %9s\n", "(none)", "-", "-");
+        std::printf("  %-10s %4s %9s", "(none)", "-", "-");
       }
+      // The host's time per eager op call (host.op_overhead; "-": not modelled).
+      if (c.host.op_overhead.ps() > 0) std::printf(" %7.2f\n", c.host.op_overhead.us());
+      else std::printf(" %7s\n", "-");
     }
   }
   if (json) std::cout << out.dump(2) << "\n";
