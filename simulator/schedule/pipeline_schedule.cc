@@ -535,8 +535,6 @@ struct ZbResult {
   double makespan = 0;  // of the executed schedule (build_zero_bubble_schedule)
 };
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 // Builds one schedule round by round, as the paper describes: round 0 puts
 // each rank's warm-up forwards (as many as fit before the first backward
 // returns, within the memory limit, fewer on later ranks) and the first B
