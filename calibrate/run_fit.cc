@@ -14,7 +14,7 @@ namespace trainplan {
 
 namespace {
 
-constexpr int kScales = 5;
+constexpr int kScales = 6;
 constexpr int kLeaveOneOutIterations = 6;
 using Vec = Eigen::Matrix<double, kScales, 1>;
 using Mat = Eigen::Matrix<double, kScales, kScales>;
@@ -26,6 +26,7 @@ RunScales scales_of(const Vec& x) {
   s.attention_efficiency = std::exp(x(2));
   s.intra_bandwidth = std::exp(x(3));
   s.inter_bandwidth = std::exp(x(4));
+  s.host_op_time = std::exp(x(5));
   return s;
 }
 
@@ -39,6 +40,8 @@ Bounds bounds_of(const std::vector<MeasuredRun>& runs) {
   b.lo.setConstant(std::log(kRunScaleFloor));
   b.hi(0) = b.hi(1) = b.hi(2) = 10.0;
   b.hi(3) = b.hi(4) = std::log(kRunBandwidthCeiling);
+  // The host's time per op call: a time, free either way within 10x.
+  b.hi(5) = std::log(kRunHostCeiling);
   for (const MeasuredRun& r : runs) {
     const GpuSpec& g = r.cluster.gpu;
     b.hi(0) = std::min(b.hi(0), -std::log(std::max(g.gemm_efficiency, g.fp8_gemm_efficiency)));
@@ -215,6 +218,10 @@ std::vector<std::string> run_fit_warnings(const RunFit& fit) {
       out.push_back(std::string(name) + " scale at its floor (x0.1 of the published figure)" +
                     ": the runs are slower than the model can explain");
     }
+  }
+  if (s.host_op_time >= kRunHostCeiling * 0.999) {
+    out.push_back("host_op_time scale at its ceiling (x10 the published figure): the runs are slower than the model "
+                  "can explain");
   }
   return out;
 }

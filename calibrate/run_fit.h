@@ -1,7 +1,8 @@
 // Calibration from your own runs (`trainplan calibrate --from-runs`): the
 // measured step times of a few layouts on a cluster fix the handful of
 // efficiency figures the simulator exposes (RunScales: GEMM, HBM and
-// attention efficiency, intra- and inter-node bandwidth), by bounded
+// attention efficiency, intra- and inter-node bandwidth, the host's time
+// per op call), by bounded
 // nonlinear least squares on the log ratio of predicted to measured step
 // time (Levenberg-Marquardt with Eigen, forward-difference Jacobian,
 // projected onto the bounds), with a weak prior pulling every scale towards 1
@@ -43,6 +44,8 @@ struct RunFitOptions {
 // an efficiency <= 1, and bandwidths up to 1.25x the line rate figure.
 constexpr double kRunScaleFloor = 0.1;
 constexpr double kRunBandwidthCeiling = 1.25;
+// The host's time per op call (RunScales::host_op_time) from 1/10 to 10x.
+constexpr double kRunHostCeiling = 10.0;
 
 // The simulated step time of `run` with `scales` applied to its cluster.
 // Throws InputError if the plan is infeasible on the cluster.

@@ -482,7 +482,7 @@ def leave_one_source_out(trainplan, fit_rows, tmp):
            "the held-out source's rows are predicted with that calibration. This says how far a calibration made",
            "on a team's own runs carries to layouts and models it did not see.", "",
            "| held-out source | GPU | rows | fitted on | MAPE published | MAPE calibrated | bias published | "
-           "bias calibrated | scales (gemm, hbm, attention, intra, inter) |",
+           "bias calibrated | scales (gemm, hbm, attention, intra, inter, host) |",
            "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for group in sorted({r["group"] for r in fit_rows}):
         held = [r for r in fit_rows if r["group"] == group]
@@ -510,10 +510,10 @@ def leave_one_source_out(trainplan, fit_rows, tmp):
                          else r["step"] / res["step_time_s"] - 1)
             before.append(r["err"])
         n = len(held)
-        out.append("| %s | %s | %d | %d | %.1f%% | %.1f%% | %+.1f%% | %+.1f%% | %.2f, %.2f, %.2f, %.2f, %.2f |" % (
+        out.append("| %s | %s | %d | %d | %.1f%% | %.1f%% | %+.1f%% | %+.1f%% | %.2f, %.2f, %.2f, %.2f, %.2f, %.2f |" % (
             group, gpu, n, len(train), 100 * sum(map(abs, before)) / n, 100 * sum(map(abs, after)) / n,
             100 * sum(before) / n, 100 * sum(after) / n, sc["gemm_efficiency"], sc["hbm_efficiency"],
-            sc["attention_efficiency"], sc["intra_bandwidth"], sc["inter_bandwidth"]))
+            sc["attention_efficiency"], sc["intra_bandwidth"], sc["inter_bandwidth"], sc.get("host_op_time", 1.0)))
     return out
 
 

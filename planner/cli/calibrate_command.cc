@@ -216,8 +216,9 @@ int run_from_runs(const CalibrateFlags& f) {
   }
   const RunScales& s = c.run_fit.scales;
   std::printf("# scales on the published figures: gemm_efficiency x%.3f, hbm_efficiency x%.3f, attention_efficiency "
-              "x%.3f, intra_bandwidth x%.3f, inter_bandwidth x%.3f\n",
-              s.gemm_efficiency, s.hbm_efficiency, s.attention_efficiency, s.intra_bandwidth, s.inter_bandwidth);
+              "x%.3f, intra_bandwidth x%.3f, inter_bandwidth x%.3f, host_op_time x%.3f\n",
+              s.gemm_efficiency, s.hbm_efficiency, s.attention_efficiency, s.intra_bandwidth, s.inter_bandwidth,
+              s.host_op_time);
   std::printf("# residual %.1f%% rms, leave-one-out %.1f%% rms\n", 100 * c.run_fit.residual_rms,
               100 * c.run_fit.leave_one_out_rms);
   for (const std::string& w : run_fit_warnings(c.run_fit)) {

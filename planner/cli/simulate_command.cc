@@ -407,7 +407,7 @@ int run_simulate(const SimulateFlags& f) {
     }
     out["convergence"] = c;
   }
-  if (rep.layer.host_bound_ps > 0) out["host_bound_ms_per_layer"] = rounded(rep.layer.host_bound_ps * 1e-9, 6);
+  if (rep.dense_layers && rep.layer.host_bound_ps > 0) out["host_bound_ms_per_layer"] = rounded(rep.layer.host_bound_ps * 1e-9, 6);
   if (job.model.has_moe && rep.moe_layer.host_bound_ps > 0) {
     out["host_bound_ms_per_moe_layer"] = rounded(rep.moe_layer.host_bound_ps * 1e-9, 6);
   }
@@ -464,7 +464,7 @@ int run_simulate(const SimulateFlags& f) {
                 what, (t.host_forward_ps + t.host_backward_ps) * 1e-9, job.cluster.host.op_overhead.us(),
                 t.host_bound_ps * 1e-9);
   };
-  host_line(job.model.has_moe ? "a dense layer" : "a layer", rep.layer);
+  if (rep.dense_layers) host_line(job.model.has_moe ? "a dense layer" : "a layer", rep.layer);
   if (job.model.has_moe) host_line("an MoE layer", rep.moe_layer);
   std::printf("where the time goes (s, mean over ranks):\n");
   const double st = rep.step_time_s;

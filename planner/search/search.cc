@@ -302,9 +302,10 @@ std::string limit_of(const StepReport& r) {
   if (r.moe_load > 1.02) s += "; busiest expert rank carries " + fmt("%.2fx", r.moe_load) + " the mean token load";
   // Host-bound layers (LayerTimes::host_bound_ps): the GPU waits for the
   // host's launches.
-  const int64_t host_ps = std::max(r.layer.host_bound_ps, r.moe_layer.host_bound_ps);
+  const int64_t dense_ps = r.dense_layers ? r.layer.host_bound_ps : 0;
+  const int64_t host_ps = std::max(dense_ps, r.moe_layer.host_bound_ps);
   if (host_ps > 0) {
-    s += "; host-bound: " + std::string(r.moe_layer.host_bound_ps >= r.layer.host_bound_ps ? "an MoE" : "a") +
+    s += "; host-bound: " + std::string(r.moe_layer.host_bound_ps >= dense_ps ? "an MoE" : "a") +
          " layer's op calls take " + fmt("%.2f ms", static_cast<double>(host_ps) * 1e-9) +
          " more than its GPU time per micro-batch";
   }

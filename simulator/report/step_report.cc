@@ -500,6 +500,8 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
   rep.tasks = step.graph.size();
   rep.simulated_ranks = static_cast<int>(step.ranks.size());
   rep.layer = step.layer;
+  rep.dense_layers = false;
+  for (int64_t i = 0; i < model.layers && !rep.dense_layers; ++i) rep.dense_layers = !model.is_moe_layer(i);
   rep.moe_layer = step.moe_layer;
   rep.moe_load = step.moe_load;
   const Plan& p = layout.plan;

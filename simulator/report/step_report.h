@@ -70,7 +70,8 @@ struct StepReport {
   bool fits = false;
   TimeBreakdown breakdown;
   std::vector<StageResult> stages;
-  LayerTimes layer;
+  LayerTimes layer;       // a dense layer's times
+  bool dense_layers = true;  // whether the model has dense layers (an MoE model may have none)
   LayerTimes moe_layer;   // MoE models: an MoE layer's times
   double moe_load = 1;    // MoE: the busiest expert-parallel rank's token load over the mean
   int simulated_ranks = 0;

@@ -108,7 +108,8 @@ std::string calibration_json(const Calibration& c) {
                       {"hbm_efficiency", s.hbm_efficiency},
                       {"attention_efficiency", s.attention_efficiency},
                       {"intra_bandwidth", s.intra_bandwidth},
-                      {"inter_bandwidth", s.inter_bandwidth}}},
+                      {"inter_bandwidth", s.inter_bandwidth},
+                      {"host_op_time", s.host_op_time}}},
                     {"runs", runs},
                     {"residual_rms", c.run_fit.residual_rms},
                     {"leave_one_out_rms", c.run_fit.leave_one_out_rms}};
@@ -254,6 +255,8 @@ Calibration parse_calibration(const std::string& text, const std::string& where)
     f.scales.attention_efficiency = s.number_in("attention_efficiency", kMinRunScale, kMaxRunScale);
     f.scales.intra_bandwidth = s.number_in("intra_bandwidth", kMinRunScale, kMaxRunScale);
     f.scales.inter_bandwidth = s.number_in("inter_bandwidth", kMinRunScale, kMaxRunScale);
+    // Files written before the host model carry no host scale: the published figure.
+    f.scales.host_op_time = s.optional_number_in("host_op_time", kMinRunScale, kMaxRunScale).value_or(1.0);
     s.finish();
     const nlohmann::json& runs = rf->array("runs");
     for (size_t i = 0; i < runs.size(); ++i) {
@@ -288,6 +291,7 @@ void apply_run_scales(const RunScales& s, ClusterSpec* cluster) {
     cluster->inter_node->nic_bandwidth =
         Bandwidth::bytes_per_s(cluster->inter_node->nic_bandwidth.bytes_per_s() * s.inter_bandwidth);
   }
+  cluster->host.op_overhead = Duration::seconds(cluster->host.op_overhead.s() * s.host_op_time);
 }
 
 void apply_calibration(const Calibration& c, const std::string& flag, ClusterSpec* cluster) {

@@ -59,6 +59,9 @@ struct RunScales {
   double attention_efficiency = 1;  // GpuSpec::attention_efficiency
   double intra_bandwidth = 1;       // IntraNodeSpec::bandwidth
   double inter_bandwidth = 1;       // InterNodeSpec::nic_bandwidth
+  // HostSpec::op_overhead (a time: > 1 is a slower host).  No effect on a
+  // cluster that does not model its host.
+  double host_op_time = 1;
 };
 
 // One measured run of a --from-runs fit and what the fitted model predicts.

@@ -10,10 +10,12 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "simulator/spec/calibration.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
+#include "simulator/spec/plan.h"
 
 namespace trainplan {
 namespace {
@@ -68,6 +70,55 @@ TEST_CASE("RunFit: recovers known scales from synthetic runs", "[calibrate][runf
   CHECK_THAT(fit.scales.inter_bandwidth, WithinRel(truth.inter_bandwidth, 0.10));
   // Leave-one-out: each run predicted from the others within 5%.
   CHECK(fit.leave_one_out_rms < 0.05);
+}
+
+// Qwen3-30B-A3B on 8 GB200 (Megatron-Core, MXFP8, ep 8): host-bound at
+// small micro-batches on Grace (docs/moe.md, "Host-bound layers"), GPU-bound
+// at large ones.
+MeasuredRun gb200_run(const std::string& name, const std::string& model, int64_t mbs, int ep) {
+  MeasuredRun r;
+  r.name = name;
+  r.model = load_model(model);
+  r.cluster = load_cluster("gb200-nvl72");
+  r.gpus = 8;
+  r.plan.framework = Framework::kMegatronCore;
+  r.plan.ep = ep;
+  r.plan.etp = 1;
+  r.plan.mbs = mbs;
+  r.plan.gbs = 8 * mbs * 2;
+  r.plan.seq = 4096;
+  r.plan.zero = 1;
+  REQUIRE(set_precision("fp8", &r.plan));
+  return r;
+}
+
+TEST_CASE("RunFit: recovers the host's time per op call from host-bound runs", "[calibrate][runfit][host]") {
+  // The oracle: runs simulated with a host 1.5x slower per op call and GEMMs
+  // at 0.9 of the published efficiency.  The host-bound runs (small
+  // micro-batches) move only with the host, the GPU-bound ones (large
+  // micro-batches, the dense model) with the GPU: the fit separates them.
+  std::vector<MeasuredRun> runs = {gb200_run("moe-mbs1", "qwen3-30b-a3b", 1, 8),
+                                   gb200_run("moe-mbs2", "qwen3-30b-a3b", 2, 8),
+                                   gb200_run("moe-mbs8", "qwen3-30b-a3b", 8, 8),
+                                   gb200_run("dense-mbs2", "llama3-8b", 2, 1),
+                                   gb200_run("dense-mbs4", "llama3-8b", 4, 1)};
+  RunScales truth;
+  truth.host_op_time = 1.5;
+  truth.gemm_efficiency = 0.9;
+  for (MeasuredRun& r : runs) r.step_time_s = predicted_step_time(r, truth);
+  // The host matters: at the published figures the host-bound run is
+  // predicted well short of its "measured" time, the GPU-bound dense one not
+  // by the host.
+  CHECK(predicted_step_time(runs[0], RunScales{}) < 0.8 * runs[0].step_time_s);
+  RunFitOptions o;
+  o.prior_weight = 1e-6;
+  const RunScales s = fit_run_scales(runs, o);
+  CHECK_THAT(s.host_op_time, WithinRel(truth.host_op_time, 0.05));
+  CHECK_THAT(s.gemm_efficiency, WithinRel(truth.gemm_efficiency, 0.05));
+  // On a cluster that does not model its host the scale has nothing to move.
+  std::vector<MeasuredRun> a100 = {run("1gpu", "gpt3-1.3b", 1, 1, 1, 8, 2048)};
+  a100[0].step_time_s = predicted_step_time(a100[0], RunScales{});
+  CHECK(fit_run_scales(a100).host_op_time == 1.0);
 }
 
 TEST_CASE("RunFit: a figure no run depends on stays as published", "[calibrate][runfit]") {
@@ -128,6 +179,21 @@ TEST_CASE("RunFit: the calibration file round-trips and applies the scales", "[c
   CHECK_THAT(cl.gpu.gemm_efficiency, WithinRel(0.8 * gemm, 1e-12));
   CHECK_THAT(cl.inter_node->nic_bandwidth.bytes_per_s(), WithinRel(0.5 * nic, 1e-12));
   CHECK(cl.gpu.hbm_efficiency == hbm);  // scale 1
+  CHECK(back.run_fit.scales.host_op_time == 1.0);
+  // The host's op time scales the cluster's (H100: the 8480C's 13.48 us).
+  Calibration hc = back;
+  hc.device = "H100-SXM5-80GB";
+  hc.gpu_type = "H100";
+  hc.run_fit.scales.host_op_time = 1.5;
+  const Calibration hback = parse_calibration(calibration_json(hc), "cal.json");
+  CHECK(hback.run_fit.scales.host_op_time == 1.5);
+  ClusterSpec h100 = load_cluster("dgx-h100");
+  apply_calibration(hback, "--calibration", &h100);
+  CHECK_THAT(h100.host.op_overhead.us(), WithinRel(1.5 * 13.48, 1e-9));
+  // A file written before the host scale existed reads as the published figure.
+  nlohmann::json old = nlohmann::json::parse(calibration_json(c));
+  REQUIRE(old["run_fit"]["scales"].erase("host_op_time") == 1);
+  CHECK(parse_calibration(old.dump(), "old.json").run_fit.scales.host_op_time == 1.0);
   // Applying to another GPU type is refused, as for measured calibrations.
   ClusterSpec h = load_cluster("dgx-h100");
   CHECK_THROWS_WITH(apply_calibration(back, "--calibration", &h),
