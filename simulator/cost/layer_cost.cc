@@ -783,6 +783,9 @@ LayerCost embedding_cost(const ModelSpec& m, const LayerShape& s) {
   OpCost op = elementwise("embedding", 2 * tokens * h * e, m.dropout ? tokens * h / sp_div : 0.0);
   op.tp_comm_after = s.tp == 1 ? TpComm::kNone : (s.sp ? TpComm::kReduceScatter : TpComm::kAllReduce);
   op.tp_comm_bytes = s.tp == 1 ? 0 : tokens * h * e;
+  // Megatron's reduce_from_tensor_model_parallel_region: no backward
+  // collective (with SP the reduce-scatter's backward is an all-gather).
+  if (!s.sp) op.tp_comm_passes = TpCommPasses::kForwardOnly;
   c.ops.push_back(op);
   add_totals(&c, e);
   // Its weight gradient scatters the output gradient into the table.
@@ -803,7 +806,15 @@ LayerCost output_cost(const ModelSpec& m, const LayerShape& s) {
   ln.tp_comm_after = s.sp ? TpComm::kAllGather : TpComm::kNone;
   ln.tp_comm_bytes = s.sp ? tokens * h * e : 0;
   c.ops.push_back(ln);
-  c.ops.push_back(gemm("logits", tokens, v / t, h, tokens * h * e / sp_div));
+  OpCost logits = gemm("logits", tokens, v / t, h, tokens * h * e / sp_div);
+  if (s.tp > 1 && !s.sp) {
+    // The column-parallel output layer's input: copy_to_tensor_model_parallel_region,
+    // the identity in forward and an all-reduce of the input gradient in backward.
+    logits.tp_comm_after = TpComm::kAllReduce;
+    logits.tp_comm_bytes = tokens * h * e;
+    logits.tp_comm_passes = TpCommPasses::kBackwardOnly;
+  }
+  c.ops.push_back(logits);
   // The loss in fp32 on the logits, keeping 4sbv/t, as unfused kernels
   // (bytes per logit):
   // - Megatron's _VocabParallelCrossEntropy on logits.float()

@@ -66,6 +66,7 @@ LayerShape layer_shape(const Plan& resolved_plan);
 
 enum class OpKind { kGemm, kAttention, kElementwise };
 enum class TpComm { kNone, kAllReduce, kAllGather, kReduceScatter, kAllToAll };
+enum class TpCommPasses : uint8_t { kBoth, kForwardOnly, kBackwardOnly };
 // The communicator of a collective folded into a layer: the tensor-parallel
 // group, the expert-parallel group (token dispatch and combine) or the
 // expert tensor-parallel group.
@@ -123,6 +124,16 @@ struct OpCost {
   double sac_saved_bytes = 0;
   double sac_rerun_share = 0;
   TpComm tp_comm_after = TpComm::kNone;  // collective after this op
+  // The passes that run it.  Megatron's tensor-parallel operators come in
+  // pairs (Shoeybi et al. 2019 Fig. 3; Korthikanti et al. 2022 Fig. 5): g
+  // after a row-parallel layer all-reduces in forward (its backward is the
+  // identity), f before a column-parallel one all-reduces in backward.  A
+  // transformer block has one of each, charged as one op's collective in
+  // both passes (kBoth; with sequence parallelism the forward's collective
+  // and its transpose in backward).  Without sequence parallelism the
+  // vocab-parallel embedding has a g alone (forward only) and the output
+  // layer an f alone (backward only).
+  TpCommPasses tp_comm_passes = TpCommPasses::kBoth;
   CommGroup comm_group = CommGroup::kTp;  // over which group
   double tp_comm_bytes = 0;      // buffer size of that collective (nccl-tests "size")
   // An expert-parallel all-to-all of a deduplicating dispatcher (DeepEP,

@@ -779,6 +779,7 @@ class Lowerer {
         if (with_emb) {
           work += is_b ? emb_b_ : emb_f_;
           tp += is_b ? emb_tp_b_ : emb_tp_f_;
+          tp_link.add(is_b ? sc_.embedding_tp_backward : sc_.embedding_tp_forward);
           alloc += emb_.saved_bytes;
           kept += emb_.weight_grad_saved_bytes;
         }
@@ -789,6 +790,7 @@ class Lowerer {
         if (with_out) {
           work += is_b ? out_b_ : out_f_;
           tp += is_b ? out_tp_b_ : out_tp_f_;
+          tp_link.add(is_b ? sc_.output_tp_backward : sc_.output_tp_forward);
           ep += is_b ? out_ep_b_ : out_ep_f_;
           alloc += outc_.saved_bytes;
           kept += outc_.weight_grad_saved_bytes;
@@ -835,9 +837,9 @@ class Lowerer {
         // The layers' TP collectives leave the compute task for a link task
         // on this rank's TP port, right after it (serial: no framework
         // profile here overlaps them with the GEMMs), so that they share
-        // the port's bandwidth with DP and PP traffic; what is left in tp
-        // is the exposed CP exchange and the embedding's and output
-        // layer's collectives.  Where nothing else can load the port the
+        // the port's bandwidth with DP and PP traffic, the embedding's and
+        // the output layer's with the layers'; what is left in tp is the
+        // exposed CP exchange.  Where nothing else can load the port the
         // same time stays in the compute task (fewer tasks, same step).
         int64_t tp_link_ps = 0;
         if (tp_link.count > 0 && tp_port_shared(e)) {

@@ -228,8 +228,11 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
                             : fk == Collective::kReduceScatter ? Collective::kAllGather
                                                                : fk;
       const double bytes = comm_bytes(op);
-      auto [cf, tf] = coll(fk, bytes, op.comm_group, true);
-      auto [cb, tb] = coll(bk, bytes, op.comm_group, false);
+      // The passes that run it (OpCost::tp_comm_passes).
+      const bool in_forward = op.tp_comm_passes != TpCommPasses::kBackwardOnly;
+      const bool in_backward = op.tp_comm_passes != TpCommPasses::kForwardOnly;
+      auto [cf, tf] = in_forward ? coll(fk, bytes, op.comm_group, true) : std::make_pair(int64_t{0}, CommTotals{});
+      auto [cb, tb] = in_backward ? coll(bk, bytes, op.comm_group, false) : std::make_pair(int64_t{0}, CommTotals{});
       if (op.comm_group == CommGroup::kTp && overlap) {
         // Hidden behind a GEMM (ExecutionProfile::tp_comm_overlap): only
         // what the overlap leaves is exposed, and the collective runs beside
@@ -434,6 +437,8 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   s.embedding_backward_ps = e.bwd + e.tp_b + emb_copy_b;
   s.embedding_tp_forward_ps = e.tp_f;
   s.embedding_tp_backward_ps = e.tp_b;
+  s.embedding_tp_forward = e.tp_f_totals;
+  s.embedding_tp_backward = e.tp_b_totals;
   // The embedding's backward is all weight gradient (its input is token ids).
   s.embedding_weight_grad_ps = e.bwd;
   const OpTimes o = op_times(output_cost(m, s.shape), cpm, c, lp, p, false, prof);
@@ -442,6 +447,8 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   s.output_backward_ps = o.bwd + o.tp_b + out_copy_b;
   s.output_tp_forward_ps = o.tp_f;
   s.output_tp_backward_ps = o.tp_b;
+  s.output_tp_forward = o.tp_f_totals;
+  s.output_tp_backward = o.tp_b_totals;
   s.output_weight_grad_ps = o.wgrad;
   if (p.mtp_layers > 0) {
     // Each multi-token prediction depth after the loss: its norms,
@@ -455,6 +462,12 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
     s.output_backward_ps += k * (mt.backward_ps + h.bwd + h.tp_b);
     s.output_tp_forward_ps += k * (mt.tp_comm_forward_ps + h.tp_f);
     s.output_tp_backward_ps += k * (mt.tp_comm_backward_ps + h.tp_b);
+    for (int64_t d = 0; d < k; ++d) {
+      s.output_tp_forward.add(mt.tp_forward);
+      s.output_tp_forward.add(h.tp_f_totals);
+      s.output_tp_backward.add(mt.tp_backward);
+      s.output_tp_backward.add(h.tp_b_totals);
+    }
     s.output_weight_grad_ps += k * (mt.weight_grad_ps + h.wgrad);
     s.output_ep_forward_ps = k * mt.ep_comm_forward_ps;
     s.output_ep_backward_ps = k * mt.ep_comm_backward_ps;

@@ -110,6 +110,9 @@ struct StepCosts {
   int64_t embedding_tp_forward_ps = 0, embedding_tp_backward_ps = 0;
   int64_t output_forward_ps = 0, output_backward_ps = 0;
   int64_t output_tp_forward_ps = 0, output_tp_backward_ps = 0;
+  // Their TP collectives as link work (LayerTimes::tp_forward, ...); the
+  // output block's with its multi-token prediction depths.
+  CommTotals embedding_tp_forward, embedding_tp_backward, output_tp_forward, output_tp_backward;
   // The expert all-to-alls of the multi-token prediction layers (MoE
   // layers): part of output_forward_ps / output_backward_ps, reported as
   // ep_comm and hidden as the decoder's are where the framework overlaps them.

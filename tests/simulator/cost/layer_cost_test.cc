@@ -4,6 +4,7 @@
 #include "simulator/cost/layer_cost.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include <catch2/catch.hpp>
 
@@ -279,6 +280,54 @@ TEST_CASE("LayerCost: TP splits matrices and column biases, not row biases and n
     CHECK(transformer_layer_cost(m, shape(8, false, Recompute::kNone)).params ==
           Approx((12 * kH * kH + 7 * kH) / 8 + 6 * kH).epsilon(kRel));
   }
+}
+
+
+TEST_CASE("LayerCost: the embedding's and output layer's TP collectives run in the passes Megatron runs them",
+          "[sim][cost][tp]") {
+  // Megatron's f/g operators (Shoeybi et al. 2019 Fig. 3): the
+  // vocab-parallel embedding reduces its partial lookups in forward
+  // (reduce_from_tensor_model_parallel_region: backward the identity); the
+  // column-parallel output layer copies its input in forward
+  // (copy_to_tensor_model_parallel_region) and all-reduces the input
+  // gradient in backward.  Both move the [s, b, h] activation.  With
+  // sequence parallelism: reduce-scatter / all-gather for the embedding,
+  // all-gather / reduce-scatter before the output layer, in both passes.
+  const ModelSpec m = gpt22b();
+  const double sbh_bytes = 2048.0 * 4 * 6144 * 2;  // b = 4, bf16
+  auto comm = [](const LayerCost& c) {
+    int forward = 0, backward = 0;
+    double bytes = 0;
+    for (const OpCost& op : c.ops) {
+      if (op.tp_comm_after == TpComm::kNone) continue;
+      forward += op.tp_comm_passes != TpCommPasses::kBackwardOnly;
+      backward += op.tp_comm_passes != TpCommPasses::kForwardOnly;
+      bytes = op.tp_comm_bytes;
+    }
+    return std::make_tuple(forward, backward, bytes);
+  };
+  {
+    const auto [f, b, bytes] = comm(embedding_cost(m, shape(8, false, Recompute::kNone)));
+    CHECK(f == 1);
+    CHECK(b == 0);
+    CHECK(bytes == Approx(sbh_bytes));
+  }
+  {
+    const auto [f, b, bytes] = comm(output_cost(m, shape(8, false, Recompute::kNone)));
+    CHECK(f == 0);
+    CHECK(b == 1);
+    CHECK(bytes == Approx(sbh_bytes));
+  }
+  for (const LayerCost& c : {embedding_cost(m, shape(8, true, Recompute::kNone)),
+                             output_cost(m, shape(8, true, Recompute::kNone))}) {
+    const auto [f, b, bytes] = comm(c);
+    CHECK(f == 1);
+    CHECK(b == 1);
+    CHECK(bytes == Approx(sbh_bytes));
+  }
+  // tp = 1: none.
+  CHECK(std::get<0>(comm(output_cost(m, shape(1, false, Recompute::kNone)))) == 0);
+  CHECK(std::get<1>(comm(output_cost(m, shape(1, false, Recompute::kNone)))) == 0);
 }
 
 }  // namespace

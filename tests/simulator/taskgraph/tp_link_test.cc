@@ -50,15 +50,25 @@ TEST_CASE("TP links: the last backward's collectives are a link task with the la
   // optimizer step).  Only the passes around which other traffic runs get
   // one: here the last micro-batch's backward, layer by layer as the DP
   // reduce-scatters start; the forwards keep their TP time inside.
+  //
+  // The output layer's backward adds one more: its column-parallel input
+  // (Megatron's copy_to_tensor_model_parallel_region, the identity in
+  // forward) all-reduces the input gradient, 8 MiB, in the pass that runs
+  // the last layer's backward; the vocab-parallel embedding's all-reduce is
+  // forward only (reduce_from_tensor_model_parallel_region), so layer 0's
+  // backward carries the layer's 16 MiB alone.
   const Lowered l(tp2_dp4(), 8);
   const TaskGraph& g = l.step.graph;
-  int links = 0, to_optimizer = 0;
+  const double mib = 1024.0 * 1024;
+  int links = 0, to_optimizer = 0, with_output = 0;
   for (int32_t id = 0; id < g.size(); ++id) {
     const Task& t = g.task(id);
     if (t.label != TaskLabel::kTpCollective) continue;
     ++links;
     CHECK(t.category == Category::kTpComm);
-    CHECK_THAT(t.wire_bytes, WithinRel(2.0 * 8 * 1024 * 1024, 1e-9));
+    const bool output = t.wire_bytes > 20 * mib;
+    with_output += output;
+    CHECK_THAT(t.wire_bytes, WithinRel((output ? 24.0 : 16.0) * mib, 1e-9));
     REQUIRE(t.link_count == 1);
     int next_compute = 0;
     const uint32_t* succ = g.successors(t);
@@ -69,8 +79,10 @@ TEST_CASE("TP links: the last backward's collectives are a link task with the la
     }
     CHECK(next_compute == 1);
   }
-  // Representative mode: one simulated rank; its last backward's 24 layers.
+  // Representative mode: one simulated rank; its last backward's 24 layers,
+  // the output layer's beside the last one.
   CHECK(links == 24);
+  CHECK(with_output == 1);
   CHECK(to_optimizer == 1);
   // The forwards' compute tasks still carry their TP time (tp_comm_ps).
   for (int32_t id = 0; id < g.size(); ++id) {
