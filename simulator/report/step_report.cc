@@ -50,11 +50,12 @@ void classify_gap(const TaskGraph& g, const EngineResult& r, int32_t prev, int32
     const TaskTime& t = r.times[static_cast<size_t>(pred)];
     comm = overlap(from, to, t.start_ps, t.end_ps);
     cat = g.task(pred).category;
-    sync = g.task(pred).label == TaskLabel::kGradNormSync;
+    sync = g.task(pred).label == TaskLabel::kGradNormSync || g.task(pred).label == TaskLabel::kEmbeddingGradSync;
   }
   if (sync) {
-    // Waiting at the gradient-norm all-reduce: the all-reduce itself is
-    // communication, the wait for the other stages to finish is bubble.
+    // Waiting at the gradient-norm (or tied-embedding) all-reduce: the
+    // all-reduce itself is communication, the wait for the other stages to
+    // finish is bubble.
     b->dp_comm += comm * 1e-12;
     b->bubble += (gap - comm) * 1e-12;
   } else if (cat == Category::kPpComm) {

@@ -42,6 +42,7 @@ const char* to_string(TaskLabel l) {
     case TaskLabel::kCpExchange: return "cp-exchange";
     case TaskLabel::kListCopy: return "list-api-copy";
     case TaskLabel::kGradNormSync: return "grad-norm";
+    case TaskLabel::kEmbeddingGradSync: return "embedding-grad-allreduce";
   }
   return "?";
 }
