@@ -264,12 +264,23 @@ namespace {
 //   (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization, Sec. 2.1.4:
 //   "reducing the total number of kernels in the router part from 72 to 31"
 //   with --moe-router-fusion, off by default), the gating GEMM one of them.
+// - PyTorch eager memory-bound ops (s.eager), one call per kernel of the
+//   decompositions kEagerRmsNormBytes and kEagerRopeBytes describe: RMSNorm
+//   6 (x.float, pow, mean, x * rsqrt, type_as, * weight), rotary 3 for each
+//   of Q and K (.float, the complex multiply, type_as), repeat_kv one copy
+//   each for K and V, SwiGLU 2 (SiLU, the product).
 constexpr double kTeModuleCalls = (99.66 / 37.08 + 90.53 / 33.17) / 2;
 constexpr double kMcoreRouterKernels = 72;
 
-void assign_host_calls(LayerCost* c, const LayerShape& s) {
+void assign_host_calls(LayerCost* c, const ModelSpec& m, const LayerShape& s) {
   for (OpCost& op : c->ops) {
     op.host_calls = 1;
+    if (s.eager) {
+      if ((op.name == "ln1" || op.name == "ln2") && !m.bias) op.host_calls = 6;
+      if (op.name == "rope") op.host_calls = 6;
+      if (op.name == "repeat_kv") op.host_calls = 2;
+      if (op.name == "swiglu" || op.name == "shared_swiglu") op.host_calls = 2;
+    }
     if (!s.te_modules) continue;
     if (op.kind == OpKind::kAttention && s.attention == Attention::kFlash) op.host_calls = kTeModuleCalls;
     if (op.kind == OpKind::kGemm && op.name != "router") {
@@ -683,7 +694,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     if (c.ops[i].name.rfind("fp8_cast_", 0) == 0) c.ops[i].rerun_by = c.ops[i + 1].rerun_by;
   }
   if (s.per_op_sac) mark_per_op_sac(&c, m, s, e);
-  assign_host_calls(&c, s);
+  assign_host_calls(&c, m, s);
   add_totals(&c, e);
 
   if (s.cp > 1) {

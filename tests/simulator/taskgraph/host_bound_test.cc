@@ -118,6 +118,25 @@ TEST_CASE("HostBound: the same Qwen3-30B-A3B layout runs slower on GB200 than on
   CHECK(step_costs(model, b200, Lb.plan).moe_layer_times.host_bound_ps == 0);
 }
 
+TEST_CASE("HostBound: torchtitan's eager ops issue one call per kernel of their decomposition",
+          "[sim][taskgraph][host]") {
+  // Eager PyTorch (torchtitan without torch.compile, layer_cost.cc): RMSNorm
+  // as 6 kernels (x.float, pow, mean, x * rsqrt, type_as, * weight), rotary 3
+  // each for Q and K, repeat_kv a copy each for K and V, SwiGLU 2; every
+  // other op one call.  Llama 3 8B (GQA: repeat_kv present): 17 calls more
+  // than it has ops.  Megatron-Core's fused kernels: one call each.
+  const ModelSpec model = load_model("llama3-8b");
+  Plan p;
+  p.framework = Framework::kTorchtitan;
+  p.seq = 8192;
+  p.attention = Attention::kFlash;
+  const LayerCost eager = transformer_layer_cost(model, layer_shape(p));
+  CHECK(host_calls(eager) == Approx(static_cast<double>(eager.ops.size()) + 2 * 5 + 5 + 1 + 1));
+  p.framework = Framework::kPytorch;
+  const LayerCost also = transformer_layer_cost(model, layer_shape(p));
+  CHECK(host_calls(also) == Approx(static_cast<double>(also.ops.size()) + 17));
+}
+
 TEST_CASE("HostBound: a dense Megatron-Core layer on H100's x86 host stays GPU-bound", "[sim][taskgraph][host]") {
   // The dense rows (mcore24, NeMo) run 4-8K-token micro-batches of layers
   // whose GEMMs take milliseconds; some tens of calls at 13.48 us each do
