@@ -1175,7 +1175,9 @@ class Lowerer {
     }
     const double bytes = static_cast<double>(m_.vocab) * static_cast<double>(m_.hidden) / p_.tp * layer_grad_bytes_;
     // Global ranks run tp fastest, then cp, dp, pp: the two ends share a
-    // node only when a whole pipeline fits on one.
+    // node only when a whole pipeline fits on one.  (Not dp_placement: its
+    // ranks-per-node of an evenly strided group takes the ends of an 8-rank
+    // pipeline on one 8-GPU node, 7 apart, for two nodes.)
     const bool one_node = static_cast<int64_t>(p_.tp) * p_.cp * p_.dp * p_.pp <= c_.gpus_per_node;
     const GroupPlacement gp = group_placement(2, one_node ? 2 : 1, c_);
     const CollectiveCost cost = collective_cost(Collective::kAllReduce, static_cast<Bytes>(bytes), gp, lp_);
