@@ -72,6 +72,18 @@ ExecutionProfile megatron_core(const Plan& p) {
   e.framework = p.framework;
   e.grad_reduce = GradReduce::kOverlapped;
   e.grad_bucket_params = std::max(40e6, 1e6 * p.dp * p.cp);
+  // distributed_data_parallel.py: "Turn off bucketing if we are on a
+  // pipeline stage that is not the first (since data-parallel communication
+  // on these stages is not on the critical path)", and training.py wraps
+  // model chunks after the first with disable_bucketing (core_r0.8.0 and
+  // since).
+  e.buckets_first_chunk_only = true;
+  // With overlap_param_gather the first bucket's all-gather is dispatched
+  // before the forward and each forward pre-hook, once its bucket has
+  // arrived, dispatches the next (core_r0.8.0 distrib_optimizer.py
+  // zero_grad / _finish_param_sync_helper; param_and_grad_buffer.py
+  // finish_param_sync since), in forward order (_get_model_param_buffer_
+  // dp_views reverses the buckets, built from the model's end).
   e.overlap_param_gather = p.zero >= 1;
   // --tp-comm-overlap (megatron/training/arguments.py validate_args: only
   // with --sequence-parallel); NVIDIA's Llama 3 performance recipes set it

@@ -36,8 +36,16 @@ struct ExecutionProfile {
   GradReduce grad_reduce = GradReduce::kOverlapped;
   // Gradient bucket size in parameters (0: one bucket of everything).
   double grad_bucket_params = 0;
-  // ZeRO-1/2 distributed optimizer: the updated parameters' all-gather runs
-  // behind the next step's forward (hidden) instead of ending the step.
+  // Gradient buckets only on the first pipeline stage's first model chunk:
+  // every other chunk's gradients (and, with overlap_param_gather, its
+  // parameters) form one bucket, reduced once the chunk's last backward is
+  // done.
+  bool buckets_first_chunk_only = false;
+  // ZeRO-1/2 distributed optimizer: the updated parameters are all-gathered
+  // bucket by bucket (grad_bucket_params, buckets_first_chunk_only) in
+  // forward order, back to back from the step's start, and a chunk's first
+  // forward runs each layer once its bucket has arrived; the gather is
+  // exposed where it outruns that forward.  Otherwise it ends the step.
   bool overlap_param_gather = false;
   // ZeRO-3: with full recompute the recompute forward gathers each layer's
   // parameters again (a third gather per layer and micro-batch) instead of

@@ -113,6 +113,11 @@ struct Entry {
   double gather_params = 0; // ZeRO-3: parameters to gather before it
   double gather_layer_params = 0;  // of them, the layer's own (the rest: embedding / output layer)
   double gather_expert_params = 0;  // of them, routed experts (gathered over the expert data-parallel group)
+  // ZeRO-1/2 with ExecutionProfile::overlap_param_gather, on the chunk's
+  // first forward: the parameters this task needs all-gathered first, and
+  // of them the routed experts (over the expert data-parallel group).
+  double sync_params = 0;
+  double sync_expert_params = 0;
   // Paired passes: the share of its expert-parallel all-to-all time hidden
   // under the paired pass's compute (ExecutionProfile::paired_ep_overlap).
   double ep_hidden_share = 0;
@@ -382,6 +387,7 @@ class Lowerer {
       for (size_t k = 0; k < ops.size(); ++k) {
         if (finalizes(ops[k].kind)) last_b[static_cast<size_t>(ops[k].chunk)] = static_cast<int>(k);
       }
+      std::vector<bool> forwarded(static_cast<size_t>(v), false);
       for (size_t k = 0; k < ops.size(); ++k) {
         const PipeOp& op = ops[k];
         const Chunk& ch = chunks_[static_cast<size_t>(s)][static_cast<size_t>(op.chunk)];
@@ -391,7 +397,13 @@ class Lowerer {
         // The passes after which the framework reduces gradients: the
         // chunk's last, or every one (ExecutionProfile::reduce_every_microbatch).
         const bool reduces = finalizes(op.kind) && (last || prof_.reduce_every_microbatch);
-        const bool per_layer = p_.zero == 3 || (reduces && p_.dp * p_.cp > 1 && p_.dp_mode == DpMode::kSync);
+        // The chunk's first forward waits layer by layer for the overlapped
+        // parameter all-gather (ExecutionProfile::overlap_param_gather).
+        const bool syncs = op.kind == PipeOp::Kind::kForward && !forwarded[static_cast<size_t>(op.chunk)] &&
+                           overlapped_param_sync();
+        if (op.kind == PipeOp::Kind::kForward) forwarded[static_cast<size_t>(op.chunk)] = true;
+        const bool per_layer =
+            p_.zero == 3 || syncs || (reduces && p_.dp * p_.cp > 1 && p_.dp_mode == DpMode::kSync);
         if (!per_layer) {
           Entry e;
           e.kind = op.kind;
@@ -430,6 +442,11 @@ class Lowerer {
             e.grad_params = params - (ch.output && layer == ch.layers - 1 && ch.embedding ? tied_output_params() : 0.0);
             e.grad_expert_params = sc_.cost_of(ch.global_first + layer).expert_params + out_experts;
           }
+          if (syncs) {
+            // A tied output matrix is the embedding's, gathered once.
+            e.sync_params = params - (ch.output && layer == ch.layers - 1 && ch.embedding ? tied_output_params() : 0.0);
+            e.sync_expert_params = sc_.cost_of(ch.global_first + layer).expert_params + out_experts;
+          }
           if (p_.zero == 3) {
             e.gather_params = params;
             e.gather_layer_params = sc_.cost_of(ch.global_first + layer).params;
@@ -442,6 +459,13 @@ class Lowerer {
     if (segment_zero3()) {
       for (auto& entries : entries_) entries = zero3_segments(entries);
     }
+  }
+
+  // ZeRO-1/2 whose framework all-gathers the updated parameters behind the
+  // next step's forward (ExecutionProfile::overlap_param_gather).
+  bool overlapped_param_sync() const {
+    return (p_.zero == 1 || p_.zero == 2) && prof_.overlap_param_gather && p_.dp_mode == DpMode::kSync &&
+           (p_.dp * p_.cp > 1 || (m_.has_moe && L_.expert_dp > 1));
   }
 
   // DeepSpeed's ZeRO-3 coordinator replayed module by module
@@ -1441,6 +1465,68 @@ class Lowerer {
     }
   }
 
+  // A stage's gradient bucket cap in bytes for model chunk `chunk`: one
+  // bucket for the whole chunk off the first stage's first chunk where the
+  // framework buckets only there (ExecutionProfile::buckets_first_chunk_only).
+  double bucket_cap(int stage, int chunk, double bucket_bytes) const {
+    return prof_.buckets_first_chunk_only && (stage > 0 || chunk > 0) ? 1e30 : bucket_bytes;
+  }
+
+  // The overlapped parameter all-gather of a stage's group (ExecutionProfile::
+  // overlap_param_gather): the parameters of each chunk's first forward in
+  // the gradient buckets' boundaries (built from the chunk's end, closed
+  // once they reach the cap; a layer is not split), issued in forward order
+  // back to back from the step's start on the group's own stream, each
+  // bucket before the first layer that uses it.  The step this simulates
+  // starts right after the previous step's optimizer.
+  void build_param_sync(const std::vector<Entry>& entries, const std::vector<int32_t>& members, int shard,
+                        int stride, bool experts, double bytes_per_param, int stage) {
+    TaskGraph& g = out_.graph;
+    struct Bucket {
+      size_t first_entry = 0;
+      double params = 0;
+    };
+    std::vector<Bucket> buckets;  // in forward order
+    const double cap = prof_.grad_bucket_params > 0 ? prof_.grad_bucket_params : 1e30;
+    size_t k = 0;
+    while (k < entries.size()) {
+      const auto params_of = [&](const Entry& e) {
+        return experts ? e.sync_expert_params : e.sync_params - e.sync_expert_params;
+      };
+      if (entries[k].sync_params <= 0) {
+        ++k;
+        continue;
+      }
+      // One chunk's first forward: entries [k, end).
+      size_t end = k;
+      while (end < entries.size() && entries[end].sync_params > 0 && entries[end].chunk == entries[k].chunk &&
+             entries[end].kind == PipeOp::Kind::kForward) {
+        ++end;
+      }
+      const double chunk_cap = bucket_cap(stage, entries[k].chunk, cap);
+      std::vector<Bucket> chunk;  // from the chunk's end
+      double open = 0;
+      for (size_t j = end; j-- > k;) {
+        open += params_of(entries[j]);
+        if (open >= chunk_cap || j == k) {
+          if (open > 0) chunk.push_back(Bucket{j, open});
+          open = 0;
+        }
+      }
+      buckets.insert(buckets.end(), chunk.rbegin(), chunk.rend());
+      k = end;
+    }
+    if (buckets.empty()) return;
+    const int32_t channel = g.add_channel();
+    for (const Bucket& b : buckets) {
+      const int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kDpAllGather,
+                                        b.params * bytes_per_param, shard, members, stride);
+      g.task(ag).microbatch = entries[b.first_entry].mb;
+      g.task(ag).layer = static_cast<int16_t>(entries[b.first_entry].layer);
+      for (int32_t mr : members) g.add_dep(ag, g.program[static_cast<size_t>(mr)][b.first_entry]);
+    }
+  }
+
   // The gradient reductions (and ZeRO gathers) of the dense parameters over
   // the DP group, or with `experts` of the routed experts over the expert
   // data-parallel group.
@@ -1670,7 +1756,7 @@ class Lowerer {
             const int pieces = std::max(1, static_cast<int>(std::ceil(grad_params / tensor)));
             for (int piece = 0; piece < pieces; ++piece) {
               bucket += grad_params / pieces;
-              if (bucket * gbytes >= bucket_bytes) {
+              if (bucket * gbytes >= bucket_cap(rc.pp, e.chunk, bucket_bytes)) {
                 reduce(k, bucket);
                 bucket = 0;
               }
@@ -1690,7 +1776,10 @@ class Lowerer {
           optimizer_inputs_[static_cast<size_t>(mr)].push_back(red);
         }
       }
-      if ((p_.zero == 1 || p_.zero == 2) && !prof.overlap_param_gather) {
+      if (overlapped_param_sync()) {
+        build_param_sync(entries, members, shard, stride, experts,
+                         p_.fp8_param_gather ? gather_wbytes : wbytes, rc.pp);
+      } else if (p_.zero == 1 || p_.zero == 2) {
         // Distributed optimizer: the updated shards are all-gathered (with
         // overlap_param_gather they run behind the next step's forward).
         const double all = stage_params_[static_cast<size_t>(rc.pp)];

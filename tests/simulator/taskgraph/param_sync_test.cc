@@ -1,0 +1,190 @@
+// Megatron-Core's overlapped parameter all-gather and its gradient buckets
+// (lowering.cc build_param_sync, bucket_cap; ExecutionProfile::
+// overlap_param_gather, buckets_first_chunk_only).  With the distributed
+// optimizer and --overlap-param-gather, the updated parameters are gathered
+// bucket by bucket in forward order, each bucket dispatched once the one
+// before it has arrived (core_r0.8.0 distrib_optimizer.py zero_grad /
+// _finish_param_sync_helper; param_and_grad_buffer.py finish_param_sync
+// since), and the first forward of each model chunk waits for the bucket of
+// each layer; buckets hold max(40M, 1M x dp) parameters, built from the
+// model's end, on the first pipeline stage's first chunk only
+// (distributed_data_parallel.py: one bucket on pp ranks > 0 and, through
+// training.py's disable_bucketing, on model chunks after the first).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <vector>
+
+#include "simulator/engine/engine.h"
+#include "simulator/spec/cluster.h"
+#include "simulator/spec/model.h"
+#include "simulator/taskgraph/lowering.h"
+
+namespace trainplan {
+namespace {
+
+using Catch::Matchers::WithinRel;
+
+struct Run {
+  ModelSpec model = load_model("llama3-8b");
+  ClusterSpec cluster = load_cluster("dgx-h100");
+  LoweredStep step;
+  EngineResult result;
+
+  Run(const Plan& p, int gpus) {
+    const Layout layout = resolve_plan(model, cluster, gpus, p);
+    REQUIRE(layout.feasible);
+    step = lower_step(model, cluster, layout, LoweringOptions{});
+    EngineOptions o;
+    o.static_bytes = step.static_bytes;
+    result = run_engine(step.graph, step.network, o);
+  }
+  std::vector<int32_t> tasks(TaskLabel label, int stage) const {
+    std::vector<int32_t> out;
+    for (int32_t id = 0; id < step.graph.size(); ++id) {
+      const Task& t = step.graph.task(id);
+      if (t.label != label) continue;
+      const int32_t rank = step.graph.members(t)[0];
+      if (step.ranks[static_cast<size_t>(rank)].pp == stage) out.push_back(id);
+    }
+    return out;
+  }
+  const TaskTime& time(int32_t id) const { return result.times[static_cast<size_t>(id)]; }
+};
+
+Plan megatron_core(int pp, int dp, int64_t gbs) {
+  Plan p;
+  p.pp = pp;
+  p.dp = dp;
+  p.zero = 1;
+  p.gbs = gbs;
+  p.framework = Framework::kMegatronCore;
+  return p;
+}
+
+// Llama 3 8B's parameters layer by layer (Dubey et al. 2024 Table 3; the
+// model file's figures): attention 4096 x (4096 + 2 x 8 x 128) + 4096 x 4096,
+// SwiGLU MLP 3 x 4096 x 14336, two RMSNorms; the embedding and the untied
+// output matrix 128256 x 4096 each (the output with the final norm).
+constexpr double kLayer = 4096.0 * (4096 + 2 * 8 * 128) + 4096.0 * 4096 + 3 * 4096.0 * 14336 + 2 * 4096;
+constexpr double kVocab = 128256.0 * 4096;
+
+TEST_CASE("ParamSync: the distributed optimizer's all-gather in Megatron-Core's buckets, in forward order",
+          "[sim][paramsync]") {
+  // 256 GPUs of data parallelism, one micro-batch each: buckets of
+  // max(40M, 1M x 256) = 256M parameters.  Megatron fills them from the
+  // model's end and closes one once it reaches the cap; a layer (218M) is
+  // not split here.  The same walk, done by hand:
+  std::vector<double> params(32, kLayer);
+  params.front() += kVocab;
+  params.back() += kVocab + 4096;
+  const double cap = 256e6;
+  std::vector<int> first_layers;  // of each bucket, from the model's end
+  std::vector<double> sizes;
+  double open = 0;
+  for (int l = 31; l >= 0; --l) {
+    open += params[static_cast<size_t>(l)];
+    if (open >= cap || l == 0) {
+      first_layers.push_back(l);
+      sizes.push_back(open);
+      open = 0;
+    }
+  }
+  std::reverse(first_layers.begin(), first_layers.end());
+  std::reverse(sizes.begin(), sizes.end());
+  REQUIRE(first_layers.size() == 17);  // {0 + embedding}, {1, 2} ... {29, 30}, {31 + output}
+
+  const Run run(megatron_core(1, 256, 256), 256);
+  const TaskGraph& g = run.step.graph;
+  const std::vector<int32_t> gathers = run.tasks(TaskLabel::kDpAllGather, 0);
+  REQUIRE(gathers.size() == first_layers.size());
+  double gathered = 0;
+  for (size_t b = 0; b < gathers.size(); ++b) {
+    const Task& t = g.task(gathers[b]);
+    // A ring all-gather brings (n - 1)/n of the bf16 bucket to each rank.
+    CHECK_THAT(t.wire_bytes, WithinRel(sizes[b] * 2 * 255 / 256, 1e-3));
+    gathered += t.wire_bytes;
+    // It gates the step's first forward at the bucket's first layer.
+    const uint32_t* succ = g.successors(t);
+    REQUIRE(t.succ_count >= 1);
+    const Task& fwd = g.task(static_cast<int32_t>(succ[0]));
+    CHECK(fwd.label == TaskLabel::kForward);
+    CHECK(fwd.microbatch == 0);
+    CHECK(fwd.layer == first_layers[b]);
+    // Back to back from the step's start: each is dispatched once the one
+    // before it has arrived, none waits for the forward.
+    const int64_t ready = b == 0 ? 0 : run.time(gathers[b - 1]).end_ps;
+    CHECK(run.time(gathers[b]).start_ps == ready);
+    CHECK(run.time(static_cast<int32_t>(succ[0])).start_ps >= run.time(gathers[b]).end_ps);
+  }
+  // Once per step: the whole bf16 model (8.03B parameters).
+  CHECK_THAT(gathered, WithinRel((32 * kLayer + 2 * kVocab + 4096) * 2 * 255 / 256, 1e-3));
+}
+
+TEST_CASE("ParamSync: the first forward ends no earlier than the last bucket's arrival plus the layers after it",
+          "[sim][paramsync]") {
+  // The closed form of a one-bucket prefetch chain: layer l of the first
+  // micro-batch starts at max(end of layer l-1, arrival of its bucket), so
+  // the forward ends at max over buckets b of (arrival of b + the forward
+  // time of the layers from b's first to the last), and the exposure is what
+  // that adds to the forward alone.  Short sequences (1,024 tokens) over 32
+  // nodes: the 16 GB of bf16 parameters take longer than the forward.
+  Plan p = megatron_core(1, 256, 512);
+  p.seq = 1024;
+  const Run run(p, 256);
+  const TaskGraph& g = run.step.graph;
+  const std::vector<int32_t> gathers = run.tasks(TaskLabel::kDpAllGather, 0);
+  REQUIRE(!gathers.empty());
+  std::vector<int32_t> forward(32, -1);  // the first micro-batch's layer tasks
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    if (t.label == TaskLabel::kForward && t.microbatch == 0 && t.layer >= 0) forward[static_cast<size_t>(t.layer)] = id;
+  }
+  REQUIRE(std::find(forward.begin(), forward.end(), -1) == forward.end());
+  int64_t expected = 0;
+  for (int32_t ag : gathers) {
+    const int first = g.task(static_cast<int32_t>(g.successors(g.task(ag))[0])).layer;
+    int64_t rest = 0;
+    for (int l = first; l < 32; ++l) {
+      const TaskTime& t = run.time(forward[static_cast<size_t>(l)]);
+      rest += t.end_ps - t.start_ps;
+    }
+    expected = std::max(expected, run.time(ag).end_ps + rest);
+  }
+  CHECK(run.time(forward.back()).end_ps == expected);
+  // Here the gathers outrun the forward: it waits beyond the first bucket.
+  int64_t busy = 0;
+  for (int32_t id : forward) busy += run.time(id).end_ps - run.time(id).start_ps;
+  const int64_t exposed = run.time(forward.back()).end_ps - busy;
+  CHECK(exposed > run.time(gathers.front()).end_ps);
+}
+
+TEST_CASE("ParamSync: one bucket per model chunk after the first pipeline stage's first chunk", "[sim][paramsync]") {
+  // Two stages of 16 layers, dp 16 (buckets of 40M parameters: one per
+  // layer on stage 0); stage 1 gathers and reduces its whole chunk at once.
+  const Run run(megatron_core(2, 16, 64), 32);
+  const std::vector<int32_t> gathers0 = run.tasks(TaskLabel::kDpAllGather, 0);
+  const std::vector<int32_t> gathers1 = run.tasks(TaskLabel::kDpAllGather, 1);
+  CHECK(gathers0.size() == 16);
+  REQUIRE(gathers1.size() == 1);
+  // Stage 1: 16 layers, the final norm and the output matrix, in bf16.
+  CHECK_THAT(run.step.graph.task(gathers1[0]).wire_bytes,
+             WithinRel((16 * kLayer + kVocab + 4096) * 2 * 15 / 16, 1e-3));
+  // Its gradients leave in one reduce-scatter once its last backward is done;
+  // stage 0 reduces in layer-sized buckets during its last backward.
+  const std::vector<int32_t> reduce1 = run.tasks(TaskLabel::kDpReduceScatter, 1);
+  REQUIRE(reduce1.size() == 1);
+  int64_t last_backward = 0;
+  for (int32_t id = 0; id < run.step.graph.size(); ++id) {
+    const Task& t = run.step.graph.task(id);
+    if (t.type == TaskType::kCompute && t.label == TaskLabel::kBackward &&
+        run.step.ranks[static_cast<size_t>(t.rank)].pp == 1) {
+      last_backward = std::max(last_backward, run.time(id).end_ps);
+    }
+  }
+  CHECK(run.time(reduce1[0]).start_ps >= last_backward);
+  CHECK(run.tasks(TaskLabel::kDpReduceScatter, 0).size() > 1);
+}
+
+}  // namespace
+}  // namespace trainplan
