@@ -78,12 +78,14 @@ ExecutionProfile megatron_core(const Plan& p) {
   // model chunks after the first with disable_bucketing (core_r0.8.0 and
   // since).
   e.buckets_first_chunk_only = true;
-  // With overlap_param_gather the first bucket's all-gather is dispatched
-  // before the forward and each forward pre-hook, once its bucket has
-  // arrived, dispatches the next (core_r0.8.0 distrib_optimizer.py
-  // zero_grad / _finish_param_sync_helper; param_and_grad_buffer.py
+  // With overlap_param_gather each forward pre-hook, once its bucket has
+  // arrived, dispatches the next bucket's all-gather (core_r0.8.0
+  // distrib_optimizer.py _finish_param_sync_helper; param_and_grad_buffer.py
   // finish_param_sync since), in forward order (_get_model_param_buffer_
-  // dp_views reverses the buckets, built from the model's end).
+  // dp_views reverses the buckets, built from the model's end).  The first
+  // is dispatched from the first forward's pre-hook (since core_r0.9.0;
+  // r0.8.0 did it in zero_grad), or at the schedule's start for the
+  // interleaved schedule (align_param_gather, param_sync_func).
   e.overlap_param_gather = p.zero >= 1;
   // --tp-comm-overlap (megatron/training/arguments.py validate_args: only
   // with --sequence-parallel); NVIDIA's Llama 3 performance recipes set it

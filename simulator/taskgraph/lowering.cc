@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <cmath>
 
 #include "simulator/compute/compute_model.h"
@@ -1089,7 +1090,9 @@ class Lowerer {
         g.task(id).chunk = static_cast<int16_t>(op.chunk);
         g.add_dep(produced, id);
         if (produced != producer) g.add_dep(producer, id);  // a CP exchange may end before its pass
-        g.add_dep(id, task_of(dst, op.microbatch, to_chunk, op.kind, false));
+        const int32_t receiver = task_of(dst, op.microbatch, to_chunk, op.kind, false);
+        g.add_dep(id, receiver);
+        if (fwd) forward_recv_[receiver] = id;
         // Megatron's non-interleaved schedules send and receive with blocking
         // batched isend/irecv + wait (send_forward_recv_backward): the sender's
         // next compute waits for the transfer.  The interleaved schedule
@@ -1476,9 +1479,11 @@ class Lowerer {
   // overlap_param_gather): the parameters of each chunk's first forward in
   // the gradient buckets' boundaries (built from the chunk's end, closed
   // once they reach the cap; a layer is not split), issued in forward order
-  // back to back from the step's start on the group's own stream, each
-  // bucket before the first layer that uses it.  The step this simulates
-  // starts right after the previous step's optimizer.
+  // back to back on the group's own stream, each bucket before the first
+  // layer that uses it, the first from the step's start (on a later stage of
+  // a non-interleaved pipeline: once the first forward's input has
+  // arrived).  The step this simulates starts right after the previous
+  // step's optimizer.
   void build_param_sync(const std::vector<Entry>& entries, const std::vector<int32_t>& members, int shard,
                         int stride, bool experts, double bytes_per_param, int stage) {
     TaskGraph& g = out_.graph;
@@ -1518,12 +1523,25 @@ class Lowerer {
     }
     if (buckets.empty()) return;
     const int32_t channel = g.add_channel();
-    for (const Bucket& b : buckets) {
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      const Bucket& b = buckets[i];
       const int32_t ag = add_group_comm(channel, Collective::kAllGather, TaskLabel::kDpAllGather,
                                         b.params * bytes_per_param, shard, members, stride);
       g.task(ag).microbatch = entries[b.first_entry].mb;
       g.task(ag).layer = static_cast<int16_t>(entries[b.first_entry].layer);
-      for (int32_t mr : members) g.add_dep(ag, g.program[static_cast<size_t>(mr)][b.first_entry]);
+      for (int32_t mr : members) {
+        const int32_t first = g.program[static_cast<size_t>(mr)][b.first_entry];
+        g.add_dep(ag, first);
+        // Without align_param_gather (Megatron-Core sets it only for the
+        // interleaved schedule) the first bucket is dispatched from the first
+        // forward's pre-hook (param_and_grad_buffer.py finish_param_sync,
+        // since core_r0.9.0), and a later stage's host reaches that hook
+        // only once its input has arrived: the blocking batched receive
+        // (p2p_communication.py, batch_p2p_sync) synchronizes the device.
+        if (i == 0 && stage > 0 && v_ == 1 && !split_) {
+          if (const auto recv = forward_recv_.find(first); recv != forward_recv_.end()) g.add_dep(recv->second, ag);
+        }
+      }
     }
   }
 
@@ -1807,6 +1825,7 @@ class Lowerer {
   LayerCost layer_, emb_, outc_;
   StepCosts sc_;
   std::vector<int32_t> tp_after_;    // compute task id -> its TP link task (or -1)
+  std::unordered_map<int32_t, int32_t> forward_recv_;  // a forward task -> the transfer of its input
   std::vector<int64_t> grad_accum_ps_;            // per stage (plan_grad_accumulation)
   std::vector<std::vector<bool>> ends_microbatch_;  // per stage, per entry
   std::vector<int32_t> tp_channel_;  // per simulated rank

@@ -9,7 +9,9 @@
 // each layer; buckets hold max(40M, 1M x dp) parameters, built from the
 // model's end, on the first pipeline stage's first chunk only
 // (distributed_data_parallel.py: one bucket on pp ranks > 0 and, through
-// training.py's disable_bucketing, on model chunks after the first).
+// training.py's disable_bucketing, on model chunks after the first); the
+// first bucket leaves from the first forward's pre-hook (since core_r0.9.0),
+// on a later stage of a non-interleaved pipeline once its input has arrived.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -159,7 +161,8 @@ TEST_CASE("ParamSync: the first forward ends no earlier than the last bucket's a
   CHECK(exposed > run.time(gathers.front()).end_ps);
 }
 
-TEST_CASE("ParamSync: one bucket per model chunk after the first pipeline stage's first chunk", "[sim][paramsync]") {
+TEST_CASE("ParamSync: one bucket per model chunk after the first pipeline stage's first chunk, dispatched on arrival",
+          "[sim][paramsync]") {
   // Two stages of 16 layers, dp 16 (buckets of 40M parameters: one per
   // layer on stage 0); stage 1 gathers and reduces its whole chunk at once.
   const Run run(megatron_core(2, 16, 64), 32);
@@ -184,6 +187,17 @@ TEST_CASE("ParamSync: one bucket per model chunk after the first pipeline stage'
   }
   CHECK(run.time(reduce1[0]).start_ps >= last_backward);
   CHECK(run.tasks(TaskLabel::kDpReduceScatter, 0).size() > 1);
+  // Non-interleaved, stage 1 dispatches its gather from the first forward's
+  // pre-hook, which its host reaches once the blocking receive of that
+  // forward's input is done (batch_p2p_sync); stage 0's starts the step.
+  int64_t received = -1;
+  for (int32_t id = 0; id < run.step.graph.size(); ++id) {
+    const Task& t = run.step.graph.task(id);
+    if (t.label == TaskLabel::kSendForward && t.microbatch == 0) received = run.time(id).end_ps;
+  }
+  REQUIRE(received > 0);
+  CHECK(run.time(gathers1[0]).start_ps == received);
+  CHECK(run.time(gathers0[0]).start_ps == 0);
 }
 
 }  // namespace
