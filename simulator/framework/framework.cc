@@ -143,6 +143,12 @@ ExecutionProfile deepspeed(const Plan& p) {
     // backward does the same through BF16_Optimizer.backward.
     e.grad_accumulation_bytes_per_param = 18;
     e.grad_accumulation_kernels_per_tensor = 2;
+    // pipe/engine.py _exec_reduce_grads -> _bf16_reduce_grads (v0.6.5 to
+    // v0.9.x): buffered_allreduce_fallback over the optimizer's fp32
+    // gradients (get_grads_for_reduction), all of them, in buckets of
+    // MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements; each rank then steps its
+    // own partition and all-gathers the bf16 parameters (update_lp_params).
+    e.grads_all_reduced = p.pp > 1;
   }
   if (p.zero == 3) {
     e.grad_reduce = GradReduce::kOverlapped;

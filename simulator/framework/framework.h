@@ -110,6 +110,10 @@ struct ExecutionProfile {
   // gradient accumulation buffer for the whole step (DeepSpeed's
   // BF16_Optimizer: 2; 0 where the gradient has one buffer).
   double lp_grad_bytes = 0;
+  // ZeRO-1 whose gradients are all-reduced whole, each rank then updating
+  // its own shard (DeepSpeed's BF16_Optimizer under the pipeline engine),
+  // instead of reduce-scattered.
+  bool grads_all_reduced = false;
   // A pipeline stage keeps each in-flight micro-batch's output tensor until
   // that micro-batch's backward (DeepSpeed's pipe_buffers['outputs'],
   // torch.distributed.pipelining's fwd_cache); Megatron frees its data once

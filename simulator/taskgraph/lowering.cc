@@ -1633,7 +1633,8 @@ class Lowerer {
       // hook): on the host's FIFO after it, beside the backward on the device.
       auto reduce = [&](size_t k, double params, bool deferred = false) {
         const double bytes = params * gbytes;
-        Collective kind = p_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
+        const bool all_reduce = p_.zero == 0 || prof_.grads_all_reduced;
+        Collective kind = all_reduce ? Collective::kAllReduce : Collective::kReduceScatter;
         // ZeRO-3 through the list API: ProcessGroupNCCL copies the member
         // views into its flat input (read and written) on the collective's
         // stream first (ExecutionProfile::list_api_copies).
@@ -1642,7 +1643,7 @@ class Lowerer {
           copy_in = g.add_comm(channel, memory_time(cpm_, 2 * bytes).ps(), 0, 0, Category::kDpComm,
                                TaskLabel::kListCopy, members, {});
         }
-        int32_t id = add_group_comm(channel, kind, p_.zero == 0 ? TaskLabel::kDpAllReduce : TaskLabel::kDpReduceScatter,
+        int32_t id = add_group_comm(channel, kind, all_reduce ? TaskLabel::kDpAllReduce : TaskLabel::kDpReduceScatter,
                                     bytes, shard, members, stride);
         if (blocking) blocking_comm_.push_back(id);
         const size_t after = after_backward ? last_backward : k;

@@ -389,6 +389,44 @@ TEST_CASE("Framework: DeepSpeed's pipeline engine takes ZeRO-0 and ZeRO-1 only",
   }
 }
 
+TEST_CASE("Framework: DeepSpeed's BF16_Optimizer under the pipeline engine all-reduces the fp32 gradients",
+          "[sim][framework]") {
+  // deepspeed/runtime/pipe/engine.py (v0.6.5 to v0.9.x) _exec_reduce_grads
+  // -> _bf16_reduce_grads: buffered_allreduce_fallback over the optimizer's
+  // fp32 gradients, all of them, in buckets of 5e8 elements; each rank then
+  // updates its own partition.  So a stage's DP traffic is a ring
+  // all-reduce, 2(n-1)/n x 4 B per parameter (nccl-tests busbw factor), not
+  // the reduce-scatter's (n-1)/n; fp16 under the same engine (ZeRO-1's
+  // DeepSpeedZeroOptimizer) reduce-scatters.
+  Case c;
+  c.plan.pp = 2;
+  c.plan.gbs = 64;
+  c.plan.zero = 1;
+  c.plan.precision = Precision::kBf16;
+  const Layout L = c.layout(Framework::kDeepSpeed);
+  const double params = estimate_memory(c.model, c.cluster, L).stages[0].params;
+  auto traffic = [&](Precision precision) {
+    Case d = c;
+    d.plan.precision = precision;
+    const LoweredStep s = lower_step(d.model, d.cluster, d.layout(Framework::kDeepSpeed), LoweringOptions{});
+    std::map<TaskLabel, double> wire;
+    for (int32_t id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      if (t.category == Category::kDpComm && s.ranks[static_cast<size_t>(s.graph.members(t)[0])].pp == 0) {
+        wire[t.label] += t.wire_bytes;
+      }
+    }
+    return wire;
+  };
+  const std::map<TaskLabel, double> bf16 = traffic(Precision::kBf16);
+  CHECK(bf16.count(TaskLabel::kDpReduceScatter) == 0);
+  REQUIRE(bf16.count(TaskLabel::kDpAllReduce) == 1);
+  CHECK_THAT(bf16.at(TaskLabel::kDpAllReduce), WithinRel(2.0 * 15 / 16 * 4 * params, 1e-3));
+  const std::map<TaskLabel, double> fp16 = traffic(Precision::kFp16);
+  CHECK(fp16.count(TaskLabel::kDpAllReduce) == 0);
+  CHECK(fp16.count(TaskLabel::kDpReduceScatter) == 1);
+}
+
 TEST_CASE("Framework: DeepSpeed ZeRO-3 stops scaling from 768 to 1536 A100 while a 3D plan scales",
           "[sim][framework]") {
   // Narayanan et al. 2021 Table 2 (GPT-3 175B, global batch 1536, DGX A100
