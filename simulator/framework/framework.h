@@ -43,9 +43,11 @@ struct ExecutionProfile {
   bool buckets_first_chunk_only = false;
   // ZeRO-1/2 distributed optimizer: the updated parameters are all-gathered
   // bucket by bucket (grad_bucket_params, buckets_first_chunk_only) in
-  // forward order, back to back from the step's start, and a chunk's first
-  // forward runs each layer once its bucket has arrived; the gather is
-  // exposed where it outruns that forward.  Otherwise it ends the step.
+  // forward order, back to back from the step's start (on a later stage of a
+  // non-interleaved pipeline, from the arrival of its first input), and a
+  // chunk's first forward runs each layer once its bucket has arrived; the
+  // gather is exposed where it outruns that forward.  Otherwise it ends the
+  // step.
   bool overlap_param_gather = false;
   // ZeRO-3: with full recompute the recompute forward gathers each layer's
   // parameters again (a third gather per layer and micro-batch) instead of

@@ -1468,11 +1468,12 @@ class Lowerer {
     }
   }
 
-  // A stage's gradient bucket cap in bytes for model chunk `chunk`: one
-  // bucket for the whole chunk off the first stage's first chunk where the
-  // framework buckets only there (ExecutionProfile::buckets_first_chunk_only).
-  double bucket_cap(int stage, int chunk, double bucket_bytes) const {
-    return prof_.buckets_first_chunk_only && (stage > 0 || chunk > 0) ? 1e30 : bucket_bytes;
+  // The bucket cap (`cap`, in its unit: bytes or parameters) of a stage's
+  // model chunk `chunk`: one bucket for the whole chunk off the first
+  // stage's first chunk where the framework buckets only there
+  // (ExecutionProfile::buckets_first_chunk_only).
+  double bucket_cap(int stage, int chunk, double cap) const {
+    return prof_.buckets_first_chunk_only && (stage > 0 || chunk > 0) ? 1e30 : cap;
   }
 
   // The overlapped parameter all-gather of a stage's group (ExecutionProfile::
