@@ -23,12 +23,13 @@ nlohmann::json breakdown_json(const MemoryBreakdown& b) {
 
 // What `other` holds (MemoryBreakdown): inside PyTorch's allocator the
 // workspaces and its fragmentation, outside it the CUDA context, NCCL's
-// buffers and DeepEP's.
+// buffers, Transformer Engine's TP-overlap userbuffers and DeepEP's.
 nlohmann::json other_parts_json(const MemoryBreakdown& b) {
   return {{"workspace", rounded(to_gib(b.workspace), 4)},
           {"fragmentation", rounded(to_gib(b.fragmentation), 4)},
           {"cuda_context", rounded(to_gib(b.runtime), 4)},
           {"nccl_buffers", rounded(to_gib(b.communication), 4)},
+          {"te_userbuffers", rounded(to_gib(b.userbuffers), 4)},
           {"deepep_buffers", rounded(to_gib(b.dispatcher), 4)}};
 }
 
@@ -112,9 +113,12 @@ int run_memory(const PlanFlags& flags, bool json) {
   const MemoryBreakdown& pb = peak.breakdown;
   std::printf("  as PyTorch's caching allocator sees stage %d: %.2f GiB allocated, %.2f GiB reserved "
               "(max_memory_allocated / max_memory_reserved); outside it the CUDA context %.2f GiB and NCCL "
-              "buffers %.2f GiB%s\n",
+              "buffers %.2f GiB%s%s\n",
               rep.peak_stage, to_gib(pb.allocated()), to_gib(pb.reserved()), to_gib(pb.runtime),
               to_gib(pb.communication),
+              pb.userbuffers > 0
+                  ? (", Transformer Engine's TP-overlap userbuffers " + fixed(to_gib(pb.userbuffers), 2) + " GiB").c_str()
+                  : "",
               pb.dispatcher > 0 ? (", DeepEP buffers " + fixed(to_gib(pb.dispatcher), 2) + " GiB").c_str() : "");
   return 0;
 }

@@ -32,6 +32,25 @@ constexpr double kBucketBytes = 2 * 25.0 * 1024 * 1024;
 // what goes through the allocator (states, activations, workspaces).
 constexpr double kFragmentation = 0.05;
 
+// Transformer Engine's userbuffers for --tp-comm-overlap (Megatron's
+// _initialize_tp_communicators: initialize_ub(shape = [seq * mbs / cp,
+// hidden], tp, use_fp8)): transformer_engine/pytorch/module/base.py
+// initialize_ub registers one communicator per GEMM of the layer under the
+// default methods (ring_exchange qkv_fprop, fc1_fprop, proj_dgrad,
+// fc2_dgrad; pipeline proj_fprop, fc2_fprop; bulk qkv_dgrad, qkv_wgrad,
+// fc1_dgrad, fc1_wgrad; external proj_wgrad, fc2_wgrad), each with a buffer
+// of the shape (comm_gemm_overlap.cpp CommOverlapBase / CommOverlapP2PBase
+// ::initialize; only a ring-exchange reduce-scatter takes 2 tp - 1 chunks,
+// and none is one by default), registered outside PyTorch's allocator.
+// The eight all-gather buffers hold FP8 (1 B) under an FP8 recipe
+// (fp8_buf), the four reduce-scatter ones the 16-bit dtype.
+double te_userbuffer_bytes(const ModelSpec& model, const Plan& p) {
+  const double elements = static_cast<double>(p.seq) * static_cast<double>(p.mbs) / p.cp *
+                          static_cast<double>(model.hidden);
+  const double gather_bytes = p.fp8_recipe != Fp8Recipe::kNone ? 1.0 : activation_bytes(p.precision);
+  return elements * (8 * gather_bytes + 4 * activation_bytes(p.precision));
+}
+
 
 }  // namespace
 
@@ -312,6 +331,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     int communicators = (p.tp > 1) + (p.pp > 1) + (p.dp > 1) + (p.cp > 1) + (p.ep > 1) + (p.etp > 1 && p.etp != p.tp);
     b.runtime = kCudaContextBytes;
     b.communication = communicators * kNcclBytesPerCommunicator;
+    if (fw.tp_comm_overlap && p.tp > 1) b.userbuffers = te_userbuffer_bytes(model, p);
     // DeepEP's NVLink and RDMA buffers (spec/deepep.h), allocated outside
     // the caching allocator by the ranks that run MoE layers.
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp && experts > 0) {
@@ -319,7 +339,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     }
     b.workspace = kCublasWorkspaceBytes + (p.zero >= 2 || p.dp_mode == DpMode::kAsync ? kBucketBytes : 0.0);
     b.fragmentation = kFragmentation * b.allocated();
-    b.other = b.workspace + b.fragmentation + b.runtime + b.communication + b.dispatcher;
+    b.other = b.workspace + b.fragmentation + b.runtime + b.communication + b.userbuffers + b.dispatcher;
     r.stages.push_back(st);
   }
   for (const StageMemory& st : r.stages) {

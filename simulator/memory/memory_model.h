@@ -38,12 +38,14 @@ struct MemoryBreakdown {
   // The parts of `other`: buffers the framework allocates through
   // PyTorch's caching allocator (cuBLAS workspace, gradient buckets); the
   // allocator's reserved-but-unallocated excess (fragmentation); the CUDA
-  // context, the NCCL communicators' buffers and a flex MoE dispatcher's
+  // context, the NCCL communicators' buffers, Transformer Engine's
+  // userbuffers for TP communication overlap and a flex MoE dispatcher's
   // (DeepEP's NVLink and RDMA buffers, spec/deepep.h), allocated outside it.
   double workspace = 0;
   double fragmentation = 0;
   double runtime = 0;
   double communication = 0;
+  double userbuffers = 0;
   double dispatcher = 0;
   double total() const { return weights + gradients + optimizer + activations + other; }
   // torch.cuda.max_memory_allocated's view, and max_memory_reserved's

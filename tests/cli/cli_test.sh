@@ -137,13 +137,15 @@ assert 0 < d["peak_gib"] < d["capacity_gib"], d
 # PyTorch'"'"'s caching allocator plus the CUDA context and NCCL buffers outside
 # it; reserved = allocated + fragmentation; the device total adds the rest.
 parts = d["other_parts_gib"]
-assert set(parts) == {"workspace", "fragmentation", "cuda_context", "nccl_buffers", "deepep_buffers"}, parts
+assert set(parts) == {"workspace", "fragmentation", "cuda_context", "nccl_buffers", "te_userbuffers",
+                      "deepep_buffers"}, parts
 assert abs(sum(parts.values()) - d["breakdown_gib"]["other"]) < 1e-3, d
 assert abs(d["peak_reserved_gib"] - d["peak_allocated_gib"] - parts["fragmentation"]) < 1e-3, d
-assert abs(d["peak_reserved_gib"] + parts["cuda_context"] + parts["nccl_buffers"] + parts["deepep_buffers"]
-           - d["peak_gib"]) < 1e-3, d
+assert abs(d["peak_reserved_gib"] + parts["cuda_context"] + parts["nccl_buffers"] + parts["te_userbuffers"]
+           + parts["deepep_buffers"] - d["peak_gib"]) < 1e-3, d
 assert parts["nccl_buffers"] > 0 and parts["cuda_context"] > 0, parts   # dp 8: one communicator
 assert parts["deepep_buffers"] == 0, parts                             # a dense model: no DeepEP
+assert parts["te_userbuffers"] == 0, parts                             # no --tp-comm-overlap
 '
 
 expect_ok "memory --json is byte-identical across runs" "${GOOD[@]}" --json --tp 2 --pp 2 --zero 1 --gbs 64

@@ -296,5 +296,42 @@ TEST_CASE("Partial full recompute (Megatron's block method) keeps every activati
   CHECK_FALSE(resolve_plan(m, c, 32, p).feasible);
 }
 
+TEST_CASE("Transformer Engine's TP-overlap userbuffers: twelve buffers of the layer input's shape") {
+  // transformer_engine/pytorch/module/base.py initialize_ub under Megatron's
+  // shape [seq * mbs / cp, hidden]: one communicator per GEMM of the layer
+  // (4 ring-exchange, 2 pipeline, 4 bulk, 2 external), each registering a
+  // buffer of that shape (comm_gemm_overlap.cpp; no default ring-exchange
+  // reduce-scatter, the only kind with 2 tp - 1 chunks); the 8 all-gather
+  // buffers in FP8 under an FP8 recipe, the 4 reduce-scatter ones in bf16.
+  // Llama 3 70B, TP 8 with sequence parallelism, seq 8192, mbs 1:
+  // 8192 x 8192 elements -> 12 x 2 B = 1.5 GiB in bf16, (8 + 8) B = 1 GiB
+  // with FP8.  Only where the overlap runs (Megatron-Core with
+  // --tp-comm-overlap); outside PyTorch's allocator.
+  const ModelSpec m = load_model("llama3-70b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  auto userbuffers = [&](bool overlap, bool fp8) {
+    Plan p;
+    p.tp = 8;
+    p.sp = true;
+    p.seq = 8192;
+    p.mbs = 1;
+    p.gbs = 64;
+    p.zero = 1;
+    p.recompute = Recompute::kFull;
+    p.framework = Framework::kMegatronCore;
+    p.tp_comm_overlap = overlap;
+    if (fp8) REQUIRE(set_precision("fp8", &p));
+    const Layout l = resolve_plan(m, c, 64, p);
+    REQUIRE(l.feasible);
+    const MemoryBreakdown& b = estimate_memory(m, c, l).stages[0].breakdown;
+    CHECK(b.allocated() < b.total() - b.userbuffers);  // counted outside the allocator's view
+    return b.userbuffers;
+  };
+  const double elements = 8192.0 * 8192.0;
+  CHECK_THAT(userbuffers(true, false), WithinRel(12 * 2 * elements, 1e-12));
+  CHECK_THAT(userbuffers(true, true), WithinRel((8 * 1 + 4 * 2) * elements, 1e-12));
+  CHECK(userbuffers(false, false) == 0);
+}
+
 }  // namespace
 }  // namespace trainplan
