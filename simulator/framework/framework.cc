@@ -84,8 +84,9 @@ ExecutionProfile megatron_core(const Plan& p) {
   // finish_param_sync since), in forward order (_get_model_param_buffer_
   // dp_views reverses the buckets, built from the model's end).  The first
   // is dispatched from the first forward's pre-hook (since core_r0.9.0;
-  // r0.8.0 did it in zero_grad), or at the schedule's start for the
-  // interleaved schedule (align_param_gather, param_sync_func).
+  // r0.8.0 did it in zero_grad), or, with the interleaved schedule
+  // (align_param_gather, param_sync_func), chunks 0 and 1 at its start and
+  // chunk c from the forward step of virtual micro-batch (c - 1) pp - r.
   e.overlap_param_gather = p.zero >= 1;
   // --tp-comm-overlap (megatron/training/arguments.py validate_args: only
   // with --sequence-parallel); NVIDIA's Llama 3 performance recipes set it

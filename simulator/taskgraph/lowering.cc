@@ -1483,14 +1483,16 @@ class Lowerer {
   // back to back on the group's own stream, each bucket before the first
   // layer that uses it, the first from the step's start (on a later stage of
   // a non-interleaved pipeline: once the first forward's input has
-  // arrived).  The step this simulates starts right after the previous
-  // step's optimizer.
+  // arrived; interleaved, chunk c >= 2 from virtual micro-batch
+  // (c - 1) pp - r).  The step this simulates starts right after the
+  // previous step's optimizer.
   void build_param_sync(const std::vector<Entry>& entries, const std::vector<int32_t>& members, int shard,
                         int stride, bool experts, double bytes_per_param, int stage) {
     TaskGraph& g = out_.graph;
     struct Bucket {
       size_t first_entry = 0;
       double params = 0;
+      bool chunk_first = false;  // the chunk's first bucket in forward order
     };
     std::vector<Bucket> buckets;  // in forward order
     const double cap = prof_.grad_bucket_params > 0 ? prof_.grad_bucket_params : 1e30;
@@ -1519,6 +1521,7 @@ class Lowerer {
           open = 0;
         }
       }
+      if (!chunk.empty()) chunk.back().chunk_first = true;
       buckets.insert(buckets.end(), chunk.rbegin(), chunk.rend());
       k = end;
     }
@@ -1541,6 +1544,29 @@ class Lowerer {
         // (p2p_communication.py, batch_p2p_sync) synchronizes the device.
         if (i == 0 && stage > 0 && v_ == 1 && !split_) {
           if (const auto recv = forward_recv_.find(first); recv != forward_recv_.end()) g.add_dep(recv->second, ag);
+        }
+        // The interleaved schedule dispatches chunks 0 and 1 at its start and
+        // chunk c >= 2 from the forward step of virtual micro-batch
+        // (c - 1) * pp - r on pipeline rank r, aligned across the ranks
+        // (schedules.py forward_backward_pipelining_with_interleaving,
+        // param_sync_func; micro-batch groups of pp).
+        if (b.chunk_first && p_.schedule == Schedule::kInterleaved && entries[b.first_entry].chunk >= 2) {
+          const int c = entries[b.first_entry].chunk;
+          const int launch_chunk = stage == 0 ? c - 1 : c - 2;
+          const int launch_mb = stage == 0 ? 0 : p_.pp - stage;
+          for (size_t j = 0; j < entries.size(); ++j) {
+            const Entry& e = entries[j];
+            if (e.kind == PipeOp::Kind::kForward && e.chunk == launch_chunk && e.mb == launch_mb) {
+              // When that forward step starts: after the rank's previous
+              // task and the arrival of its input.
+              const int32_t launch = g.program[static_cast<size_t>(mr)][j];
+              if (j > 0) g.add_dep(g.program[static_cast<size_t>(mr)][j - 1], ag);
+              if (const auto recv = forward_recv_.find(launch); recv != forward_recv_.end()) {
+                g.add_dep(recv->second, ag);
+              }
+              break;
+            }
+          }
         }
       }
     }

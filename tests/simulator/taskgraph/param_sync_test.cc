@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "simulator/engine/engine.h"
@@ -198,6 +199,45 @@ TEST_CASE("ParamSync: one bucket per model chunk after the first pipeline stage'
   REQUIRE(received > 0);
   CHECK(run.time(gathers1[0]).start_ps == received);
   CHECK(run.time(gathers0[0]).start_ps == 0);
+}
+
+TEST_CASE("ParamSync: the interleaved schedule gathers chunks 0 and 1 at its start, chunk c from virtual "
+          "micro-batch (c - 1) pp - r", "[sim][paramsync]") {
+  // schedules.py forward_backward_pipelining_with_interleaving: param_sync_func
+  // for chunks 0 and 1 before the first forward; chunk c >= 2 from the
+  // forward step of virtual micro-batch k with k + r the first micro-batch of
+  // chunk c - 1 (groups of pp micro-batches), i.e. on rank r > 0 chunk c - 2's
+  // micro-batch pp - r, on rank 0 chunk c - 1's micro-batch 0.  Llama 3 8B
+  // over pp 2, vp 4 (chunks of 4 layers), dp 16, 4 micro-batches.
+  Plan p = megatron_core(2, 16, 64);
+  p.vp = 4;
+  const Run run(p, 32);
+  const TaskGraph& g = run.step.graph;
+  // The first bucket of each chunk (one bucket per chunk off stage 0's chunk 0).
+  for (int stage = 0; stage < 2; ++stage) {
+    std::map<int, int32_t> first_of_chunk;
+    for (int32_t ag : run.tasks(TaskLabel::kDpAllGather, stage)) {
+      const Task& fwd = g.task(static_cast<int32_t>(g.successors(g.task(ag))[0]));
+      if (first_of_chunk.count(fwd.chunk) == 0) first_of_chunk[fwd.chunk] = ag;
+    }
+    REQUIRE(first_of_chunk.size() == 4);
+    CHECK(run.time(first_of_chunk[0]).start_ps == 0);
+    for (int c = 2; c < 4; ++c) {
+      const int launch_chunk = stage == 0 ? c - 1 : c - 2;
+      const int launch_mb = stage == 0 ? 0 : 2 - stage;
+      int64_t launch = -1;
+      for (int32_t id = 0; id < g.size(); ++id) {
+        const Task& t = g.task(id);
+        if (t.type == TaskType::kCompute && t.label == TaskLabel::kForward && t.chunk == launch_chunk &&
+            t.microbatch == launch_mb && run.step.ranks[static_cast<size_t>(t.rank)].pp == stage &&
+            (launch < 0 || run.time(id).start_ps < launch)) {
+          launch = run.time(id).start_ps;
+        }
+      }
+      REQUIRE(launch >= 0);
+      CHECK(run.time(first_of_chunk[c]).start_ps >= launch);
+    }
+  }
 }
 
 }  // namespace
