@@ -323,7 +323,8 @@ TEST_CASE("Transformer Engine's TP-overlap userbuffers: twelve buffers of the la
     if (fp8) REQUIRE(set_precision("fp8", &p));
     const Layout l = resolve_plan(m, c, 64, p);
     REQUIRE(l.feasible);
-    const MemoryBreakdown& b = estimate_memory(m, c, l).stages[0].breakdown;
+    const MemoryReport r = estimate_memory(m, c, l);
+    const MemoryBreakdown& b = r.stages[0].breakdown;
     CHECK(b.allocated() < b.total() - b.userbuffers);  // counted outside the allocator's view
     return b.userbuffers;
   };
