@@ -1496,11 +1496,11 @@ class Lowerer {
     };
     std::vector<Bucket> buckets;  // in forward order
     const double cap = prof_.grad_bucket_params > 0 ? prof_.grad_bucket_params : 1e30;
+    const auto params_of = [&](const Entry& e) {
+      return experts ? e.sync_expert_params : e.sync_params - e.sync_expert_params;
+    };
     size_t k = 0;
     while (k < entries.size()) {
-      const auto params_of = [&](const Entry& e) {
-        return experts ? e.sync_expert_params : e.sync_params - e.sync_expert_params;
-      };
       if (entries[k].sync_params <= 0) {
         ++k;
         continue;
@@ -1526,6 +1526,32 @@ class Lowerer {
       k = end;
     }
     if (buckets.empty()) return;
+    // The program entry from whose forward step a bucket is dispatched where
+    // that is not the step's start (kNoEntry): without align_param_gather
+    // (Megatron-Core sets it only for the interleaved schedule) the first
+    // bucket leaves from the first forward's pre-hook (param_and_grad_buffer.py
+    // finish_param_sync, since core_r0.9.0), which a later stage's host
+    // reaches only once its input has arrived (the blocking batched receive,
+    // p2p_communication.py batch_p2p_sync); the interleaved schedule
+    // dispatches chunks 0 and 1 at its start and chunk c >= 2 from the
+    // forward step of virtual micro-batch (c - 1) * pp - r on pipeline rank
+    // r, aligned across the ranks (schedules.py
+    // forward_backward_pipelining_with_interleaving, param_sync_func;
+    // micro-batch groups of pp).
+    constexpr size_t kNoEntry = std::numeric_limits<size_t>::max();
+    auto dispatch_entry = [&](size_t i) {
+      const Bucket& b = buckets[i];
+      if (i == 0 && stage > 0 && v_ == 1 && !split_) return b.first_entry;
+      const int c = entries[b.first_entry].chunk;
+      if (!b.chunk_first || p_.schedule != Schedule::kInterleaved || c < 2) return kNoEntry;
+      const int launch_chunk = stage == 0 ? c - 1 : c - 2;
+      const int launch_mb = stage == 0 ? 0 : p_.pp - stage;
+      for (size_t j = 0; j < entries.size(); ++j) {
+        const Entry& e = entries[j];
+        if (e.kind == PipeOp::Kind::kForward && e.chunk == launch_chunk && e.mb == launch_mb) return j;
+      }
+      return kNoEntry;
+    };
     const int32_t channel = g.add_channel();
     for (size_t i = 0; i < buckets.size(); ++i) {
       const Bucket& b = buckets[i];
@@ -1533,40 +1559,16 @@ class Lowerer {
                                         b.params * bytes_per_param, shard, members, stride);
       g.task(ag).microbatch = entries[b.first_entry].mb;
       g.task(ag).layer = static_cast<int16_t>(entries[b.first_entry].layer);
+      const size_t from = dispatch_entry(i);
       for (int32_t mr : members) {
-        const int32_t first = g.program[static_cast<size_t>(mr)][b.first_entry];
-        g.add_dep(ag, first);
-        // Without align_param_gather (Megatron-Core sets it only for the
-        // interleaved schedule) the first bucket is dispatched from the first
-        // forward's pre-hook (param_and_grad_buffer.py finish_param_sync,
-        // since core_r0.9.0), and a later stage's host reaches that hook
-        // only once its input has arrived: the blocking batched receive
-        // (p2p_communication.py, batch_p2p_sync) synchronizes the device.
-        if (i == 0 && stage > 0 && v_ == 1 && !split_) {
-          if (const auto recv = forward_recv_.find(first); recv != forward_recv_.end()) g.add_dep(recv->second, ag);
-        }
-        // The interleaved schedule dispatches chunks 0 and 1 at its start and
-        // chunk c >= 2 from the forward step of virtual micro-batch
-        // (c - 1) * pp - r on pipeline rank r, aligned across the ranks
-        // (schedules.py forward_backward_pipelining_with_interleaving,
-        // param_sync_func; micro-batch groups of pp).
-        if (b.chunk_first && p_.schedule == Schedule::kInterleaved && entries[b.first_entry].chunk >= 2) {
-          const int c = entries[b.first_entry].chunk;
-          const int launch_chunk = stage == 0 ? c - 1 : c - 2;
-          const int launch_mb = stage == 0 ? 0 : p_.pp - stage;
-          for (size_t j = 0; j < entries.size(); ++j) {
-            const Entry& e = entries[j];
-            if (e.kind == PipeOp::Kind::kForward && e.chunk == launch_chunk && e.mb == launch_mb) {
-              // When that forward step starts: after the rank's previous
-              // task and the arrival of its input.
-              const int32_t launch = g.program[static_cast<size_t>(mr)][j];
-              if (j > 0) g.add_dep(g.program[static_cast<size_t>(mr)][j - 1], ag);
-              if (const auto recv = forward_recv_.find(launch); recv != forward_recv_.end()) {
-                g.add_dep(recv->second, ag);
-              }
-              break;
-            }
-          }
+        const std::vector<int32_t>& program = g.program[static_cast<size_t>(mr)];
+        g.add_dep(ag, program[b.first_entry]);
+        if (from == kNoEntry) continue;
+        // When that forward step starts: after the rank's previous task and
+        // the arrival of its input.
+        if (from > 0) g.add_dep(program[from - 1], ag);
+        if (const auto recv = forward_recv_.find(program[from]); recv != forward_recv_.end()) {
+          g.add_dep(recv->second, ag);
         }
       }
     }
