@@ -150,6 +150,29 @@ ExecutionProfile deepspeed(const Plan& p) {
     // MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements; each rank then steps its
     // own partition and all-gathers the bf16 parameters (update_lp_params).
     e.grads_all_reduced = p.pp > 1;
+  } else if (p.zero <= 1 && p.offload == Offload::kNone) {
+    // 16-bit gradients stay in each parameter's .grad (FP16_Optimizer for
+    // ZeRO-0; zero/stage_1_and_2.py DeepSpeedZeroOptimizer for ZeRO-1, whose
+    // stage 1 registers no gradient hooks: partition_gradients and
+    // overlap_comm are both off) and accumulate through autograd's
+    // AccumulateGrad, an in-place grad += new_grad of 6 B per parameter, one
+    // kernel per tensor; the optimizer's zero_grad(set_grads_to_None=True)
+    // leaves none before the step's first micro-batch.  fp16 always runs
+    // this way (ZeRO refuses a gradient-accumulation dtype other than the
+    // model's, engine.py _do_optimizer_sanity_check).
+    if (p.precision == Precision::kFp16 || (p.precision == Precision::kBf16 && p.grad_dtype == GradDtype::kBf16)) {
+      e.grad_accumulation_bytes_per_param = 6;
+      e.grad_accumulation_kernels_per_tensor = 1;
+      e.grad_accumulation_skips_first_microbatch = true;
+    }
+    // ZeRO-1 reduces at the accumulation boundary by all-reducing every
+    // gradient (stage_1_and_2.py reduce_ipg_grads: contiguous_gradients is
+    // forced off for stage 1 without MoE layers, engine.py
+    // _configure_zero_optimizer, so buffered_reduce_fallback(None, ...) ->
+    // allreduce_and_copy, v0.5 to v0.9), each rank then stepping its own
+    // partition and all-gathering the parameters.  With MoE layers the
+    // contiguous path reduces each partition to its owner (average_tensor).
+    e.grads_all_reduced = p.zero == 1 && p.ep <= 1;
   }
   if (p.zero == 3) {
     e.grad_reduce = GradReduce::kOverlapped;

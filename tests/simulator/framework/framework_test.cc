@@ -396,8 +396,9 @@ TEST_CASE("Framework: DeepSpeed's BF16_Optimizer under the pipeline engine all-r
   // fp32 gradients, all of them, in buckets of 5e8 elements; each rank then
   // updates its own partition.  So a stage's DP traffic is a ring
   // all-reduce, 2(n-1)/n x 4 B per parameter (nccl-tests busbw factor), not
-  // the reduce-scatter's (n-1)/n; fp16 under the same engine (ZeRO-1's
-  // DeepSpeedZeroOptimizer) reduce-scatters.
+  // the reduce-scatter's (n-1)/n.  bf16 with bf16 gradients runs ZeRO-1's
+  // DeepSpeedZeroOptimizer instead, which all-reduces too (stage 1 without
+  // MoE layers: buffered_reduce_fallback(None, ...)), its 2-byte gradients.
   Case c;
   c.plan.pp = 2;
   c.plan.gbs = 64;
@@ -405,9 +406,9 @@ TEST_CASE("Framework: DeepSpeed's BF16_Optimizer under the pipeline engine all-r
   c.plan.precision = Precision::kBf16;
   const Layout L = c.layout(Framework::kDeepSpeed);
   const double params = estimate_memory(c.model, c.cluster, L).stages[0].params;
-  auto traffic = [&](Precision precision) {
+  auto traffic = [&](GradDtype grad_dtype) {
     Case d = c;
-    d.plan.precision = precision;
+    d.plan.grad_dtype = grad_dtype;
     const LoweredStep s = lower_step(d.model, d.cluster, d.layout(Framework::kDeepSpeed), LoweringOptions{});
     std::map<TaskLabel, double> wire;
     for (int32_t id = 0; id < s.graph.size(); ++id) {
@@ -418,13 +419,59 @@ TEST_CASE("Framework: DeepSpeed's BF16_Optimizer under the pipeline engine all-r
     }
     return wire;
   };
-  const std::map<TaskLabel, double> bf16 = traffic(Precision::kBf16);
-  CHECK(bf16.count(TaskLabel::kDpReduceScatter) == 0);
-  REQUIRE(bf16.count(TaskLabel::kDpAllReduce) == 1);
-  CHECK_THAT(bf16.at(TaskLabel::kDpAllReduce), WithinRel(2.0 * 15 / 16 * 4 * params, 1e-3));
-  const std::map<TaskLabel, double> fp16 = traffic(Precision::kFp16);
-  CHECK(fp16.count(TaskLabel::kDpAllReduce) == 0);
-  CHECK(fp16.count(TaskLabel::kDpReduceScatter) == 1);
+  const std::map<TaskLabel, double> fp32_grads = traffic(GradDtype::kFp32);
+  CHECK(fp32_grads.count(TaskLabel::kDpReduceScatter) == 0);
+  REQUIRE(fp32_grads.count(TaskLabel::kDpAllReduce) == 1);
+  CHECK_THAT(fp32_grads.at(TaskLabel::kDpAllReduce), WithinRel(2.0 * 15 / 16 * 4 * params, 1e-3));
+  const std::map<TaskLabel, double> bf16_grads = traffic(GradDtype::kBf16);
+  CHECK(bf16_grads.count(TaskLabel::kDpReduceScatter) == 0);
+  REQUIRE(bf16_grads.count(TaskLabel::kDpAllReduce) == 1);
+  CHECK_THAT(bf16_grads.at(TaskLabel::kDpAllReduce), WithinRel(2.0 * 15 / 16 * 2 * params, 1e-3));
+}
+
+TEST_CASE("Framework: DeepSpeed ZeRO-1 all-reduces 16-bit gradients accumulated through autograd",
+          "[sim][framework]") {
+  // zero/stage_1_and_2.py (v0.5 to v0.9): stage 1 registers no gradient
+  // hooks (partition_gradients and overlap_comm off), so each parameter's
+  // 16-bit .grad accumulates through autograd's AccumulateGrad, an in-place
+  // grad += new_grad (read 2 + 2, write 2 = 6 B per parameter, one kernel
+  // per tensor), the first micro-batch's gradient taken as is (zero_grad
+  // sets them to None); at the boundary reduce_ipg_grads all-reduces them
+  // (contiguous_gradients is forced off for stage 1 without MoE layers:
+  // buffered_reduce_fallback(None, ...)), on one pipeline stage too.
+  Case c;
+  c.plan.zero = 1;
+  c.plan.gbs = 128;  // dp 32, 4 micro-batches per rank
+  c.plan.precision = Precision::kFp16;
+  Plan p = c.plan;
+  p.framework = Framework::kDeepSpeed;
+  const ExecutionProfile fp16 = execution_profile(p);
+  CHECK(fp16.grads_all_reduced);
+  CHECK(fp16.grad_accumulation_bytes_per_param == 6);
+  CHECK(fp16.grad_accumulation_skips_first_microbatch);
+  Plan moe = p;
+  moe.ep = 2;
+  CHECK_FALSE(execution_profile(moe).grads_all_reduced);  // average_tensor: reduced to each partition's owner
+  Plan zero2 = p;
+  zero2.zero = 2;
+  CHECK_FALSE(execution_profile(zero2).grads_all_reduced);
+  CHECK(execution_profile(zero2).grad_accumulation_bytes_per_param == 0);  // reduced every micro-batch
+  CHECK(c.count(Framework::kDeepSpeed, TaskLabel::kDpReduceScatter) == 0);
+  CHECK(c.count(Framework::kDeepSpeed, TaskLabel::kDpAllReduce) > 0);
+  // The accumulation passes against Megatron-LM's bf16, which accumulates in
+  // the weight-gradient GEMM (no pass); fp16 and bf16 share the A100's
+  // tensor-core peak, so the compute a DeepSpeed fp16 rank adds is 3 passes.
+  REQUIRE(c.cluster.gpu.peak.at(Dtype::kFp16).flop_per_s() == c.cluster.gpu.peak.at(Dtype::kBf16).flop_per_s());
+  Case m = c;
+  m.plan.precision = Precision::kBf16;
+  const MemoryReport mem = estimate_memory(c.model, c.cluster, c.layout(Framework::kDeepSpeed));
+  const double hbm = c.cluster.gpu.hbm_bandwidth.bytes_per_s() * c.cluster.gpu.hbm_efficiency;
+  const double launch = compute_params(c.cluster, Precision::kFp16).kernel_overhead.s();
+  // GPT-3 1.3B: 12 tensors per layer (two LayerNorms, QKV, projection and
+  // the two MLP linears, each a weight and a bias) over 24 layers.
+  const double pass = 6.0 * mem.stages[0].params / hbm + 12 * 24 * launch;
+  CHECK_THAT(stage_compute_s(c, Framework::kDeepSpeed, 0) - stage_compute_s(m, Framework::kMegatronLM, 0),
+             WithinRel(3 * pass, 1e-3));
 }
 
 TEST_CASE("Framework: DeepSpeed ZeRO-3 stops scaling from 768 to 1536 A100 while a 3D plan scales",
