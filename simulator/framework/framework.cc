@@ -120,7 +120,7 @@ ExecutionProfile megatron_core(const Plan& p) {
 // (all_gather_coalesced), the queue being walked until it holds
 // stage3_prefetch_bucket_size = 5e7 elements (zero/config.py).
 //
-// Memory: bf16 with ZeRO-1 and fp32 gradient accumulation runs
+// Memory: bf16 with ZeRO-0 or 1 and fp32 gradient accumulation runs
 // BF16_Optimizer (engine.py _do_optimizer_sanity_check returns BFLOAT16),
 // which accumulates into an unsharded fp32 flat buffer
 // (bf16_optimizer.py fp32_groups_gradients_flat) while the bf16 .grad
@@ -136,7 +136,12 @@ ExecutionProfile deepspeed(const Plan& p) {
   // engine.py _exec_forward_pass stores PartitionedTensor(first_output,
   // slice-parallel group).data() and sets first_output.data = zeros(1).
   e.stage_outputs_partitioned = true;
-  if (p.precision == Precision::kBf16 && p.zero == 1 && p.grad_dtype == GradDtype::kFp32 && p.offload == Offload::kNone) {
+  if (p.precision == Precision::kBf16 && p.zero <= 1 && p.grad_dtype == GradDtype::kFp32 && p.offload == Offload::kNone) {
+    // BF16_Optimizer for ZeRO-0 as well (engine.py: without ZeRO, bf16 with
+    // fp32 gradient accumulation returns BFLOAT16; v0.6.5 took it for
+    // ZeRO-0 only, BLOOM's final runs), its fp32 groups partitioned over the
+    // data-parallel group (bf16_optimizer.py _setup_for_real_optimizer).
+    e.optimizer_sharded_without_zero = p.zero == 0;
     e.lp_grad_bytes = 2;
     // pipe/engine.py _exec_backward_pass (v0.6.5+, "bf16+pipeline
     // parallelism" #1801, the BLOOM setup): optimizer.update_hp_grads()
@@ -273,6 +278,12 @@ const std::vector<std::string>& framework_names() {
 }
 
 const char* to_string(Framework f) { return framework_names()[static_cast<size_t>(f)].c_str(); }
+
+OptimizerSharding optimizer_sharding(const Layout& layout, const ExecutionProfile& profile) {
+  const Plan& p = layout.plan;
+  if (p.zero == 0 && profile.optimizer_sharded_without_zero) return {1, p.dp * p.cp};
+  return {p.zero, layout.shard_degree};
+}
 
 ExecutionProfile execution_profile(const Plan& p) {
   switch (p.framework) {

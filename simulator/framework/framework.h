@@ -116,6 +116,12 @@ struct ExecutionProfile {
   // its own shard (DeepSpeed's BF16_Optimizer under the pipeline engine),
   // instead of reduce-scattered.
   bool grads_all_reduced = false;
+  // The fp32 optimizer states are sharded over the data-parallel group even
+  // at ZeRO stage 0, each rank updating its shard and all-gathering the
+  // 16-bit parameters after the step, as ZeRO-1 does (DeepSpeed's
+  // BF16_Optimizer partitions its fp32 groups over the data-parallel group
+  // whatever the ZeRO stage).
+  bool optimizer_sharded_without_zero = false;
   // A pipeline stage keeps each in-flight micro-batch's output tensor until
   // that micro-batch's backward (DeepSpeed's pipe_buffers['outputs'],
   // torch.distributed.pipelining's fwd_cache); Megatron frees its data once
@@ -235,6 +241,15 @@ double kept_stage_output_share(const ExecutionProfile& profile, const Plan& plan
 // The profile of `plan.framework` for this plan (bucket sizes may depend on
 // the plan's dp and precision).
 ExecutionProfile execution_profile(const Plan& plan);
+
+// The ZeRO stage the optimizer states are kept under (the plan's, or 1 where
+// the profile shards them without ZeRO: optimizer_sharded_without_zero) and
+// the ranks one copy of them is spread over.
+struct OptimizerSharding {
+  int zero = 0;
+  int shard = 1;
+};
+OptimizerSharding optimizer_sharding(const Layout& layout, const ExecutionProfile& profile);
 
 // The CLI / plan.json names, in enum order: generic, megatron-lm,
 // megatron-core, deepspeed, torchtitan, pytorch.

@@ -134,6 +134,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
   TRAINPLAN_CHECK(p.schedule != Schedule::kDualPipe, "a dualpipe plan's memory is its execution_layout's");
   const LayerShape shape = layer_shape(p);
   const ExecutionProfile fw = execution_profile(p);
+  const OptimizerSharding os = optimizer_sharding(layout, fw);
   const double tied_copy = static_cast<double>(model.vocab) * static_cast<double>(model.hidden) / p.tp;
   // What a stage's layers hold, summed over its dense and MoE layers.
   struct StageSums {
@@ -232,9 +233,9 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // Dense parameters shard over the shard degree; routed experts' states
     // over the expert data-parallel group (Megatron's distributed optimizer
     // keeps one optimizer per parallel-state group).
-    ModelStateBytes ms = model_state_bytes(params - experts, p.precision, p.grad_dtype, p.zero,
-                                           layout.shard_degree, p.offload, fw.fp32_master_is_param);
-    ModelStateBytes me = model_state_bytes(experts, p.precision, p.grad_dtype, p.zero,
+    ModelStateBytes ms = model_state_bytes(params - experts, p.precision, p.grad_dtype, os.zero, os.shard,
+                                           p.offload, fw.fp32_master_is_param);
+    ModelStateBytes me = model_state_bytes(experts, p.precision, p.grad_dtype, os.zero,
                                            std::max(1, layout.expert_dp), p.offload, fw.fp32_master_is_param);
     MemoryBreakdown& b = st.breakdown;
     b.weights = ms.weights + me.weights;
@@ -269,9 +270,9 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // --fp8-param-gather: the FP8 copy is the compute weight; no bf16 copy
     // of the linear layers remains (the fp32 master stays in the optimizer).
     if (p.fp8_param_gather) b.weights -= linear * weight_bytes(p.precision) / (p.zero >= 3 ? layout.shard_degree : 1);
-    ModelStateBytes kept = model_state_bytes(params - experts, p.precision, p.grad_dtype, p.zero,
-                                             layout.shard_degree, Offload::kNone, fw.fp32_master_is_param);
-    ModelStateBytes kept_e = model_state_bytes(experts, p.precision, p.grad_dtype, p.zero,
+    ModelStateBytes kept = model_state_bytes(params - experts, p.precision, p.grad_dtype, os.zero, os.shard,
+                                             Offload::kNone, fw.fp32_master_is_param);
+    ModelStateBytes kept_e = model_state_bytes(experts, p.precision, p.grad_dtype, os.zero,
                                                std::max(1, layout.expert_dp), Offload::kNone, fw.fp32_master_is_param);
     offloaded_per_gpu_max = std::max(offloaded_per_gpu_max, kept.total() + kept_e.total() - ms.total() - me.total());
 

@@ -1827,9 +1827,10 @@ class Lowerer {
       if (overlapped_param_sync()) {
         build_param_sync(entries, members, shard, stride, experts,
                          p_.fp8_param_gather ? gather_wbytes : wbytes, rc.pp);
-      } else if (p_.zero == 1 || p_.zero == 2) {
+      } else if (p_.zero == 1 || p_.zero == 2 || (p_.zero == 0 && prof_.optimizer_sharded_without_zero)) {
         // Distributed optimizer: the updated shards are all-gathered (with
-        // overlap_param_gather they run behind the next step's forward).
+        // overlap_param_gather they run behind the next step's forward);
+        // so are those of an optimizer sharded without ZeRO.
         const double all = stage_params_[static_cast<size_t>(rc.pp)];
         const double expert = stage_expert_params_[static_cast<size_t>(rc.pp)];
         const double params = experts ? expert : all - expert;

@@ -504,8 +504,9 @@ std::vector<int64_t> stage_first_layers(const std::vector<int>& stage_layers) {
 int64_t optimizer_ps(const ClusterSpec& c, const Layout& layout, double stage_params, double stage_expert_params) {
   const Plan& p = layout.plan;
   TRAINPLAN_CHECK(p.schedule != Schedule::kDualPipe, "a dualpipe plan's optimizer step is its execution_layout's");
-  const double shard = p.zero >= 1 ? layout.shard_degree : 1;
-  const double expert_shard = p.zero >= 1 ? std::max(1, layout.expert_dp) : 1;
+  const OptimizerSharding os = optimizer_sharding(layout, execution_profile(p));
+  const double shard = os.zero >= 1 ? os.shard : 1;
+  const double expert_shard = os.zero >= 1 ? std::max(1, layout.expert_dp) : 1;
   const double local = (stage_params - stage_expert_params) / shard + stage_expert_params / expert_shard;
   if (p.offload == Offload::kNone) {
     // Adam reads fp32 master, m, v and the gradient and writes master, m, v

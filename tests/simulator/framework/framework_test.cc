@@ -429,6 +429,42 @@ TEST_CASE("Framework: DeepSpeed's BF16_Optimizer under the pipeline engine all-r
   CHECK_THAT(bf16_grads.at(TaskLabel::kDpAllReduce), WithinRel(2.0 * 15 / 16 * 2 * params, 1e-3));
 }
 
+TEST_CASE("Framework: DeepSpeed runs bf16 ZeRO-0 with fp32 gradients as BF16_Optimizer, states sharded",
+          "[sim][framework]") {
+  // engine.py _do_optimizer_sanity_check (v0.9): without ZeRO, a bf16 model
+  // with fp32 gradient accumulation gets BFLOAT16 (v0.6.5: every bf16 run
+  // without ZeRO, BLOOM's final setup), and BF16_Optimizer partitions its
+  // fp32 master and Adam states over the data-parallel group
+  // (bf16_optimizer.py _setup_for_real_optimizer), all-gathering the bf16
+  // parameters after the step (update_lp_params).  So the plan's memory,
+  // step and traffic are ZeRO-1's: 12 B / dp of optimizer per parameter
+  // instead of 12 B, and one all-gather of 2 B per parameter per step more.
+  Case c;
+  c.plan.pp = 2;
+  c.plan.gbs = 64;  // dp 16
+  c.plan.precision = Precision::kBf16;
+  c.plan.zero = 0;
+  const Layout z0 = c.layout(Framework::kDeepSpeed);
+  Plan p0 = z0.plan;
+  REQUIRE(execution_profile(p0).optimizer_sharded_without_zero);
+  const OptimizerSharding os = optimizer_sharding(z0, execution_profile(p0));
+  CHECK(os.zero == 1);
+  CHECK(os.shard == 16);
+  const MemoryReport m0 = estimate_memory(c.model, c.cluster, z0);
+  CHECK_THAT(m0.stages[0].breakdown.optimizer, WithinRel(12.0 * m0.stages[0].params / 16, 1e-9));
+  CHECK(c.count(Framework::kDeepSpeed, TaskLabel::kDpAllGather) > 0);
+  Case one = c;
+  one.plan.zero = 1;
+  CHECK_THAT(c.run(Framework::kDeepSpeed).step_time_s, WithinRel(one.run(Framework::kDeepSpeed).step_time_s, 1e-9));
+  // fp16 at ZeRO-0 is FP16_Optimizer: unsharded states, no gather.
+  Case fp16 = c;
+  fp16.plan.precision = Precision::kFp16;
+  const Layout f0 = fp16.layout(Framework::kDeepSpeed);
+  const MemoryReport mf = estimate_memory(fp16.model, fp16.cluster, f0);
+  CHECK_THAT(mf.stages[0].breakdown.optimizer, WithinRel(12.0 * mf.stages[0].params, 1e-9));
+  CHECK(fp16.count(Framework::kDeepSpeed, TaskLabel::kDpAllGather) == 0);
+}
+
 TEST_CASE("Framework: DeepSpeed ZeRO-1 all-reduces 16-bit gradients accumulated through autograd",
           "[sim][framework]") {
   // zero/stage_1_and_2.py (v0.5 to v0.9): stage 1 registers no gradient
