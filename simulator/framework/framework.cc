@@ -137,10 +137,12 @@ ExecutionProfile deepspeed(const Plan& p) {
   // slice-parallel group).data() and sets first_output.data = zeros(1).
   e.stage_outputs_partitioned = true;
   if (p.precision == Precision::kBf16 && p.zero <= 1 && p.grad_dtype == GradDtype::kFp32 && p.offload == Offload::kNone) {
-    // BF16_Optimizer for ZeRO-0 as well (engine.py: without ZeRO, bf16 with
-    // fp32 gradient accumulation returns BFLOAT16; v0.6.5 took it for
-    // ZeRO-0 only, BLOOM's final runs), its fp32 groups partitioned over the
-    // data-parallel group (bf16_optimizer.py _setup_for_real_optimizer).
+    // BF16_Optimizer for ZeRO-0 as well (engine.py _do_optimizer_sanity_check
+    // v0.8-v0.9: without ZeRO, bf16 with fp32 gradient accumulation returns
+    // BFLOAT16; v0.6.5 took it for ZeRO-0 only, BLOOM's final runs), its fp32
+    // groups partitioned over the data-parallel group (bf16_optimizer.py
+    // _setup_for_real_optimizer).  Current releases raise on this mix, so the
+    // exporter refuses it (exporters.cc) and recommend does not offer it.
     e.optimizer_sharded_without_zero = p.zero == 0;
     e.lp_grad_bytes = 2;
     // pipe/engine.py _exec_backward_pass (v0.6.5+, "bf16+pipeline
