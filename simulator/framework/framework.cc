@@ -156,7 +156,11 @@ ExecutionProfile deepspeed(const Plan& p) {
     // gradients (get_grads_for_reduction), all of them, in buckets of
     // MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements; each rank then steps its
     // own partition and all-gathers the bf16 parameters (update_lp_params).
-    e.grads_all_reduced = p.pp > 1;
+    // Without the pipeline engine the same: engine.py allreduce_gradients
+    // finds no reduce_gradients on BF16_Optimizer and calls
+    // buffered_allreduce_fallback, which takes the optimizer's fp32
+    // gradients ("This is currently for BF16 optimizer").
+    e.grads_all_reduced = true;
   } else if (p.zero <= 1 && p.offload == Offload::kNone) {
     // 16-bit gradients stay in each parameter's .grad (FP16_Optimizer for
     // ZeRO-0; zero/stage_1_and_2.py DeepSpeedZeroOptimizer for ZeRO-1, whose

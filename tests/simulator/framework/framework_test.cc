@@ -427,6 +427,14 @@ TEST_CASE("Framework: DeepSpeed's BF16_Optimizer under the pipeline engine all-r
   CHECK(bf16_grads.count(TaskLabel::kDpReduceScatter) == 0);
   REQUIRE(bf16_grads.count(TaskLabel::kDpAllReduce) == 1);
   CHECK_THAT(bf16_grads.at(TaskLabel::kDpAllReduce), WithinRel(2.0 * 15 / 16 * 2 * params, 1e-3));
+  // Without the pipeline engine too: engine.py allreduce_gradients finds no
+  // reduce_gradients on BF16_Optimizer and calls buffered_allreduce_fallback,
+  // which takes the optimizer's fp32 gradients (get_grads_for_reduction).
+  Case flat = c;
+  flat.plan.pp = 1;
+  flat.plan.gbs = 128;  // dp 32
+  CHECK(flat.count(Framework::kDeepSpeed, TaskLabel::kDpReduceScatter) == 0);
+  CHECK(flat.count(Framework::kDeepSpeed, TaskLabel::kDpAllReduce) > 0);
 }
 
 TEST_CASE("Framework: DeepSpeed runs bf16 ZeRO-0 with fp32 gradients as BF16_Optimizer, states sharded",
@@ -717,15 +725,20 @@ TEST_CASE("Framework: DeepSpeed ZeRO-2 reduces every micro-batch's gradients", "
   // gradients are partitioned (stage 2) or at the accumulation boundary
   // (stage 1).  With 4 micro-batches per rank, ZeRO-2 runs the step's
   // reduce-scatters 4 times (same buckets of 5e8 elements), ZeRO-1 once.
+  // (ZeRO-1 here is BF16_Optimizer, which all-reduces the same buckets.)
   Case c;
   c.plan.gbs = 128;  // dp 32, 4 micro-batches per rank
   c.plan.zero = 1;
-  const int once = c.count(Framework::kDeepSpeed, TaskLabel::kDpReduceScatter);
+  const int once = c.count(Framework::kDeepSpeed, TaskLabel::kDpAllReduce);
   REQUIRE(once > 0);
-  const double step1 = c.run(Framework::kDeepSpeed).step_time_s;
+  REQUIRE(c.count(Framework::kDeepSpeed, TaskLabel::kDpReduceScatter) == 0);
+  // On the compute stream either way (no overlap_comm below stage 3): four
+  // reduce-scatters of the buckets expose more than one all-reduce (2x a
+  // reduce-scatter's bytes) of them.
+  const double dp1 = c.run(Framework::kDeepSpeed).breakdown.dp_comm;
   c.plan.zero = 2;
   CHECK(c.count(Framework::kDeepSpeed, TaskLabel::kDpReduceScatter) == 4 * once);
-  CHECK(c.run(Framework::kDeepSpeed).step_time_s > step1);
+  CHECK(c.run(Framework::kDeepSpeed).breakdown.dp_comm > dp1);
   // Megatron-Core keeps the whole gradient buffer and reduces once, after
   // the last micro-batch, whichever ZeRO stage.
   const int mcore2 = c.count(Framework::kMegatronCore, TaskLabel::kDpReduceScatter);
