@@ -29,6 +29,33 @@ ExecutionProfile pytorch(const Plan& p) {
   e.eager_elementwise = p.framework != Framework::kGeneric;
   // The exported FSDP2 script and torchtitan shard with fully_shard.
   e.fsdp2_copies = p.framework != Framework::kGeneric;
+  if (p.framework != Framework::kGeneric && p.offload == Offload::kNone) {
+    // Gradient accumulation as the exported script runs it: the gradients
+    // of every micro-batch but the last stay local (DDP's no_sync(); FSDP2's
+    // set_requires_gradient_sync(False)) and the optimizer's
+    // zero_grad(set_to_none=True) leaves none before the first.
+    e.grad_accumulation_kernels_per_tensor = 1;
+    e.grad_accumulation_skips_first_microbatch = true;
+    if (p.zero >= 2) {
+      // FSDP2 (_fsdp_param_group.py post_backward without reduce_grads,
+      // _fsdp_param.py to_accumulated_grad_if_needed /
+      // accumulate_unsharded_grad_if_needed): the unsharded 16-bit gradient
+      // is upcast to reduce_dtype (fp32) into unsharded_accumulated_grad and
+      // later ones added to it (read 4 + 2, write 4 = 10 B per parameter);
+      // under fp32 training the unsharded .grad accumulates through autograd
+      // (read 4 + 4, write 4).  The accumulator is the whole unsharded
+      // gradient of the rank's modules, in fp32, until the last
+      // micro-batch's reduce-scatter.  (The first micro-batch's upcast, 6 B,
+      // is left out; the reduce-scatter's copy-in stays on every
+      // micro-batch.)
+      e.grad_accumulation_bytes_per_param = p.precision == Precision::kFp32 ? 12 : 10;
+      e.unsharded_grad_accumulator_bytes = 4;
+    } else {
+      // DDP under no_sync(): each fp32 parameter's .grad accumulates through
+      // AccumulateGrad, an in-place grad += new_grad (read 4 + 4, write 4).
+      e.grad_accumulation_bytes_per_param = 12;
+    }
+  }
   return e;
 }
 
@@ -252,6 +279,13 @@ ExecutionProfile deepspeed(const Plan& p) {
 ExecutionProfile torchtitan(const Plan& p) {
   ExecutionProfile e = pytorch(p);
   e.framework = p.framework;
+  // torchtitan never turns gradient sync off (trainer.py train_step runs
+  // each accumulation step's forward-backward as is): FSDP2 reduce-scatters
+  // every micro-batch's gradients, accumulating the fp32 shards, and its
+  // DDP (replicate) all-reduces every backward.
+  e.reduce_every_microbatch = true;
+  e.unsharded_grad_accumulator_bytes = 0;
+  if (p.zero >= 2) e.grad_accumulation_bytes_per_param = 0;
   e.per_op_selective_recompute = true;
   // train_configs/llama3_*.toml: compile = false, norm_type = "rmsnorm" (the
   // eager RMSNorm of torchtitan/models/norms.py); FP8 plans are exported

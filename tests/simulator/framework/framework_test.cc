@@ -473,6 +473,52 @@ TEST_CASE("Framework: DeepSpeed runs bf16 ZeRO-0 with fp32 gradients as BF16_Opt
   CHECK(fp16.count(Framework::kDeepSpeed, TaskLabel::kDpAllGather) == 0);
 }
 
+TEST_CASE("Framework: the exported PyTorch script accumulates gradients locally, torchtitan reduces every micro-batch",
+          "[sim][framework]") {
+  // The exported script keeps every micro-batch's gradients but the last
+  // local: DDP inside no_sync(), FSDP2 under set_requires_gradient_sync(False),
+  // whose post_backward skips the reduce-scatter and upcasts the unsharded
+  // bf16 gradient into an fp32 unsharded_accumulated_grad, adding the later
+  // ones to it (_fsdp_param.py accumulate_unsharded_grad_if_needed).
+  // torchtitan never turns sync off (trainer.py train_step): FSDP2
+  // reduce-scatters every micro-batch.  GPT-3 1.3B on 32 A100, dp 32, 4
+  // micro-batches per rank.
+  Case c;
+  c.plan.gbs = 128;
+  c.plan.zero = 3;
+  const int titan = c.count(Framework::kTorchtitan, TaskLabel::kDpReduceScatter);
+  const int script = c.count(Framework::kPytorch, TaskLabel::kDpReduceScatter);
+  REQUIRE(script > 0);
+  CHECK(titan == 4 * script);
+  // Memory: the accumulator is the rank's whole gradient in fp32, 4 B per
+  // parameter, on top of what one micro-batch holds (the sharded gradient
+  // and the reduce-scatter buffers); torchtitan holds none.
+  const MemoryReport four = estimate_memory(c.model, c.cluster, c.layout(Framework::kPytorch));
+  Case one = c;
+  one.plan.gbs = 32;
+  const MemoryReport single = estimate_memory(one.model, one.cluster, one.layout(Framework::kPytorch));
+  CHECK_THAT(four.stages[0].breakdown.gradients - single.stages[0].breakdown.gradients,
+             WithinRel(4.0 * four.stages[0].params, 1e-9));
+  CHECK_THAT(estimate_memory(c.model, c.cluster, c.layout(Framework::kTorchtitan)).stages[0].breakdown.gradients,
+             WithinRel(single.stages[0].breakdown.gradients, 1e-9));
+  // DDP: each fp32 .grad accumulates through AccumulateGrad (read 4 + 4,
+  // write 4 = 12 B per parameter, one kernel per tensor) after every
+  // micro-batch but the first: with the same per-micro-batch work otherwise,
+  // 4 micro-batches cost 4x one micro-batch's compute plus 3 such passes.
+  Case ddp = c;
+  ddp.plan.zero = 0;
+  Case ddp1 = ddp;
+  ddp1.plan.gbs = 32;
+  const MemoryReport mem = estimate_memory(ddp.model, ddp.cluster, ddp.layout(Framework::kPytorch));
+  const double hbm = c.cluster.gpu.hbm_bandwidth.bytes_per_s() * c.cluster.gpu.hbm_efficiency;
+  const double launch = compute_params(c.cluster, Precision::kBf16).kernel_overhead.s();
+  // GPT-3 1.3B: 12 tensors per layer (two LayerNorms, QKV, projection and
+  // the two MLP linears, each a weight and a bias) over 24 layers.
+  const double pass = 12.0 * mem.stages[0].params / hbm + 12 * 24 * launch;
+  CHECK_THAT(stage_compute_s(ddp, Framework::kPytorch, 0) - 4 * stage_compute_s(ddp1, Framework::kPytorch, 0),
+             WithinRel(3 * pass, 1e-3));
+}
+
 TEST_CASE("Framework: DeepSpeed ZeRO-1 all-reduces 16-bit gradients accumulated through autograd",
           "[sim][framework]") {
   // zero/stage_1_and_2.py (v0.5 to v0.9): stage 1 registers no gradient
