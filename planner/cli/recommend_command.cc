@@ -23,6 +23,7 @@
 #include "simulator/faults/convergence.h"
 #include "simulator/faults/faults.h"
 #include "simulator/framework/framework.h"
+#include "simulator/memory/memory_model.h"
 #include "simulator/spec/calibration.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
@@ -45,6 +46,26 @@ std::vector<std::string> frameworks_running(const ModelSpec& m, const ClusterSpe
     Layout k = L;
     k.plan.framework = static_cast<Framework>(i);
     if (!framework_refusal(m, c, k)) out.push_back(framework_names()[i]);
+  }
+  return out;
+}
+
+// Of `frameworks` (frameworks_running), those under whose own execution
+// profile the plan does not fit in GPU memory (their optimizer, gradient
+// buffers and accumulation differ from the neutral model's: DeepSpeed's
+// BF16_Optimizer keeps 16-bit gradients beside fp32 ones, the exported FSDP2
+// script an fp32 unsharded gradient accumulator), each with its peak.
+std::vector<std::pair<std::string, double>> frameworks_out_of_memory(const ModelSpec& m, const ClusterSpec& c,
+                                                                     const Layout& L,
+                                                                     const std::vector<std::string>& frameworks) {
+  std::vector<std::pair<std::string, double>> out;
+  if (L.plan.framework != Framework::kGeneric) return out;
+  for (size_t i = 1; i < framework_names().size(); ++i) {
+    if (std::find(frameworks.begin(), frameworks.end(), framework_names()[i]) == frameworks.end()) continue;
+    Layout k = L;
+    k.plan.framework = static_cast<Framework>(i);
+    const MemoryReport mem = estimate_memory(m, c, k);
+    if (!mem.fits) out.emplace_back(framework_names()[i], mem.peak_bytes);
   }
   return out;
 }
@@ -369,7 +390,12 @@ int run_recommend(const RecommendFlags& f) {
     nlohmann::json ties = nlohmann::json::array();
     for (const Layout& t : p.ties) ties.push_back(plan_to_json(t.plan));
     j["ties"] = ties;
-    j["frameworks"] = frameworks_running(model, cluster, p.layout);
+    const std::vector<std::string> runs = frameworks_running(model, cluster, p.layout);
+    j["frameworks"] = runs;
+    nlohmann::json oom = nlohmann::json::object();
+    for (const auto& [name, peak] : frameworks_out_of_memory(model, cluster, p.layout, runs))
+      oom[name] = rounded(to_gib(peak), 2);
+    j["frameworks_out_of_memory_gib"] = oom;
     if (p.has_faults) {
       const FaultReport& fr = p.faults;
       if (fr.has_stragglers) j["straggler_tax"] = rounded(fr.stragglers.tax, 4);
@@ -527,6 +553,10 @@ int run_recommend(const RecommendFlags& f) {
         std::string list;
         for (const std::string& n : fws) list += (list.empty() ? "" : ", ") + n;
         std::printf("       runs on: %s\n", list.empty() ? "none of the export targets (see trainplan export)" : list.c_str());
+        for (const auto& [name, peak] : frameworks_out_of_memory(model, cluster, p.layout, fws)) {
+          std::printf("       but under %s's own profile it needs %.1f GiB per GPU: does not fit (recommend --framework %s)\n",
+                      name.c_str(), to_gib(peak), name.c_str());
+        }
       }
       if (!p.ties.empty()) {
         std::printf("       same step time exactly (this one is simpler): ");

@@ -274,6 +274,32 @@ while read -r i target runs; do
 done < "$work/gen.list"
 echo "recommend labels: $(grep -c yes "$work/gen.list") framework labels checked by exporting, $(grep -c no "$work/gen.list") refusals"
 
+# A label whose framework's own profile does not fit the plan is flagged with
+# that profile's peak (frameworks_out_of_memory_gib): the same figure as
+# `memory` of the plan under that framework, above the GPU's memory.
+python3 - "$work/gen.json" "$work" <<'PY' > "$work/oom.list" || fail "recommend --json lacks frameworks_out_of_memory_gib"
+import json, sys
+d = json.load(open(sys.argv[1]))
+for i, p in enumerate(d["plans"]):
+    for fw, gib in p["frameworks_out_of_memory_gib"].items():
+        assert fw in p["frameworks"], (i, fw)
+        plan = json.load(open(f"{sys.argv[2]}/gen{i}.json"))
+        plan["framework"] = fw
+        json.dump(plan, open(f"{sys.argv[2]}/oom{i}_{fw}.json", "w"))
+        print(i, fw, gib)
+PY
+while read -r i fw gib; do
+  "$T" memory --plan "$work/oom${i}_$fw.json" --json > "$work/oom.json" 2> "$work/oom.err" ||
+    { fail "memory of plan $i under $fw: $(cat "$work/oom.err")"; continue; }
+  python3 - "$work/oom.json" "$gib" <<'PY' || fail "plan $i under $fw: recommend's out-of-memory figure $gib GiB disagrees with memory"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert abs(m["peak_gib"] - float(sys.argv[2])) < 0.01, (m["peak_gib"], sys.argv[2])
+assert not m["fits"], m
+PY
+done < "$work/oom.list"
+echo "recommend: $(wc -l < "$work/oom.list") framework labels flagged out of memory, each checked against memory"
+
 # Megatron-Core's all-to-all overlap (--ep-overlap): exported as
 # --overlap-moe-expert-parallel-comm with a larger CUDA_DEVICE_MAX_CONNECTIONS
 # and passing the oracle's TransformerConfig rules, on one node (no
