@@ -35,37 +35,27 @@ namespace {
 // The frameworks that can run a plan simulated without --framework: those
 // whose exporter accepts it (framework_refusal), in framework_names() order
 // (issue 9: without --framework, recommend labels each plan with the
-// frameworks that run it).
-std::vector<std::string> frameworks_running(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
-  std::vector<std::string> out;
-  if (L.plan.framework != Framework::kGeneric) return {to_string(L.plan.framework)};
+// frameworks that run it), each with its peak memory under its own execution
+// profile where that does not fit the GPU (their optimizer, gradient buffers
+// and accumulation differ from the neutral model's: DeepSpeed's
+// BF16_Optimizer keeps 16-bit gradients beside fp32 ones, the exported FSDP2
+// script an fp32 unsharded gradient accumulator), 0 where it fits.
+struct FrameworkLabel {
+  std::string name;
+  double out_of_memory_bytes = 0;
+};
+std::vector<FrameworkLabel> frameworks_running(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+  if (L.plan.framework != Framework::kGeneric) return {{to_string(L.plan.framework)}};
+  std::vector<FrameworkLabel> out;
   for (size_t i = 1; i < framework_names().size(); ++i) {
     // megatron-lm is the 2021-22 profile of the same exporter (current
     // Megatron): megatron-core stands for both.
     if (static_cast<Framework>(i) == Framework::kMegatronLM) continue;
     Layout k = L;
     k.plan.framework = static_cast<Framework>(i);
-    if (!framework_refusal(m, c, k)) out.push_back(framework_names()[i]);
-  }
-  return out;
-}
-
-// Of `frameworks` (frameworks_running), those under whose own execution
-// profile the plan does not fit in GPU memory (their optimizer, gradient
-// buffers and accumulation differ from the neutral model's: DeepSpeed's
-// BF16_Optimizer keeps 16-bit gradients beside fp32 ones, the exported FSDP2
-// script an fp32 unsharded gradient accumulator), each with its peak.
-std::vector<std::pair<std::string, double>> frameworks_out_of_memory(const ModelSpec& m, const ClusterSpec& c,
-                                                                     const Layout& L,
-                                                                     const std::vector<std::string>& frameworks) {
-  std::vector<std::pair<std::string, double>> out;
-  if (L.plan.framework != Framework::kGeneric) return out;
-  for (size_t i = 1; i < framework_names().size(); ++i) {
-    if (std::find(frameworks.begin(), frameworks.end(), framework_names()[i]) == frameworks.end()) continue;
-    Layout k = L;
-    k.plan.framework = static_cast<Framework>(i);
+    if (framework_refusal(m, c, k)) continue;
     const MemoryReport mem = estimate_memory(m, c, k);
-    if (!mem.fits) out.emplace_back(framework_names()[i], mem.peak_bytes);
+    out.push_back({framework_names()[i], mem.fits ? 0.0 : mem.peak_bytes});
   }
   return out;
 }
@@ -390,11 +380,13 @@ int run_recommend(const RecommendFlags& f) {
     nlohmann::json ties = nlohmann::json::array();
     for (const Layout& t : p.ties) ties.push_back(plan_to_json(t.plan));
     j["ties"] = ties;
-    const std::vector<std::string> runs = frameworks_running(model, cluster, p.layout);
-    j["frameworks"] = runs;
+    nlohmann::json runs = nlohmann::json::array();
     nlohmann::json oom = nlohmann::json::object();
-    for (const auto& [name, peak] : frameworks_out_of_memory(model, cluster, p.layout, runs))
-      oom[name] = rounded(to_gib(peak), 2);
+    for (const FrameworkLabel& fw : frameworks_running(model, cluster, p.layout)) {
+      runs.push_back(fw.name);
+      if (fw.out_of_memory_bytes > 0) oom[fw.name] = rounded(to_gib(fw.out_of_memory_bytes), 2);
+    }
+    j["frameworks"] = runs;
     j["frameworks_out_of_memory_gib"] = oom;
     if (p.has_faults) {
       const FaultReport& fr = p.faults;
@@ -549,13 +541,14 @@ int run_recommend(const RecommendFlags& f) {
                     q.delay_wgrad ? " --delay-wgrad-compute" : "");
       }
       if (o.framework == Framework::kGeneric) {
-        const std::vector<std::string> fws = frameworks_running(model, cluster, p.layout);
+        const std::vector<FrameworkLabel> fws = frameworks_running(model, cluster, p.layout);
         std::string list;
-        for (const std::string& n : fws) list += (list.empty() ? "" : ", ") + n;
+        for (const FrameworkLabel& fw : fws) list += (list.empty() ? "" : ", ") + fw.name;
         std::printf("       runs on: %s\n", list.empty() ? "none of the export targets (see trainplan export)" : list.c_str());
-        for (const auto& [name, peak] : frameworks_out_of_memory(model, cluster, p.layout, fws)) {
+        for (const FrameworkLabel& fw : fws) {
+          if (fw.out_of_memory_bytes <= 0) continue;
           std::printf("       but under %s's own profile it needs %.1f GiB per GPU: does not fit (recommend --framework %s)\n",
-                      name.c_str(), to_gib(peak), name.c_str());
+                      fw.name.c_str(), to_gib(fw.out_of_memory_bytes), fw.name.c_str());
         }
       }
       if (!p.ties.empty()) {

@@ -60,6 +60,15 @@ double stage_compute_s(const Case& c, Framework f, int stage) {
   return sum;
 }
 
+// The closed form of a gradient-accumulation pass: `bytes` per parameter of
+// `params` at the A100's achieved HBM rate plus one kernel overhead for each
+// of `kernels` launches (the kernel overhead does not depend on the dtype).
+double accumulation_pass_s(const Case& c, double bytes, double params, int kernels) {
+  const double hbm = c.cluster.gpu.hbm_bandwidth.bytes_per_s() * c.cluster.gpu.hbm_efficiency;
+  const double launch = compute_params(c.cluster, Precision::kBf16).kernel_overhead.s();
+  return bytes * params / hbm + kernels * launch;
+}
+
 TEST_CASE("Framework: names and profiles follow their sources", "[sim][framework]") {
   CHECK(framework_names() ==
         std::vector<std::string>{"generic", "megatron-lm", "megatron-core", "deepspeed", "torchtitan", "pytorch"});
@@ -510,11 +519,9 @@ TEST_CASE("Framework: the exported PyTorch script accumulates gradients locally,
   Case ddp1 = ddp;
   ddp1.plan.gbs = 32;
   const MemoryReport mem = estimate_memory(ddp.model, ddp.cluster, ddp.layout(Framework::kPytorch));
-  const double hbm = c.cluster.gpu.hbm_bandwidth.bytes_per_s() * c.cluster.gpu.hbm_efficiency;
-  const double launch = compute_params(c.cluster, Precision::kBf16).kernel_overhead.s();
   // GPT-3 1.3B: 12 tensors per layer (two LayerNorms, QKV, projection and
   // the two MLP linears, each a weight and a bias) over 24 layers.
-  const double pass = 12.0 * mem.stages[0].params / hbm + 12 * 24 * launch;
+  const double pass = accumulation_pass_s(c, 12, mem.stages[0].params, 12 * 24);
   CHECK_THAT(stage_compute_s(ddp, Framework::kPytorch, 0) - 4 * stage_compute_s(ddp1, Framework::kPytorch, 0),
              WithinRel(3 * pass, 1e-3));
 }
@@ -555,11 +562,9 @@ TEST_CASE("Framework: DeepSpeed ZeRO-1 all-reduces 16-bit gradients accumulated 
   Case m = c;
   m.plan.precision = Precision::kBf16;
   const MemoryReport mem = estimate_memory(c.model, c.cluster, c.layout(Framework::kDeepSpeed));
-  const double hbm = c.cluster.gpu.hbm_bandwidth.bytes_per_s() * c.cluster.gpu.hbm_efficiency;
-  const double launch = compute_params(c.cluster, Precision::kFp16).kernel_overhead.s();
   // GPT-3 1.3B: 12 tensors per layer (two LayerNorms, QKV, projection and
   // the two MLP linears, each a weight and a bias) over 24 layers.
-  const double pass = 6.0 * mem.stages[0].params / hbm + 12 * 24 * launch;
+  const double pass = accumulation_pass_s(c, 6, mem.stages[0].params, 12 * 24);
   CHECK_THAT(stage_compute_s(c, Framework::kDeepSpeed, 0) - stage_compute_s(m, Framework::kMegatronLM, 0),
              WithinRel(3 * pass, 1e-3));
 }
@@ -629,12 +634,10 @@ TEST_CASE("Framework: DeepSpeed's bf16 pipeline adds each micro-batch's gradient
   auto compute = [&](Framework f, int stage) { return stage_compute_s(c, f, stage); };
   const Layout L = c.layout(Framework::kDeepSpeed);
   const MemoryReport mem = estimate_memory(c.model, c.cluster, L);
-  const double hbm = c.cluster.gpu.hbm_bandwidth.bytes_per_s() * c.cluster.gpu.hbm_efficiency;
-  const double launch = compute_params(c.cluster, Precision::kBf16).kernel_overhead.s();
   for (int stage = 0; stage < 2; ++stage) {
     // GPT-3 1.3B: 12 tensors per layer (two LayerNorms, QKV, projection and
     // the two MLP linears, each a weight and a bias), 12 layers a stage.
-    const double pass = 18.0 * mem.stages[static_cast<size_t>(stage)].params / hbm + 2 * 12 * 12 * launch;
+    const double pass = accumulation_pass_s(c, 18, mem.stages[static_cast<size_t>(stage)].params, 2 * 12 * 12);
     CHECK_THAT(compute(Framework::kDeepSpeed, stage) - compute(Framework::kMegatronLM, stage),
                WithinRel(4 * pass, 1e-3));
   }
@@ -670,12 +673,10 @@ TEST_CASE("Framework: Megatron-LM's fp16 gradients accumulate through autograd a
   };
   REQUIRE(c.cluster.gpu.peak.at(Dtype::kFp16).flop_per_s() == c.cluster.gpu.peak.at(Dtype::kBf16).flop_per_s());
   const MemoryReport mem = estimate_memory(c.model, c.cluster, c.layout(Framework::kMegatronLM));
-  const double hbm = c.cluster.gpu.hbm_bandwidth.bytes_per_s() * c.cluster.gpu.hbm_efficiency;
-  const double launch = compute_params(c.cluster, Precision::kFp16).kernel_overhead.s();
   for (int stage = 0; stage < 2; ++stage) {
     // GPT-3 1.3B: 12 tensors per layer (two LayerNorms, QKV, projection and
     // the two MLP linears, each a weight and a bias), 12 layers a stage.
-    const double pass = 6.0 * mem.stages[static_cast<size_t>(stage)].params / hbm + 12 * 12 * launch;
+    const double pass = accumulation_pass_s(c, 6, mem.stages[static_cast<size_t>(stage)].params, 12 * 12);
     CHECK_THAT(compute(Precision::kFp16, stage) - compute(Precision::kBf16, stage), WithinRel(3 * pass, 1e-3));
   }
 }
