@@ -38,8 +38,8 @@ namespace {
 // frameworks that run it), each with its peak memory under its own execution
 // profile where that does not fit the GPU (their optimizer, gradient buffers
 // and accumulation differ from the neutral model's: DeepSpeed's
-// BF16_Optimizer keeps 16-bit gradients beside fp32 ones, the exported FSDP2
-// script an fp32 unsharded gradient accumulator), 0 where it fits.
+// BF16_Optimizer keeps 16-bit gradients beside fp32 ones, torchtitan and the
+// exported PyTorch script fp32 master parameters), 0 where it fits.
 struct FrameworkLabel {
   std::string name;
   double out_of_memory_bytes = 0;

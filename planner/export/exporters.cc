@@ -1716,13 +1716,12 @@ def main():
         for micro in range(ACCUM):
             tokens = torch.randint(0, VOCAB, (MBS, SEQ + 1), device="cuda", generator=generator)
             last = micro == ACCUM - 1
-            # Gradients are reduced once per step, after the last micro-batch
-            # (the plan trainplan simulated): DDP skips its all-reduce inside
-            # no_sync(); FSDP2 modules have no no_sync() and skip their
-            # reduce-scatter while requires_gradient_sync is False
-            # (torch.distributed.fsdp.FSDPModule.set_requires_gradient_sync).
-            if FSDP:
-                model.set_requires_gradient_sync(last)
+            # As trainplan simulated the plan: DDP all-reduces once per step,
+            # skipping its all-reduce inside no_sync() until the last
+            # micro-batch; FSDP2 keeps gradient sync on and reduce-scatters
+            # every micro-batch into its sharded fp32 gradients (turning it
+            # off with set_requires_gradient_sync(False) would hold the whole
+            # unsharded gradient in fp32 until the last micro-batch).
             sync = model.no_sync() if DDP_WRAPPED and not last else contextlib.nullcontext()
             with sync:
                 with torch.autocast("cuda", dtype=dtype, enabled=use_autocast):

@@ -30,29 +30,28 @@ ExecutionProfile pytorch(const Plan& p) {
   // The exported FSDP2 script and torchtitan shard with fully_shard.
   e.fsdp2_copies = p.framework != Framework::kGeneric;
   if (p.framework != Framework::kGeneric && p.offload == Offload::kNone) {
-    // Gradient accumulation as the exported script runs it: the gradients
-    // of every micro-batch but the last stay local (DDP's no_sync(); FSDP2's
-    // set_requires_gradient_sync(False)) and the optimizer's
-    // zero_grad(set_to_none=True) leaves none before the first.
-    e.grad_accumulation_kernels_per_tensor = 1;
-    e.grad_accumulation_skips_first_microbatch = true;
+    // Gradient accumulation as the exported script runs it.
     if (p.zero >= 2) {
-      // FSDP2 (_fsdp_param_group.py post_backward without reduce_grads,
-      // _fsdp_param.py to_accumulated_grad_if_needed /
-      // accumulate_unsharded_grad_if_needed): the unsharded 16-bit gradient
-      // is upcast to reduce_dtype (fp32) into unsharded_accumulated_grad and
-      // later ones added to it (read 4 + 2, write 4 = 10 B per parameter);
-      // under fp32 training the unsharded .grad accumulates through autograd
-      // (read 4 + 4, write 4).  The accumulator is the whole unsharded
-      // gradient of the rank's modules, in fp32, until the last
-      // micro-batch's reduce-scatter.  (The first micro-batch's upcast, 6 B,
-      // is left out; the reduce-scatter's copy-in stays on every
-      // micro-batch.)
-      e.grad_accumulation_bytes_per_param = p.precision == Precision::kFp32 ? 12 : 10;
-      e.unsharded_grad_accumulator_bytes = 4;
+      // FSDP2 keeps gradient sync on for every micro-batch, as torchtitan
+      // does (trainer.py train_step): each micro-batch's post_backward
+      // reduce-scatters the unsharded gradient and adds the result to the
+      // fp32 sharded .grad (_fsdp_collectives.py foreach_reduce: "grad +=
+      // new_sharded_grad" on 1/dp of the parameters, left out).  Turning sync
+      // off (set_requires_gradient_sync(False)) would save the reduce-
+      // scatters of all but the last micro-batch at the price of an fp32
+      // unsharded_accumulated_grad of the rank's whole gradient, 4 B per
+      // parameter (_fsdp_param.py accumulate_unsharded_grad_if_needed), held
+      // until the last one: what ZeRO-2/3 shard away, and more than a large
+      // model has room for.
+      e.reduce_every_microbatch = true;
     } else {
-      // DDP under no_sync(): each fp32 parameter's .grad accumulates through
-      // AccumulateGrad, an in-place grad += new_grad (read 4 + 4, write 4).
+      // DDP under no_sync() keeps every micro-batch's gradients but the last
+      // local: each fp32 parameter's .grad accumulates through AccumulateGrad,
+      // an in-place grad += new_grad (read 4 + 4, write 4), one kernel per
+      // tensor, after every micro-batch but the first (the optimizer's
+      // zero_grad(set_to_none=True) leaves none before it).
+      e.grad_accumulation_kernels_per_tensor = 1;
+      e.grad_accumulation_skips_first_microbatch = true;
       e.grad_accumulation_bytes_per_param = 12;
     }
   }
@@ -281,11 +280,10 @@ ExecutionProfile torchtitan(const Plan& p) {
   e.framework = p.framework;
   // torchtitan never turns gradient sync off (trainer.py train_step runs
   // each accumulation step's forward-backward as is): FSDP2 reduce-scatters
-  // every micro-batch's gradients, accumulating the fp32 shards, and its
-  // DDP (replicate) all-reduces every backward.
+  // every micro-batch's gradients (as the exported script), and its DDP
+  // (replicate) all-reduces every backward, where the script's no_sync()
+  // waits for the last.
   e.reduce_every_microbatch = true;
-  e.unsharded_grad_accumulator_bytes = 0;
-  if (p.zero >= 2) e.grad_accumulation_bytes_per_param = 0;
   e.per_op_selective_recompute = true;
   // train_configs/llama3_*.toml: compile = false, norm_type = "rmsnorm" (the
   // eager RMSNorm of torchtitan/models/norms.py); FP8 plans are exported

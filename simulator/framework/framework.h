@@ -122,13 +122,6 @@ struct ExecutionProfile {
   // BF16_Optimizer partitions its fp32 groups over the data-parallel group
   // whatever the ZeRO stage).
   bool optimizer_sharded_without_zero = false;
-  // Sharded gradients (ZeRO-2/3) are not reduced on the step's micro-batches
-  // before the last but accumulated unsharded, in fp32, until the last one's
-  // reduce-scatter: FSDP2 under set_requires_gradient_sync(False), as the
-  // exported PyTorch script runs gradient accumulation.  Bytes per parameter
-  // of that accumulator, held whenever a step has more than one
-  // micro-batch (0: none).
-  double unsharded_grad_accumulator_bytes = 0;
   // A pipeline stage keeps each in-flight micro-batch's output tensor until
   // that micro-batch's backward (DeepSpeed's pipe_buffers['outputs'],
   // torch.distributed.pipelining's fwd_cache); Megatron frees its data once

@@ -240,7 +240,6 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     MemoryBreakdown& b = st.breakdown;
     b.weights = ms.weights + me.weights;
     b.gradients = ms.gradients + me.gradients + fw.lp_grad_bytes * params;
-    if (layout.microbatches > 1) b.gradients += fw.unsharded_grad_accumulator_bytes * params;
     b.optimizer = ms.optimizer + me.optimizer;
     if (p.zero == 3) {
       // ZeRO-3 / FSDP gathers one layer's full (TP-sharded) weights and

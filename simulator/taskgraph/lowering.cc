@@ -1795,10 +1795,7 @@ class Lowerer {
             pending_reduce = k;  // every micro-batch, per layer, after the next prefetch
             pending_params = grad_params;
           } else if (p_.zero == 3) {
-            // Every micro-batch, per layer; only the chunk's last where the
-            // framework accumulates the unsharded gradients instead
-            // (ExecutionProfile::unsharded_grad_accumulator_bytes).
-            if (e.last_backward || prof.unsharded_grad_accumulator_bytes <= 0) reduce(k, grad_params);
+            reduce(k, grad_params);  // every micro-batch, per layer
           } else if (e.last_backward || prof.reduce_every_microbatch) {
             // PyTorch DDP fills buckets tensor by tensor and closes one once it
             // reaches the cap, so a bucket is at most cap + one tensor: walk

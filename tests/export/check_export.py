@@ -1620,12 +1620,17 @@ def fsdp_rules(text: str, plan: dict, api: dict, P: Problems, nodes_opt: int | N
     if nodes_opt is not None and hdr and int(hdr.group(2)) != nodes_opt:
         P.add(f"python: header says {hdr.group(2)} nodes, the job has {nodes_opt}")
 
-    # Gradient accumulation: on all but the last micro-batch gradients must not
-    # be reduced.  DDP: the model.no_sync() context manager
+    # Gradient accumulation as trainplan simulates it (simulator/framework/
+    # framework.cc, pytorch profile).  DDP: all-reduce once per step, after the
+    # last micro-batch, inside the model.no_sync() context manager until then
     # (torch/nn/parallel/distributed.py DistributedDataParallel.no_sync).
-    # FSDP2: model.set_requires_gradient_sync(False) -- FSDPModule has no no_sync
-    # (torch/distributed/fsdp/_fully_shard/_fully_shard.py).  Plan ZeRO >= 2 with
-    # dp > 1 runs FSDP2, ZeRO 0/1 with dp > 1 runs DDP.
+    # FSDP2: gradient sync stays on, a reduce-scatter every micro-batch into
+    # the sharded fp32 gradients; FSDPModule has no no_sync
+    # (torch/distributed/fsdp/_fully_shard/_fully_shard.py), and
+    # set_requires_gradient_sync(False) would hold the whole unsharded gradient
+    # in fp32 (_fsdp_param.py unsharded_accumulated_grad), memory the plan does
+    # not have.  Plan ZeRO >= 2 with dp > 1 runs FSDP2, ZeRO 0/1 with dp > 1
+    # runs DDP.
     mode = "fsdp" if zero >= 2 and dp > 1 else "ddp" if dp > 1 else None
     fsdp_methods = set(names["torch.distributed.fsdp.FSDPModule"].get("methods", []))
     ddp_methods = set(names["torch.nn.parallel.DistributedDataParallel"].get("methods", []))
@@ -1641,23 +1646,18 @@ def fsdp_rules(text: str, plan: dict, api: dict, P: Problems, nodes_opt: int | N
     if mode and accum and accum > 1:
         if mode == "fsdp":
             assert "no_sync" not in fsdp_methods
-            for h in hasattr_nosync:
-                P.add(f"python: plan zero={zero} dp={dp} runs FSDP2, whose modules have no no_sync: "
-                      "hasattr(model, \"no_sync\") is False, so gradients are reduce-scattered on every one of the "
-                      f"{accum} micro-batches; use model.set_requires_gradient_sync(False) before the first "
-                      f"{accum - 1} and True before the last", h.lineno)
+            assert "set_requires_gradient_sync" in fsdp_methods
             for u in nosync_uses:
                 if not hasattr_nosync and id(u) not in guarded:
-                    P.add("python: FSDP2 module has no no_sync() (AttributeError); use set_requires_gradient_sync",
+                    P.add("python: FSDP2 module has no no_sync() (AttributeError); FSDP2 plans keep gradient sync on",
                           u.lineno)
-            if not sync_calls:
-                P.add(f"python: plan zero={zero} dp={dp} runs FSDP2 with {accum} micro-batches but the script never "
-                      "calls model.set_requires_gradient_sync(False): every micro-batch reduces gradients")
-            elif all(isinstance(c.args[0], ast.Constant) and c.args[0].value is False for c in sync_calls if c.args):
-                P.add("python: set_requires_gradient_sync is only ever called with False: gradients are never reduced")
-            elif all(isinstance(c.args[0], ast.Constant) and c.args[0].value is True for c in sync_calls if c.args):
-                P.add("python: set_requires_gradient_sync is only ever called with True: every micro-batch reduces "
-                      "gradients")
+            for c in sync_calls:
+                if c.args and isinstance(c.args[0], ast.Constant) and c.args[0].value is True:
+                    continue
+                P.add(f"python: plan zero={zero} dp={dp} runs FSDP2 with {accum} micro-batches, simulated with a "
+                      "reduce-scatter every micro-batch, but the script can turn gradient sync off "
+                      "(set_requires_gradient_sync): FSDP2 then holds the whole unsharded gradient in fp32 until "
+                      "the last micro-batch, memory the plan does not have", c.lineno)
         else:
             assert "no_sync" in ddp_methods
             if not nosync_uses:

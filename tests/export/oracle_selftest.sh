@@ -357,8 +357,6 @@ def main():
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
     for micro in range(ACCUM):
         last = micro == ACCUM - 1
-        if FSDP:
-            model.set_requires_gradient_sync(last)
         sync = model.no_sync() if ddp_wrapped and not last else contextlib.nullcontext()
         with sync:
             x = torch.randn(MBS, 16, device="cuda")
@@ -372,12 +370,10 @@ if __name__ == "__main__":
 EOF
 F="$T/plan_dp8_z2.json"
 expect_pass "fsdp: good FSDP2 script" fsdp "$F" "$T/fsdp.py"
-# The known bug: relying on hasattr(model, "no_sync"), which is False for FSDP2 modules.
-mutate "$T/fsdp.py" "$T/fsdp_hasattr.py" '/model.set_requires_gradient_sync(last)/d; /^        if FSDP:$/d; s/sync = model.no_sync() if ddp_wrapped and not last else contextlib.nullcontext()/sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()/'
-expect_fail "fsdp: FSDP2 with hasattr(model, \"no_sync\")" fsdp "$F" "$T/fsdp_hasattr.py" \
-  'runs FSDP2, whose modules have no no_sync: hasattr\(model, "no_sync"\) is False'
-expect_fail "fsdp: FSDP2 never calls set_requires_gradient_sync" fsdp "$F" "$T/fsdp_hasattr.py" \
-  'never calls model.set_requires_gradient_sync\(False\)'
+# FSDP2 turning gradient sync off (the unsharded fp32 accumulator the plan has no memory for).
+mutate "$T/fsdp.py" "$T/fsdp_sync_off.py" 's/^        last = micro == ACCUM - 1$/        last = micro == ACCUM - 1\n        if FSDP:\n            model.set_requires_gradient_sync(last)/'
+expect_fail "fsdp: FSDP2 turns gradient sync off" fsdp "$F" "$T/fsdp_sync_off.py" \
+  'runs FSDP2 with 4 micro-batches, simulated with a reduce-scatter every micro-batch'
 mutate "$T/fsdp.py" "$T/fsdp_nosync.py" 's/sync = model.no_sync() if ddp_wrapped and not last else contextlib.nullcontext()/sync = model.no_sync() if not last else contextlib.nullcontext()/'
 expect_fail "fsdp: FSDP2 module no_sync()" fsdp "$F" "$T/fsdp_nosync.py" 'FSDP2 module has no no_sync\(\)'
 # DDP plan (ZeRO 1): the same script must enter no_sync(); without it every micro-batch all-reduces.
