@@ -1791,11 +1791,17 @@ class Lowerer {
         }
         flush_reduce();
         if (e.kind != PipeOp::Kind::kForward && grad_params > 0) {
-          if (synced) {
-            pending_reduce = k;  // every micro-batch, per layer, after the next prefetch
+          if (p_.zero == 3) {
+            // Every micro-batch, per layer, queued on the communicator after
+            // the next entry's prefetch: the pre-backward hook of layer L
+            // issues the gather of layer L-1 before the post-backward hook of
+            // L issues L's reduce-scatter (FSDP2 _fsdp_state.py
+            // _pre_backward -> _backward_prefetch, then post_backward ->
+            // foreach_reduce; DeepSpeed stage 3 fetch_sub_module from the
+            // pre-backward hook), and one communicator runs its collectives in
+            // issue order (ProcessGroupNCCL's one NCCL stream per device).
+            pending_reduce = k;
             pending_params = grad_params;
-          } else if (p_.zero == 3) {
-            reduce(k, grad_params);  // every micro-batch, per layer
           } else if (e.last_backward || prof.reduce_every_microbatch) {
             // PyTorch DDP fills buckets tensor by tensor and closes one once it
             // reaches the cap, so a bucket is at most cap + one tensor: walk
