@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""A wider check than the dev rows: every run of two sets of published benchmark tables that trainplan can
+express, predicted at its printed layout -- Megatron-Bridge's performance summary and torchtitan's benchmarks.
+Not the judged comparison (ACCURACY.md's rows are), and nothing here is fitted: it says how the model carries
+to many more published runs of the kinds the dev rows sample.
+
+Megatron-Bridge.  Facts: tests/data/validation/megatron_bridge_perf.json, the tables of NVIDIA-NeMo/Megatron-Bridge
+docs/performance-summary.md and docs/performance-summary-archive.md at commit 067f987df0 (NeMo containers 25.09 to
+26.08), one entry per printed row with its first configuration (a value in parentheses is a second configuration
+of the same row, kept under "second_configuration", not predicted).
+
+Mapping, the ACCURACY.md rules as far as the tables print the fields:
+  model     the built-in model of the printed name (the tables print no shapes; M1/M4 would need them):
+            LLAMA3_8B llama3-8b, LLAMA3_70B llama3-70b, LLAMA3.1_405B llama3-405b, DeepSeekV3 deepseek-v3
+            (no MTP layer), GPT OSS 120B gpt-oss-120b, Qwen3_30B_a3B qwen3-30b-a3b, Qwen3_235B_a22B
+            qwen3-235b-a22b; a suffix in parentheses (tokendrop, w/o MTP) is ignored; other models (Nemotron 3,
+            Kimi K2, DeepSeek-V4) are not expressible.
+  cluster   DGX-H100 dgx-h100, DGX-B200 dgx-b200, DGX-B300 dgx-b300, DGX-GB200 gb200-nvl72, DGX-GB300
+            gb300-nvl72.
+  layout    --gpus --tp --pp --cp --vp (n/a: none) --mbs --gbs --seq as printed; --ep and --etp (printed, else 1,
+            the perf recipes' expert_tensor_parallel_size) for MoE models; FSDP column > 0 -> --zero 3
+            (Megatron-FSDP, L2), else the distributed optimizer, --zero 1; recompute and sequence parallelism are
+            not printed -> none and off (L5, L6); --attention flash (L10); --framework megatron-core (F1).
+  precision FP8-CS / FP8-MX / MXFP8 / FP8 -> --precision fp8 (L9); BF16 -> bf16; NVFP4 not expressible; the 25.09
+            tables print no precision column: fp8, as the dev row mbridge_25.09_h100_Qwen3_30B_A3B_16gpu_tokendrop
+            infers.
+  metric    tokens/s per GPU (a pure time comparison); error (pred - meas) / meas, + = optimistic.
+
+torchtitan.  Facts: tests/data/validation/torchtitan_benchmarks.json, every row of pytorch/torchtitan's
+benchmarks/ tables (Llama 3.1 8B/70B/405B on Grand Teton H100s, 2024-12 and 2025-06; Llama 3.1 8B on H200s,
+2025-06).  Mapping: cluster dgx-h100 derived as the dev rows' (96 GB, 500 W power limit: accuracy.derived_cluster)
+or dgx-h200; --framework torchtitan; FSDP -> --zero 3 (L2); --tp/--pp/--cp as printed; --mbs the local batch
+without pipeline parallelism, 1 with it (torchtitan's pipeline micro-batch size default; L3); --gbs as printed;
+--recompute selective (per-op SAC) or full (L5); --sp with tp > 1 (torchtitan's TP shards the norms' sequence);
+schedule 1F1B, or interleaved with vp 2 (L7); float8 -> --precision fp8, rowwise with --fp8-recipe rowwise (L9);
+torch.compile and async TP are not plan options (the CLI's --tp-comm-overlap is Transformer Engine's), so those
+runs are predicted as their eager / plain-TP twins.
+
+Usage: python3 tools/wider_check.py [--out docs/wider-check.md]  (after building)
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import accuracy  # noqa: E402  (run, cli_offers: the same CLI calls as the judged comparison)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FACTS = os.path.join(ROOT, "tests", "data", "validation", "megatron_bridge_perf.json")
+TITAN_FACTS = os.path.join(ROOT, "tests", "data", "validation", "torchtitan_benchmarks.json")
+
+MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b",
+          "DeepSeekV3": "deepseek-v3", "GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b",
+          "Qwen3_235B_a22B": "qwen3-235b-a22b"}
+MOE = {"deepseek-v3", "gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b"}
+SYSTEMS = {"DGX-H100": "dgx-h100", "DGX-B200": "dgx-b200", "DGX-B300": "dgx-b300", "DGX-GB200": "gb200-nvl72",
+           "DGX-GB300": "gb300-nvl72"}
+# The fields that make two printed rows the same run configuration (for the repeat spread).
+LAYOUT_KEYS = ("system", "model", "precision", "gpus", "gbs", "mbs", "seq", "tp", "pp", "cp", "vp", "ep", "etp", "fsdp")
+
+
+def model_of(row):
+    return MODELS.get(re.sub(r"\s*\(.*\)\s*$", "", row["model"]).strip())
+
+
+def precision_of(row):
+    """The row's precision as the CLI spells it, or None where it is not expressible."""
+    text = (row.get("precision") or ("FP8" if row["container"] == "25.09" else "BF16")).upper()
+    if "FP4" in text:
+        return None
+    return "fp8" if "FP8" in text else "bf16"
+
+
+def flags_for(row, trainplan):
+    """The simulate flags of a row (the mapping in the docstring), or (None, reason)."""
+    model, cluster, precision = model_of(row), SYSTEMS.get(row["system"]), precision_of(row)
+    if not model:
+        return None, "model not built in"
+    if not cluster:
+        return None, "system not built in"
+    if not precision:
+        return None, "precision " + str(row.get("precision"))
+    f = ["--model", model, "--cluster", cluster, "--gpus", str(row["gpus"]), "--tp", str(row.get("tp") or 1),
+         "--pp", str(row.get("pp") or 1), "--mbs", str(row["mbs"]), "--gbs", str(row["gbs"]), "--seq",
+         str(row["seq"]), "--attention", "flash", "--recompute", "none"]
+    if (row.get("cp") or 1) > 1:
+        f += ["--cp", str(row["cp"])]
+    if (row.get("vp") or 1) > 1:
+        f += ["--vp", str(row["vp"])]
+    if model in MOE:
+        f += ["--ep", str(row.get("ep") or 1), "--etp", str(row.get("etp") or 1)]
+    f += ["--zero", "3" if (row.get("fsdp") or 0) > 0 else "1"]
+    if precision == "fp8":
+        f += ["--precision", "fp8"]
+    if accuracy.cli_offers(trainplan, "--framework"):
+        f += ["--framework", "megatron-core"]
+    return f, None
+
+
+def titan_flags_for(row, trainplan, tmp):
+    """The simulate flags of a torchtitan benchmark row (the mapping in the docstring)."""
+    if row["hardware"].startswith("H200"):
+        cluster = "dgx-h200"
+    else:
+        cluster = accuracy.derived_cluster({"id": "torchtitan-grand-teton", "hardware": {"gpu": row["hardware"]}},
+                                           "dgx-h100", tmp)
+    f = ["--model", row["model"], "--cluster", cluster, "--gpus", str(row["gpus"]), "--tp", str(row["tp"]), "--pp",
+         str(row["pp"]), "--mbs", str(1 if row["pp"] > 1 else row["local_batch"]), "--gbs", str(row["global_batch"]),
+         "--seq", str(row["seq"]), "--attention", "flash", "--recompute", row["recompute"], "--zero", "3",
+         "--framework", "torchtitan"]
+    if row["cp"] > 1:
+        f += ["--cp", str(row["cp"])]
+    if row["tp"] > 1:
+        f += ["--sp"]
+    if "interleaved" in (row.get("schedule") or "").lower():
+        f += ["--vp", "2"]
+    if row["precision"].startswith("float8"):
+        f += ["--precision", "fp8"]
+        if "rowwise" in row["precision"]:
+            f += ["--fp8-recipe", "rowwise"]
+    return f
+
+
+def summary(errs):
+    a = sorted(abs(e) for e in errs)
+    n = len(a)
+    return "%d | %.1f%% | %+.1f%% | %.1f%% | %d" % (n, 100 * sum(a) / n, 100 * sum(errs) / n, 100 * a[n // 2],
+                                                   sum(x <= 0.15 for x in a))
+
+
+def predict(trainplan, flags):
+    """(tokens/s per GPU, fits) of a plan, or (None, reason)."""
+    try:
+        res = accuracy.run(trainplan, flags)
+    except RuntimeError as e:
+        return None, "refused: " + str(e).splitlines()[0][:90]
+    if not res.get("valid", True):
+        return None, "invalid: " + "; ".join(res.get("reasons", []))[:90]
+    return res["tokens_per_s"] / res["gpus"], bool(res.get("fits"))
+
+
+def headline(errs):
+    return "%d rows predicted; MAPE %.1f%%, bias %+.1f%%, median |error| %.1f%%, %d within 15%%." % (
+        len(errs), 100 * sum(abs(e) for e in errs) / len(errs), 100 * sum(errs) / len(errs),
+        100 * statistics.median(abs(e) for e in errs), sum(abs(e) <= 0.15 for e in errs))
+
+
+def group_tables(results, groupings):
+    out = []
+    for title, key in groupings:
+        groups = {}
+        for r in results:
+            groups.setdefault(key(r), []).append(r[4])
+        out += ["### " + title, "", "| group | rows | MAPE | bias | median | within 15% |", "|---|---:|---:|---:|---:|---:|"]
+        out += ["| %s | %s |" % (g, summary(groups[g])) for g in sorted(groups)]
+        out.append("")
+    return out
+
+
+def megatron_bridge_section(trainplan, path):
+    rows = json.load(open(path))["rows"]
+    results, skipped = [], {}
+    for row in rows:
+        flags, reason = flags_for(row, trainplan)
+        pred = None
+        if flags is not None:
+            pred, reason = predict(trainplan, flags)
+        if pred is None:
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        meas = row["tokens_per_s_per_gpu"]
+        results.append((row, flags, meas, pred, (pred - meas) / meas, reason))
+    errs = [r[4] for r in results]
+    doc = ["## Megatron-Bridge's performance summary", "",
+           "NVIDIA-NeMo/Megatron-Bridge's tables (NeMo containers 25.09 to 26.08, commit 067f987df0; facts in",
+           "`tests/data/validation/megatron_bridge_perf.json`), %d rows of which trainplan expresses the ones below." % len(rows),
+           "`fits` is trainplan's memory verdict (the tables print no recompute or gradient dtype, which the recipes",
+           "set, so a run that ran may not fit as mapped).", "", "**Summary:** " + headline(errs), ""]
+    # The measurement's own spread: the same printed configuration in several containers.
+    same = {}
+    for row in rows:
+        if precision_of(row) is None:
+            continue
+        key = tuple(precision_of(row) if k == "precision" else row.get(k) for k in LAYOUT_KEYS)
+        same.setdefault(key, []).append(row["tokens_per_s_per_gpu"])
+    repeats = sorted(max(v) / min(v) for v in same.values() if len(v) > 1)
+    if repeats:
+        doc += ["**The tables' own spread.** %d configurations are printed in more than one container release "
+                "(same system, model, precision as mapped and layout); their measured tokens/s differ by a median "
+                "factor of %.2f and up to %.2f (max / min; %d of them by more than 15%%). Mostly the tables repeat "
+                "themselves: most of a row's error is the model's, but a few configurations changed by up to that "
+                "factor between releases with nothing in the printed fields to say why (the recipes' recompute, "
+                "dispatcher, CUDA graphs and overlaps are not printed)." % (
+                    len(repeats), statistics.median(repeats), repeats[-1], sum(r > 1.15 for r in repeats)), ""]
+    doc += group_tables(results, (("By model", lambda r: r[0]["model"].split(" (")[0]),
+                                  ("By system", lambda r: r[0]["system"]),
+                                  ("By precision", lambda r: precision_of(r[0]))))
+    doc += ["### Rows", "", "| container | system | model | precision | measured tok/s/GPU | predicted | error | fits | flags |",
+            "|---|---|---|---|---:|---:|---:|---|---|"]
+    for row, flags, meas, pred, err, fits in results:
+        doc.append("| %s | %s | %s | %s | %.0f | %.0f | %+.1f%% | %s | `%s` |" % (
+            row["container"], row["system"], row["model"], row.get("precision") or "(not printed)", meas, pred,
+            100 * err, "yes" if fits else "no", flags[1] + " " + " ".join(flags[4:])))
+    doc += ["", "Not predicted: " + (", ".join("%s (%d rows)" % (k, v) for k, v in sorted(skipped.items())) or "none"),
+            ""]
+    return doc, errs
+
+
+def torchtitan_section(trainplan, path, tmp):
+    rows = json.load(open(path))["rows"]
+    results, skipped = [], {}
+    for row in rows:
+        flags = titan_flags_for(row, trainplan, tmp)
+        pred, reason = predict(trainplan, flags)
+        if pred is None:
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        meas = row["tokens_per_s_per_gpu"]
+        results.append((row, flags, meas, pred, (pred - meas) / meas, reason))
+    errs = [r[4] for r in results]
+    doc = ["## torchtitan's benchmarks", "",
+           "pytorch/torchtitan's `benchmarks/` tables (facts in `tests/data/validation/torchtitan_benchmarks.json`;",
+           "three of the 2024-12 rows are dev rows), %d rows. torch.compile and async TP are not plan options, so a" % len(rows),
+           "run with them is predicted as its eager / plain-TP twin: the \"compile\" and \"async TP\" groups say how much",
+           "each buys that trainplan does not see.", "", "**Summary:** " + headline(errs), ""]
+    def technique(r):
+        row = r[0]
+        t = "float8" if row["precision"].startswith("float8") else "bf16"
+        if row["compile"] and t == "bf16":
+            t += " + compile"
+        return t + (" + async TP" if row["async_tp"] else "")
+    doc += group_tables(results, (("By model", lambda r: r[0]["model"]), ("By technique", technique)))
+    doc += ["### Rows", "", "| table | hardware | precision | compile | async TP | measured tok/s/GPU | predicted | error | fits | flags |",
+            "|---|---|---|---|---|---:|---:|---:|---|---|"]
+    for row, flags, meas, pred, err, fits in results:
+        doc.append("| %s | %s | %s | %s | %s | %.0f | %.0f | %+.1f%% | %s | `%s` |" % (
+            row["table"].split(":")[0], row["hardware"].split(" (")[0], row["precision"],
+            "yes" if row["compile"] else "no", "yes" if row["async_tp"] else "no", meas, pred, 100 * err,
+            "yes" if fits else "no", " ".join([flags[1]] + flags[4:])))
+    doc += ["", "Not predicted: " + (", ".join("%s (%d rows)" % (k, v) for k, v in sorted(skipped.items())) or "none"),
+            ""]
+    return doc, errs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trainplan", default=os.path.join(ROOT, "build", "planner", "trainplan"))
+    ap.add_argument("--facts", default=FACTS)
+    ap.add_argument("--titan-facts", default=TITAN_FACTS)
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "wider-check.md"))
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        mb, mb_errs = megatron_bridge_section(a.trainplan, a.facts)
+        tt, tt_errs = torchtitan_section(a.trainplan, a.titan_facts, tmp)
+    doc = ["# A wider check: published benchmark tables", "",
+           "Generated by `python3 tools/wider_check.py` (after building). Every run of two published sets of",
+           "benchmark tables that trainplan can express -- Megatron-Bridge's performance summary and torchtitan's",
+           "benchmarks -- predicted at its printed layout with the ACCURACY.md rules as far as the tables print the",
+           "fields (the script's docstring). Not the judged comparison (`docs/accuracy.md`) and nothing here is",
+           "fitted: it shows how the model carries to many more published runs of the kinds the dev rows sample.",
+           "Error = (predicted - measured) / measured tokens/s per GPU, + = optimistic.", "",
+           "- Megatron-Bridge: " + headline(mb_errs),
+           "- torchtitan: " + headline(tt_errs), ""] + mb + tt
+    text = "\n".join(doc)
+    tmp_out = a.out + ".tmp"
+    with open(tmp_out, "w") as f:
+        f.write(text)
+    os.replace(tmp_out, a.out)
+    print("wrote %s: Megatron-Bridge %s torchtitan %s" % (a.out, headline(mb_errs), headline(tt_errs)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
