@@ -143,6 +143,23 @@ def predict(trainplan, flags):
     return res["tokens_per_s"] / res["gpus"], bool(res.get("fits"))
 
 
+def predict_rows(trainplan, rows, flags_of):
+    """Each row predicted at flags_of(row) -> (flags, None) or (None, reason): the results (row, flags, measured,
+    predicted, error, fits) and the reasons rows were skipped, counted."""
+    results, skipped = [], {}
+    for row in rows:
+        flags, reason = flags_of(row)
+        pred = None
+        if flags is not None:
+            pred, reason = predict(trainplan, flags)
+        if pred is None:
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        meas = row["tokens_per_s_per_gpu"]
+        results.append((row, flags, meas, pred, (pred - meas) / meas, reason))
+    return results, skipped
+
+
 def headline(errs):
     return "%d rows predicted; MAPE %.1f%%, bias %+.1f%%, median |error| %.1f%%, %d within 15%%." % (
         len(errs), 100 * sum(abs(e) for e in errs) / len(errs), 100 * sum(errs) / len(errs),
@@ -163,17 +180,7 @@ def group_tables(results, groupings):
 
 def megatron_bridge_section(trainplan, path):
     rows = json.load(open(path))["rows"]
-    results, skipped = [], {}
-    for row in rows:
-        flags, reason = flags_for(row, trainplan)
-        pred = None
-        if flags is not None:
-            pred, reason = predict(trainplan, flags)
-        if pred is None:
-            skipped[reason] = skipped.get(reason, 0) + 1
-            continue
-        meas = row["tokens_per_s_per_gpu"]
-        results.append((row, flags, meas, pred, (pred - meas) / meas, reason))
+    results, skipped = predict_rows(trainplan, rows, lambda row: flags_for(row, trainplan))
     errs = [r[4] for r in results]
     doc = ["## Megatron-Bridge's performance summary", "",
            "NVIDIA-NeMo/Megatron-Bridge's tables (NeMo containers 25.09 to 26.08, commit 067f987df0; facts in",
@@ -212,15 +219,7 @@ def megatron_bridge_section(trainplan, path):
 
 def torchtitan_section(trainplan, path, tmp):
     rows = json.load(open(path))["rows"]
-    results, skipped = [], {}
-    for row in rows:
-        flags = titan_flags_for(row, trainplan, tmp)
-        pred, reason = predict(trainplan, flags)
-        if pred is None:
-            skipped[reason] = skipped.get(reason, 0) + 1
-            continue
-        meas = row["tokens_per_s_per_gpu"]
-        results.append((row, flags, meas, pred, (pred - meas) / meas, reason))
+    results, skipped = predict_rows(trainplan, rows, lambda row: (titan_flags_for(row, trainplan, tmp), None))
     errs = [r[4] for r in results]
     doc = ["## torchtitan's benchmarks", "",
            "pytorch/torchtitan's `benchmarks/` tables (facts in `tests/data/validation/torchtitan_benchmarks.json`;",
