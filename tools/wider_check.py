@@ -33,8 +33,8 @@ or dgx-h200; --framework torchtitan; FSDP -> --zero 3 (L2); --tp/--pp/--cp as pr
 without pipeline parallelism, 1 with it (torchtitan's pipeline micro-batch size default; L3); --gbs as printed;
 --recompute selective (per-op SAC) or full (L5); --sp with tp > 1 (torchtitan's TP shards the norms' sequence);
 schedule 1F1B, or interleaved with vp 2 (L7); float8 -> --precision fp8, rowwise with --fp8-recipe rowwise (L9);
-torch.compile and async TP are not plan options (the CLI's --tp-comm-overlap is Transformer Engine's), so those
-runs are predicted as their eager / plain-TP twins.
+async TP -> --tp-comm-overlap (torchtitan's async TP); torch.compile is not a plan option (only async-TP and
+float8 plans are compiled), so a bf16 run with compile alone is predicted as its eager twin.
 
 Usage: python3 tools/wider_check.py [--out docs/wider-check.md]  (after building)
 """
@@ -116,6 +116,8 @@ def titan_flags_for(row, trainplan, tmp):
         f += ["--cp", str(row["cp"])]
     if row["tp"] > 1:
         f += ["--sp"]
+        if row["async_tp"]:
+            f += ["--tp-comm-overlap"]
     if "interleaved" in (row.get("schedule") or "").lower():
         f += ["--vp", "2"]
     if row["precision"].startswith("float8"):
@@ -223,9 +225,9 @@ def torchtitan_section(trainplan, path, tmp):
     errs = [r[4] for r in results]
     doc = ["## torchtitan's benchmarks", "",
            "pytorch/torchtitan's `benchmarks/` tables (facts in `tests/data/validation/torchtitan_benchmarks.json`;",
-           "three of the 2024-12 rows are dev rows), %d rows. torch.compile and async TP are not plan options, so a" % len(rows),
-           "run with them is predicted as its eager / plain-TP twin: the \"compile\" and \"async TP\" groups say how much",
-           "each buys that trainplan does not see.", "", "**Summary:** " + headline(errs), ""]
+           "three of the 2024-12 rows are dev rows), %d rows. Async TP runs are predicted with `--tp-comm-overlap`" % len(rows),
+           "(torchtitan's async TP, compiled); torch.compile alone is not a plan option, so a bf16 run with it is",
+           "predicted as its eager twin (the \"bf16 + compile\" group).", "", "**Summary:** " + headline(errs), ""]
     def technique(r):
         row = r[0]
         t = "float8" if row["precision"].startswith("float8") else "bf16"

@@ -57,7 +57,8 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
                 "--fp8-param-gather; needs --precision fp8 and --zero >= 1)");
   app->add_flag("--tp-comm-overlap", f->tp_comm_overlap,
                 "tensor-parallel collectives overlapped with the GEMMs beside them (Megatron-Core "
-                "--tp-comm-overlap, Transformer Engine userbuffers; needs tp >= 2 inside a node and --sp)");
+                "--tp-comm-overlap, Transformer Engine userbuffers; torchtitan async TP, compiled; needs tp >= 2 "
+                "inside a node and --sp)");
   app->add_flag("--ep-overlap", f->ep_overlap,
                 "MoE: each forward merged with another micro-batch's backward, the expert-parallel all-to-alls of "
                 "each under the other's compute (Megatron-Core --overlap-moe-expert-parallel-comm; needs ep >= 2 "

@@ -533,7 +533,11 @@ int run_recommend(const RecommendFlags& f) {
         std::printf("       recompute modules: %s\n", recompute_modules_name(q.recompute_modules).c_str());
       }
       if (q.tp_comm_overlap) {
-        std::printf("       TP communication overlapped with the GEMMs (Megatron-Core --tp-comm-overlap)\n");
+        std::printf("       TP communication overlapped with the GEMMs (%s)\n",
+                    q.framework == Framework::kTorchtitan
+                        ? "torchtitan async TP, compiled"
+                        : q.framework == Framework::kMegatronCore ? "Megatron-Core --tp-comm-overlap"
+                                                                  : "Megatron-Core --tp-comm-overlap, torchtitan async TP");
       }
       if (q.ep_overlap) {
         std::printf("       expert all-to-alls overlapped with another micro-batch's compute (Megatron-Core "

@@ -1198,8 +1198,14 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
       s += "precompute_float8_dynamic_scale_for_fsdp = true\n";
     }
     s += "\n";
+  }
+  if (fp8 || p.tp_comm_overlap) {
     s += "[compile]\n";
-    s += "# torch.compile fuses the float8 scaling and casts (torchtitan docs/float8.md).\n";
+    if (fp8) s += "# torch.compile fuses the float8 scaling and casts (torchtitan docs/float8.md).\n";
+    if (p.tp_comm_overlap) {
+      s += "# Async TP needs the model compiled, 'model' among the components (the default)\n"
+           "# (torchtitan/distributed/tensor_parallel.py maybe_enable_async_tp).\n";
+    }
     s += "enable = true\n\n";
   }
   s += "[optimizer]\n";
@@ -1239,7 +1245,11 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
   }
   s += "tensor_parallel_degree = " + str(p.tp) + "\n";
   if (p.tp > 1 && !p.sp) s += "# torchtitan always shards norms and dropout over the sequence (sp) with tp.\n";
-  s += "enable_async_tensor_parallel = false\n";
+  if (p.tp_comm_overlap) {
+    s += "# Async TP: the sequence-parallel all-gathers and reduce-scatters micro-pipelined with\n"
+         "# their GEMMs (torch SymmetricMemory), as simulated.\n";
+  }
+  s += std::string("enable_async_tensor_parallel = ") + (p.tp_comm_overlap ? "true" : "false") + "\n";
   s += "pipeline_parallel_degree = " + str(p.pp) + "\n";
   if (p.pp > 1) {
     s += "pipeline_parallel_schedule = " + toml_string(schedule) + "\n";
@@ -1437,7 +1447,13 @@ ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, cons
     s += ind + "    expert_parallel_degree=" + str(p.ep) + ",\n";
   }
   s += ind + "),\n";
-  s += "        compile=CompileConfig(enable=False),\n";
+  if (p.tp_comm_overlap) {
+    s += "        # Async TP (micro-pipelined sequence-parallel collectives, as simulated) needs the\n"
+         "        # model compiled (CompileConfig.__post_init__).\n"
+         "        compile=CompileConfig(enable=True, enable_async_tensor_parallel=True),\n";
+  } else {
+    s += "        compile=CompileConfig(enable=False),\n";
+  }
   if (p.recompute == Recompute::kFull) {
     s += "        activation_checkpoint=FullAC.Config(),\n";
   } else if (p.recompute == Recompute::kSelective) {
@@ -1973,9 +1989,10 @@ ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelS
                   " (--moe-dispatcher), which Megatron-Core (flex dispatcher) and torchtitan run; export it with "
                   "--to megatron or a torchtitan target, or plan with --moe-dispatcher alltoall");
   }
-  if (layout.plan.tp_comm_overlap && runs != ExportTarget::kMegatron) {
-    return refuse("the plan overlaps tensor-parallel communication with the GEMMs as Transformer Engine's "
-                  "userbuffers do (--tp-comm-overlap), which only Megatron-Core runs; export it with --to megatron");
+  if (layout.plan.tp_comm_overlap && runs != ExportTarget::kMegatron && runs != ExportTarget::kTorchtitan) {
+    return refuse("the plan overlaps tensor-parallel communication with the GEMMs (--tp-comm-overlap), which "
+                  "Megatron-Core (Transformer Engine userbuffers) and torchtitan (async TP) run; export it with "
+                  "--to megatron or a torchtitan target");
   }
   switch (target) {
     case ExportTarget::kMegatron: return export_megatron(model, cluster, layout);

@@ -213,10 +213,13 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         plans.push_back(p);
                         world_of_plan->push_back(gpus);
                         // Megatron-Core also runs it with --tp-comm-overlap
-                        // (TE userbuffers: TP inside the node, with SP);
-                        // whether it pays depends on the GEMMs and the SM
-                        // margin, so both are searched.
-                        if (o.framework == Framework::kMegatronCore && sp && tp >= 2) {
+                        // (TE userbuffers: TP inside the node, with SP), and
+                        // torchtitan with async TP; whether it pays depends
+                        // on the GEMMs and the SM margin, so both are
+                        // searched (resolve_plan rejects what the framework
+                        // cannot run).
+                        if ((o.framework == Framework::kMegatronCore || o.framework == Framework::kTorchtitan) && sp &&
+                            tp >= 2) {
                           p.tp_comm_overlap = true;
                           plans.push_back(p);
                           world_of_plan->push_back(gpus);

@@ -286,9 +286,18 @@ ExecutionProfile torchtitan(const Plan& p) {
   e.reduce_every_microbatch = true;
   e.per_op_selective_recompute = true;
   // train_configs/llama3_*.toml: compile = false, norm_type = "rmsnorm" (the
-  // eager RMSNorm of torchtitan/models/norms.py); FP8 plans are exported
-  // with [compile] enable = true, which fuses the elementwise ops.
-  e.eager_elementwise = p.fp8_recipe == Fp8Recipe::kNone;
+  // eager RMSNorm of torchtitan/models/norms.py); FP8 and async-TP plans are
+  // exported with [compile] enable = true, which fuses the elementwise ops.
+  e.eager_elementwise = p.fp8_recipe == Fp8Recipe::kNone && !p.tp_comm_overlap;
+  // Async TP (parallelism.enable_async_tensor_parallel): torch's
+  // fused_all_gather_matmul splits each sequence-parallel all-gather into
+  // one chunk per rank, copied through SymmetricMemory while the GEMM works
+  // on the chunk it has, and fused_matmul_reduce_scatter pipelines the
+  // reduce-scatter behind the GEMM's chunks (torch/distributed/
+  // _symmetric_memory/__init__.py; micro-pipeline TP, applied by
+  // torch.compile's pattern matcher to the forward and the backward): the
+  // chunked-overlap forms of ExecutionProfile::tp_comm_overlap.
+  e.tp_comm_overlap = p.tp_comm_overlap;
   e.paired_ep_overlap = p.schedule == Schedule::kDualPipeV && p.ep > 1 && p.recompute == Recompute::kNone;
   return e;
 }

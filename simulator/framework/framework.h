@@ -216,7 +216,9 @@ struct ExecutionProfile {
   // runs on 16 SMs behind the GEMM split into 4 ("pipeline", the GEMM
   // keeping the other SMs); in backward the reduce-scatter of the QKV and
   // FC1 input gradients runs beside their weight-gradient GEMM ("bulk", 16
-  // SMs).  The plan asks for it (Plan::tp_comm_overlap); false elsewhere.
+  // SMs).  torchtitan's async TP micro-pipelines the same collectives with
+  // the same GEMMs and is costed with these forms.  The plan asks for it
+  // (Plan::tp_comm_overlap); false elsewhere.
   bool tp_comm_overlap = false;
   // The layers are Transformer Engine modules (Megatron-Core's
   // transformer_engine layer spec): each linear layer and the attention

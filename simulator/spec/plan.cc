@@ -622,18 +622,32 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     if (p.zero < 1) fail("fp8 param gather needs the distributed optimizer or FSDP (zero >= 1)");
   }
   if (p.tp_comm_overlap) {
-    // megatron/training/arguments.py validate_args: "Tensor parallel
+    // Megatron-Core's --tp-comm-overlap (Transformer Engine's userbuffers)
+    // and torchtitan's async TP (parallelism.enable_async_tensor_parallel:
+    // torch's micro-pipelined all-gather-matmul and matmul-reduce-scatter
+    // through SymmetricMemory) both need sequence parallelism
+    // (megatron/training/arguments.py validate_args: "Tensor parallel
     // communication/GEMM overlap can happen only when sequence parallelism
-    // is enabled"; Transformer Engine's userbuffers share one node's memory
-    // (CUDA IPC), and only Megatron-Core drives them.
+    // is enabled"; torchtitan's TP always shards the norms' sequence) and
+    // share one node's memory (CUDA IPC).
     if (p.tp < 2) fail("tp comm overlap needs tp >= 2 (there is no tensor-parallel communication to overlap)");
     else if (!p.sp) fail("tp comm overlap needs sequence parallelism (--sp), as Megatron's validate_args requires");
     if (p.tp > cluster.gpus_per_node)
-      fail("tp comm overlap needs the tensor-parallel group inside one node (Transformer Engine's userbuffers); tp=" +
-           str(p.tp) + " spans nodes of " + str(cluster.gpus_per_node) + " GPUs");
-    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
-      fail("tp comm overlap is Megatron-Core's (Transformer Engine userbuffers); this plan's framework does not run "
-           "it: use --framework megatron-core");
+      fail("tp comm overlap needs the tensor-parallel group inside one node (Transformer Engine's userbuffers, "
+           "torch's SymmetricMemory); tp=" + str(p.tp) + " spans nodes of " + str(cluster.gpus_per_node) + " GPUs");
+    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore &&
+        p.framework != Framework::kTorchtitan)
+      fail("tp comm overlap runs in Megatron-Core (--tp-comm-overlap, Transformer Engine userbuffers) and torchtitan "
+           "(async TP); this plan's framework does not run it: use --framework megatron-core or torchtitan");
+    // torchtitan: async TP needs torch.compile of the model
+    // (distributed/tensor_parallel.py maybe_enable_async_tp), which its
+    // split-backward schedules refuse (torch/distributed/pipelining/
+    // schedules.py _check_torch_compile_compatibility: "we dont support
+    // input/weight backward split with torch.compile").
+    if (p.framework == Framework::kTorchtitan &&
+        (p.schedule == Schedule::kInterleavedZb || p.schedule == Schedule::kZbv || p.schedule == Schedule::kDualPipeV))
+      fail("torchtitan's async TP needs torch.compile, which its zero-bubble schedules (split backward) do not "
+           "support; use a 1F1B, interleaved or GPipe schedule, or drop --tp-comm-overlap");
   }
   if (p.ep_overlap) {
     for (const std::string& why : ep_overlap_conflicts(p)) fail(why);

@@ -121,6 +121,17 @@ grep -q "DATA_PATH: set DATA_PATH to a preprocessed .bin/.idx prefix" "$TMP/run.
   fail "no DATA_PATH message: $(cat "$TMP/run.err")"
 python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$TMP/ds.json" || fail "ds.json is not JSON"
 
+# titan_oracle <label> <plan.json> <world> [--format python]: the torchtitan
+# oracle (tests/export/torchtitan_rules.py) accepts $TMP/out for the plan.
+titan_oracle() {
+  local label=$1 plan=$2 world=$3
+  shift 3
+  CHECKS=$((CHECKS + 1))
+  echo "check $CHECKS: torchtitan oracle accepts the $label export"
+  python3 "$(dirname "$0")/../export/torchtitan_rules.py" --plan "$plan" --file "$TMP/out" --world "$world" "$@" \
+    > "$TMP/oracle" 2>&1 || fail "$label export: $(cat "$TMP/oracle")"
+}
+
 # ---- torchtitan ---------------------------------------------------------------
 
 expect_ok "torchtitan: llama3-8b ZeRO-3 hybrid" export --plan "$ZERO3_PLAN" --to torchtitan
@@ -163,10 +174,7 @@ assert par["fsdp_reshard_after_forward"] == "never"
 ZBV_PLAN=$EXPORT/plan_llama3-8b_pp4_zbv.json
 expect_ok "torchtitan: llama3-8b pp4 zb-v" export --plan "$ZBV_PLAN" --to torchtitan
 expect_golden torchtitan_llama3-8b_pp4_zbv.toml
-CHECKS=$((CHECKS + 1))
-echo "check $CHECKS: torchtitan oracle accepts the zb-v export"
-python3 "$(dirname "$0")/../export/torchtitan_rules.py" --plan "$ZBV_PLAN" --file "$TMP/out" --world 8 > "$TMP/oracle" 2>&1 ||
-  fail "zb-v torchtitan export: $(cat "$TMP/oracle")"
+titan_oracle "zb-v" "$ZBV_PLAN" 8
 expect_error "Megatron refuses zb-v with the reason" \
   "trainplan: --to: megatron cannot express this plan: Megatron-LM has no zb-v schedule; Zero Bubble's fork of it (sail-sg/zero-bubble-pipeline-parallelism) runs its own ZB-V variant with --zero-bubble-v-schedule on its local (non-Transformer-Engine) layers, which this export does not target; the zb-v simulated here is PyTorch's ScheduleZBVZeroBubble (export to torchtitan)" \
   export --plan "$ZBV_PLAN" --to megatron
@@ -176,10 +184,7 @@ DPV_PLAN=$EXPORT/plan_deepseek-v3_pp8_ep32_dualpipev.json
 expect_ok "torchtitan: deepseek-v3 pp8 ep32 dualpipe-v" export --plan "$DPV_PLAN" --to torchtitan
 grep -q '^pipeline_parallel_schedule = "DualPipeV"$' "$TMP/out" || fail "dualpipe-v: no DualPipeV schedule"
 grep -q '^pipeline_parallel_expert_parallel_overlap = true$' "$TMP/out" || fail "dualpipe-v: no EP overlap"
-CHECKS=$((CHECKS + 1))
-echo "check $CHECKS: torchtitan oracle accepts the dualpipe-v export"
-python3 "$(dirname "$0")/../export/torchtitan_rules.py" --plan "$DPV_PLAN" --file "$TMP/out" --world 256 > "$TMP/oracle" 2>&1 ||
-  fail "dualpipe-v torchtitan export: $(cat "$TMP/oracle")"
+titan_oracle "dualpipe-v" "$DPV_PLAN" 256
 sed 's/"recompute": "none"/"recompute": "selective"/' "$DPV_PLAN" > "$TMP/dpv_ac.json"
 expect_error "torchtitan refuses DualPipeV with expert parallelism and activation checkpointing" \
   "trainplan: --to: torchtitan cannot express this plan: torchtitan raises NotImplementedError for expert parallelism with DualPipeV and activation checkpointing (\"cannot be used together\"); use recompute none with dualpipe-v, or schedule zb-v" \
@@ -187,14 +192,26 @@ expect_error "torchtitan refuses DualPipeV with expert parallelism and activatio
 expect_error "torchtitan refuses an MoE model it has no flavor of" \
   "trainplan: --to: torchtitan cannot express this plan: torchtitan v0.2.2 trains MoE models through its own model code, and none of its MoE flavors (deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has mixtral-8x7b's shape, attention windows and routing groups (layers=32, hidden=4096, experts=8, top_k=2, expert_ffn_hidden=14336; use --to megatron)" \
   export --plan "$EXPORT/plan_mixtral-8x7b_ep8.json" --to torchtitan
+# Async TP (the plan's tp_comm_overlap under torchtitan): enable_async_tensor_parallel
+# with the model compiled, as maybe_enable_async_tp requires; the oracle checks
+# both against the plan, in the TOML and in the head's Python config.
+ASYNC_PLAN=$EXPORT/plan_llama3-70b_tp8_asynctp.json
+expect_ok "torchtitan: llama3-70b tp8 async TP" export --plan "$ASYNC_PLAN" --to torchtitan
+expect_golden torchtitan_llama3-70b_tp8_asynctp.toml
+titan_oracle "async-TP" "$ASYNC_PLAN" 32
+expect_ok "torchtitan-py: llama3-70b tp8 async TP" export --plan "$ASYNC_PLAN" --to torchtitan-py
+titan_oracle "head async-TP" "$ASYNC_PLAN" 32 --format python
+grep -q "compile=CompileConfig(enable=True, enable_async_tensor_parallel=True)," "$TMP/out" ||
+  fail "torchtitan-py: async TP not enabled with compile"
+expect_error "the FSDP script refuses a plan simulated for torchtitan's async TP" \
+  "trainplan: --to: fsdp cannot express this plan: the plan was simulated for torchtitan, whose execution (overlaps, buckets, gathers) another framework does not reproduce; export it with --to torchtitan, or simulate it for this target's framework" \
+  export --plan "$ASYNC_PLAN" --to fsdp
+
 # The head's Python config: qwen3's own model_registry, expert_parallel_degree
 # (head has no expert TP), CUDA graphs off for expert parallelism; the
 # oracle follows the config at head.
 expect_ok "torchtitan-py: qwen3-30b-a3b ep8 ZeRO-2" export --plan "$MOE_PLAN" --to torchtitan-py
-CHECKS=$((CHECKS + 1))
-echo "check $CHECKS: the torchtitan head oracle accepts the MoE export"
-python3 "$(dirname "$0")/../export/torchtitan_rules.py" --plan "$MOE_PLAN" --file "$TMP/out" --world 16 \
-  --format python > "$TMP/oracle" 2>&1 || fail "qwen3 torchtitan-py export: $(cat "$TMP/oracle")"
+titan_oracle "head MoE" "$MOE_PLAN" 16 --format python
 grep -q "^from torchtitan.models.qwen3 import model_registry" "$TMP/out" || fail "torchtitan-py: not qwen3's model_registry"
 grep -q "expert_parallel_degree=8," "$TMP/out" || fail "torchtitan-py: no expert_parallel_degree=8"
 grep -q "disable_cuda_graphs=True," "$TMP/out" || fail "torchtitan-py: CUDA graphs left on with expert parallelism"

@@ -138,6 +138,7 @@ class Plan:
             seq = int(self.model.get("seq_len", 0))
         self.seq = seq
         self.sp = bool(plan.get("sp", False))
+        self.tp_comm_overlap = bool(plan.get("tp_comm_overlap", False))
         self.recompute = plan.get("recompute", "none")
         self.schedule = plan.get("schedule", "1f1b")
         self.precision = plan.get("precision", "bf16")
@@ -714,6 +715,10 @@ def check_toml(text: str, plan: dict, world: int, warnings: list[str] | None = N
             _get(doc, "compile", "enable") and "model" in _get(doc, "compile", "components")):
         out.append("parallelism.enable_async_tensor_parallel needs compile.enable with 'model' in compile.components "
                    "[torchtitan/distributed/tensor_parallel.py maybe_enable_async_tp]")
+    # Fidelity: async TP is the plan's tp_comm_overlap (simulated as micro-pipelined TP collectives).
+    if bool(_get(doc, "parallelism", "enable_async_tensor_parallel")) != p.tp_comm_overlap:
+        out.append(f"parallelism.enable_async_tensor_parallel = {bool(_get(doc, 'parallelism', 'enable_async_tensor_parallel'))}, "
+                   f"the plan has tp_comm_overlap {'on' if p.tp_comm_overlap else 'off'}")
 
     # Sequence: torchtitan/models/llama3/infra/parallelize.py parallelize_llama
     # asserts seq_len % ParallelDims.seq_len_divisor (tp * cp * 2) == 0.
@@ -1272,6 +1277,10 @@ def check_python_config(text: str, plan: dict, world: int, function: str | None 
     if cvals.get("enable_async_tensor_parallel") is True and compiled is False:
         out.append("CompileConfig.enable_async_tensor_parallel needs enable=True with 'model' in components "
                    "[torchtitan/config/configs.py CompileConfig.__post_init__]")
+    if not isinstance(cvals.get("enable_async_tensor_parallel"), _Unknown) and \
+            bool(cvals.get("enable_async_tensor_parallel")) != p.tp_comm_overlap:
+        out.append(f"CompileConfig.enable_async_tensor_parallel = {cvals.get('enable_async_tensor_parallel')}, the "
+                   f"plan has tp_comm_overlap {'on' if p.tp_comm_overlap else 'off'}")
 
     # Tokens: torchtitan/trainer.py Trainer.__init__.
     tok_mb = tvals["num_tokens_per_microbatch_per_dp_rank"]

@@ -255,5 +255,16 @@ expect_bad "qwen3 has no pipelining" "$MOE_PLAN" "$TMP/pp.toml" 16 "does not sup
 mutate "$MOE" "$TMP/llama.toml" 's.replace("name = \"qwen3\"", "name = \"llama3\"")'
 expect_bad "a dense train spec for an MoE plan" "$MOE_PLAN" "$TMP/llama.toml" 16 "is dense, the plan's model qwen3-30b-a3b has experts"
 
+# ---- async TP: the plan's tp_comm_overlap, compiled -------------------------
+AT_PLAN="$DATA/plan_llama3-70b_tp8_asynctp.json"
+AT="$DATA/torchtitan_llama3-70b_tp8_asynctp.toml"
+expect_ok "golden async-TP toml" "$AT_PLAN" "$AT" 32
+mutate "$AT" "$TMP/at_off.toml" 's.replace("enable_async_tensor_parallel = true", "enable_async_tensor_parallel = false")'
+expect_bad "async TP off where the plan overlaps" "$AT_PLAN" "$TMP/at_off.toml" 32 \
+  "parallelism.enable_async_tensor_parallel = False, the plan has tp_comm_overlap on"
+mutate "$AT" "$TMP/at_nocompile.toml" 's.replace("[compile]\n", "[compile]\nenable = false\n").replace("enable = true\n\n[optimizer]", "\n[optimizer]")'
+expect_bad "async TP without compile" "$AT_PLAN" "$TMP/at_nocompile.toml" 32 \
+  "parallelism.enable_async_tensor_parallel needs compile.enable"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -482,6 +482,54 @@ TEST_CASE("Framework: DeepSpeed runs bf16 ZeRO-0 with fp32 gradients as BF16_Opt
   CHECK(fp16.count(Framework::kDeepSpeed, TaskLabel::kDpAllGather) == 0);
 }
 
+TEST_CASE("Framework: torchtitan runs tp comm overlap as async TP, compiled, with the same chunked forms",
+          "[sim][framework]") {
+  // torchtitan's async TP (parallelism.enable_async_tensor_parallel) micro-
+  // pipelines the sequence-parallel all-gathers and reduce-scatters with
+  // their GEMMs, as Transformer Engine's userbuffers do under Megatron-Core;
+  // it needs the model compiled (maybe_enable_async_tp), so the plan's
+  // elementwise ops are fused, and torch.compile refuses the split-backward
+  // schedules.  Llama 3 8B, tp 2 with sequence parallelism on one H100 node.
+  Case c;
+  c.model = load_model("llama3-8b");
+  c.cluster = load_cluster("dgx-h100");
+  c.gpus = 8;
+  c.plan.tp = 2;
+  c.plan.sp = true;
+  c.plan.zero = 3;
+  c.plan.gbs = 8;
+  c.plan.tp_comm_overlap = true;
+  const Layout titan = c.layout(Framework::kTorchtitan);
+  const ExecutionProfile prof = execution_profile(titan.plan);
+  CHECK(prof.tp_comm_overlap);
+  CHECK_FALSE(prof.eager_elementwise);  // compiled
+  // The overlap hides TP time: each layer's exposed TP collectives under
+  // async TP are at most what the same layer exposes without it, and the
+  // chunked forms are Megatron-Core's, so the exposure equals its own.
+  const StepCosts with = step_costs(c.model, c.cluster, titan.plan);
+  Case plain = c;
+  plain.plan.tp_comm_overlap = false;
+  const StepCosts without = step_costs(c.model, c.cluster, plain.layout(Framework::kTorchtitan).plan);
+  const StepCosts mcore = step_costs(c.model, c.cluster, c.layout(Framework::kMegatronCore).plan);
+  const LayerTimes& a = with.times_of(0);
+  CHECK(a.tp_comm_forward_ps + a.tp_comm_backward_ps <
+        without.times_of(0).tp_comm_forward_ps + without.times_of(0).tp_comm_backward_ps);
+  CHECK(a.tp_comm_forward_ps == mcore.times_of(0).tp_comm_forward_ps);
+  CHECK(a.tp_comm_backward_ps == mcore.times_of(0).tp_comm_backward_ps);
+  // PyTorch's own script has no async TP; torchtitan's zero-bubble schedules
+  // cannot compile.
+  Plan p = c.plan;
+  p.framework = Framework::kPytorch;
+  CHECK(testing::reasons_mention(resolve_plan(c.model, c.cluster, 8, p), "torchtitan (async TP)"));
+  Plan zbv = c.plan;
+  zbv.framework = Framework::kTorchtitan;
+  zbv.pp = 2;
+  zbv.zero = 1;
+  zbv.schedule = Schedule::kZbv;
+  zbv.schedule_given = true;
+  CHECK(testing::reasons_mention(resolve_plan(c.model, c.cluster, 8, zbv), "needs torch.compile"));
+}
+
 TEST_CASE("Framework: the exported PyTorch script reduce-scatters FSDP2 gradients every micro-batch, DDP once a step",
           "[sim][framework]") {
   // The exported script keeps FSDP2's gradient sync on, as torchtitan does

@@ -138,12 +138,16 @@ TEST_CASE("TP overlap: refused where Megatron or Transformer Engine would refuse
   Plan tp16 = tp8_sp(true);
   tp16.tp = 16;
   CHECK_THAT(reasons(tp16, 16), Catch::Contains("inside one node"));
-  // Only Megatron-Core drives Transformer Engine's userbuffers.
-  for (Framework f : {Framework::kMegatronLM, Framework::kDeepSpeed, Framework::kTorchtitan, Framework::kPytorch}) {
+  // Megatron-Core drives Transformer Engine's userbuffers, torchtitan its
+  // async TP; the others neither.
+  for (Framework f : {Framework::kMegatronLM, Framework::kDeepSpeed, Framework::kPytorch}) {
     Plan other = tp8_sp(true);
     other.framework = f;
-    CHECK_THAT(reasons(other, 8), Catch::Contains("use --framework megatron-core"));
+    CHECK_THAT(reasons(other, 8), Catch::Contains("use --framework megatron-core or torchtitan"));
   }
+  Plan titan = tp8_sp(true);
+  titan.framework = Framework::kTorchtitan;
+  CHECK(reasons(titan, 8).empty());
   CHECK(reasons(tp8_sp(true), 8).empty());
 }
 
