@@ -117,7 +117,10 @@ int run_memory(const PlanFlags& flags, bool json) {
               rep.peak_stage, to_gib(pb.allocated()), to_gib(pb.reserved()), to_gib(pb.runtime),
               to_gib(pb.communication),
               pb.userbuffers > 0
-                  ? (", Transformer Engine's TP-overlap userbuffers " + fixed(to_gib(pb.userbuffers), 2) + " GiB").c_str()
+                  ? ((layout.plan.framework == Framework::kTorchtitan ? ", async TP's SymmetricMemory workspace "
+                                                                       : ", Transformer Engine's TP-overlap userbuffers ") +
+                     fixed(to_gib(pb.userbuffers), 2) + " GiB")
+                        .c_str()
                   : "",
               pb.dispatcher > 0 ? (", DeepEP buffers " + fixed(to_gib(pb.dispatcher), 2) + " GiB").c_str() : "");
   return 0;

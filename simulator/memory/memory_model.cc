@@ -51,6 +51,20 @@ double te_userbuffer_bytes(const ModelSpec& model, const Plan& p) {
   return elements * (8 * gather_bytes + 4 * activation_bytes(p.precision));
 }
 
+// torchtitan's async TP: torch's micro-pipelined collectives share one
+// SymmetricMemory workspace per TP group, grown to the largest request
+// (torch/distributed/_symmetric_memory/__init__.py get_symm_mem_workspace):
+// the all-gather side copies the local shard into it
+// (_pipelined_multi_all_gather_and_consume: the shard's bytes), the
+// reduce-scatter side double-buffers one output chunk
+// (_pipelined_produce_and_all2all: 2 x the chunk's bytes).  With sequence
+// parallelism both are [seq * mbs / cp / tp, hidden]: the workspace is two
+// such chunks in the 16-bit dtype, registered outside PyTorch's allocator.
+double symmetric_memory_bytes(const ModelSpec& model, const Plan& p) {
+  const double chunk = static_cast<double>(p.seq) * static_cast<double>(p.mbs) / p.cp / p.tp *
+                       static_cast<double>(model.hidden) * activation_bytes(p.precision);
+  return 2 * chunk;
+}
 
 }  // namespace
 
@@ -332,7 +346,10 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     int communicators = (p.tp > 1) + (p.pp > 1) + (p.dp > 1) + (p.cp > 1) + (p.ep > 1) + (p.etp > 1 && p.etp != p.tp);
     b.runtime = kCudaContextBytes;
     b.communication = communicators * kNcclBytesPerCommunicator;
-    if (fw.tp_comm_overlap && p.tp > 1) b.userbuffers = te_userbuffer_bytes(model, p);
+    if (fw.tp_comm_overlap && p.tp > 1) {
+      b.userbuffers = p.framework == Framework::kTorchtitan ? symmetric_memory_bytes(model, p)
+                                                            : te_userbuffer_bytes(model, p);
+    }
     // DeepEP's NVLink and RDMA buffers (spec/deepep.h), allocated outside
     // the caching allocator by the ranks that run MoE layers.
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp && experts > 0) {

@@ -38,8 +38,9 @@ struct MemoryBreakdown {
   // The parts of `other`: buffers the framework allocates through
   // PyTorch's caching allocator (cuBLAS workspace, gradient buckets); the
   // allocator's reserved-but-unallocated excess (fragmentation); the CUDA
-  // context, the NCCL communicators' buffers, Transformer Engine's
-  // userbuffers for TP communication overlap and a flex MoE dispatcher's
+  // context, the NCCL communicators' buffers, the TP communication overlap's
+  // buffers (Transformer Engine's userbuffers; under torchtitan's async TP,
+  // torch's SymmetricMemory workspace) and a flex MoE dispatcher's
   // (DeepEP's NVLink and RDMA buffers, spec/deepep.h), allocated outside it.
   double workspace = 0;
   double fragmentation = 0;

@@ -296,6 +296,22 @@ TEST_CASE("Partial full recompute (Megatron's block method) keeps every activati
   CHECK_FALSE(resolve_plan(m, c, 32, p).feasible);
 }
 
+// TP 8 with sequence parallelism over 64 GPUs, 8K tokens, one sequence per
+// micro-batch, full recompute: the layout of the TP-overlap buffer tests.
+Plan tp8_sequence_parallel(Framework f, int zero, bool overlap) {
+  Plan p;
+  p.tp = 8;
+  p.sp = true;
+  p.seq = 8192;
+  p.mbs = 1;
+  p.gbs = 64;
+  p.zero = zero;
+  p.recompute = Recompute::kFull;
+  p.framework = f;
+  p.tp_comm_overlap = overlap;
+  return p;
+}
+
 TEST_CASE("Transformer Engine's TP-overlap userbuffers: twelve buffers of the layer input's shape") {
   // transformer_engine/pytorch/module/base.py initialize_ub under Megatron's
   // shape [seq * mbs / cp, hidden]: one communicator per GEMM of the layer
@@ -310,16 +326,7 @@ TEST_CASE("Transformer Engine's TP-overlap userbuffers: twelve buffers of the la
   const ModelSpec m = load_model("llama3-70b");
   const ClusterSpec c = load_cluster("dgx-h100");
   auto userbuffers = [&](bool overlap, bool fp8) {
-    Plan p;
-    p.tp = 8;
-    p.sp = true;
-    p.seq = 8192;
-    p.mbs = 1;
-    p.gbs = 64;
-    p.zero = 1;
-    p.recompute = Recompute::kFull;
-    p.framework = Framework::kMegatronCore;
-    p.tp_comm_overlap = overlap;
+    Plan p = tp8_sequence_parallel(Framework::kMegatronCore, 1, overlap);
     if (fp8) REQUIRE(set_precision("fp8", &p));
     const Layout l = resolve_plan(m, c, 64, p);
     REQUIRE(l.feasible);
@@ -332,6 +339,24 @@ TEST_CASE("Transformer Engine's TP-overlap userbuffers: twelve buffers of the la
   CHECK_THAT(userbuffers(true, false), WithinRel(12 * 2 * elements, 1e-12));
   CHECK_THAT(userbuffers(true, true), WithinRel((8 * 1 + 4 * 2) * elements, 1e-12));
   CHECK(userbuffers(false, false) == 0);
+}
+
+TEST_CASE("torchtitan's async TP: one SymmetricMemory workspace of two sequence-parallel chunks") {
+  // torch/distributed/_symmetric_memory/__init__.py: one workspace per TP
+  // group, grown to the largest request (get_symm_mem_workspace); the
+  // all-gather side asks for the local shard's bytes
+  // (_pipelined_multi_all_gather_and_consume), the reduce-scatter side for
+  // two output chunks (_pipelined_produce_and_all2all, double-buffered).
+  // Llama 3 70B, TP 8 with sequence parallelism, seq 8192, mbs 1: a chunk is
+  // 8192 / 8 x 8192 bf16 elements = 16 MiB, the workspace 32 MiB -- not
+  // Transformer Engine's twelve full-shape buffers (1.5 GiB).
+  const ModelSpec m = load_model("llama3-70b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  const Layout l = resolve_plan(m, c, 64, tp8_sequence_parallel(Framework::kTorchtitan, 3, true));
+  REQUIRE(l.feasible);
+  const MemoryBreakdown& b = estimate_memory(m, c, l).stages[0].breakdown;
+  CHECK_THAT(b.userbuffers, WithinRel(2 * (8192.0 / 8 * 8192.0) * 2, 1e-12));
+  CHECK(b.allocated() < b.total() - b.userbuffers);  // outside the allocator's view
 }
 
 }  // namespace
