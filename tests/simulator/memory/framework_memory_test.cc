@@ -354,7 +354,8 @@ TEST_CASE("torchtitan's async TP: one SymmetricMemory workspace of two sequence-
   const ClusterSpec c = load_cluster("dgx-h100");
   const Layout l = resolve_plan(m, c, 64, tp8_sequence_parallel(Framework::kTorchtitan, 3, true));
   REQUIRE(l.feasible);
-  const MemoryBreakdown& b = estimate_memory(m, c, l).stages[0].breakdown;
+  const MemoryReport r = estimate_memory(m, c, l);
+  const MemoryBreakdown& b = r.stages[0].breakdown;
   CHECK_THAT(b.userbuffers, WithinRel(2 * (8192.0 / 8 * 8192.0) * 2, 1e-12));
   CHECK(b.allocated() < b.total() - b.userbuffers);  // outside the allocator's view
 }
