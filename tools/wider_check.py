@@ -37,6 +37,14 @@ schedule 1F1B, or interleaved with vp 2 (L7); float8 -> --precision fp8, rowwise
 async TP -> --tp-comm-overlap (torchtitan's async TP); torch.compile is not a plan option (only async-TP and
 float8 plans are compiled), so a bf16 run with compile alone is predicted as its eager twin.
 
+Megatron-MoE-ModelZoo.  Facts: tests/data/validation/moe_model_zoo.json, the Qwen3-235B-A22B tables of
+best_practice/qwen3/readme.md (H100, its long-context sweep, GB200, GB300; two long-context rows are dev rows).
+Mapping as the MoE dev rows' (accuracy.moe_flags_for): the built-in qwen3-235b-a22b; --tp --pp --cp --ep --etp
+--vp --mbs --gbs --seq as printed; the distributed optimizer (--zero 1), FSDP On -> --zero 3; recompute from the
+row or its command (selective with its modules, full, none); --moe-dispatcher deepep / alltoall / hybridep as
+named (M5); --ep-overlap where the row or its command overlaps the all-to-alls (A2A_OVERLAP=1, "+1f1b overlap");
+MXFP8 -> --precision fp8; --framework megatron-core.  Metric: model TFLOP/s per GPU at trainplan's count (T1).
+
 Usage: python3 tools/wider_check.py [--out docs/wider-check.md]  (after building)
 """
 import argparse
@@ -53,6 +61,8 @@ import accuracy  # noqa: E402  (run, cli_offers: the same CLI calls as the judge
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FACTS = os.path.join(ROOT, "tests", "data", "validation", "megatron_bridge_perf.json")
 TITAN_FACTS = os.path.join(ROOT, "tests", "data", "validation", "torchtitan_benchmarks.json")
+ZOO_FACTS = os.path.join(ROOT, "tests", "data", "validation", "moe_model_zoo.json")
+ZOO_CLUSTERS = {"H100": "dgx-h100", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
 
 MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b",
           "DeepSeekV3": "deepseek-v3", "GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b",
@@ -136,6 +146,30 @@ def titan_flags_for(row, trainplan, tmp):
         f += ["--precision", "fp8"]
         if "rowwise" in row["precision"]:
             f += ["--fp8-recipe", "rowwise"]
+    return f
+
+
+def zoo_flags_for(row, trainplan):
+    """The simulate flags of a Megatron-MoE-ModelZoo row (the mapping in the docstring)."""
+    f = ["--model", row["model"], "--cluster", ZOO_CLUSTERS[row["system"]], "--gpus", str(row["gpus"]), "--tp",
+         str(row["tp"]), "--pp", str(row["pp"]), "--ep", str(row["ep"]), "--etp", str(row["etp"]), "--mbs",
+         str(row["mbs"]), "--gbs", str(row["gbs"]), "--seq", str(row["seq"]), "--attention", "flash",
+         "--zero", "3" if row["fsdp"] else "1", "--moe-dispatcher", row["dispatcher"], "--framework", "megatron-core"]
+    if row["cp"] > 1:
+        f += ["--cp", str(row["cp"])]
+    if row["vp"] > 1:
+        f += ["--vp", str(row["vp"])]
+    if row["tp"] > 1:
+        f += ["--sp"]
+    text = row["recompute"]
+    rc = text.split()[0]
+    f += ["--recompute", rc]
+    if rc == "selective" and "(" in text:
+        f += ["--recompute-modules", ",".join(w.strip() for w in text.split("(", 1)[1].rstrip(")").split(","))]
+    if row["ep_overlap"]:
+        f += ["--ep-overlap"]
+    if row["precision"] != "bf16":
+        f += ["--precision", "fp8"]
     return f
 
 
@@ -259,31 +293,72 @@ def torchtitan_section(trainplan, path, tmp):
     return doc, errs
 
 
+def zoo_section(trainplan, path):
+    rows = json.load(open(path))["rows"]
+    results, skipped = [], {}
+    for row in rows:
+        flags = zoo_flags_for(row, trainplan)
+        try:
+            res = accuracy.run(trainplan, flags)
+        except RuntimeError as e:
+            reason = "refused: " + str(e).splitlines()[0][:90]
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        if not res.get("valid", True):
+            reason = "invalid: " + "; ".join(res.get("reasons", []))[:120]
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        meas, pred = row["model_tflops_per_gpu"], res["model_tflops_per_gpu"]
+        results.append((row, flags, meas, pred, (pred - meas) / meas, bool(res.get("fits"))))
+    errs = [r[4] for r in results]
+    doc = ["## Megatron-MoE-ModelZoo's Qwen3-235B tables", "",
+           "yanring/Megatron-MoE-ModelZoo `best_practice/qwen3/readme.md` (facts in",
+           "`tests/data/validation/moe_model_zoo.json`; two long-context rows are dev rows), %d rows; model" % len(rows),
+           "TFLOP/s per GPU at trainplan's count.", "", "**Summary:** " + (headline(errs) if errs else "none predicted"), "",
+           "| table | system | precision | seq | layout | measured TF/s | predicted | error | fits | flags |",
+           "|---|---|---|---:|---|---:|---:|---:|---|---|"]
+    for row, flags, meas, pred, err, fits in results:
+        layout = "tp%d cp%d ep%d pp%d vp%d mbs%d%s%s" % (row["tp"], row["cp"], row["ep"], row["pp"], row["vp"], row["mbs"],
+                                                       " " + row["routing"] if row.get("routing") else "",
+                                                       " fsdp" if row["fsdp"] else "")
+        doc.append("| %s | %s | %s | %d | %s | %.0f | %.0f | %+.1f%% | %s | `%s` |" % (
+            row["table"], row["system"], row["precision"], row["seq"], layout, meas, pred, 100 * err,
+            "yes" if fits else "no", " ".join(flags[4:])))
+    doc += ["", "Not predicted: " + (", ".join("%s (%d rows)" % (k, v) for k, v in sorted(skipped.items())) or "none"),
+            ""]
+    return doc, errs
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trainplan", default=os.path.join(ROOT, "build", "planner", "trainplan"))
     ap.add_argument("--facts", default=FACTS)
     ap.add_argument("--titan-facts", default=TITAN_FACTS)
+    ap.add_argument("--zoo-facts", default=ZOO_FACTS)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "wider-check.md"))
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         mb, mb_errs = megatron_bridge_section(a.trainplan, a.facts)
         tt, tt_errs = torchtitan_section(a.trainplan, a.titan_facts, tmp)
+    zoo, zoo_errs = zoo_section(a.trainplan, a.zoo_facts)
     doc = ["# A wider check: published benchmark tables", "",
-           "Generated by `python3 tools/wider_check.py` (after building). Every run of two published sets of",
-           "benchmark tables that trainplan can express -- Megatron-Bridge's performance summary and torchtitan's",
-           "benchmarks -- predicted at its printed layout with the ACCURACY.md rules as far as the tables print the",
-           "fields (the script's docstring). Not the judged comparison (`docs/accuracy.md`) and nothing here is",
-           "fitted: it shows how the model carries to many more published runs of the kinds the dev rows sample.",
-           "Error = (predicted - measured) / measured tokens/s per GPU, + = optimistic.", "",
+           "Generated by `python3 tools/wider_check.py` (after building). Every run of three published sets of",
+           "benchmark tables that trainplan can express -- Megatron-Bridge's performance summary, torchtitan's",
+           "benchmarks and the Megatron-MoE-ModelZoo's Qwen3-235B tables -- predicted at its printed layout with the",
+           "ACCURACY.md rules as far as the tables print the fields (the script's docstring). Not the judged",
+           "comparison (`docs/accuracy.md`) and nothing here is fitted: it shows how the model carries to many more",
+           "published runs of the kinds the dev rows sample. Error = (predicted - measured) / measured throughput",
+           "(tokens/s per GPU; model TFLOP/s for the ModelZoo), + = optimistic.", "",
            "- Megatron-Bridge: " + headline(mb_errs),
-           "- torchtitan: " + headline(tt_errs), ""] + mb + tt
+           "- torchtitan: " + headline(tt_errs),
+           "- Megatron-MoE-ModelZoo: " + (headline(zoo_errs) if zoo_errs else "none predicted"), ""] + mb + tt + zoo
     text = "\n".join(doc)
     tmp_out = a.out + ".tmp"
     with open(tmp_out, "w") as f:
         f.write(text)
     os.replace(tmp_out, a.out)
-    print("wrote %s: Megatron-Bridge %s torchtitan %s" % (a.out, headline(mb_errs), headline(tt_errs)))
+    print("wrote %s: Megatron-Bridge %s torchtitan %s zoo %s" % (a.out, headline(mb_errs), headline(tt_errs),
+                                                             headline(zoo_errs) if zoo_errs else "-"))
     return 0
 
 
