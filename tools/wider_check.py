@@ -180,32 +180,41 @@ def summary(errs):
                                                    sum(x <= 0.15 for x in a))
 
 
-def predict(trainplan, flags):
-    """(tokens/s per GPU, fits) of a plan, or (None, reason)."""
-    try:
-        res = accuracy.run(trainplan, flags)
-    except RuntimeError as e:
-        return None, "refused: " + str(e).splitlines()[0][:90]
-    if not res.get("valid", True):
-        return None, "invalid: " + "; ".join(res.get("reasons", []))[:90]
-    return res["tokens_per_s"] / res["gpus"], bool(res.get("fits"))
+def tokens_per_gpu(res, row):
+    """(measured, predicted) tokens/s per GPU."""
+    return row["tokens_per_s_per_gpu"], res["tokens_per_s"] / res["gpus"]
 
 
-def predict_rows(trainplan, rows, flags_of):
-    """Each row predicted at flags_of(row) -> (flags, None) or (None, reason): the results (row, flags, measured,
-    predicted, error, fits) and the reasons rows were skipped, counted."""
+def model_tflops(res, row):
+    """(measured, predicted) model TFLOP/s per GPU at trainplan's count."""
+    return row["model_tflops_per_gpu"], res["model_tflops_per_gpu"]
+
+
+def predict_rows(trainplan, rows, flags_of, metric=tokens_per_gpu):
+    """Each row predicted at flags_of(row) -> (flags, None) or (None, reason), compared by `metric`: the results
+    (row, flags, measured, predicted, error, fits) and the reasons rows were skipped, counted."""
     results, skipped = [], {}
     for row in rows:
         flags, reason = flags_of(row)
-        pred = None
+        res = None
         if flags is not None:
-            pred, reason = predict(trainplan, flags)
-        if pred is None:
+            try:
+                res = accuracy.run(trainplan, flags)
+                if not res.get("valid", True):
+                    reason, res = "invalid: " + "; ".join(res.get("reasons", []))[:120], None
+            except RuntimeError as e:
+                reason = "refused: " + str(e).splitlines()[0][:90]
+        if res is None:
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
-        meas = row["tokens_per_s_per_gpu"]
-        results.append((row, flags, meas, pred, (pred - meas) / meas, reason))
+        meas, pred = metric(res, row)
+        results.append((row, flags, meas, pred, (pred - meas) / meas, bool(res.get("fits"))))
     return results, skipped
+
+
+def not_predicted(skipped):
+    return ["", "Not predicted: " + (", ".join("%s (%d rows)" % (k, v) for k, v in sorted(skipped.items())) or "none"),
+            ""]
 
 
 def headline(errs):
@@ -260,8 +269,7 @@ def megatron_bridge_section(trainplan, path):
         doc.append("| %s | %s | %s | %s | %.0f | %.0f | %+.1f%% | %s | `%s` |" % (
             row["container"], row["system"], row["model"], row.get("precision") or "(not printed)", meas, pred,
             100 * err, "yes" if fits else "no", flags[1] + " " + " ".join(flags[4:])))
-    doc += ["", "Not predicted: " + (", ".join("%s (%d rows)" % (k, v) for k, v in sorted(skipped.items())) or "none"),
-            ""]
+    doc += not_predicted(skipped)
     return doc, errs
 
 
@@ -288,28 +296,13 @@ def torchtitan_section(trainplan, path, tmp):
             row["table"].split(":")[0], row["hardware"].split(" (")[0], row["precision"],
             "yes" if row["compile"] else "no", "yes" if row["async_tp"] else "no", meas, pred, 100 * err,
             "yes" if fits else "no", " ".join([flags[1]] + flags[4:])))
-    doc += ["", "Not predicted: " + (", ".join("%s (%d rows)" % (k, v) for k, v in sorted(skipped.items())) or "none"),
-            ""]
+    doc += not_predicted(skipped)
     return doc, errs
 
 
 def zoo_section(trainplan, path):
     rows = json.load(open(path))["rows"]
-    results, skipped = [], {}
-    for row in rows:
-        flags = zoo_flags_for(row, trainplan)
-        try:
-            res = accuracy.run(trainplan, flags)
-        except RuntimeError as e:
-            reason = "refused: " + str(e).splitlines()[0][:90]
-            skipped[reason] = skipped.get(reason, 0) + 1
-            continue
-        if not res.get("valid", True):
-            reason = "invalid: " + "; ".join(res.get("reasons", []))[:120]
-            skipped[reason] = skipped.get(reason, 0) + 1
-            continue
-        meas, pred = row["model_tflops_per_gpu"], res["model_tflops_per_gpu"]
-        results.append((row, flags, meas, pred, (pred - meas) / meas, bool(res.get("fits"))))
+    results, skipped = predict_rows(trainplan, rows, lambda row: (zoo_flags_for(row, trainplan), None), model_tflops)
     errs = [r[4] for r in results]
     doc = ["## Megatron-MoE-ModelZoo's Qwen3-235B tables", "",
            "yanring/Megatron-MoE-ModelZoo `best_practice/qwen3/readme.md` (facts in",
@@ -324,8 +317,7 @@ def zoo_section(trainplan, path):
         doc.append("| %s | %s | %s | %d | %s | %.0f | %.0f | %+.1f%% | %s | `%s` |" % (
             row["table"], row["system"], row["precision"], row["seq"], layout, meas, pred, 100 * err,
             "yes" if fits else "no", " ".join(flags[4:])))
-    doc += ["", "Not predicted: " + (", ".join("%s (%d rows)" % (k, v) for k, v in sorted(skipped.items())) or "none"),
-            ""]
+    doc += not_predicted(skipped)
     return doc, errs
 
 

@@ -7,6 +7,7 @@
 #include "planner/cli/commands.h"
 #include "planner/cli/output.h"
 #include "planner/cli/plan_flags.h"
+#include "simulator/framework/framework.h"
 #include "simulator/memory/memory_model.h"
 
 namespace trainplan {
@@ -117,8 +118,8 @@ int run_memory(const PlanFlags& flags, bool json) {
               rep.peak_stage, to_gib(pb.allocated()), to_gib(pb.reserved()), to_gib(pb.runtime),
               to_gib(pb.communication),
               pb.userbuffers > 0
-                  ? ((layout.plan.framework == Framework::kTorchtitan ? ", async TP's SymmetricMemory workspace "
-                                                                       : ", Transformer Engine's TP-overlap userbuffers ") +
+                  ? ((execution_profile(layout.plan).async_tp ? ", async TP's SymmetricMemory workspace "
+                                                               : ", Transformer Engine's TP-overlap userbuffers ") +
                      fixed(to_gib(pb.userbuffers), 2) + " GiB")
                         .c_str()
                   : "",

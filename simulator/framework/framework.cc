@@ -298,6 +298,7 @@ ExecutionProfile torchtitan(const Plan& p) {
   // torch.compile's pattern matcher to the forward and the backward): the
   // chunked-overlap forms of ExecutionProfile::tp_comm_overlap.
   e.tp_comm_overlap = p.tp_comm_overlap;
+  e.async_tp = p.tp_comm_overlap;
   e.paired_ep_overlap = p.schedule == Schedule::kDualPipeV && p.ep > 1 && p.recompute == Recompute::kNone;
   return e;
 }

@@ -220,6 +220,10 @@ struct ExecutionProfile {
   // the same GEMMs and is costed with these forms.  The plan asks for it
   // (Plan::tp_comm_overlap); false elsewhere.
   bool tp_comm_overlap = false;
+  // tp_comm_overlap runs as torchtitan's async TP (torch SymmetricMemory,
+  // one workspace per TP group) rather than Transformer Engine's
+  // userbuffers (memory_model.cc).
+  bool async_tp = false;
   // The layers are Transformer Engine modules (Megatron-Core's
   // transformer_engine layer spec): each linear layer and the attention
   // core is a TE module, whose host work per call is several eager op

@@ -347,8 +347,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     b.runtime = kCudaContextBytes;
     b.communication = communicators * kNcclBytesPerCommunicator;
     if (fw.tp_comm_overlap && p.tp > 1) {
-      b.userbuffers = p.framework == Framework::kTorchtitan ? symmetric_memory_bytes(model, p)
-                                                            : te_userbuffer_bytes(model, p);
+      b.userbuffers = fw.async_tp ? symmetric_memory_bytes(model, p) : te_userbuffer_bytes(model, p);
     }
     // DeepEP's NVLink and RDMA buffers (spec/deepep.h), allocated outside
     // the caching allocator by the ranks that run MoE layers.
