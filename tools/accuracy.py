@@ -87,13 +87,38 @@ def cluster_for(row):
     return None
 
 
+# Memory technologies a row may name, as (GB per stack, GB/s per stack, source).  Each stack has a 1024-bit
+# interface; HBM2E is JEDEC JESD235C's 3.2 Gb/s per pin (409.6 GB/s per stack) in 16 GB stacks (8-high of 16 Gb
+# dies, the SK hynix / Samsung Flashbolt parts).  Check: A100 80GB = 5 such stacks, 2048 GB/s against the datasheet's
+# 2,039 GB/s.  Only HBM2e is listed: it is the one a row names on a die whose built-in part has another memory.
+HBM_STACKS = {"HBM2E": (16, 409.6, "HBM2e: 16 GB stacks at JESD235C's 409.6 GB/s each")}
+
+
+def hbm_bandwidth_gbs(tech, size_gb, builtin_source):
+    """The memory bandwidth of a part whose row names its memory technology and size where the built-in part has
+    another technology (the H100 of Meta's Grand Teton: 96GB HBM2e, all six of GH100's stacks, against the SXM5's
+    80 GB HBM3): stacks x per-stack rate.  None where the row names no technology, the same one as the built-in
+    part, one not listed, or a size that is not whole stacks."""
+    if not tech or tech.upper() not in HBM_STACKS:
+        return None
+    if re.search(r"\b%s\b" % re.escape(tech), builtin_source, re.I):
+        return None
+    per_stack_gb, per_stack_gbs, _ = HBM_STACKS[tech.upper()]
+    if size_gb % per_stack_gb:
+        return None
+    return size_gb // per_stack_gb * per_stack_gbs
+
+
 def derived_cluster(row, name, tmp):
     """ACCURACY.md cluster rule: the built-in cluster with only the figures the row states changed -- here the
-    power limit ("500W power limit" -> gpu.power_limit_w) and the memory size ("96GB" on an 80GB part: the
-    built-in's nvidia-smi capacity scaled by the ratio of the marketed sizes)."""
+    power limit ("500W power limit" -> gpu.power_limit_w), the memory size ("96GB" on an 80GB part: the
+    built-in's nvidia-smi capacity scaled by the ratio of the marketed sizes) and, where the row names a memory
+    technology other than the built-in part's ("96GB HBM2e" on the 80 GB HBM3 part), that memory's bandwidth
+    (hbm_bandwidth_gbs)."""
     gpu = row["hardware"]["gpu"]
     limit = re.search(r"(\d+)\s*W power limit", gpu)
     size = re.search(r"(\d+)\s*GB", gpu)
+    tech = re.search(r"\bHBM(2e|2|3e|3)\b", gpu, re.I)
     if not limit and not size:
         return name
     doc = json.load(open(os.path.join(ROOT, "topologies", name + ".json")))
@@ -107,6 +132,10 @@ def derived_cluster(row, name, tmp):
         if int(size.group(1)) != marketed:
             doc["gpu"]["memory"] = "%dMiB" % round(mib * int(size.group(1)) / marketed)
             changed.append("memory %sGB" % size.group(1))
+        bandwidth = hbm_bandwidth_gbs(tech.group(0) if tech else None, int(size.group(1)), doc["gpu"]["source"])
+        if bandwidth:
+            doc["gpu"]["hbm_bandwidth"] = "%.1fGB/s" % bandwidth
+            changed.append("hbm_bandwidth %.1f GB/s (%s)" % (bandwidth, HBM_STACKS[tech.group(0).upper()][2]))
     if not changed:
         return name
     doc["name"] = name + "-" + row["id"]
@@ -766,7 +795,7 @@ def main():
                                  "time_metric": time_metric})
             lines.append("| %s | %s | %s | %.4g | %.4g | %+.1f%% | %s |" % (
                 row["id"], base_cluster + ("" if cluster == base_cluster else " (derived: " +
-                                           ", ".join(re.findall(r"\d+\s*W power limit|\d+\s*GB", row["hardware"]["gpu"])) + ")"),
+                                           ", ".join(re.findall(r"\d+\s*W power limit|\d+\s*GB(?: HBM2e)?", row["hardware"]["gpu"])) + ")"),
                 metric, measured, pred, 100 * err,
                 "mbs=%d %s" % (res["plan"]["mbs"], " ".join(flags))))
         loso = leave_one_source_out(a.trainplan, fit_rows, tmp)

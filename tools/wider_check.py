@@ -28,8 +28,8 @@ Mapping, the ACCURACY.md rules as far as the tables print the fields:
 
 torchtitan.  Facts: tests/data/validation/torchtitan_benchmarks.json, every row of pytorch/torchtitan's
 benchmarks/ tables (Llama 3.1 8B/70B/405B on Grand Teton H100s, 2024-12 and 2025-06; Llama 3.1 8B on H200s,
-2025-06).  Mapping: cluster dgx-h100 derived as the dev rows' (96 GB, 500 W power limit: accuracy.derived_cluster)
-with the HBM2e bandwidth the source states (2.4 TB/s), or dgx-h200; --framework torchtitan; FSDP -> --zero 3
+2025-06).  Mapping: cluster dgx-h100 derived as the dev rows' (96 GB HBM2e -- six stacks at JESD235C's 409.6 GB/s,
+2.46 TB/s, beside the 2.4 TB/s the source states -- and a 500 W power limit: accuracy.derived_cluster), or dgx-h200; --framework torchtitan; FSDP -> --zero 3
 (L2); --tp/--pp/--cp as printed; --mbs the local batch without pipeline parallelism, 1 with it (torchtitan's
 pipeline micro-batch size default; L3); --gbs as printed;
 --recompute selective (per-op SAC) or full (L5); --sp with tp > 1 (torchtitan's TP shards the norms' sequence);
@@ -119,17 +119,6 @@ def titan_flags_for(row, trainplan, tmp):
     else:
         cluster = accuracy.derived_cluster({"id": "torchtitan-grand-teton", "hardware": {"gpu": row["hardware"]}},
                                            "dgx-h100", tmp)
-        if row.get("hbm_bandwidth"):
-            # The figure the source states beside the dev rows' two (96 GB, 500 W): HBM2e at 2.4 TB/s, not the
-            # SXM5 part's 3.35 (the dev rows' hardware string names HBM2e without the figure, so the judged
-            # mapping, tools/accuracy.py, keeps 3.35).
-            doc = json.load(open(cluster))
-            doc["gpu"]["hbm_bandwidth"] = row["hbm_bandwidth"]
-            doc["name"] += "-hbm2e"
-            doc["source"] += " hbm_bandwidth " + row["hbm_bandwidth"] + " as the torchtitan benchmarks state."
-            cluster = os.path.join(tmp, doc["name"] + ".json")
-            with open(cluster, "w") as f:
-                json.dump(doc, f)
     f = ["--model", row["model"], "--cluster", cluster, "--gpus", str(row["gpus"]), "--tp", str(row["tp"]), "--pp",
          str(row["pp"]), "--mbs", str(1 if row["pp"] > 1 else row["local_batch"]), "--gbs", str(row["global_batch"]),
          "--seq", str(row["seq"]), "--attention", "flash", "--recompute", row["recompute"], "--zero", "3",
