@@ -34,8 +34,8 @@ benchmarks/ tables (Llama 3.1 8B/70B/405B on Grand Teton H100s, 2024-12 and 2025
 pipeline micro-batch size default; L3); --gbs as printed;
 --recompute selective (per-op SAC) or full (L5); --sp with tp > 1 (torchtitan's TP shards the norms' sequence);
 schedule 1F1B, or interleaved with vp 2 (L7); float8 -> --precision fp8, rowwise with --fp8-recipe rowwise (L9);
-async TP -> --tp-comm-overlap (torchtitan's async TP); torch.compile is not a plan option (only async-TP and
-float8 plans are compiled), so a bf16 run with compile alone is predicted as its eager twin.
+async TP -> --tp-comm-overlap (torchtitan's async TP); torch.compile -> --compile (every float8 and async-TP run
+was compiled too).
 
 Megatron-MoE-ModelZoo.  Facts: tests/data/validation/moe_model_zoo.json, the Qwen3-235B-A22B tables of
 best_practice/qwen3/readme.md (H100, its long-context sweep, GB200, GB300; two long-context rows are dev rows).
@@ -131,6 +131,8 @@ def titan_flags_for(row, trainplan, tmp):
             f += ["--tp-comm-overlap"]
     if "interleaved" in (row.get("schedule") or "").lower():
         f += ["--vp", "2"]
+    if row["compile"]:
+        f += ["--compile"]
     if row["precision"].startswith("float8"):
         f += ["--precision", "fp8"]
         if "rowwise" in row["precision"]:
@@ -269,8 +271,8 @@ def torchtitan_section(trainplan, path, tmp):
     doc = ["## torchtitan's benchmarks", "",
            "pytorch/torchtitan's `benchmarks/` tables (facts in `tests/data/validation/torchtitan_benchmarks.json`;",
            "three of the 2024-12 rows are dev rows), %d rows. Async TP runs are predicted with `--tp-comm-overlap`" % len(rows),
-           "(torchtitan's async TP, compiled); torch.compile alone is not a plan option, so a bf16 run with it is",
-           "predicted as its eager twin (the \"bf16 + compile\" group).", "", "**Summary:** " + headline(errs), ""]
+           "(torchtitan's async TP, compiled) and compiled runs with `--compile`.", "",
+           "**Summary:** " + headline(errs), ""]
     def technique(r):
         row = r[0]
         t = "float8" if row["precision"].startswith("float8") else "bf16"

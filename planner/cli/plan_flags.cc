@@ -59,6 +59,10 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
                 "tensor-parallel collectives overlapped with the GEMMs beside them (Megatron-Core "
                 "--tp-comm-overlap, Transformer Engine userbuffers; torchtitan async TP, compiled; needs tp >= 2 "
                 "inside a node and --sp)");
+  app->add_flag("--compile", f->compile,
+                "torch.compile the model (torchtitan [compile] enable, the PyTorch script's per-block compile): "
+                "elementwise ops fused; --framework torchtitan or pytorch (torchtitan's FP8 and async-TP plans are "
+                "compiled without it)");
   app->add_flag("--ep-overlap", f->ep_overlap,
                 "MoE: each forward merged with another micro-batch's backward, the expert-parallel all-to-alls of "
                 "each under the other's compute (Megatron-Core --overlap-moe-expert-parallel-comm; needs ep >= 2 "
@@ -161,7 +165,7 @@ Job to_job(const PlanFlags& f) {
     for (const char* flag : {"--model", "--cluster", "--nodes", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp",
                              "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--recompute-modules", "--recompute-layers", "--sp", "--schedule",
                              "--precision", "--fp8-recipe", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
-                             "--stage-layers", "--framework", "--fp8-param-gather", "--tp-comm-overlap", "--ep", "--etp", "--moe-imbalance", "--moe-dispatcher", "--moe-pad-to-capacity"}) {
+                             "--stage-layers", "--framework", "--fp8-param-gather", "--tp-comm-overlap", "--compile", "--ep", "--etp", "--moe-imbalance", "--moe-dispatcher", "--moe-pad-to-capacity"}) {
       if (given(flag)) throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
     }
     PlanJob pj = load_plan_job(f.plan_file, f.calibration);
@@ -222,6 +226,7 @@ Job to_job(const PlanFlags& f) {
   if (!f.framework.empty()) p.framework = static_cast<Framework>(pick("--framework", f.framework, framework_names()));
   p.fp8_param_gather = f.fp8_param_gather;
   p.tp_comm_overlap = f.tp_comm_overlap;
+  p.compile = f.compile;
   p.ep_overlap = f.ep_overlap;
   p.delay_wgrad = f.delay_wgrad;
   p.moe_dispatcher = static_cast<MoeDispatcher>(pick("--moe-dispatcher", f.moe_dispatcher, moe_dispatcher_names()));

@@ -49,6 +49,7 @@ struct PlanFlags {
   std::string framework;
   bool fp8_param_gather = false;
   bool tp_comm_overlap = false;
+  bool compile = false;
   bool ep_overlap = false;
   bool delay_wgrad = false;
   std::string moe_dispatcher = "alltoall";

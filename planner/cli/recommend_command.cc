@@ -60,6 +60,10 @@ std::vector<FrameworkLabel> frameworks_running(const ModelSpec& m, const Cluster
   return out;
 }
 
+constexpr const char* kCompileHelp =
+    "torch.compile every plan's model (torchtitan [compile] enable, the PyTorch script's per-block compile); "
+    "with --framework torchtitan or pytorch";
+
 struct RecommendFlags {
   std::string model = "llama3-8b";
   std::string cluster = "dgx-h100";
@@ -75,6 +79,7 @@ struct RecommendFlags {
   std::string strategies;
   std::string convergence;  // --convergence SPEC (async plans)
   std::string framework;
+  bool compile = false;  // --compile: torch.compile every plan (torchtitan, pytorch)
   std::string save;
   std::string calibration;
   bool json = false;
@@ -190,6 +195,7 @@ std::string plan_difference(const Plan& base, const Plan& other) {
         recompute_modules_name(other.recompute_modules));
   field("fp8-recipe", to_string(base.fp8_recipe), to_string(other.fp8_recipe));
   field("tp-comm-overlap", base.tp_comm_overlap ? "on" : "off", other.tp_comm_overlap ? "on" : "off");
+  field("compile", model_compiled(base) ? "on" : "off", model_compiled(other) ? "on" : "off");
   field("ep-overlap", base.ep_overlap ? "on" : "off", other.ep_overlap ? "on" : "off");
   field("delay-wgrad", base.delay_wgrad ? "on" : "off", other.delay_wgrad ? "on" : "off");
   field("moe-dispatcher", to_string(base.moe_dispatcher), to_string(other.moe_dispatcher));
@@ -285,6 +291,13 @@ int run_recommend(const RecommendFlags& f) {
         static_cast<MoeDispatcher>(pick("--moe-dispatcher", f.moe_dispatcher, moe_dispatcher_names()));
   }
   if (!f.framework.empty()) o.framework = static_cast<Framework>(pick("--framework", f.framework, framework_names()));
+  if (f.compile && o.framework != Framework::kTorchtitan && o.framework != Framework::kPytorch) {
+    throw_input_error("--compile", "",
+                      "torch.compile runs in torchtitan and the PyTorch script, not in --framework " +
+                          (f.framework.empty() ? std::string("generic") : f.framework),
+                      "use --framework torchtitan or pytorch, or drop --compile");
+  }
+  o.compile = f.compile;
   if (o.moe_dispatcher != MoeDispatcher::kAllToAll && !runs_flex_dispatcher(o.framework)) {
     throw_input_error("--moe-dispatcher", "", f.moe_dispatcher + " runs in Megatron-Core and torchtitan, not in --framework " +
                       f.framework, "use --framework megatron-core or torchtitan, or drop --moe-dispatcher");
@@ -539,6 +552,10 @@ int run_recommend(const RecommendFlags& f) {
                         : q.framework == Framework::kMegatronCore ? "Megatron-Core --tp-comm-overlap"
                                                                   : "Megatron-Core --tp-comm-overlap, torchtitan async TP");
       }
+      if (model_compiled(q) && !q.tp_comm_overlap) {
+        std::printf("       model under torch.compile (%s)\n",
+                    q.compile ? "--compile" : "float8: torchtitan compiles it to fuse the scaling and casts");
+      }
       if (q.ep_overlap) {
         std::printf("       expert all-to-alls overlapped with another micro-batch's compute (Megatron-Core "
                     "--overlap-moe-expert-parallel-comm%s)\n",
@@ -633,6 +650,7 @@ void register_recommend_command(CLI::App* app, int* status) {
   cmd->add_option("--framework", f.framework,
                   "search only plans this framework runs, simulated as it runs them: "
                   "generic|megatron-lm|megatron-core|deepspeed|torchtitan|pytorch (default generic)");
+  cmd->add_flag("--compile", f.compile, kCompileHelp);
   cmd->add_option("--save", f.save, "write the best plan to this plan.json");
   cmd->add_option("--calibration", f.calibration,
                   "calibration.json from `trainplan calibrate` (replaces the cluster's GEMM, memory and collective "
@@ -669,6 +687,7 @@ void register_report_command(CLI::App* app, int* status) {
   cmd->add_option("--framework", f.framework,
                   "search only plans this framework runs: generic|megatron-lm|megatron-core|deepspeed|torchtitan|"
                   "pytorch (default generic)");
+  cmd->add_flag("--compile", f.compile, kCompileHelp);
   cmd->add_option("--calibration", f.calibration, "calibration.json from `trainplan calibrate`");
   for (const FaultFlagInfo& info : fault_flag_table(&f.faults)) cmd->add_option(info.name, *info.value, info.help)->type_name(info.type_name);
   f.app = cmd;

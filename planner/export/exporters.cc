@@ -1199,8 +1199,9 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
     }
     s += "\n";
   }
-  if (fp8 || p.tp_comm_overlap) {
+  if (model_compiled(p)) {
     s += "[compile]\n";
+    if (p.compile) s += "# The model under torch.compile (--compile), its elementwise ops fused, as simulated.\n";
     if (fp8) s += "# torch.compile fuses the float8 scaling and casts (torchtitan docs/float8.md).\n";
     if (p.tp_comm_overlap) {
       s += "# Async TP needs the model compiled, 'model' among the components (the default)\n"
@@ -1451,6 +1452,11 @@ ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, cons
     s += "        # Async TP (micro-pipelined sequence-parallel collectives, as simulated) needs the\n"
          "        # model compiled (CompileConfig.__post_init__).\n"
          "        compile=CompileConfig(enable=True, enable_async_tensor_parallel=True),\n";
+  } else if (model_compiled(p)) {
+    // (FP8 plans, compiled by implication, are refused above: no float8
+    // converter at head.)
+    s += "        # The model under torch.compile (--compile), its elementwise ops fused, as simulated.\n";
+    s += "        compile=CompileConfig(enable=True),\n";
   } else {
     s += "        compile=CompileConfig(enable=False),\n";
   }
@@ -1685,6 +1691,11 @@ def main():
             config=fp8_config,
             module_filter_fn=lambda mod, fqn: fqn != "output" and mod.in_features % 16 == 0 and mod.out_features % 16 == 0,
         )
+    if COMPILE:
+        # Each block compiled in place (nn.Module.compile keeps the parameter
+        # names), before sharding, as torchtitan's apply_compile does.
+        for block in model.layers:
+            block.compile()
     dtype = DTYPES[PRECISION]
     if FSDP:
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -1888,6 +1899,7 @@ ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout&
   s += std::string("REDUCE_DTYPE = \"") + to_string(p.grad_dtype) + "\"  # FSDP2 gradient reduction\n";
   s += std::string("ATTENTION = \"") + to_string(p.attention) +
        "\"  # \"flash\" (scaled_dot_product_attention) or \"naive\" (softmax(QK^T)V)\n";
+  s += "COMPILE = " + py_bool(model_compiled(p)) + "  # torch.compile each block (elementwise ops fused)\n";
   s += "CPU_OFFLOAD = " + py_bool(p.offload == Offload::kParams) +
        "  # FSDP2 CPUOffloadPolicy: parameters, gradients, optimizer on the host\n";
   s += "STEPS = int(os.environ.get(\"STEPS\", \"10\"))\n";

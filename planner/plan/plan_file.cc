@@ -47,6 +47,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   if (p.framework != Framework::kGeneric) j["framework"] = to_string(p.framework);
   if (p.fp8_param_gather) j["fp8_param_gather"] = true;
   if (p.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (p.compile) j["compile"] = true;
   if (p.ep_overlap) j["ep_overlap"] = true;
   if (p.delay_wgrad) j["delay_wgrad"] = true;
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) j["moe_dispatcher"] = to_string(p.moe_dispatcher);
@@ -132,6 +133,7 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.framework = static_cast<Framework>(o.optional_choice("framework", framework_names()).value_or(0));
   p.fp8_param_gather = o.optional_boolean("fp8_param_gather").value_or(false);
   p.tp_comm_overlap = o.optional_boolean("tp_comm_overlap").value_or(false);
+  p.compile = o.optional_boolean("compile").value_or(false);
   p.ep_overlap = o.optional_boolean("ep_overlap").value_or(false);
   p.delay_wgrad = o.optional_boolean("delay_wgrad").value_or(false);
   p.moe_dispatcher = static_cast<MoeDispatcher>(o.optional_choice("moe_dispatcher", moe_dispatcher_names()).value_or(0));
@@ -185,6 +187,7 @@ std::string describe_plan(const Plan& p) {
   if (p.fp8_recipe != Fp8Recipe::kNone) s << " fp8_recipe=" << to_string(p.fp8_recipe);
   if (p.fp8_param_gather) s << " fp8_param_gather=on";
   if (p.tp_comm_overlap) s << " tp_comm_overlap=on";
+  if (model_compiled(p)) s << " compile=on";
   if (p.ep_overlap) s << " ep_overlap=on";
   if (p.delay_wgrad) s << " delay_wgrad=on";
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) s << " moe_dispatcher=" << to_string(p.moe_dispatcher);

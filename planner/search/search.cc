@@ -206,6 +206,7 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         p.fp8_recipe = o.fp8_recipe;
                         p.fp8_recipe_given = o.fp8_recipe_given;
                         p.mtp_layers = o.mtp_layers;
+                        p.compile = o.compile;
                         p.moe_dispatcher = ep * std::max(1, etp) > 1 ? o.moe_dispatcher : MoeDispatcher::kAllToAll;
                         p.grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
                         p.offload = off;

@@ -25,8 +25,12 @@ ExecutionProfile pytorch(const Plan& p) {
   e.fp32_master_is_param = p.framework != Framework::kGeneric;
   e.pytorch_cross_entropy = p.framework != Framework::kGeneric;
   e.keeps_stage_outputs = p.framework != Framework::kGeneric;
-  // The exported script trains the model eagerly (no torch.compile).
-  e.eager_elementwise = p.framework != Framework::kGeneric;
+  // The exported script and torchtitan (train_configs/llama3_*.toml:
+  // compile = false; the eager RMSNorm of torchtitan/models/norms.py) train
+  // the model eagerly unless it is compiled (model_compiled: --compile, and
+  // torchtitan's FP8 and async-TP plans), each block under torch.compile,
+  // which fuses the elementwise ops.
+  e.eager_elementwise = p.framework != Framework::kGeneric && !model_compiled(p);
   // The exported FSDP2 script and torchtitan shard with fully_shard.
   e.fsdp2_copies = p.framework != Framework::kGeneric;
   if (p.framework != Framework::kGeneric && p.offload == Offload::kNone) {
@@ -285,10 +289,6 @@ ExecutionProfile torchtitan(const Plan& p) {
   // waits for the last.
   e.reduce_every_microbatch = true;
   e.per_op_selective_recompute = true;
-  // train_configs/llama3_*.toml: compile = false, norm_type = "rmsnorm" (the
-  // eager RMSNorm of torchtitan/models/norms.py); FP8 and async-TP plans are
-  // exported with [compile] enable = true, which fuses the elementwise ops.
-  e.eager_elementwise = p.fp8_recipe == Fp8Recipe::kNone && !p.tp_comm_overlap;
   // Async TP (parallelism.enable_async_tensor_parallel): torch's
   // fused_all_gather_matmul splits each sequence-parallel all-gather into
   // one chunk per rank, copied through SymmetricMemory while the GEMM works

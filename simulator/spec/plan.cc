@@ -59,6 +59,12 @@ bool zero_bubble(Schedule s) {
 bool interleaved(Schedule s) { return s == Schedule::kInterleaved || s == Schedule::kInterleavedZb; }
 bool v_shape(Schedule s) { return s == Schedule::kZbv || s == Schedule::kDualPipeV; }
 bool zero_bubble_automatic(Schedule s) { return s == Schedule::kZb1p || s == Schedule::kZb2p; }
+bool model_compiled(const Plan& p) {
+  if (p.framework != Framework::kTorchtitan && p.framework != Framework::kPytorch) return false;
+  if (p.compile) return true;
+  if (p.framework != Framework::kTorchtitan || zero_bubble(p.schedule)) return false;
+  return p.tp_comm_overlap || p.fp8_recipe != Fp8Recipe::kNone;
+}
 int zero_bubble_activation_limit(Schedule s, int pp) {
   if (s == Schedule::kZb1p) return pp;
   if (s == Schedule::kZb2p) return 2 * pp;
@@ -648,6 +654,17 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
         (p.schedule == Schedule::kInterleavedZb || p.schedule == Schedule::kZbv || p.schedule == Schedule::kDualPipeV))
       fail("torchtitan's async TP needs torch.compile, which its zero-bubble schedules (split backward) do not "
            "support; use a 1F1B, interleaved or GPipe schedule, or drop --tp-comm-overlap");
+  }
+  if (p.compile) {
+    // torch.compile is PyTorch's; Megatron and DeepSpeed run their own fused
+    // kernels (and Megatron-Core's TE modules are not compiled whole).
+    if (p.framework != Framework::kTorchtitan && p.framework != Framework::kPytorch)
+      fail("compile (torch.compile of the model) runs in torchtitan and the PyTorch script; use --framework "
+           "torchtitan or pytorch, or drop --compile");
+    else if (zero_bubble(p.schedule))
+      fail(std::string("torch.compile refuses the ") + to_string(p.schedule) +
+           " schedule's split backward (torch/distributed/pipelining/schedules.py "
+           "_check_torch_compile_compatibility); use a 1F1B, interleaved or GPipe schedule, or drop --compile");
   }
   if (p.ep_overlap) {
     for (const std::string& why : ep_overlap_conflicts(p)) fail(why);

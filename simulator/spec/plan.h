@@ -163,6 +163,11 @@ struct Plan {
   // Needs tp > 1 inside one node, sequence parallelism and a framework that
   // runs Transformer Engine's userbuffers (megatron-core, or generic).
   bool tp_comm_overlap = false;
+  // torch.compile of the model (torchtitan's [compile] enable, the PyTorch
+  // script's per-block compile): Inductor fuses the elementwise ops that the
+  // eager model runs one aten op at a time.  torchtitan and pytorch plans
+  // only; model_compiled() says whether a plan runs compiled.
+  bool compile = false;
   // Megatron-Core's --overlap-moe-expert-parallel-comm: each steady-state
   // forward runs merged with a backward of another micro-batch, the
   // expert-parallel all-to-alls of each under the other's compute (the
@@ -209,6 +214,15 @@ struct Plan {
   // measured (>= 1); 0 derives it from uniform routing (cost/moe_routing.h).
   double moe_imbalance = 0;
 };
+
+// Whether the plan's model runs under torch.compile: asked for
+// (Plan::compile), or implied where torchtitan needs or recommends it --
+// async TP (maybe_enable_async_tp needs the model compiled) and float8
+// linears (torchtitan docs/float8.md: compile fuses the scaling and casts)
+// -- unless the schedule splits the backward, which PyTorch refuses on
+// compiled stages (_check_torch_compile_compatibility).  Always false for
+// the frameworks that do not compile (their fused kernels are their own).
+bool model_compiled(const Plan& p);
 
 // A plan placed on a cluster of `nodes` nodes, with every derived value.
 struct Layout {

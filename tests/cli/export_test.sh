@@ -207,6 +207,39 @@ expect_error "the FSDP script refuses a plan simulated for torchtitan's async TP
   "trainplan: --to: fsdp cannot express this plan: the plan was simulated for torchtitan, whose execution (overlaps, buckets, gathers) another framework does not reproduce; export it with --to torchtitan, or simulate it for this target's framework" \
   export --plan "$ASYNC_PLAN" --to fsdp
 
+# torch.compile (the plan's compile): torchtitan's [compile] enable and the head's
+# CompileConfig(enable=True), the FSDP script's per-block compile; the oracle checks
+# the TOML and the head's config against the plan; Megatron-Core has no such option.
+python3 -c "
+import json, sys
+plan = json.load(open(sys.argv[1]))
+for fw in ('torchtitan', 'pytorch', 'megatron-core'):
+    json.dump(dict(plan, framework=fw, compile=True), open(sys.argv[2] + '_' + fw + '.json', 'w'))
+" "$ZERO3_PLAN" "$TMP/compile"
+COMPILED_PLAN=$EXPORT/plan_llama3-8b_zero3_compiled.json
+expect_ok "torchtitan: llama3-8b ZeRO-3 compiled" export --plan "$COMPILED_PLAN" --to torchtitan
+expect_golden torchtitan_llama3-8b_zero3_compiled.toml
+titan_oracle "compiled" "$COMPILED_PLAN" 16
+py_check "torchtitan: compile.enable is on for a compiled plan" "$COMPILED_PLAN" '
+t = tomllib.loads(text)
+assert t["compile"]["enable"] is True, t.get("compile")
+assert not t["parallelism"].get("enable_async_tensor_parallel", False)
+'
+expect_ok "torchtitan-py: llama3-8b ZeRO-3 compiled" export --plan "$TMP/compile_torchtitan.json" --to torchtitan-py
+titan_oracle "head compiled" "$TMP/compile_torchtitan.json" 16 --format python
+grep -q "compile=CompileConfig(enable=True)," "$TMP/out" || fail "torchtitan-py: the compiled plan is not compiled"
+expect_ok "fsdp: llama3-8b ZeRO-3 compiled" export --plan "$TMP/compile_pytorch.json" --to fsdp
+py_check "fsdp: the compiled plan compiles each block" "$TMP/compile_pytorch.json" '
+import ast
+tree = ast.parse(text)
+consts = {n.targets[0].id: n.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)}
+assert ast.literal_eval(consts["COMPILE"]) is True
+assert "block.compile()" in text
+'
+expect_error "compile under Megatron-Core is refused" \
+  "trainplan: --plan: the plan in $TMP/compile_megatron-core.json cannot run: compile (torch.compile of the model) runs in torchtitan and the PyTorch script; use --framework torchtitan or pytorch, or drop --compile; see \`trainplan simulate --plan $TMP/compile_megatron-core.json\`" \
+  export --plan "$TMP/compile_megatron-core.json" --to megatron
+
 # The head's Python config: qwen3's own model_registry, expert_parallel_degree
 # (head has no expert TP), CUDA graphs off for expert parallelism; the
 # oracle follows the config at head.

@@ -139,6 +139,7 @@ class Plan:
         self.seq = seq
         self.sp = bool(plan.get("sp", False))
         self.tp_comm_overlap = bool(plan.get("tp_comm_overlap", False))
+        self.compile = bool(plan.get("compile", False))
         self.recompute = plan.get("recompute", "none")
         self.schedule = plan.get("schedule", "1f1b")
         self.precision = plan.get("precision", "bf16")
@@ -719,6 +720,10 @@ def check_toml(text: str, plan: dict, world: int, warnings: list[str] | None = N
     if bool(_get(doc, "parallelism", "enable_async_tensor_parallel")) != p.tp_comm_overlap:
         out.append(f"parallelism.enable_async_tensor_parallel = {bool(_get(doc, 'parallelism', 'enable_async_tensor_parallel'))}, "
                    f"the plan has tp_comm_overlap {'on' if p.tp_comm_overlap else 'off'}")
+    # Fidelity: a plan simulated with --compile runs its model compiled.
+    if p.compile and not (_get(doc, "compile", "enable") and "model" in _get(doc, "compile", "components")):
+        out.append("the plan has compile on (simulated under torch.compile): compile.enable must be true with "
+                   "'model' in compile.components")
 
     # Sequence: torchtitan/models/llama3/infra/parallelize.py parallelize_llama
     # asserts seq_len % ParallelDims.seq_len_divisor (tp * cp * 2) == 0.
@@ -1281,6 +1286,9 @@ def check_python_config(text: str, plan: dict, world: int, function: str | None 
             bool(cvals.get("enable_async_tensor_parallel")) != p.tp_comm_overlap:
         out.append(f"CompileConfig.enable_async_tensor_parallel = {cvals.get('enable_async_tensor_parallel')}, the "
                    f"plan has tp_comm_overlap {'on' if p.tp_comm_overlap else 'off'}")
+    if p.compile and compiled is False:
+        out.append("the plan has compile on (simulated under torch.compile): CompileConfig needs enable=True with "
+                   "'model' in components")
 
     # Tokens: torchtitan/trainer.py Trainer.__init__.
     tok_mb = tvals["num_tokens_per_microbatch_per_dp_rank"]

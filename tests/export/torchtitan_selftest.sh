@@ -266,5 +266,13 @@ mutate "$AT" "$TMP/at_nocompile.toml" 's.replace("[compile]\n", "[compile]\nenab
 expect_bad "async TP without compile" "$AT_PLAN" "$TMP/at_nocompile.toml" 32 \
   "parallelism.enable_async_tensor_parallel needs compile.enable"
 
+# ---- compile: the plan's compile ---------------------------------------------
+CO_PLAN="$DATA/plan_llama3-8b_zero3_compiled.json"
+CO="$DATA/torchtitan_llama3-8b_zero3_compiled.toml"
+expect_ok "golden compiled toml" "$CO_PLAN" "$CO" 16
+mutate "$CO" "$TMP/co_off.toml" 's.replace("enable = true", "enable = false")'
+expect_bad "eager where the plan was simulated compiled" "$CO_PLAN" "$TMP/co_off.toml" 16 \
+  "the plan has compile on (simulated under torch.compile)"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -48,6 +48,7 @@ PRECISION = "bf16"
 FP8_RECIPE = None  # torchao float8 linears: None, "tensorwise" or "rowwise"
 REDUCE_DTYPE = "fp32"  # FSDP2 gradient reduction
 ATTENTION = "flash"  # "flash" (scaled_dot_product_attention) or "naive" (softmax(QK^T)V)
+COMPILE = False  # torch.compile each block (elementwise ops fused)
 CPU_OFFLOAD = False  # FSDP2 CPUOffloadPolicy: parameters, gradients, optimizer on the host
 STEPS = int(os.environ.get("STEPS", "10"))
 LR = 3.0e-4
@@ -269,6 +270,11 @@ def main():
             config=fp8_config,
             module_filter_fn=lambda mod, fqn: fqn != "output" and mod.in_features % 16 == 0 and mod.out_features % 16 == 0,
         )
+    if COMPILE:
+        # Each block compiled in place (nn.Module.compile keeps the parameter
+        # names), before sharding, as torchtitan's apply_compile does.
+        for block in model.layers:
+            block.compile()
     dtype = DTYPES[PRECISION]
     if FSDP:
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
