@@ -482,6 +482,18 @@ TEST_CASE("Framework: DeepSpeed runs bf16 ZeRO-0 with fp32 gradients as BF16_Opt
   CHECK(fp16.count(Framework::kDeepSpeed, TaskLabel::kDpAllGather) == 0);
 }
 
+// `base` under torchtitan on 2 pipeline stages with its ZB-V schedule (a
+// split backward, which torch.compile refuses).
+Plan torchtitan_zbv(const Plan& base) {
+  Plan p = base;
+  p.framework = Framework::kTorchtitan;
+  p.pp = 2;
+  p.zero = 1;
+  p.schedule = Schedule::kZbv;
+  p.schedule_given = true;
+  return p;
+}
+
 TEST_CASE("Framework: torchtitan runs tp comm overlap as async TP, compiled, with the same chunked forms",
           "[sim][framework]") {
   // torchtitan's async TP (parallelism.enable_async_tensor_parallel) micro-
@@ -521,12 +533,7 @@ TEST_CASE("Framework: torchtitan runs tp comm overlap as async TP, compiled, wit
   Plan p = c.plan;
   p.framework = Framework::kPytorch;
   CHECK(testing::reasons_mention(resolve_plan(c.model, c.cluster, 8, p), "torchtitan (async TP)"));
-  Plan zbv = c.plan;
-  zbv.framework = Framework::kTorchtitan;
-  zbv.pp = 2;
-  zbv.zero = 1;
-  zbv.schedule = Schedule::kZbv;
-  zbv.schedule_given = true;
+  Plan zbv = torchtitan_zbv(c.plan);
   CHECK(testing::reasons_mention(resolve_plan(c.model, c.cluster, 8, zbv), "needs torch.compile"));
 }
 
@@ -566,12 +573,7 @@ TEST_CASE("Framework: --compile runs torchtitan's and the PyTorch script's model
     p.framework = f;
     CHECK(testing::reasons_mention(resolve_plan(c.model, c.cluster, 8, p), "runs in torchtitan and the PyTorch script"));
   }
-  Plan zbv = c.plan;
-  zbv.framework = Framework::kTorchtitan;
-  zbv.pp = 2;
-  zbv.zero = 1;
-  zbv.schedule = Schedule::kZbv;
-  zbv.schedule_given = true;
+  Plan zbv = torchtitan_zbv(c.plan);
   CHECK(testing::reasons_mention(resolve_plan(c.model, c.cluster, 8, zbv), "split backward"));
   zbv.compile = false;
   zbv.fp8_recipe = Fp8Recipe::kTensorwise;
