@@ -679,7 +679,10 @@ nlohmann::ordered_json deepspeed_config(const Layout& L, bool client_optimizer) 
     // 5e8 elements per bucket: the documented defaults, written out;
     // overlap_comm as simulated (DeepSpeed's default: only for stage 3).
     z["overlap_comm"] = execution_profile(p).grad_reduce == GradReduce::kOverlapped;
-    z["contiguous_gradients"] = true;
+    // Stage 3 as simulated: its gradient buckets all-reduced whole
+    // (ExecutionProfile::grads_all_reduced: contiguous_gradients=false, the
+    // stage-3 default before v0.5.0, takes buffered_reduce_fallback).
+    z["contiguous_gradients"] = !(p.zero == 3 && execution_profile(p).grads_all_reduced);
     z["reduce_scatter"] = true;
     z["reduce_bucket_size"] = 500000000;
     if (p.zero <= 2) z["allgather_bucket_size"] = 500000000;

@@ -251,10 +251,22 @@ ExecutionProfile deepspeed(const Plan& p) {
     // zero/config.py: the coordinator's knobs (Zero3CoordinatorKnobs) and
     // reduce_bucket_size (grad_bucket_params above).
     e.zero3_module_fetches = true;
+    // The gradients: stage 3's default contiguous_gradients was false until
+    // v0.5.0 (zero/constants.py ZERO3_OPTIMIZATION_CONTIGUOUS_GRADIENTS_DEFAULT,
+    // v0.3.13 to v0.4.x), and then reduce_ipg_grads takes
+    // buffered_reduce_fallback: allreduce_and_copy flattens the bucket
+    // (torch.cat), divides it by the world size and all-reduces it as one
+    // tensor on the reduction stream, then copies it back into each
+    // gradient; partition_previous_reduced_grads keeps this rank's part.
+    // The bucket is flushed when the next gradient would overflow
+    // reduce_bucket_size, after reduction_stream.synchronize() (the host
+    // waits for the previous bucket).  Hybrid sharding (ZeRO++ hpZ) is
+    // DeepSpeed >= 0.9, which reduce-scatters.
+    e.grads_all_reduced = p.shard_group == 0 || p.shard_group >= p.dp * p.cp;
     e.version_note =
-        "ZeRO-3 as DeepSpeed <= 0.5.4 ran it (2021: list-API collectives with per-member calls, the device "
-        "synchronized before each gather); DeepSpeed >= 0.5.5 gathers into one flat buffer, so this plan is "
-        "pessimistic there at large data-parallel sizes";
+        "ZeRO-3 as DeepSpeed 0.3-0.4 ran it (2021: list-API gathers with per-member calls, the device synchronized "
+        "before each gather, the gradients all-reduced in flattened buckets); DeepSpeed >= 0.5.5 gathers into one "
+        "flat buffer and reduce-scatters, so this plan is pessimistic there at large data-parallel sizes";
   } else if (p.zero >= 1 && p.pp == 1) {
     e.grad_reduce = GradReduce::kBlocking;
     // zero/stage_1_and_2.py reduce_ready_partitions_and_remove_grads reduces

@@ -112,9 +112,13 @@ struct ExecutionProfile {
   // gradient accumulation buffer for the whole step (DeepSpeed's
   // BF16_Optimizer: 2; 0 where the gradient has one buffer).
   double lp_grad_bytes = 0;
-  // ZeRO-1 whose gradients are all-reduced whole, each rank then updating
-  // its own shard (DeepSpeed's BF16_Optimizer under the pipeline engine),
-  // instead of reduce-scattered.
+  // ZeRO-1 or ZeRO-3 whose gradients are all-reduced whole, each rank then
+  // keeping its own shard (DeepSpeed's BF16_Optimizer under the pipeline
+  // engine; ZeRO-3 before DeepSpeed 0.5.0, whose default
+  // contiguous_gradients=false all-reduces each flattened bucket), instead
+  // of reduce-scattered.  Under ZeRO-3 the bucket is flattened into one
+  // tensor and divided before the all-reduce and copied back into the
+  // parameters' gradients after it (lowering.cc), with no per-member calls.
   bool grads_all_reduced = false;
   // The fp32 optimizer states are sharded over the data-parallel group even
   // at ZeRO stage 0, each rank updating its shard and all-gathering the

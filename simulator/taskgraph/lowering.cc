@@ -1667,19 +1667,30 @@ class Lowerer {
         // ZeRO-3 through the list API: ProcessGroupNCCL copies the member
         // views into its flat input (read and written) on the collective's
         // stream first (ExecutionProfile::list_api_copies).
+        // ZeRO-3 all-reducing a flattened bucket (grads_all_reduced): the
+        // bucket is flattened (torch.cat) and divided in place, read and
+        // written twice, on the reduction stream, then copied back.
+        const bool flat_bucket = p_.zero == 3 && all_reduce;
         int32_t copy_in = -1;
-        if (p_.zero == 3 && prof_.list_api_copies) {
-          copy_in = g.add_comm(channel, memory_time(cpm_, 2 * bytes).ps(), 0, 0, Category::kDpComm,
-                               TaskLabel::kListCopy, members, {});
+        if (p_.zero == 3 && (prof_.list_api_copies || flat_bucket)) {
+          copy_in = g.add_comm(channel, memory_time(cpm_, (flat_bucket ? 4 : 2) * bytes).ps(), 0, 0,
+                               Category::kDpComm, TaskLabel::kListCopy, members, {});
         }
         int32_t id = add_group_comm(channel, kind, all_reduce ? TaskLabel::kDpAllReduce : TaskLabel::kDpReduceScatter,
                                     bytes, shard, members, stride);
         if (blocking) blocking_comm_.push_back(id);
+        int32_t copy_back = -1;
+        if (flat_bucket) {
+          copy_back = g.add_comm(channel, memory_time(cpm_, 2 * bytes).ps(), 0, 0, Category::kDpComm,
+                                 TaskLabel::kListCopy, members, {});
+          g.add_dep(id, copy_back);
+        }
         const size_t after = after_backward ? last_backward : k;
         // ZeRO-3 with the device synchronized at every fetch: the list
         // API's calls run on the host, between this backward and the next,
-        // or (deferred) beside this backward, after the next prefetch's.
-        const int32_t h = add_host_work(p_.zero == 3 ? synced_host_latency(1, shard) : Duration(),
+        // or (deferred) beside this backward, after the next prefetch's (a
+        // flat bucket's all-reduce has no per-member calls).
+        const int32_t h = add_host_work(p_.zero == 3 && !flat_bucket ? synced_host_latency(1, shard) : Duration(),
                                         deferred ? kNoEntry : after, deferred ? kNoEntry : after + 1);
         if (h >= 0) g.add_dep(h, id);
         for (int32_t mr : members) {
@@ -1692,14 +1703,19 @@ class Lowerer {
           g.task(copy_in).microbatch = entries[k].mb;
           g.task(copy_in).layer = static_cast<int16_t>(entries[k].layer);
         }
-        reductions.push_back(id);
-        if (synced) reduce_tail[k] = id;
+        if (copy_back >= 0) {
+          g.task(copy_back).microbatch = entries[k].mb;
+          g.task(copy_back).layer = static_cast<int16_t>(entries[k].layer);
+        }
+        const int32_t tail = copy_back >= 0 ? copy_back : id;
+        reductions.push_back(tail);
+        if (synced) reduce_tail[k] = tail;
         if (hybrid) {
           // Hybrid shard: the shard's gradients are then all-reduced across
           // the replicas (HSDP / ZeRO++ hpZ).
           int32_t ar = add_group_comm(channel, Collective::kAllReduce, TaskLabel::kDpAllReduce, bytes / shard,
                                       world_dp / shard, members, p_.tp * shard);
-          g.add_dep(id, ar);
+          g.add_dep(tail, ar);
           reductions.push_back(ar);
           if (synced) reduce_tail[k] = ar;
         }

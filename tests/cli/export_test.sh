@@ -96,6 +96,17 @@ assert micro == plan["mbs"], micro
 assert c["zero_optimization"]["stage"] == plan["zero"], c["zero_optimization"]
 assert c["bf16"]["enabled"] is True
 '
+# ZeRO-3 simulated as DeepSpeed ran it in 2021 all-reduces each flattened gradient bucket: the
+# stage-3 default before v0.5.0, contiguous_gradients false, written out (ZeRO-2 keeps true).
+python3 -c "
+import json, sys
+json.dump(dict(json.load(open(sys.argv[1])), zero=3, framework='deepspeed'), open(sys.argv[2], 'w'))
+" "$DEEPSPEED_PLAN" "$TMP/ds_zero3.json"
+expect_ok "deepspeed: gpt3-1.3b ZeRO-3" export --plan "$TMP/ds_zero3.json" --to deepspeed
+py_check "deepspeed: ZeRO-3 buckets all-reduced as simulated (contiguous_gradients false)" "$TMP/ds_zero3.json" '
+z = json.loads(text)["zero_optimization"]
+assert z["stage"] == 3 and z["contiguous_gradients"] is False and z["overlap_comm"] is True, z
+'
 
 expect_ok "deepspeed: tp=2 pp=2 launches Megatron-DeepSpeed" export --plan "$MEGATRON_PLAN" --to deepspeed
 bash -n "$TMP/out" || fail "Megatron-DeepSpeed script is not valid bash"

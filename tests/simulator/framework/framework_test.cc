@@ -228,7 +228,10 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 issues one list-API collective per parame
   // parameter's flat buffer (2 B written per parameter).  Biases and norms
   // stay whole (param_persistence_threshold 1e5).  Each gradient bucket
   // (reduce_bucket_size 5e8: FC2, FC1, proj and QKV each fill one, 4h^2 =
-  // 6.04e8 > 5e8) is one list-API reduce-scatter with the same host work.
+  // 6.04e8 > 5e8; proj + QKV = 4h^2 too) is flattened and all-reduced as one
+  // tensor (stage 3's default contiguous_gradients=false until v0.5.0:
+  // reduce_ipg_grads -> buffered_reduce_fallback -> allreduce_and_copy), a
+  // single call with no per-member work.
   Case c = zero3_case();
   c.plan.gbs = 32;  // one micro-batch per rank
   const double h2 = 12288.0 * 12288.0;
@@ -269,13 +272,20 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 issues one list-API collective per parame
   CHECK(modules[3 * h2] == 2 * 2);
   CHECK(modules[h2] == 2 * 2);
   CHECK(modules[4 * h2] == 2 * 4);
-  int scatter_hosts = 0;
+  int reductions = 0;
   for (int32_t id = 0; id < s.graph.size(); ++id) {
-    scatter_hosts += s.graph.task(id).label == TaskLabel::kHostWork && s.graph.task(id).work_ps == list_api;
+    const Task& t = s.graph.task(id);
+    if (t.label == TaskLabel::kDpReduceScatter) FAIL("a list-API reduce-scatter where the buckets are all-reduced");
+    if (t.label != TaskLabel::kDpAllReduce) continue;
+    ++reductions;
+    for (int32_t h = 0; h < s.graph.size(); ++h) {
+      const Task& w = s.graph.task(h);
+      if (w.label != TaskLabel::kHostWork) continue;
+      const uint32_t* succ = s.graph.successors(w);
+      for (uint32_t i = 0; i < w.succ_count; ++i) CHECK(static_cast<int32_t>(succ[i]) != id);
+    }
   }
-  const int scatters = c.count(Framework::kDeepSpeed, TaskLabel::kDpReduceScatter);
-  CHECK(scatter_hosts == scatters);
-  CHECK(scatters >= 4 * 4);  // at least one per weight matrix
+  CHECK(reductions >= 4 * 4);  // at least one per weight matrix
 }
 
 TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", "[sim][framework]") {
@@ -293,8 +303,9 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", 
   //      it runs beside the compute of the part of the pass before the one
   //      it feeds, forward and backward alike;
   //  (2) a gather starts only after the host work that issues it;
-  //  (3) no compute runs while a reduce-scatter does: the next fetch's
-  //      synchronize waits for it, and the backward has produced its input.
+  //  (3) no compute runs while a gradient bucket's all-reduce does: the
+  //      next fetch's synchronize waits for it, and the backward has
+  //      produced its input.
   Case c = zero3_case();
   c.plan.gbs = 32;
   c.plan.recompute = Recompute::kFull;
@@ -339,7 +350,7 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", 
   // (3)
   int scatters = 0;
   for (int32_t id = 0; id < g.size(); ++id) {
-    if (g.task(id).label != TaskLabel::kDpReduceScatter) continue;
+    if (g.task(id).label != TaskLabel::kDpAllReduce) continue;
     ++scatters;
     for (int32_t k : prog) {
       const bool inside = span(k).start_ps < span(id).end_ps && span(k).end_ps > span(id).start_ps;
@@ -938,9 +949,12 @@ TEST_CASE("Framework: DeepSpeed's list-API ZeRO-3 collectives copy their buffers
   // parameter per gather.  _reduce_scatter_gradient hands reduce_scatter a list of views,
   // which ProcessGroupNCCL copies into its flat input (read + write of the
   // gradient).  Without recompute each weight matrix of a layer (GPT-3
-  // 175B's shape) is gathered for its forward and again for its backward,
-  // and every gradient is reduce-scattered once per micro-batch (in buckets
-  // of at most one 4h^2 matrix).
+  // 175B's shape) is gathered for its forward and again for its backward.
+  // The gradients (stage 3's default contiguous_gradients=false until
+  // v0.5.0, stage3.py allreduce_and_copy) leave once per micro-batch in
+  // buckets of at most one 4h^2 matrix, each flattened (torch.cat: read and
+  // write) and divided in place (read and write) before its all-reduce and
+  // copied back into the gradients after it (read and write).
   Case c = zero3_case();
   c.plan.gbs = 64;  // 2 micro-batches per rank on 32 GPUs
   const Layout L = c.layout(Framework::kDeepSpeed);
@@ -963,28 +977,40 @@ TEST_CASE("Framework: DeepSpeed's list-API ZeRO-3 collectives copy their buffers
   CHECK(gather_copies[memory_time(cpm, 4 * 3 * h2).ps()] == 2 * 2 * 2);
   CHECK(gather_copies[memory_time(cpm, 4 * h2).ps()] == 2 * 2 * 2);
   CHECK(gather_copies[memory_time(cpm, 4 * 4 * h2).ps()] == 2 * 2 * 4);
-  // The reduce-scatters' copies move 2 x grad bytes of every parameter per
-  // micro-batch (each minus one kernel overhead: memory_time's), the tied
-  // output matrix once: the embedding's.
+  // So the buckets' copies move 4 x grad bytes of every parameter before
+  // the all-reduces and 2 x after, per micro-batch (each minus one kernel
+  // overhead: memory_time's), the tied output matrix once: the embedding's.
   const double gbytes = grad_bytes(L.plan.precision, L.plan.grad_dtype);
   const double stage_params = estimate_memory(c.model, c.cluster, L).stages[0].params;
-  double scatter_s = 0;
-  int scatter_copies = 0;
+  double before_s = 0, after_s = 0;
+  int before_copies = 0, after_copies = 0;
   for (int32_t id = 0; id < s.graph.size(); ++id) {
     const Task& t = s.graph.task(id);
+    if (t.label == TaskLabel::kDpAllReduce) {
+      const uint32_t* succ = s.graph.successors(t);
+      for (uint32_t i = 0; i < t.succ_count; ++i) {
+        const Task& copy = s.graph.task(static_cast<int32_t>(succ[i]));
+        if (copy.label != TaskLabel::kListCopy) continue;
+        ++after_copies;
+        after_s += static_cast<double>(copy.work_ps - cpm.kernel_overhead.ps()) * 1e-12;
+      }
+    }
     if (t.label != TaskLabel::kListCopy) continue;
-    bool before_scatter = false;
+    bool before_reduce = false;
     const uint32_t* succ = s.graph.successors(t);
     for (uint32_t i = 0; i < t.succ_count; ++i) {
-      before_scatter |= s.graph.task(static_cast<int32_t>(succ[i])).label == TaskLabel::kDpReduceScatter;
+      before_reduce |= s.graph.task(static_cast<int32_t>(succ[i])).label == TaskLabel::kDpAllReduce;
     }
-    if (!before_scatter) continue;
-    ++scatter_copies;
-    scatter_s += static_cast<double>(t.work_ps - cpm.kernel_overhead.ps()) * 1e-12;
+    if (!before_reduce) continue;
+    ++before_copies;
+    before_s += static_cast<double>(t.work_ps - cpm.kernel_overhead.ps()) * 1e-12;
   }
-  CHECK(scatter_copies == c.count(Framework::kDeepSpeed, TaskLabel::kDpReduceScatter));
-  const double expected_s = 2 * (memory_time(cpm, 2 * gbytes * stage_params) - cpm.kernel_overhead).s();
-  CHECK_THAT(scatter_s, WithinRel(expected_s, 1e-3));
+  const int reductions = c.count(Framework::kDeepSpeed, TaskLabel::kDpAllReduce);
+  CHECK(before_copies == reductions);
+  CHECK(after_copies == reductions);
+  CHECK(c.count(Framework::kDeepSpeed, TaskLabel::kDpReduceScatter) == 0);
+  CHECK_THAT(before_s, WithinRel(2 * (memory_time(cpm, 4 * gbytes * stage_params) - cpm.kernel_overhead).s(), 1e-3));
+  CHECK_THAT(after_s, WithinRel(2 * (memory_time(cpm, 2 * gbytes * stage_params) - cpm.kernel_overhead).s(), 1e-3));
   // PyTorch's FSDP2 gathers into one flat buffer: no list copies.
   CHECK(c.count(Framework::kPytorch, TaskLabel::kListCopy) == 0);
 }
