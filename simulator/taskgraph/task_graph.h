@@ -33,7 +33,7 @@ enum class TaskLabel : uint8_t {
   kHostWork,      // host work with the device synchronized (a list-API collective's per-member calls)
   kTpCollective,  // a pass's tensor-parallel collectives, on the rank's NVLink (or NIC) port
   kCpExchange,    // a pass's context-parallel K/V exchange, beside its attention
-  kListCopy,      // a list-API collective's device copies (zero-fill, flat buffer <-> member views)
+  kListCopy,      // a ZeRO-3 collective's device copies (list API: zero-fill, flat buffer <-> member views; a flattened gradient bucket)
   kEmbeddingGradSync  // tied embeddings across the pipeline: the first and last stages' copies' gradients all-reduced
 };
 const char* to_string(TaskLabel l);
