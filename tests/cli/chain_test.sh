@@ -413,6 +413,34 @@ if [ -s "$work/hint_plan.json" ]; then
   [ "$want" = "$got" ] || fail "recommend's deepep hint says $want s, simulate says $got s"
 fi
 
+# recommend's torch.compile hint for the best eager plan of a PyTorch search: the
+# same layout compiled, not ranked, at the step `simulate` gives that plan, and
+# faster (the fused elementwise ops); with --compile every plan is compiled and
+# there is no hint.
+"$T" recommend --model gpt3-1.3b --cluster dgx-a100 --framework pytorch --top 1 --json > "$work/chint.json" \
+  2> "$work/chint.err" || fail "recommend gpt3-1.3b pytorch: $(cat "$work/chint.err")"
+python3 - "$work/chint.json" "$work/chint_plan.json" <<'PY' || fail "recommend gpt3-1.3b pytorch: no compile hint"
+import json, sys
+d = json.load(open(sys.argv[1]))
+h = d["best_compiled"]
+p = d["plans"][0]
+assert h["step_time_s"] < h["eager_step_time_s"] == p["step_time_s"], (h, p["step_time_s"])
+keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
+        "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers",
+        "framework", "gpus", "recompute_modules"]
+plan = {k: p[k] for k in keys if k in p}
+plan.update(model=d["model"], cluster=d["cluster"], compile=True)
+json.dump(plan, open(sys.argv[2], "w"))
+PY
+if [ -s "$work/chint_plan.json" ]; then
+  want=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["best_compiled"]["step_time_s"])' "$work/chint.json")
+  got=$("$T" simulate --plan "$work/chint_plan.json" --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["step_time_s"], 6))')
+  [ "$want" = "$got" ] || fail "recommend's compile hint says $want s, simulate says $got s"
+fi
+"$T" recommend --model gpt3-1.3b --cluster dgx-a100 --framework pytorch --top 1 --compile --json |
+  python3 -c 'import json,sys; d = json.load(sys.stdin); assert "best_compiled" not in d and d["plans"][0]["compile"] is True' ||
+  fail "recommend --compile: a compile hint, or an eager plan"
+
 # Token dropping padded to capacity (--moe-pad-to-capacity): exported as
 # --moe-pad-expert-input-to-capacity beside the capacity factor, passing
 # the oracle; the other targets refuse it; the oracle rejects the flag
