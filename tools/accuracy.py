@@ -121,7 +121,8 @@ def derived_cluster(row, name, tmp):
     tech = re.search(r"\bHBM(2e|2|3e|3)\b", gpu, re.I)
     if not limit and not size:
         return name
-    doc = json.load(open(os.path.join(ROOT, "topologies", name + ".json")))
+    with open(os.path.join(ROOT, "topologies", name + ".json")) as f:
+        doc = json.load(f)
     changed = []
     if limit:
         doc["gpu"]["power_limit_w"] = int(limit.group(1))

@@ -1,5 +1,6 @@
-"""The ACCURACY.md cluster rule as tools/accuracy.py applies it: a row's stated hardware figures change the
-nearest built-in cluster, and nothing else does.  Oracles: the sources' own figures, quoted per check."""
+"""The ACCURACY.md mapping rules as tools/accuracy.py applies them, so that the figures reported on the dev rows
+mean what the held-back comparison means.  Oracles: the rule text's own examples and wording (quoted per check),
+and for the cluster rule the sources' own figures."""
 import json
 import os
 import sys
@@ -53,6 +54,75 @@ class DerivedCluster(unittest.TestCase):
     def test_a_row_that_states_nothing_keeps_the_built_in_cluster(self):
         row = {"id": "t", "hardware": {"gpu": "A100-SXM4-80GB"}}
         self.assertEqual(accuracy.derived_cluster(row, "dgx-a100", "/nonexistent"), "dgx-a100")
+
+
+def row(layout, gpus=64, seq=2048, **extra):
+    return dict({"id": "x", "model": {"seq_len": seq}, "hardware": {"gpus": gpus}, "layout": layout}, **extra)
+
+
+class ModelRules(unittest.TestCase):
+    def test_m2_vocab_padding_examples(self):
+        # M2: "GPT-2 BPE (50257) padded to a multiple of 128*tp ... e.g. tp 8 -> 51200, tp 1 -> 50304".
+        self.assertEqual(accuracy.padded_gpt2_vocab(8), 51200)
+        self.assertEqual(accuracy.padded_gpt2_vocab(1), 50304)
+        self.assertEqual(accuracy.padded_gpt2_vocab(2) % 256, 0)
+
+
+class LayoutRules(unittest.TestCase):
+    def test_l2_zero_stage(self):
+        # L2: "int as printed; 'FSDP (optimizer+grad sharded, params kept after fwd)' -> 2; other FSDP / FSDP2 /
+        # Megatron-FSDP / 'full shard' -> 3; 'DDP' -> 0; null -> 0, except when the row's overlap field lists
+        # --overlap-param-gather -> 1."
+        z = accuracy.zero_of
+        self.assertEqual(z({"zero_stage": 1}), 1)
+        self.assertEqual(z({"zero_stage": "FSDP (optimizer+grad sharded, params kept after fwd)"}), 2)
+        for text in ("FSDP", "FSDP2", "Megatron-FSDP", "full shard"):
+            self.assertEqual(z({"zero_stage": text}), 3, text)
+        self.assertEqual(z({"zero_stage": "DDP"}), 0)
+        self.assertEqual(z({"zero_stage": None}), 0)
+        self.assertEqual(z({"zero_stage": None, "overlap": "--overlap-grad-reduce --overlap-param-gather"}), 1)
+
+    def test_l4_global_batch(self):
+        # L4: "layout.global_batch; else batch_size_per_dp_group * dp; else micro_batch * num_microbatches; else
+        # local_batch * dp; a '<N>M tokens' string -> N*2^20/seq rounded to the nearest multiple of dp*mbs."
+        g = accuracy.global_batch_of
+        self.assertEqual(g(row({"tp": 8, "pp": 1, "global_batch": 1536})), 1536)
+        self.assertEqual(g(row({"tp": 8, "pp": 2, "batch_size_per_dp_group": 16})), 16 * 4)
+        self.assertEqual(g(row({"tp": 1, "pp": 8, "micro_batch": 6, "num_microbatches": 24}, gpus=8)), 144)
+        self.assertEqual(g(row({"tp": 1, "pp": 1, "local_batch": 2}, gpus=8)), 16)
+        # 4M tokens at seq 2048 on dp 8, mbs 2: 4 * 2^20 / 2048 = 2048 sequences, a multiple of 16 already;
+        # 3.1M tokens: 1587.2 -> the nearest multiple of 16 is 1584.
+        self.assertEqual(g(row({"tp": 8, "pp": 1, "micro_batch": 2, "global_batch": "4M tokens"})), 2048)
+        self.assertEqual(g(row({"tp": 8, "pp": 1, "micro_batch": 2, "global_batch": "3.1M tokens"})), 1584)
+
+    def test_l5_recompute(self):
+        # L5: "first word of layout.recompute if none/selective/full; 're-materialization' -> full; 'selective +
+        # microbatch-level' -> selective; anything else (null, 'not stated') -> none."
+        r = accuracy.recompute_of
+        self.assertEqual(r({"recompute": "full (uniform)"}), "full")
+        self.assertEqual(r({"recompute": "selective + microbatch-level"}), "selective")
+        self.assertEqual(r({"recompute": "re-materialization"}), "full")
+        self.assertEqual(r({"recompute": "not stated"}), "none")
+        self.assertEqual(r({"recompute": None}), "none")
+
+
+class SourceRules(unittest.TestCase):
+    def test_l10_source_year(self):
+        # L10 needs the source's date: "naive for sources dated <= 2022, else flash".
+        self.assertEqual(accuracy.source_year({"id": "narayanan21_x", "source": "Narayanan et al. 2021 (SC'21)"}),
+                         2021)
+        self.assertEqual(accuracy.source_year({"id": "mcore24_x", "source": "Megatron-LM README"}), 2024)
+
+    def test_f1_framework(self):
+        # F1: "Megatron-Core / NeMo / Megatron-Bridge -> the Megatron-Core profile; Megatron-LM papers of 2021-22 ->
+        # the Megatron-LM profile; DeepSpeed ZeRO-3 and Megatron-DeepSpeed runs -> DeepSpeed; torchtitan ->
+        # torchtitan; FSDP runs -> PyTorch FSDP."
+        f = accuracy.framework_for
+        self.assertEqual(f({"id": "a", "source": "NeMo 24.07 performance", "layout": {}}), "megatron-core")
+        self.assertEqual(f({"id": "narayanan21_t1", "source": "Narayanan et al. 2021", "layout": {}}), "megatron-lm")
+        self.assertEqual(f({"id": "b", "source": "x", "layout": {"framework": "Megatron-DeepSpeed"}}), "deepspeed")
+        self.assertEqual(f({"id": "torchtitan_t1", "source": "x", "layout": {}}), "torchtitan")
+        self.assertEqual(f({"id": "c", "source": "a PyTorch FSDP run", "layout": {}}), "pytorch")
 
 
 if __name__ == "__main__":
