@@ -399,6 +399,8 @@ int run_recommend(const RecommendFlags& f) {
     nlohmann::json j = plan_to_json(p.layout.plan);
     j["stage_layers"] = p.layout.stage_layers;
     j["family"] = p.family;
+    const std::string note = execution_profile(p.layout.plan).version_note;
+    if (!note.empty()) j["framework_note"] = note;
     j["gpus"] = p.layout.gpus;
     j["step_time_s"] = rounded(p.report.step_time_s, 6);
     j["tokens_per_s"] = rounded(p.report.tokens_per_s, 1);
@@ -631,6 +633,19 @@ int run_recommend(const RecommendFlags& f) {
                   fr.failures.rate_per_hour, 100 * fr.goodput, days(fr.time_to_train_expected_s).c_str(),
                   100 * (w.best.score_s / best - 1), short_plan(w.best.layout.plan).c_str());
     }
+  }
+  {
+    // The framework version a listed plan's profile follows, where it
+    // matters (as `simulate` prints it), once per note with the plans it
+    // concerns.
+    std::map<std::string, std::string> notes;
+    int rank_of = 1;
+    for (const RankedPlan& p : r.plans) {
+      const std::string note = execution_profile(p.layout.plan).version_note;
+      if (!note.empty()) notes[note] += (notes[note].empty() ? "" : ", ") + std::to_string(rank_of);
+      ++rank_of;
+    }
+    for (const auto& [note, ranks] : notes) std::printf("# framework (rank %s): %s\n", ranks.c_str(), note.c_str());
   }
   if (compiled.valid && compiled.step_s < compiled.base_step_s) {
     std::printf("with --compile (torch.compile of the model: its elementwise ops fused) the best plan's step falls "

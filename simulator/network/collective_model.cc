@@ -487,6 +487,15 @@ GroupPlacement group_placement(int ranks, int ranks_per_node, const ClusterSpec&
   return g;
 }
 
+GroupPlacement strided_group_placement(int ranks, int stride, const ClusterSpec& cluster) {
+  TRAINPLAN_CHECK(ranks >= 1 && stride >= 1, "cannot place " + std::to_string(ranks) + " ranks " +
+                                                  std::to_string(stride) + " apart");
+  const int gpn = std::max(1, cluster.gpus_per_node);
+  int per_node = std::max(1, std::min(ranks, gpn / std::min(stride, gpn)));
+  while (ranks % per_node != 0) --per_node;
+  return group_placement(ranks, per_node, cluster);
+}
+
 LinkParams link_params(const ClusterSpec& cluster) {
   const Generation gen = generation_of(cluster);
   LinkParams p;

@@ -68,6 +68,18 @@ struct GroupPlacement {
 // ranks_per_node == 0.
 GroupPlacement group_placement(int ranks, int ranks_per_node, const ClusterSpec& cluster);
 
+// Returns the placement of a group of `ranks` whose members are `stride`
+// global ranks apart (1: consecutive, a TP group; tp: a DP or CP group in
+// Megatron's rank order), in the even form group_placement models: the
+// largest divisor of `ranks` no greater than what one node holds of the
+// group (gpus_per_node / stride, at least 1).  Where the group straddles
+// nodes unevenly (6 data-parallel ranks 2 apart on 8-GPU nodes: 4 + 2)
+// this keeps its node count when an even split of it exists (2 nodes of
+// 3), else takes more nodes of fewer ranks (9 consecutive ranks: 3 of 3
+// where they span 2), never more ranks on a node than really share one.
+// REQUIRES: ranks >= 1, stride >= 1.
+GroupPlacement strided_group_placement(int ranks, int stride, const ClusterSpec& cluster);
+
 // The link parameters the model needs.  Every efficiency is "what NCCL reaches
 // at large sizes / line rate"; link_params() fills them from the cluster spec
 // (sources in README.md) and calibration may overwrite them.

@@ -301,9 +301,7 @@ class Lowerer {
     return cp_channel_[r];
   }
   std::vector<FlowLink> cp_links(size_t r) const {
-    const int gpn = c_.gpus_per_node;
-    const int per_node = std::max(1, std::min(p_.cp, gpn / std::min(p_.tp, gpn)));
-    const GroupPlacement gp = group_placement(p_.cp, per_node, c_);
+    const GroupPlacement gp = strided_group_placement(p_.cp, p_.tp, c_);
     std::vector<FlowLink> links;
     if (gp.ranks_per_node > 1 && intra_link_[r] >= 0) links.push_back(FlowLink{intra_link_[r], 1.0f});
     if (gp.nodes > 1 && nic_link_[r] >= 0) {
@@ -322,7 +320,7 @@ class Lowerer {
   // The links a TP collective of simulated rank r loads: its NVLink port,
   // and its share of the node's NICs when the group spans nodes.
   std::vector<FlowLink> tp_links(size_t r) const {
-    const GroupPlacement gp = group_placement(p_.tp, std::min(p_.tp, c_.gpus_per_node), c_);
+    const GroupPlacement gp = strided_group_placement(p_.tp, 1, c_);
     std::vector<FlowLink> links;
     if (gp.ranks_per_node > 1) links.push_back(FlowLink{intra_link_[r], 1.0f});
     if (gp.nodes > 1 && nic_link_[r] >= 0) {
@@ -1285,6 +1283,9 @@ class Lowerer {
         int64_t{L_.gpus} > c_.gpus_per_node) {
       per_node = std::min(per_node, size / 2);
     }
+    // A group that straddles nodes unevenly, in the even form the cost
+    // model takes (strided_group_placement).
+    while (size % per_node != 0) --per_node;
     return group_placement(size, per_node, c_);
   }
 

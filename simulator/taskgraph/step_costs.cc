@@ -130,14 +130,10 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
   // Groups in rank order (Megatron): tp consecutive; etp consecutive and
   // the ep group etp apart (expert rank order tp-ep-dp-pp).
   auto placement = [&](CommGroup g) {
-    const int gpn = c.gpus_per_node;
     switch (g) {
-      case CommGroup::kTp: return std::make_pair(p.tp, group_placement(p.tp, std::min(p.tp, gpn), c));
-      case CommGroup::kEtp: return std::make_pair(p.etp, group_placement(p.etp, std::min(p.etp, gpn), c));
-      case CommGroup::kEp: {
-        const int per_node = std::max(1, std::min(p.ep, gpn / std::min(std::max(1, p.etp), gpn)));
-        return std::make_pair(p.ep, group_placement(p.ep, per_node, c));
-      }
+      case CommGroup::kTp: return std::make_pair(p.tp, strided_group_placement(p.tp, 1, c));
+      case CommGroup::kEtp: return std::make_pair(p.etp, strided_group_placement(p.etp, 1, c));
+      case CommGroup::kEp: return std::make_pair(p.ep, strided_group_placement(p.ep, std::max(1, p.etp), c));
     }
     return std::make_pair(1, GroupPlacement{});
   };
@@ -310,8 +306,7 @@ LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const C
   if (p.cp > 1) {
     // Ring attention overlaps the K/V exchange with the attention blocks
     // (Megatron context parallel): only the excess is exposed.
-    const int cp_rpn = std::max(1, std::min(p.cp, c.gpus_per_node / std::min(p.tp, c.gpus_per_node)));
-    const GroupPlacement g = group_placement(p.cp, cp_rpn, c);
+    const GroupPlacement g = strided_group_placement(p.cp, p.tp, c);
     const auto bytes = static_cast<Bytes>(layer.cp_comm_bytes);
     const int64_t hide_f = cp_overlap ? lt.attn_f : 0;
     const int64_t hide_b = cp_overlap ? lt.attn_b : 0;

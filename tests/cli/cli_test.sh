@@ -232,6 +232,16 @@ assert set(d["rejected_examples"]) <= set(d["rejected"]), d["rejected_examples"]
 assert any("zb-1p" in e for e in d["rejected_examples"].values()), d["rejected_examples"]
 '
 
+# A data-parallel group that straddles nodes unevenly (tp 2, dp 6 on 8-GPU
+# nodes: 4 ranks on one node, 2 on the next) is simulated, its collectives
+# in the even form of strided_group_placement (the lowering used to stop on
+# an internal check here, and so did recommend on 384 GPUs).
+expect_ok "a data-parallel group across nodes unevenly" \
+  simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 24 --tp 2 --pp 2 --gbs 48 --json
+json_check "the uneven group's plan" 'assert d["plan"]["dp"] == 6 and d["plan"]["tp"] == 2 and d["step_time_s"] > 0, d["plan"]'
+expect_ok "recommend over plans with such groups" \
+  recommend --model gpt3-175b --cluster dgx-a100 --gpus 384 --framework deepspeed --top 1
+
 # The deepspeed profile models ZeRO-3 as the 2021 releases ran it (list-API
 # collectives); simulate says so for a ZeRO-3 plan, and only there.
 CHECKS=$((CHECKS + 1))
@@ -245,6 +255,14 @@ json_check "framework_note" 'assert d["framework_note"].startswith("ZeRO-3 as De
 "$BIN" simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 16 --zero 1 --framework deepspeed >"$TMP/out" 2>"$TMP/err" ||
   fail "deepspeed zero1 simulate: $(cat "$TMP/err")"
 if grep -q "^# framework:" "$TMP/out"; then fail "deepspeed zero1: a framework note where none applies"; fi
+# recommend says it too, once, for the ranks it concerns, and in JSON per plan: on every ZeRO-3 plan, on no other.
+expect_ok "recommend --framework deepspeed names the version of its ZeRO-3 plans" \
+  recommend --model llama3-70b --cluster dgx-a100 --nodes 4 --framework deepspeed --top 8 --json
+json_check "recommend framework_note" '
+for p in d["plans"]:
+    assert (p["zero"] == 3) == p.get("framework_note", "").startswith("ZeRO-3 as DeepSpeed 0.3-0.4"), p
+assert any(p["zero"] == 3 for p in d["plans"]) and any(p["zero"] != 3 for p in d["plans"])
+'
 
 # The bidirectional DualPipe: per-stage figures are rank pairs, and the
 # export names the dualpipe-v plan it runs as (pp 4 dp 2 -> pp 2 dp 4).

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -67,6 +68,42 @@ CollectiveCost forced(Collective c, double size, const GroupPlacement& g, const 
 double busbw_gb_per_s(const CollectiveCost& cost) { return reported_bus_bandwidth(cost).gigabytes_per_s(); }
 
 }  // namespace
+
+TEST_CASE("strided_group_placement: an even form of where a strided group's ranks really sit", "[sim][network]") {
+  // Oracle: brute force over the group's global ranks 0, s, 2s, ... on
+  // 8-GPU nodes (a group starting on a node boundary, as Megatron's rank
+  // order places every TP, CP and DP group of a whole-node job): the nodes
+  // it spans and the most members one node holds.  The even form never puts
+  // more ranks on a node than really share one, spans at least as many
+  // nodes, and spans exactly as many wherever an even split exists.
+  const ClusterSpec c = dgx_a100();
+  for (int stride : {1, 2, 4, 8, 16}) {
+    for (int ranks = 1; ranks <= 48; ++ranks) {
+      std::vector<int> per_node;
+      for (int i = 0; i < ranks; ++i) {
+        const int node = i * stride / 8;
+        if (node >= static_cast<int>(per_node.size())) per_node.resize(static_cast<size_t>(node) + 1, 0);
+        ++per_node[static_cast<size_t>(node)];
+      }
+      int spanned = 0, fullest = 0;
+      for (int n : per_node) {
+        spanned += n > 0;
+        fullest = std::max(fullest, n);
+      }
+      const GroupPlacement g = strided_group_placement(ranks, stride, c);
+      INFO("ranks " << ranks << " stride " << stride);
+      CHECK(g.ranks == ranks);
+      CHECK(g.nodes * g.ranks_per_node == ranks);
+      CHECK(g.ranks_per_node <= fullest);
+      CHECK(g.nodes >= spanned);
+      if (ranks % spanned == 0 && ranks / spanned <= fullest) CHECK(g.nodes == spanned);
+    }
+  }
+  // The case that used to stop the lowering: 6 data-parallel ranks at tp 2.
+  const GroupPlacement six = strided_group_placement(6, 2, c);
+  CHECK(six.nodes == 2);
+  CHECK(six.ranks_per_node == 3);
+}
 
 TEST_CASE("bus_bandwidth_factor: nccl-tests PERFORMANCE.md factors", "[sim][network]") {
   // doc/PERFORMANCE.md: all-reduce moves 2(n-1)/n of the buffer through each
