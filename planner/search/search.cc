@@ -940,8 +940,11 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   // Nothing fits: by how much, and what would make it fit.
   if (res.plans.empty() && !min_peak_valid.empty()) {
     const Candidate& near = min_peak_valid.front();
-    auto try_variant = [&](const std::string& what, Plan p, int g) {
-      Layout L = resolve_plan(m, c, g, p);
+    auto try_variant = [&](const std::string& what, Plan p, int64_t g) {
+      // A count the cluster cannot hold in whole nodes (4x 24 GPUs on
+      // 64-GPU NVLink domains) is no advice.
+      if (!valid_gpu_count(c, g)) return;
+      Layout L = resolve_plan(m, c, static_cast<int>(g), p);
       if (!L.feasible) return;
       MemoryReport mem = estimate_memory(m, c, L);
       res.advice.push_back(what + fmt(": %.1f GiB per GPU", to_gib(mem.peak_bytes)) +
@@ -971,7 +974,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       v.gbs = o.gbs * factor;
       try_variant(std::to_string(factor) + "x the GPUs (" + std::to_string(min_peak_world * factor) +
                       ", same layout, more DP)",
-                  v, min_peak_world * factor);
+                  v, int64_t{min_peak_world} * factor);
     }
   }
   // Nothing fits without offload: search the offload variants too (the

@@ -411,6 +411,10 @@ int gpus_of_nodes(const ClusterSpec& cluster, int64_t nodes) {
   return static_cast<int>(nodes * cluster.gpus_per_node);
 }
 
+bool valid_gpu_count(const ClusterSpec& cluster, int64_t gpus) {
+  return gpus >= 1 && gpus <= kMaxGpus && (gpus <= cluster.gpus_per_node || gpus % cluster.gpus_per_node == 0);
+}
+
 void check_gpu_count(const ClusterSpec& cluster, int64_t gpus, const std::string& where, const std::string& pointer) {
   if (gpus < 1 || gpus > kMaxGpus) {
     throw_input_error(where, pointer, "out of range: " + std::to_string(gpus), "allowed: 1 to " + std::to_string(kMaxGpus));

@@ -297,6 +297,10 @@ int global_rank(const Plan& plan, int pp, int dp, int cp, int tp);
 // dualpipe layout.
 int physical_rank(const Layout& layout, int pp, int dp, int cp, int tp);
 
+// Whether `gpus` is 1..kMaxGpus and whole nodes or part of one node (what
+// resolve_plan requires).
+bool valid_gpu_count(const ClusterSpec& cluster, int64_t gpus);
+
 // Checks that `gpus` (from the flag or plan-file field named by `where` and
 // `pointer`) is 1..kMaxGpus and whole nodes or part of one node; throws
 // InputError("<where>: <pointer>: ...") otherwise.

@@ -242,6 +242,16 @@ json_check "the uneven group's plan" 'assert d["plan"]["dp"] == 6 and d["plan"][
 expect_ok "recommend over plans with such groups" \
   recommend --model gpt3-175b --cluster dgx-a100 --gpus 384 --framework deepspeed --top 1
 
+# "Nothing fits" advice offers only GPU counts the cluster holds in whole
+# nodes: on 64-GPU NVLink domains 2x 24 = 48 is part of one, 4x = 96 is not
+# (it used to reach resolve_plan and abort), 8x = 192 is three.
+expect_ok "recommend's advice on a cluster of 64-GPU domains" \
+  recommend --model deepseek-v3 --cluster gb200-nvl72 --gpus 24 --top 1 --json
+json_check "advice GPU counts" '
+counts = [int(a.split("(")[1].split(",")[0]) for a in d["advice"] if "x the GPUs" in a]
+assert 48 in counts and 192 in counts and 96 not in counts, d["advice"]
+'
+
 # The deepspeed profile models ZeRO-3 as the 2021 releases ran it (list-API
 # collectives); simulate says so for a ZeRO-3 plan, and only there.
 CHECKS=$((CHECKS + 1))
