@@ -1275,18 +1275,16 @@ class Lowerer {
   // Placement of a group of `size` ranks whose global ranks are `stride`
   // apart (a DP group: stride tp; hybrid-shard replicas: tp * shard).
   GroupPlacement dp_placement(int size, int stride) const {
-    int per_node = std::max(1, std::min(size, c_.gpus_per_node / std::min(stride, c_.gpus_per_node)));
+    const GroupPlacement even = strided_group_placement(size, stride, c_);
     // A dualpipe plan's replicas sit on two physical pipeline ranks, r and
     // pp-1-r (execution_layout): half the group on each, on other nodes
-    // unless the whole pipeline fits one.
+    // unless the whole pipeline fits one (size / 2 divides size, as does
+    // the even placement's count, so the smaller of the two does).
     if (L_.mirrored_pp > 0 && size % 2 == 0 && int64_t{size / 2} * stride < c_.gpus_per_node &&
-        int64_t{L_.gpus} > c_.gpus_per_node) {
-      per_node = std::min(per_node, size / 2);
+        int64_t{L_.gpus} > c_.gpus_per_node && size / 2 < even.ranks_per_node) {
+      return group_placement(size, size / 2, c_);
     }
-    // A group that straddles nodes unevenly, in the even form the cost
-    // model takes (strided_group_placement).
-    while (size % per_node != 0) --per_node;
-    return group_placement(size, per_node, c_);
+    return even;
   }
 
   // The parameters one ZeRO-3 gather of `params` moves per collective: all
