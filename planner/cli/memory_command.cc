@@ -37,18 +37,8 @@ nlohmann::json other_parts_json(const MemoryBreakdown& b) {
 int run_memory(const PlanFlags& flags, bool json) {
   Job job = to_job(flags);
   Layout layout = resolve_plan(job.model, job.cluster, job.gpus, job.plan);
-  nlohmann::json out;
-  out["tool"] = std::string("trainplan ") + kVersion;
-  const std::string hash = config_hash(job.model, job.cluster, job.gpus, describe_plan(job.plan));
-  out["config_hash"] = hash;
-  out["command"] = "memory";
-  out["model"] = job.model.name;
-  out["cluster"] = job.cluster.name;
-  out["gpus"] = layout.gpus;
-  out["nodes"] = layout.nodes;
-  out["plan"] = plan_to_json(layout.plan);
-  out["plan"]["stage_layers"] = layout.stage_layers;
-  out["valid"] = layout.feasible;
+  nlohmann::json out = plan_output_header("memory", job.model, job.cluster, job.gpus, job.plan, layout);
+  const std::string hash = out["config_hash"].get<std::string>();
   out["capacity_gib"] = rounded(to_gib(static_cast<double>(job.cluster.gpu.memory)), 4);
   if (!layout.feasible) {
     out["fits"] = false;

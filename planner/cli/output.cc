@@ -155,6 +155,22 @@ std::string config_hash(const ModelSpec& m, const ClusterSpec& c, int gpus, cons
   return out;
 }
 
+nlohmann::json plan_output_header(const char* command, const ModelSpec& model, const ClusterSpec& cluster, int gpus,
+                                  const Plan& asked, const Layout& layout) {
+  nlohmann::json out;
+  out["tool"] = std::string("trainplan ") + kVersion;
+  out["config_hash"] = config_hash(model, cluster, gpus, describe_plan(asked));
+  out["command"] = command;
+  out["model"] = model.name;
+  out["cluster"] = cluster.name;
+  out["gpus"] = layout.gpus;
+  out["nodes"] = layout.nodes;
+  out["plan"] = plan_to_json(layout.plan);
+  out["plan"]["stage_layers"] = layout.stage_layers;
+  out["valid"] = layout.feasible;
+  return out;
+}
+
 std::string fixed(double x, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, x);

@@ -42,6 +42,12 @@ void check_stdout();
 // plan or search options given as `extra`.  Printed in every output header.
 std::string config_hash(const ModelSpec& model, const ClusterSpec& cluster, int gpus, const std::string& extra);
 
+// The head of simulate's and memory's JSON for one plan: tool, config_hash
+// (of the plan as asked, describe_plan), command, model, cluster, gpus,
+// nodes, the resolved plan with its stage layers, and valid.
+nlohmann::json plan_output_header(const char* command, const ModelSpec& model, const ClusterSpec& cluster, int gpus,
+                                  const Plan& asked, const Layout& layout);
+
 // Formats x with `decimals` digits after the point.
 std::string fixed(double x, int decimals);
 

@@ -293,18 +293,8 @@ int run_simulate(const SimulateFlags& f) {
   if (f.app != nullptr && f.app->count("--convergence") > 0) cspec = parse_convergence_spec(f.convergence, "--convergence");
   Job job = to_job(f.plan);
   Layout layout = resolve_plan(job.model, job.cluster, job.gpus, job.plan);
-  nlohmann::json out;
-  out["tool"] = std::string("trainplan ") + kVersion;
-  const std::string hash = config_hash(job.model, job.cluster, job.gpus, describe_plan(job.plan));
-  out["config_hash"] = hash;
-  out["command"] = "simulate";
-  out["model"] = job.model.name;
-  out["cluster"] = job.cluster.name;
-  out["gpus"] = layout.gpus;
-  out["nodes"] = layout.nodes;
-  out["plan"] = plan_to_json(layout.plan);
-  out["plan"]["stage_layers"] = layout.stage_layers;
-  out["valid"] = layout.feasible;
+  nlohmann::json out = plan_output_header("simulate", job.model, job.cluster, job.gpus, job.plan, layout);
+  const std::string hash = out["config_hash"].get<std::string>();
   if (!layout.feasible) {
     out["fits"] = false;
     out["reasons"] = layout.reasons;
