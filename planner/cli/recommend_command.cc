@@ -488,15 +488,21 @@ int run_recommend(const RecommendFlags& f) {
   nlohmann::json fam = nlohmann::json::array();
   for (const FamilyVerdict& v : r.families) fam.push_back({{"family", v.family}, {"verdict", v.verdict}});
   out["families"] = fam;
-  out["fits"] = !r.plans.empty();
+  // fits: some plan fits in memory; runs: some plan is ranked (one that
+  // fits may never finish under --mtbf-*, or diverge as async DP).
+  out["fits"] = r.feasible > 0;
+  out["runs"] = !r.plans.empty();
   if (!r.widened.empty()) out["widened"] = r.widened;
-  if (r.plans.empty()) {
+  if (r.feasible == 0) {
     out["min_peak_gib"] = rounded(to_gib(r.min_peak_bytes), 3);
     out["capacity_gib"] = rounded(to_gib(static_cast<double>(cluster.gpu.memory)), 3);
     out["advice"] = r.advice;
   }
   if (!f.save.empty()) {
-    if (r.plans.empty()) throw_input_error("--save", "", "no plan fits, nothing to save", "see the advice above");
+    if (r.plans.empty()) {
+      throw_input_error("--save", "", r.feasible > 0 ? "no plan can run, nothing to save" : "no plan fits, nothing to save",
+                        "see the reasons above");
+    }
     PlanFile pf;
     pf.model = f.model;
     pf.cluster = f.cluster;
@@ -506,7 +512,10 @@ int run_recommend(const RecommendFlags& f) {
   }
   if (!f.html.empty()) {
     const char* flag = f.report_only ? "--out" : "--html";
-    if (r.plans.empty()) throw_input_error(flag, "", "no plan fits, no report to write", "see the advice above");
+    if (r.plans.empty()) {
+      throw_input_error(flag, "", r.feasible > 0 ? "no plan can run, no report to write" : "no plan fits, no report to write",
+                        "see the reasons above");
+    }
     write_file_atomically(f.html, recommend_report(model, cluster, gpus, o, r), flag);
     if (f.report_only) {
       std::printf("wrote %s: %s on %s, %d GPUs, best plan %s\n", f.html.c_str(), model.name.c_str(),
@@ -535,6 +544,14 @@ int run_recommend(const RecommendFlags& f) {
   if (!r.widened.empty()) std::printf("# %s\n", r.widened.c_str());
   if (r.valid == 0) {
     std::printf("no valid plan for %d GPUs and gbs %lld (see the rules below)\n", gpus, static_cast<long long>(o.gbs));
+  } else if (r.plans.empty() && r.feasible > 0) {
+    // Every plan that fits was simulated and none can finish (search.cc
+    // never_finishes): failures too frequent, or async DP diverging.
+    std::printf("no plan can run: %lld fit in memory and none of them finishes (why below)\n",
+                static_cast<long long>(r.feasible));
+    for (const auto& [reason, example] : r.rejected_example) {
+      if (reason.rfind("never finishes", 0) == 0) std::printf("  e.g. %s\n", example.c_str());
+    }
   } else if (r.plans.empty()) {
     std::printf("nothing fits: the closest plan needs %.1f GiB per GPU, the GPU has %.1f GiB\n",
                 to_gib(r.min_peak_bytes), to_gib(static_cast<double>(cluster.gpu.memory)));

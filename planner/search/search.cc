@@ -695,6 +695,17 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     }
     return sc;
   };
+  // Why a simulated plan's score is infinite: its asynchronous staleness
+  // diverges, or failures come too often for it ever to finish (the fault
+  // model's own sentence, FailureReport::cannot_run, is the example).
+  int64_t never_finished = 0;
+  auto never_finishes = [&](const Scored& sc) -> std::string {
+    if (sc.has_convergence && !sc.convergence.converges) return "async DP diverges at its simulated staleness";
+    const std::string reason = "never finishes at these failure rates (expected time to train is unbounded)";
+    const std::string& why = sc.faults.failures.cannot_run;
+    if (!why.empty() && !res.rejected_example.count(reason)) res.rejected_example[reason] = why;
+    return reason;
+  };
   auto score = [&](Candidate& cand) {
     auto hit = scored.find(cand.index);
     if (hit != scored.end()) return hit->second;
@@ -844,7 +855,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       res.simulated += 1;
       Scored sc = std::move(results[k]);
       if (!std::isfinite(sc.score_s)) {
-        res.rejected["async DP diverges at its simulated staleness"] += 1;
+        res.rejected[never_finishes(sc)] += 1;
+        never_finished += 1;
         continue;
       }
       if (fc.failures_given) scored.emplace(cand.index, sc);
@@ -889,7 +901,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   }
   int64_t listed = 0;
   for (const RankedPlan& rp : res.plans) listed += 1 + static_cast<int64_t>(rp.ties.size());
-  const int64_t simulated_for_top = res.simulated;
+  const int64_t simulated_for_top = res.simulated - never_finished;
   if (fc.failures_given && !res.plans.empty()) {
     // Best per world size: branch and bound restricted to each world.
     std::map<int, std::vector<Candidate*>> by_world;
@@ -907,7 +919,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   res.rejected["slower than the top " + std::to_string(o.top_k) + " (simulated)"] =
       std::max<int64_t>(0, simulated_for_top - listed);
   res.rejected["slower than the top " + std::to_string(o.top_k) + " (lower bound)"] =
-      static_cast<int64_t>(candidates.size()) - simulated_for_top;
+      static_cast<int64_t>(candidates.size()) - simulated_for_top - never_finished;
 
   // Why the other families lose: their best plan by lower bound, simulated.
   const std::string winner = res.plans.empty() ? "" : plan_family(res.plans.front().layout.plan);
@@ -925,7 +937,9 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       const bool simulated = fb != family_best.end();
       StepReport rep = simulated ? fb->second.report : simulate(*family_first[family]);
       v.family = plan_label(simulated ? fb->second.cand->layout.plan : family_first[family]->layout.plan);
-      v.verdict = why_slower(rep, res.plans.front().report);
+      // No winner: every plan that fits was scored infinite.
+      v.verdict = res.plans.empty() ? never_finishes(score(*family_first[family]))
+                                    : why_slower(rep, res.plans.front().report);
       v.fits = true;
       v.peak_gib = to_gib(rep.peak_memory_bytes);
       v.report = std::move(rep);
@@ -938,7 +952,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   }
 
   // Nothing fits: by how much, and what would make it fit.
-  if (res.plans.empty() && !min_peak_valid.empty()) {
+  if (res.plans.empty() && res.feasible == 0 && !min_peak_valid.empty()) {
     const Candidate& near = min_peak_valid.front();
     auto try_variant = [&](const std::string& what, Plan p, int64_t g) {
       // A count the cluster cannot hold in whole nodes (4x 24 GPUs on

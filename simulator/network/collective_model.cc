@@ -330,7 +330,8 @@ void check_inputs(Bytes size, const GroupPlacement& g, const LinkParams& p) {
                   "intra-node bandwidth must be positive");
   TRAINPLAN_CHECK(g.nodes == 1 || (p.nics_per_node > 0 && p.nic_bandwidth.bytes_per_s() > 0 &&
                                    p.inter_efficiency > 0),
-                  "a group spanning nodes needs an inter-node network");
+                  "a group spanning nodes needs an inter-node network (ranks " + std::to_string(g.ranks) + ", nodes " +
+                      std::to_string(g.nodes) + ")");
   TRAINPLAN_CHECK(p.oversubscription >= 1.0, "oversubscription must be >= 1");
 }
 
@@ -487,11 +488,30 @@ GroupPlacement group_placement(int ranks, int ranks_per_node, const ClusterSpec&
   return g;
 }
 
-GroupPlacement strided_group_placement(int ranks, int stride, const ClusterSpec& cluster) {
-  TRAINPLAN_CHECK(ranks >= 1 && stride >= 1, "cannot place " + std::to_string(ranks) + " ranks " +
-                                                  std::to_string(stride) + " apart");
-  const int gpn = std::max(1, cluster.gpus_per_node);
-  int per_node = std::max(1, std::min(ranks, gpn / std::min(stride, gpn)));
+GroupPlacement strided_group_placement(int ranks, int stride, const ClusterSpec& cluster, int block) {
+  TRAINPLAN_CHECK(ranks >= 1 && stride >= 1 && block >= 1 && ranks % block == 0 && (stride >= block || ranks == block),
+                  "cannot place " + std::to_string(ranks) + " ranks in blocks of " + std::to_string(block) + " " +
+                      std::to_string(stride) + " apart");
+  const int64_t gpn = std::max(1, cluster.gpus_per_node);
+  // Where the members really sit, from global rank 0: the nodes they span
+  // and the most one node holds.
+  int spanned = 0, fullest = 0, on_node = 0;
+  int64_t node = -1;
+  for (int64_t b = 0; b < ranks / block; ++b) {
+    for (int64_t t = 0; t < block; ++t) {
+      const int64_t n = (b * stride + t) / gpn;
+      if (n != node) {
+        node = n;
+        ++spanned;
+        on_node = 0;
+      }
+      fullest = std::max(fullest, ++on_node);
+    }
+  }
+  // The largest even split with no more on a node than really share one
+  // and over no fewer nodes than they span: their own node count whenever
+  // an even split of it exists.
+  int per_node = std::max(1, std::min(fullest, ranks / spanned));
   while (ranks % per_node != 0) --per_node;
   return group_placement(ranks, per_node, cluster);
 }

@@ -70,15 +70,21 @@ GroupPlacement group_placement(int ranks, int ranks_per_node, const ClusterSpec&
 
 // Returns the placement of a group of `ranks` whose members are `stride`
 // global ranks apart (1: consecutive, a TP group; tp: a DP or CP group in
-// Megatron's rank order), in the even form group_placement models: the
-// largest divisor of `ranks` no greater than what one node holds of the
-// group (gpus_per_node / stride, at least 1).  Where the group straddles
+// Megatron's rank order), or, with `block` > 1, come in blocks of `block`
+// consecutive ranks whose starts are `stride` apart (a replica's model-
+// parallel ranks: the tp ranks of each stage, stages tp*cp*dp apart),
+// counted from global rank 0 (Megatron's rank order puts every such group
+// of a whole-node job at a node boundary), in the even form
+// group_placement models: the largest even split that puts no more ranks
+// on a node than really share one and spans no fewer nodes than the
+// members do, which is their own node count wherever an even split of it
+// exists.  So a group straddling
 // nodes unevenly (6 data-parallel ranks 2 apart on 8-GPU nodes: 4 + 2)
-// this keeps its node count when an even split of it exists (2 nodes of
-// 3), else takes more nodes of fewer ranks (9 consecutive ranks: 3 of 3
-// where they span 2), never more ranks on a node than really share one.
-// REQUIRES: ranks >= 1, stride >= 1.
-GroupPlacement strided_group_placement(int ranks, int stride, const ClusterSpec& cluster);
+// keeps its node count (2 nodes of 3), 9 consecutive ranks (8 + 1) take 3
+// nodes of 3, and 3 stages of one rank on one 64-rank node stay on it.
+// REQUIRES: ranks >= 1, block >= 1, ranks % block == 0, stride >= block
+// (or ranks == block).
+GroupPlacement strided_group_placement(int ranks, int stride, const ClusterSpec& cluster, int block = 1);
 
 // The link parameters the model needs.  Every efficiency is "what NCCL reaches
 // at large sizes / line rate"; link_params() fills them from the cluster spec

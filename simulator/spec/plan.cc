@@ -1,6 +1,7 @@
 #include "simulator/spec/plan.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 #include <sstream>
 
@@ -538,6 +539,25 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     fail("cp=" + str(p.cp) + " needs seq=" + str(p.seq) + " to be a multiple of 2*cp (causal load balancing)");
   if (p.pp > model.layers) fail("pp=" + str(p.pp) + " exceeds layers=" + str(model.layers));
 
+  // The simulator's clock counts picoseconds in 64 bits (106 days).  A step
+  // that even at the GPUs' highest peak needs more than kMaxStepAtPeakSeconds of
+  // the least work a layer does (its query and output projections, forward
+  // and backward) is no training step, and its simulation would overflow.
+  {
+    double peak = 0;
+    for (const auto& [dtype, rate] : cluster.gpu.peak) peak = std::max(peak, rate.flop_per_s());
+    const double least_flops = static_cast<double>(p.gbs) * static_cast<double>(p.seq) * 12.0 *
+                               static_cast<double>(model.layers) * static_cast<double>(model.hidden) *
+                               static_cast<double>(model.attention_width());
+    const double at_peak_s = peak > 0 ? least_flops / (peak * static_cast<double>(std::max(1, gpus))) : 0;
+    if (at_peak_s > kMaxStepAtPeakSeconds) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.3g s", at_peak_s);
+      fail("a step of gbs=" + str(p.gbs) + " sequences of " + str(p.seq) + " tokens needs at least " + buf +
+           " on these GPUs even at peak; trainplan simulates steps of up to " +
+           str(static_cast<int64_t>(kMaxStepAtPeakSeconds)) + " s at peak (use a smaller gbs)");
+    }
+  }
   const int64_t per_step = p.mbs * p.dp;
   if (p.gbs % per_step != 0) {
     fail("gbs=" + str(p.gbs) + " is not a multiple of mbs*dp = " + str(per_step));

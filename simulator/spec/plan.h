@@ -254,6 +254,12 @@ constexpr int64_t kMaxGpus = 1 << 24;
 constexpr int64_t kMaxDegree = 1 << 24;
 constexpr int64_t kMaxGlobalBatch = 1 << 30;
 constexpr int64_t kMaxNodes = 1 << 20;
+// The longest step resolve_plan accepts, timed at the GPUs' highest peak
+// with the least work a layer does (12 x layers x hidden x heads x
+// head_dim FLOPs per token): 10,000 s, a hundred times any published step,
+// and far enough under the simulator's 64-bit picosecond clock (106 days)
+// that the real step, slower than that bound, still fits it.
+constexpr double kMaxStepAtPeakSeconds = 1e4;
 
 // Resolves derived values and checks every rule (divisibility, GPU count,
 // batch, schedule, ZeRO/offload combinations) for a job on `gpus` GPUs

@@ -5,7 +5,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <numeric>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -1148,12 +1147,10 @@ class Lowerer {
       const RankCoord& rc = out_.ranks[r];
       replicas[rc.dp * p_.cp + rc.cp].push_back(static_cast<int32_t>(r));
     }
-    // Ranks of the group on one node: the tp ranks of a stage, times the
-    // stages a node holds when a stage's tp*cp*dp block is smaller.
-    const int gpn = c_.gpus_per_node;
-    const int stage_block = p_.tp * p_.cp * p_.dp;
-    const int per_node = std::gcd(n, std::min(p_.tp, gpn) * std::max(1, gpn / stage_block));
-    const CollectiveCost cost = collective_cost(Collective::kAllReduce, 4, group_placement(n, per_node, c_), lp_);
+    // The group: the tp ranks of each stage, stages tp*cp*dp ranks apart
+    // (a node holds several stages when a stage's block is smaller).
+    const GroupPlacement gp = strided_group_placement(n, p_.tp * p_.cp * p_.dp, c_, p_.tp);
+    const CollectiveCost cost = collective_cost(Collective::kAllReduce, 4, gp, lp_);
     for (const auto& [idx, members] : replicas) {
       (void)idx;
       const int32_t sync = g.add_comm(g.add_channel(), cost.latency.ps(), 0, 0, Category::kDpComm,

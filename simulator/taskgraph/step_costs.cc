@@ -604,6 +604,12 @@ int64_t pipeline_step_lower_bound(const ModelSpec& m, const ClusterSpec& c, cons
   const Plan& p = layout.plan;
   if (p.pp <= 1 || p.schedule == Schedule::kNaive || zero_bubble(p.schedule)) return basic;
   const int v = chunks_per_rank(p);
+  // A schedule of more passes than this (4M sequences of one token) takes
+  // the bound longer to build than simulate_steady_state takes to simulate
+  // the step, and its bubble is a vanishing share of the step (p * v of its
+  // 2^18 passes or more): the basic bound stands.
+  constexpr int64_t kMaxSchedulePasses = int64_t{1} << 18;
+  if (layout.microbatches * p.pp * v > kMaxSchedulePasses) return basic;
   const int mb = static_cast<int>(layout.microbatches);
   if (!check_pipeline_schedule(p.schedule, p.pp, mb, v).ok) return basic;
   const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(layout);

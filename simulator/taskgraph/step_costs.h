@@ -177,7 +177,8 @@ int64_t step_time_lower_bound(const ModelSpec& model, const ClusterSpec& cluster
 // and a fixed-order schedule's makespan only grows with its op durations, so
 // this never exceeds simulate_step's step time either (tested).  Costs
 // O(p * m * v): meant for the plans a search is about to simulate, not for
-// every candidate.  Other plans: step_time_lower_bound.
+// every candidate.  Other plans, and schedules of more than 2^18 passes:
+// step_time_lower_bound.
 int64_t pipeline_step_lower_bound(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                                   const StepCosts& costs, const std::vector<double>& stage_params,
                                   const std::vector<double>& stage_expert_params = {});

@@ -242,6 +242,51 @@ json_check "the uneven group's plan" 'assert d["plan"]["dp"] == 6 and d["plan"][
 expect_ok "recommend over plans with such groups" \
   recommend --model gpt3-175b --cluster dgx-a100 --gpus 384 --framework deepspeed --top 1
 
+# A replica's model-parallel group (the gradient-norm all-reduce over its
+# stages) on one 64-rank node of cpu-local, which has no inter-node network:
+# 3 stages of one rank were placed on 3 nodes and the lowering stopped.
+expect_ok "pipeline stages on one node of a cluster without a network" \
+  simulate --model gpt-tiny --cluster cpu-local --gpus 3 --pp 3 --json
+json_check "the 3-stage plan" 'assert d["plan"]["pp"] == 3 and d["step_time_s"] > 0, d["plan"]'
+expect_ok "recommend on it" recommend --model gpt-tiny --cluster cpu-local --gpus 6 --top 1
+
+# Failures so frequent that no plan that fits ever finishes: recommend says
+# so with the fault model's reason (it used to dereference a missing winner),
+# and --save has nothing to write.
+expect_ok "recommend when no plan can run" \
+  recommend --model gpt-tiny --cluster cpu-local --gpus 4 --mtbf-gpu 1s --storage-bandwidth 1MB/s --train-tokens 1T --json
+json_check "no plan runs" '
+assert d["fits"] is True and d["runs"] is False and d["plans"] == [], (d["fits"], d["runs"])
+reason = "never finishes at these failure rates (expected time to train is unbounded)"
+assert d["rejected"][reason] == d["feasible"], d["rejected"]
+assert "the job fails every" in d["rejected_examples"][reason], d["rejected_examples"]
+assert all(f["verdict"] in (reason,) or f["verdict"].startswith("does not fit") for f in d["families"]), d["families"]
+assert any(f["verdict"] == reason for f in d["families"]), d["families"]
+'
+expect_error "recommend --save when no plan can run" \
+  "trainplan: --save: no plan can run, nothing to save; see the reasons above" \
+  recommend --model gpt-tiny --cluster cpu-local --gpus 4 --mtbf-gpu 1s --storage-bandwidth 1MB/s --train-tokens 1T \
+  --save "$TMP/never.json"
+[ ! -e "$TMP/never.json" ] || fail "recommend --save wrote a plan that cannot run"
+
+# A step too long for the simulator's 64-bit picosecond clock (106 days):
+# 2^30 sequences of 8,192 tokens on 8 H100 used to come out as a negative
+# or a 10x too fast step, and recommend over it to hang building pipeline
+# schedules of billions of passes.  The bound: 12 x 32 x 4096 x 4096 FLOPs
+# per token (llama3-8b's query and output projections), 2^30 x 8192 tokens,
+# over 8 x 1979 TFLOP/s (FP8 peak) = 3.58e6 s > 10^4 s.
+expect_ok "a step beyond the simulator's clock" \
+  simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 1073741824 --mbs 4 --json
+json_check "its reason" '
+assert d["valid"] is False, d
+assert any("needs at least 3.58e+06 s on these GPUs even at peak" in r for r in d["reasons"]), d["reasons"]
+'
+expect_ok "recommend over such steps" recommend --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 1073741824 --json
+json_check "no valid plan" 'assert d["valid"] == 0 and d["plans"] == [], (d["valid"], d["plans"])'
+expect_ok "a step of 16M sequences is still simulated" \
+  simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 1048576 --mbs 4 --json
+json_check "its step" 'assert d["valid"] and 1e5 < d["step_time_s"] < 1e6 and 0 < d["mfu"] < 1, (d["step_time_s"], d["mfu"])'
+
 # "Nothing fits" advice offers only GPU counts the cluster holds in whole
 # nodes: on 64-GPU NVLink domains 2x 24 = 48 is part of one, 4x = 96 is not
 # (it used to reach resolve_plan and abort), 8x = 192 is three.

@@ -105,6 +105,49 @@ TEST_CASE("strided_group_placement: an even form of where a strided group's rank
   CHECK(six.ranks_per_node == 3);
 }
 
+TEST_CASE("strided_group_placement: blocks of consecutive ranks, strided (a replica's model-parallel group)",
+          "[sim][network]") {
+  // Oracle: brute force over the members b * stride + t (b < ranks / block,
+  // t < block) on nodes of 8 and of 64 GPUs (cpu-local's), as the gradient-
+  // norm all-reduce groups the tp ranks of every pipeline stage, stages
+  // tp*cp*dp apart.  The same guarantees as above.  The case that stopped
+  // the lowering: 3 stages of one rank on one 64-rank node were placed on 3
+  // nodes (a gcd of 3 and 64), and cpu-local has no inter-node network.
+  for (int gpn : {8, 64}) {
+    ClusterSpec c = dgx_a100();
+    c.gpus_per_node = gpn;
+    for (int block : {1, 2, 4, 8}) {
+      for (int blocks = 1; blocks <= 12; ++blocks) {
+        for (int stride = block; stride <= 96; stride += block) {
+          const int ranks = blocks * block;
+          std::vector<int> per_node;
+          for (int b = 0; b < blocks; ++b) {
+            for (int t = 0; t < block; ++t) {
+              const int node = (b * stride + t) / gpn;
+              if (node >= static_cast<int>(per_node.size())) per_node.resize(static_cast<size_t>(node) + 1, 0);
+              ++per_node[static_cast<size_t>(node)];
+            }
+          }
+          int spanned = 0, fullest = 0;
+          for (int n : per_node) {
+            spanned += n > 0;
+            fullest = std::max(fullest, n);
+          }
+          const GroupPlacement g = strided_group_placement(ranks, stride, c, block);
+          INFO("gpn " << gpn << " blocks " << blocks << " of " << block << " stride " << stride);
+          CHECK(g.nodes * g.ranks_per_node == ranks);
+          CHECK(g.ranks_per_node <= fullest);
+          CHECK(g.nodes >= spanned);
+          if (ranks % spanned == 0 && ranks / spanned <= fullest) CHECK(g.nodes == spanned);
+        }
+      }
+    }
+  }
+  ClusterSpec local = dgx_a100();
+  local.gpus_per_node = 64;
+  CHECK(strided_group_placement(3, 1, local, 1).nodes == 1);
+}
+
 TEST_CASE("bus_bandwidth_factor: nccl-tests PERFORMANCE.md factors", "[sim][network]") {
   // doc/PERFORMANCE.md: all-reduce moves 2(n-1)/n of the buffer through each
   // rank's link (reduce-scatter then all-gather), all-gather / reduce-scatter
