@@ -69,35 +69,45 @@ double busbw_gb_per_s(const CollectiveCost& cost) { return reported_bus_bandwidt
 
 }  // namespace
 
-TEST_CASE("strided_group_placement: an even form of where a strided group's ranks really sit", "[sim][network]") {
-  // Oracle: brute force over the group's global ranks 0, s, 2s, ... on
-  // 8-GPU nodes (a group starting on a node boundary, as Megatron's rank
-  // order places every TP, CP and DP group of a whole-node job): the nodes
-  // it spans and the most members one node holds.  The even form never puts
-  // more ranks on a node than really share one, spans at least as many
-  // nodes, and spans exactly as many wherever an even split exists.
-  const ClusterSpec c = dgx_a100();
-  for (int stride : {1, 2, 4, 8, 16}) {
-    for (int ranks = 1; ranks <= 48; ++ranks) {
-      std::vector<int> per_node;
-      for (int i = 0; i < ranks; ++i) {
-        const int node = i * stride / 8;
-        if (node >= static_cast<int>(per_node.size())) per_node.resize(static_cast<size_t>(node) + 1, 0);
-        ++per_node[static_cast<size_t>(node)];
-      }
-      int spanned = 0, fullest = 0;
-      for (int n : per_node) {
-        spanned += n > 0;
-        fullest = std::max(fullest, n);
-      }
-      const GroupPlacement g = strided_group_placement(ranks, stride, c);
-      INFO("ranks " << ranks << " stride " << stride);
-      CHECK(g.ranks == ranks);
-      CHECK(g.nodes * g.ranks_per_node == ranks);
-      CHECK(g.ranks_per_node <= fullest);
-      CHECK(g.nodes >= spanned);
-      if (ranks % spanned == 0 && ranks / spanned <= fullest) CHECK(g.nodes == spanned);
+namespace {
+
+// Oracle for strided_group_placement: brute force over a group's members
+// b * stride + t (b < ranks / block, t < block) from global rank 0 on nodes
+// of `gpn` GPUs (a group starting on a node boundary, as Megatron's rank
+// order places every TP, CP, DP and model-parallel group of a whole-node
+// job): the nodes it spans and the most members one node holds.  The even
+// form never puts more ranks on a node than really share one, spans at
+// least as many nodes, and exactly as many wherever an even split exists.
+void check_placement_against_brute_force(int ranks, int stride, int block, const ClusterSpec& c) {
+  const int gpn = c.gpus_per_node;
+  std::vector<int> per_node;
+  for (int b = 0; b < ranks / block; ++b) {
+    for (int t = 0; t < block; ++t) {
+      const int node = (b * stride + t) / gpn;
+      if (node >= static_cast<int>(per_node.size())) per_node.resize(static_cast<size_t>(node) + 1, 0);
+      ++per_node[static_cast<size_t>(node)];
     }
+  }
+  int spanned = 0, fullest = 0;
+  for (int n : per_node) {
+    spanned += n > 0;
+    fullest = std::max(fullest, n);
+  }
+  const GroupPlacement g = strided_group_placement(ranks, stride, c, block);
+  INFO("gpn " << gpn << " ranks " << ranks << " in blocks of " << block << " stride " << stride);
+  CHECK(g.ranks == ranks);
+  CHECK(g.nodes * g.ranks_per_node == ranks);
+  CHECK(g.ranks_per_node <= fullest);
+  CHECK(g.nodes >= spanned);
+  if (ranks % spanned == 0 && ranks / spanned <= fullest) CHECK(g.nodes == spanned);
+}
+
+}  // namespace
+
+TEST_CASE("strided_group_placement: an even form of where a strided group's ranks really sit", "[sim][network]") {
+  const ClusterSpec c = dgx_a100();
+  for (int stride : {1, 2, 3, 4, 6, 8, 16}) {
+    for (int ranks = 1; ranks <= 48; ++ranks) check_placement_against_brute_force(ranks, stride, 1, c);
   }
   // The case that used to stop the lowering: 6 data-parallel ranks at tp 2.
   const GroupPlacement six = strided_group_placement(6, 2, c);
@@ -107,38 +117,18 @@ TEST_CASE("strided_group_placement: an even form of where a strided group's rank
 
 TEST_CASE("strided_group_placement: blocks of consecutive ranks, strided (a replica's model-parallel group)",
           "[sim][network]") {
-  // Oracle: brute force over the members b * stride + t (b < ranks / block,
-  // t < block) on nodes of 8 and of 64 GPUs (cpu-local's), as the gradient-
-  // norm all-reduce groups the tp ranks of every pipeline stage, stages
-  // tp*cp*dp apart.  The same guarantees as above.  The case that stopped
-  // the lowering: 3 stages of one rank on one 64-rank node were placed on 3
-  // nodes (a gcd of 3 and 64), and cpu-local has no inter-node network.
+  // The gradient-norm all-reduce groups the tp ranks of every pipeline
+  // stage, stages tp*cp*dp apart; on nodes of 8 and of 64 GPUs (cpu-
+  // local's).  The case that stopped the lowering: 3 stages of one rank on
+  // one 64-rank node were placed on 3 nodes (a gcd of 3 and 64), and
+  // cpu-local has no inter-node network.
   for (int gpn : {8, 64}) {
     ClusterSpec c = dgx_a100();
     c.gpus_per_node = gpn;
     for (int block : {1, 2, 4, 8}) {
       for (int blocks = 1; blocks <= 12; ++blocks) {
         for (int stride = block; stride <= 96; stride += block) {
-          const int ranks = blocks * block;
-          std::vector<int> per_node;
-          for (int b = 0; b < blocks; ++b) {
-            for (int t = 0; t < block; ++t) {
-              const int node = (b * stride + t) / gpn;
-              if (node >= static_cast<int>(per_node.size())) per_node.resize(static_cast<size_t>(node) + 1, 0);
-              ++per_node[static_cast<size_t>(node)];
-            }
-          }
-          int spanned = 0, fullest = 0;
-          for (int n : per_node) {
-            spanned += n > 0;
-            fullest = std::max(fullest, n);
-          }
-          const GroupPlacement g = strided_group_placement(ranks, stride, c, block);
-          INFO("gpn " << gpn << " blocks " << blocks << " of " << block << " stride " << stride);
-          CHECK(g.nodes * g.ranks_per_node == ranks);
-          CHECK(g.ranks_per_node <= fullest);
-          CHECK(g.nodes >= spanned);
-          if (ranks % spanned == 0 && ranks / spanned <= fullest) CHECK(g.nodes == spanned);
+          check_placement_against_brute_force(blocks * block, stride, block, c);
         }
       }
     }
