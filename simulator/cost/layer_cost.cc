@@ -32,6 +32,7 @@ LayerShape layer_shape(const Plan& p) {
   s.pytorch_loss = fw.pytorch_cross_entropy;
   s.eager = fw.eager_elementwise;
   s.te_modules = fw.te_modules;
+  s.tp_seq_copies = fw.dtensor_sequence_copies && p.sp && p.tp > 1;
   return s;
 }
 
@@ -210,7 +211,8 @@ void mark_per_op_sac(LayerCost* c, const ModelSpec& m, const LayerShape& s, doub
       continue;
     }
     if (op.kind != OpKind::kGemm) {
-      op.sac_rerun_share = 1;
+      // A reduce-scatter's input copy feeds only the (saved) reduce-scatter.
+      op.sac_rerun_share = op.name.find("tp_scatter_copy") != std::string::npos ? 0 : 1;
       continue;
     }
     std::vector<double> widths;  // output columns of each matmul the op stands for
@@ -244,6 +246,18 @@ double fp8_cast_bytes_per_element(Fp8Recipe recipe) {
     case Fp8Recipe::kRowwise: return 6;
     case Fp8Recipe::kBlockwise: return 4;
     case Fp8Recipe::kMxfp8: return 4 + 2.0 / 32;
+  }
+  return 0;
+}
+
+double fp8_gather_bytes_per_element(Fp8Recipe recipe) {
+  switch (recipe) {
+    case Fp8Recipe::kNone:
+    case Fp8Recipe::kRowwise: return 0;
+    case Fp8Recipe::kDelayed:
+    case Fp8Recipe::kTensorwise: return 1;
+    case Fp8Recipe::kBlockwise: return 1 + 4.0 / 128;  // an fp32 scale per 1x128 block
+    case Fp8Recipe::kMxfp8: return 1 + 1.0 / 32;       // an E8M0 scale per 32 elements
   }
   return 0;
 }
@@ -370,7 +384,33 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
   ln1.rerun_by = kRcLayernorm;
   ln1.tp_comm_after = gather;
   ln1.tp_comm_bytes = s.sp ? tp_buffer : 0;
+  // FP8: the gather feeding the QKV projection moves FP8 (a column-parallel
+  // TE LayerNormLinear; MLA's down projections are other modules), the
+  // reduce-scatter of its input gradient bf16; the projection's and FC2's
+  // reduce-scatters sum bf16 and their backward gathers the FP8 output
+  // gradient (fp8_gather_bytes_per_element).
+  const double fp8_gather = s.sp ? tokens * h * fp8_gather_bytes_per_element(s.fp8_recipe) : 0;
+  if (fp8_gather > 0 && !mla) {
+    ln1.tp_comm_bwd_bytes = ln1.tp_comm_bytes;
+    ln1.tp_comm_bytes = fp8_gather;
+  }
   c.ops.push_back(ln1);
+  // DTensor's sequence-dimension copies (LayerShape::tp_seq_copies): the
+  // gathered tensor written into place (forward), the input gradient
+  // copied before its reduce-scatter (backward); read and write each.
+  auto gather_copy = [&](const std::string& name, const OpCost& gathered) {
+    OpCost copy = elementwise(name, 2 * gathered.tp_comm_bytes, 0);
+    copy.bwd_bytes = 2 * (gathered.tp_comm_bwd_bytes >= 0 ? gathered.tp_comm_bwd_bytes : gathered.tp_comm_bytes);
+    return copy;
+  };
+  // ... and a reduce-scatter's input copied before it (forward), the
+  // gathered output gradient written into place (backward).
+  auto scatter_copy = [&](const std::string& name, const OpCost& reduced) {
+    OpCost copy = elementwise(name, 2 * reduced.tp_comm_bytes, 0);
+    copy.bwd_bytes = 2 * (reduced.tp_comm_bwd_bytes >= 0 ? reduced.tp_comm_bwd_bytes : reduced.tp_comm_bytes);
+    return copy;
+  };
+  if (s.tp_seq_copies && ln1.tp_comm_bytes > 0) c.ops.push_back(gather_copy("tp_gather_copy_attn", ln1));
   // QKV projection saves its input, 2sbh (2sbh/t with SP: the sharded input is
   // kept and re-gathered in backward).
   // FP8 (Transformer Engine, torchao float8): the linear layers run in
@@ -506,7 +546,9 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
   OpCost proj = linear("out_proj", tokens, h, vd / t, tokens * vd / t);
   proj.tp_comm_after = reduce;
   proj.tp_comm_bytes = reduce == TpComm::kNone ? 0 : tp_buffer;
+  if (fp8_gather > 0 && reduce == TpComm::kReduceScatter) proj.tp_comm_bwd_bytes = fp8_gather;
   c.ops.push_back(proj);
+  if (s.tp_seq_copies && reduce == TpComm::kReduceScatter) c.ops.push_back(scatter_copy("tp_scatter_copy_attn", proj));
   // Dropout + residual add: 1-byte mask sbh.
   c.ops.push_back(elementwise("dropout_residual1", 3 * tp_buffer / sp_div, mask * tokens * h / sp_div));
   const bool gelu = m.mlp == MlpKind::kGelu;
@@ -534,7 +576,11 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     fc2 = tag(fc2, module, module, fc2.saved_bytes);
     fc2.tp_comm_after = reduce;
     fc2.tp_comm_bytes = reduce == TpComm::kNone ? 0 : tp_buffer;
+    if (fp8_gather > 0 && reduce == TpComm::kReduceScatter && module == kRcMlp) fc2.tp_comm_bwd_bytes = fp8_gather;
     c.ops.push_back(fc2);
+    if (s.tp_seq_copies && reduce == TpComm::kReduceScatter) {
+      c.ops.push_back(tag(scatter_copy(prefix + "tp_scatter_copy_mlp", fc2), module, 0, 0));
+    }
   };
   OpCost ln2 = elementwise("ln2", norm_bytes, tp_buffer / sp_div);
   ln2.rerun_by = kRcLayernorm;
@@ -544,7 +590,14 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
   // sequence parallelism for MoE with tp > 1).
   ln2.tp_comm_after = !moe || shared ? gather : TpComm::kNone;
   ln2.tp_comm_bytes = s.sp && (!moe || shared) ? tp_buffer : 0;
+  // FP8 gather feeding FC1 (the dense MLP's TE LayerNormMLP; the shared
+  // experts gather in their own module, left bf16).
+  if (fp8_gather > 0 && !moe) {
+    ln2.tp_comm_bwd_bytes = ln2.tp_comm_bytes;
+    ln2.tp_comm_bytes = fp8_gather;
+  }
   c.ops.push_back(ln2);
+  if (s.tp_seq_copies && ln2.tp_comm_bytes > 0) c.ops.push_back(gather_copy("tp_gather_copy_mlp", ln2));
   if (!moe) {
     tp_mlp("", f, kRcMlp);
   } else {

@@ -50,6 +50,9 @@ struct LayerShape {
   bool pytorch_loss = false;
   // Memory-bound ops as PyTorch eager kernels (ExecutionProfile::eager_elementwise).
   bool eager = false;
+  // Each sequence-parallel all-gather's result and reduce-scatter's input
+  // copied whole, in both passes (ExecutionProfile::dtensor_sequence_copies).
+  bool tp_seq_copies = false;
   // Linear layers and the attention core as Transformer Engine modules
   // (ExecutionProfile::te_modules): the host calls of each (host_calls).
   bool te_modules = false;
@@ -136,6 +139,10 @@ struct OpCost {
   TpCommPasses tp_comm_passes = TpCommPasses::kBoth;
   CommGroup comm_group = CommGroup::kTp;  // over which group
   double tp_comm_bytes = 0;      // buffer size of that collective (nccl-tests "size")
+  // The backward's collective's size where it differs (an FP8 all-gather of
+  // an output gradient behind a bf16 reduce-scatter, or the bf16 reduce-
+  // scatter of an input gradient behind an FP8 all-gather); < 0: the same.
+  double tp_comm_bwd_bytes = -1;
   // An expert-parallel all-to-all of a deduplicating dispatcher (DeepEP,
   // HybridEP): each token goes once to each rank (and, off the node, each
   // node) holding one of its experts, `copy_bytes` per destination for all
@@ -178,6 +185,23 @@ struct LayerCost {
 // 4 B; current scaling (tensorwise, rowwise) first reads the tensor once
 // more for its amax: 6 B; mxfp8 adds one E8M0 scale byte per 32 elements.
 double fp8_cast_bytes_per_element(Fp8Recipe recipe);
+
+// Bytes per element of a sequence-parallel all-gather that feeds an FP8
+// linear layer (the norm output before QKV and FC1 in forward; the output
+// gradient of the projection and FC2 in backward): the FP8 data, and
+// blockwise or MXFP8 scales, quantized before the gather.  Transformer
+// Engine does so (module/layernorm_linear.py: the norm writes FP8, then
+// gather_along_first_dim(..., quantizer=input_quantizer), with NCCL or
+// userbuffers; module/linear.py: grad_output gathered with the grad-output
+// quantizer), and so does torchao's tensorwise float8 under torchtitan
+// (float8/float8_tensor_parallel.py: PrepareFloat8ModuleInput and
+// Float8ColwiseParallel cast before the all-gather, Float8RowwiseParallel
+// casts the output gradient before the backward's all-gather).  0 where the
+// gather stays in high precision: no FP8, and torchao's rowwise recipe
+// ("all distributed communication is done in high precision",
+// torchtitan components/quantization/float8.md).  The reduce-scatters (of a
+// row-parallel output, of a column-parallel input gradient) sum bf16.
+double fp8_gather_bytes_per_element(Fp8Recipe recipe);
 
 // Parameters of one whole (unsharded) transformer layer: a dense layer
 // (ffn_hidden MLP), or with `moe` an MoE layer (router, every routed expert

@@ -311,6 +311,11 @@ ExecutionProfile torchtitan(const Plan& p) {
   // chunked-overlap forms of ExecutionProfile::tp_comm_overlap.
   e.tp_comm_overlap = p.tp_comm_overlap;
   e.async_tp = p.tp_comm_overlap;
+  // torchtitan's models keep [batch, seq, hidden] and shard the sequence on
+  // dim 1 (parallelize.py: SequenceParallel(), PrepareModuleInput(
+  // input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+  // RowwiseParallel(output_layouts=Shard(1))).
+  e.dtensor_sequence_copies = !p.tp_comm_overlap;
   e.paired_ep_overlap = p.schedule == Schedule::kDualPipeV && p.ep > 1 && p.recompute == Recompute::kNone;
   return e;
 }

@@ -154,6 +154,19 @@ struct ExecutionProfile {
   // layer_cost.cc), instead of the fused kernels of Megatron / Transformer
   // Engine / apex or a torch.compile'd model.
   bool eager_elementwise = false;
+  // Tensor parallelism through DTensor with the sequence sharded on dim 1
+  // of a [batch, seq, hidden] activation (torchtitan's SequenceParallel,
+  // Shard(1)): PyTorch's functional collectives gather and scatter along
+  // dim 0 only, so every sequence-parallel all-gather's result is copied
+  // into place (_functional_collectives.py _all_gather_tensor:
+  // torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim)) and
+  // every reduce-scatter's input is copied first (reduce_scatter_tensor:
+  // torch.cat(torch.chunk(self, group_size, dim=scatter_dim))), in forward
+  // and in backward: a read and a write of the whole gathered tensor each
+  // (LayerShape::tp_seq_copies).  Megatron's [seq, batch, hidden] layout
+  // gathers along dim 0.  Async TP's fused all-gather-matmul and matmul-
+  // reduce-scatter take the dimension themselves.
+  bool dtensor_sequence_copies = false;
   // Paired passes overlap their expert-parallel all-to-alls: in each
   // forward and backward that the schedule runs as one pair
   // (PipeOp::overlapped), one micro-batch's all-to-alls run under the

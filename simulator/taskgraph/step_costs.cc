@@ -228,7 +228,8 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
       const bool in_forward = op.tp_comm_passes != TpCommPasses::kBackwardOnly;
       const bool in_backward = op.tp_comm_passes != TpCommPasses::kForwardOnly;
       auto [cf, tf] = in_forward ? coll(fk, bytes, op.comm_group, true) : std::make_pair(int64_t{0}, CommTotals{});
-      auto [cb, tb] = in_backward ? coll(bk, bytes, op.comm_group, false) : std::make_pair(int64_t{0}, CommTotals{});
+      const double bwd_bytes = op.tp_comm_bwd_bytes >= 0 ? op.tp_comm_bwd_bytes : bytes;
+      auto [cb, tb] = in_backward ? coll(bk, bwd_bytes, op.comm_group, false) : std::make_pair(int64_t{0}, CommTotals{});
       if (op.comm_group == CommGroup::kTp && overlap) {
         // Hidden behind a GEMM (ExecutionProfile::tp_comm_overlap): only
         // what the overlap leaves is exposed, and the collective runs beside

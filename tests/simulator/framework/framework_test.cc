@@ -593,6 +593,145 @@ TEST_CASE("Framework: --compile runs torchtitan's and the PyTorch script's model
   CHECK(model_compiled(zbv));  // float8 compiled where the schedule allows it
 }
 
+// A Llama 3 8B layer's plan: tp 8 with sequence parallelism, 2 x 4,096 tokens.
+Plan tp8_sequence_parallel() {
+  Plan p;
+  p.tp = 8;
+  p.sp = true;
+  p.mbs = 2;
+  p.seq = 4096;
+  return p;
+}
+
+// The op of a layer's cost named `name` (REQUIRE: there is one).
+const OpCost& op_named(const LayerCost& c, const std::string& name) {
+  for (const OpCost& op : c.ops) {
+    if (op.name == name) return op;
+  }
+  FAIL("no op " << name);
+  return c.ops.front();
+}
+
+TEST_CASE("Framework: FP8 sequence-parallel all-gathers move FP8, their reduce-scatters bf16", "[sim][framework]") {
+  // Oracle: the frameworks' own code.  Transformer Engine quantizes the
+  // norm output and all-gathers the FP8 data into QKV / FC1 (module/
+  // layernorm_linear.py: gather_along_first_dim(ln_out, tp_group,
+  // quantizer=input_quantizer)) and gathers the projection's and FC2's
+  // output gradient with the grad-output quantizer (module/linear.py);
+  // torchao's tensorwise float8 TP does the same (float8_tensor_parallel.py:
+  // PrepareFloat8ModuleInput / Float8ColwiseParallel cast before the
+  // all-gather, Float8RowwiseParallel casts the output gradient before the
+  // backward's).  The reduce-scatters sum bf16.  torchao's rowwise recipe
+  // keeps every collective in high precision (torchtitan float8.md).  So,
+  // per layer of tokens t and hidden h: the norm's gather t*h*q forward and
+  // its transpose t*h*2 backward; the projection's reduce-scatter t*h*2
+  // forward and its transpose t*h*q backward, q = 1 (delayed, tensorwise),
+  // 1 + 1/32 (MXFP8's E8M0 scale per 32), 2 (rowwise, bf16).
+  const ModelSpec m = load_model("llama3-8b");
+  Plan p = tp8_sequence_parallel();
+  const double th = 2.0 * 4096 * 4096;  // tokens x hidden
+  for (auto [recipe, q] : std::vector<std::pair<Fp8Recipe, double>>{
+           {Fp8Recipe::kDelayed, 1.0}, {Fp8Recipe::kTensorwise, 1.0}, {Fp8Recipe::kMxfp8, 1 + 1.0 / 32},
+           {Fp8Recipe::kRowwise, 2.0}, {Fp8Recipe::kNone, 2.0}}) {
+    p.fp8_recipe = recipe;
+    const LayerCost c = transformer_layer_cost(m, layer_shape(p));
+    INFO(to_string(recipe));
+    for (const char* gather : {"ln1", "ln2"}) {
+      const OpCost& g = op_named(c, gather);
+      CHECK_THAT(g.tp_comm_bytes, WithinRel(th * q, 1e-12));
+      CHECK_THAT(g.tp_comm_bwd_bytes >= 0 ? g.tp_comm_bwd_bytes : g.tp_comm_bytes, WithinRel(th * 2, 1e-12));
+    }
+    for (const char* reduce : {"out_proj", "fc2"}) {
+      const OpCost& r = op_named(c, reduce);
+      CHECK_THAT(r.tp_comm_bytes, WithinRel(th * 2, 1e-12));
+      CHECK_THAT(r.tp_comm_bwd_bytes >= 0 ? r.tp_comm_bwd_bytes : r.tp_comm_bytes, WithinRel(th * q, 1e-12));
+    }
+  }
+  // Without sequence parallelism the all-reduces sum bf16 both ways.
+  p.sp = false;
+  p.fp8_recipe = Fp8Recipe::kDelayed;
+  const LayerCost ar = transformer_layer_cost(m, layer_shape(p));
+  CHECK(op_named(ar, "out_proj").tp_comm_bytes == th * 2);
+  CHECK(op_named(ar, "out_proj").tp_comm_bwd_bytes < 0);
+}
+
+TEST_CASE("Framework: torchtitan's tensor parallelism copies each sequence-parallel tensor whole (DTensor Shard(1))",
+          "[sim][framework]") {
+  // Oracle: PyTorch's functional collectives gather and scatter along dim
+  // 0 only (_functional_collectives.py: _all_gather_tensor ends with
+  // torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim);
+  // reduce_scatter_tensor starts with torch.cat(torch.chunk(self,
+  // group_size, dim=scatter_dim))), and torchtitan shards the sequence on
+  // dim 1 of [batch, seq, hidden].  So each of a dense layer's four
+  // sequence-parallel collectives copies its whole tensor, a read and a
+  // write: 2 * t*h*2 B each way in bf16.  Async TP's fused ops take the
+  // dimension themselves (copying at most a shard), and Megatron's [seq,
+  // batch, hidden] gathers along dim 0: no copies there.
+  const ModelSpec m = load_model("llama3-8b");
+  Plan p = tp8_sequence_parallel();
+  p.framework = Framework::kTorchtitan;
+  const double th = 2.0 * 4096 * 4096;  // tokens x hidden
+  auto copies = [&](const Plan& plan) {
+    std::vector<OpCost> out;
+    for (const OpCost& op : transformer_layer_cost(m, layer_shape(plan)).ops) {
+      if (op.name.find("tp_gather_copy") != std::string::npos || op.name.find("tp_scatter_copy") != std::string::npos)
+        out.push_back(op);
+    }
+    return out;
+  };
+  const std::vector<OpCost> bf16 = copies(p);
+  REQUIRE(bf16.size() == 4);
+  for (const OpCost& op : bf16) {
+    CHECK_THAT(op.bytes, WithinRel(2 * th * 2, 1e-12));
+    CHECK_THAT(op.bwd_bytes, WithinRel(2 * th * 2, 1e-12));
+  }
+  // Tensorwise float8 gathers FP8, so the gathered copies move 1 B per
+  // element where the gather does.
+  p.fp8_recipe = Fp8Recipe::kTensorwise;
+  for (const OpCost& op : copies(p)) {
+    const bool gather = op.name.find("gather") != std::string::npos;
+    CHECK_THAT(op.bytes, WithinRel(2 * th * (gather ? 1 : 2), 1e-12));
+    CHECK_THAT(op.bwd_bytes, WithinRel(2 * th * (gather ? 2 : 1), 1e-12));
+  }
+  p.fp8_recipe = Fp8Recipe::kNone;
+  p.tp_comm_overlap = true;  // async TP
+  CHECK(copies(p).empty());
+  p.tp_comm_overlap = false;
+  p.framework = Framework::kMegatronCore;
+  CHECK(copies(p).empty());
+}
+
+TEST_CASE("Framework: torchtitan's float8 speed-up under vanilla tensor parallelism, as published", "[sim][framework]") {
+  // Oracle: torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md
+  // (Grand Teton H100, 500 W, HBM2e; torch.compile; vanilla TP): Llama 3 8B
+  // on 64 GPUs, FSDP 8 x TP 8, local batch 12, per-op SAC: 4,378 tokens/s
+  // per GPU in bf16, 5,078 with float8 tensorwise, a speed-up of 1.160;
+  // Llama 3 70B on 256 GPUs, FSDP 32 x TP 8, local batch 16, full AC: 597.3
+  // and 809.8, 1.356.  Before the FP8 gathers and the DTensor copies the
+  // simulated speed-ups were 1.041 and 1.18.
+  auto speedup = [](const char* model, int gpus, int mbs, Recompute rc) {
+    Case c;
+    c.model = load_model(model);
+    c.cluster = load_cluster("dgx-h100");
+    c.cluster.gpu.hbm_bandwidth = Bandwidth::gigabytes_per_s(6 * 409.6);
+    c.cluster.gpu.power_limit_w = 500;
+    c.gpus = gpus;
+    c.plan.tp = 8;
+    c.plan.sp = true;
+    c.plan.zero = 3;
+    c.plan.mbs = mbs;
+    c.plan.gbs = static_cast<int64_t>(mbs) * gpus / 8;
+    c.plan.seq = 8192;
+    c.plan.recompute = rc;
+    c.plan.compile = true;
+    const double bf16 = c.run(Framework::kTorchtitan).step_time_s;
+    c.plan.fp8_recipe = Fp8Recipe::kTensorwise;
+    return bf16 / c.run(Framework::kTorchtitan).step_time_s;
+  };
+  CHECK_THAT(speedup("llama3-8b", 64, 12, Recompute::kSelective), WithinRel(5078.0 / 4378.0, 0.05));
+  CHECK_THAT(speedup("llama3-70b", 256, 16, Recompute::kFull), WithinRel(809.8 / 597.3, 0.10));
+}
+
 TEST_CASE("Framework: the exported PyTorch script reduce-scatters FSDP2 gradients every micro-batch, DDP once a step",
           "[sim][framework]") {
   // The exported script keeps FSDP2's gradient sync on, as torchtitan does
