@@ -33,6 +33,10 @@ LayerShape layer_shape(const Plan& p) {
   s.eager = fw.eager_elementwise;
   s.te_modules = fw.te_modules;
   s.tp_seq_copies = fw.dtensor_sequence_copies && p.sp && p.tp > 1;
+  s.tp_seq_fused = fw.async_tp;
+  // ... except its all-gather-matmuls under row-wise float8 scales
+  // (pytorch/pytorch#149990; step_costs.cc overlapped_tp_comm).
+  s.tp_seq_fused_gathers = fw.async_tp && p.fp8_recipe != Fp8Recipe::kRowwise;
   return s;
 }
 
@@ -399,7 +403,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
   // gathered tensor written into place (forward), the input gradient
   // copied before its reduce-scatter (backward); read and write each.
   auto gather_copy = [&](const std::string& name, const OpCost& gathered) {
-    OpCost copy = elementwise(name, 2 * gathered.tp_comm_bytes, 0);
+    OpCost copy = elementwise(name, s.tp_seq_fused_gathers ? 0 : 2 * gathered.tp_comm_bytes, 0);
     copy.bwd_bytes = 2 * (gathered.tp_comm_bwd_bytes >= 0 ? gathered.tp_comm_bwd_bytes : gathered.tp_comm_bytes);
     return copy;
   };
@@ -548,7 +552,9 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
   proj.tp_comm_bytes = reduce == TpComm::kNone ? 0 : tp_buffer;
   if (fp8_gather > 0 && reduce == TpComm::kReduceScatter) proj.tp_comm_bwd_bytes = fp8_gather;
   c.ops.push_back(proj);
-  if (s.tp_seq_copies && reduce == TpComm::kReduceScatter) c.ops.push_back(scatter_copy("tp_scatter_copy_attn", proj));
+  if (s.tp_seq_copies && !s.tp_seq_fused && reduce == TpComm::kReduceScatter) {
+    c.ops.push_back(scatter_copy("tp_scatter_copy_attn", proj));
+  }
   // Dropout + residual add: 1-byte mask sbh.
   c.ops.push_back(elementwise("dropout_residual1", 3 * tp_buffer / sp_div, mask * tokens * h / sp_div));
   const bool gelu = m.mlp == MlpKind::kGelu;
@@ -578,7 +584,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     fc2.tp_comm_bytes = reduce == TpComm::kNone ? 0 : tp_buffer;
     if (fp8_gather > 0 && reduce == TpComm::kReduceScatter && module == kRcMlp) fc2.tp_comm_bwd_bytes = fp8_gather;
     c.ops.push_back(fc2);
-    if (s.tp_seq_copies && reduce == TpComm::kReduceScatter) {
+    if (s.tp_seq_copies && !s.tp_seq_fused && reduce == TpComm::kReduceScatter) {
       c.ops.push_back(tag(scatter_copy(prefix + "tp_scatter_copy_mlp", fc2), module, 0, 0));
     }
   };

@@ -51,8 +51,12 @@ struct LayerShape {
   // Memory-bound ops as PyTorch eager kernels (ExecutionProfile::eager_elementwise).
   bool eager = false;
   // Each sequence-parallel all-gather's result and reduce-scatter's input
-  // copied whole, in both passes (ExecutionProfile::dtensor_sequence_copies).
+  // copied whole, in both passes (ExecutionProfile::dtensor_sequence_copies);
+  // with tp_seq_fused (async TP) only the backward's reduce-scatters of the
+  // gathers' input gradients, the collectives it leaves unfused.
   bool tp_seq_copies = false;
+  bool tp_seq_fused = false;
+  bool tp_seq_fused_gathers = false;  // the forward all-gathers fused too (not under row-wise float8)
   // Linear layers and the attention core as Transformer Engine modules
   // (ExecutionProfile::te_modules): the host calls of each (host_calls).
   bool te_modules = false;

@@ -315,7 +315,7 @@ ExecutionProfile torchtitan(const Plan& p) {
   // dim 1 (parallelize.py: SequenceParallel(), PrepareModuleInput(
   // input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
   // RowwiseParallel(output_layouts=Shard(1))).
-  e.dtensor_sequence_copies = !p.tp_comm_overlap;
+  e.dtensor_sequence_copies = true;
   e.paired_ep_overlap = p.schedule == Schedule::kDualPipeV && p.ep > 1 && p.recompute == Recompute::kNone;
   return e;
 }

@@ -165,7 +165,9 @@ struct ExecutionProfile {
   // and in backward: a read and a write of the whole gathered tensor each
   // (LayerShape::tp_seq_copies).  Megatron's [seq, batch, hidden] layout
   // gathers along dim 0.  Async TP's fused all-gather-matmul and matmul-
-  // reduce-scatter take the dimension themselves.
+  // reduce-scatter take the dimension themselves, so there only the
+  // backward's unfused reduce-scatters of input gradients copy
+  // (step_costs.cc overlapped_tp_comm).
   bool dtensor_sequence_copies = false;
   // Paired passes overlap their expert-parallel all-to-alls: in each
   // forward and backward that the schedule runs as one pair

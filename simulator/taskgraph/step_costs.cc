@@ -86,7 +86,8 @@ int64_t pipeline_ps(int64_t gemm_ps, int64_t comm_ps, int splits) {
 //     ring exchange with its data-gradient GEMM.
 std::optional<std::pair<int64_t, int64_t>> overlapped_tp_comm(const std::vector<OpCost>& ops, size_t i,
                                                               Collective fk, int64_t cf, int64_t cb,
-                                                              const ComputeParams& cpm, const Plan& p) {
+                                                              const ComputeParams& cpm, const Plan& p,
+                                                              const ExecutionProfile& prof) {
   // A GEMM beside a communication kernel on kTeOverlapCommSms SMs runs on
   // the others (TE's set_sm_margin) at the same rate per SM.
   const double narrow = static_cast<double>(cpm.sm_count) / std::max(1, cpm.sm_count - kTeOverlapCommSms);
@@ -97,16 +98,31 @@ std::optional<std::pair<int64_t, int64_t>> overlapped_tp_comm(const std::vector<
   };
   if (fk == Collective::kAllGather) {
     size_t j = i + 1;
-    while (j < ops.size() && ops[j].kind == OpKind::kElementwise && ops[j].name.rfind("fp8_cast_", 0) == 0) ++j;
+    // (nor do DTensor's copies of the gathered tensor, LayerShape::tp_seq_copies).
+    while (j < ops.size() && ops[j].kind == OpKind::kElementwise &&
+           (ops[j].name.rfind("fp8_cast_", 0) == 0 || ops[j].name.rfind("tp_gather_copy", 0) == 0)) {
+      ++j;
+    }
     // TE's userbuffers layers: qkv_fprop and fc1_fprop (the dense MLP's; a
     // MoE layer's shared experts and MLA's projections are other modules).
     if (j >= ops.size() || ops[j].kind != OpKind::kGemm || (ops[j].name != "qkv" && ops[j].name != "fc1"))
       return std::nullopt;
     const OpCost& gemm = ops[j];
     const int64_t whole = op_forward_time(cpm, gemm).ps();
-    const int64_t forward = ring_exchange_ps(whole + launches, cf, p.tp) - whole;
+    // Async TP with row-wise float8 scales leaves the all-gather-matmuls
+    // unfused (pytorch/pytorch#149990, open: "the all-gather-matmul
+    // patterns were NOT being fused properly" with rowwise scales).
+    const bool unfused = prof.async_tp && p.fp8_recipe == Fp8Recipe::kRowwise;
+    const int64_t forward = unfused ? cf : ring_exchange_ps(whole + launches, cf, p.tp) - whole;
     const int64_t wgrad = op_weight_grad_time(cpm, gemm).ps();
-    const int64_t backward = std::max(on_fewer_sms(wgrad), cb) - wgrad;
+    // torchtitan's async TP leaves this one a plain reduce-scatter: its input
+    // is the sum of the data gradients of the GEMMs the gather fed (Q, K and
+    // V; gate and up), not one matmul's output, so the compiler's micro-
+    // pipeline pass finds no matmul-reduce-scatter to fuse in the backward
+    // graph (pytorch/pytorch#149946, review of 2025-03-28: "only valid
+    // scaled_mm-reduce-scatter patterns in the forward graph, but not in the
+    // backward graph").
+    const int64_t backward = prof.async_tp ? cb : std::max(on_fewer_sms(wgrad), cb) - wgrad;
     return std::make_pair(std::max<int64_t>(0, forward), std::max<int64_t>(0, backward));
   }
   if (fk == Collective::kReduceScatter) {
@@ -235,7 +251,7 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
         // what the overlap leaves is exposed, and the collective runs beside
         // the GEMM rather than as link work after the pass.
         if (const std::optional<std::pair<int64_t, int64_t>> exposed =
-                overlapped_tp_comm(lc.ops, i, fk, cf, cb, cpm, p)) {
+                overlapped_tp_comm(lc.ops, i, fk, cf, cb, cpm, p, prof)) {
           cf = exposed->first;
           cb = exposed->second;
           tf = CommTotals{};
