@@ -399,22 +399,19 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     ln1.tp_comm_bytes = fp8_gather;
   }
   c.ops.push_back(ln1);
-  // DTensor's sequence-dimension copies (LayerShape::tp_seq_copies): the
-  // gathered tensor written into place (forward), the input gradient
-  // copied before its reduce-scatter (backward); read and write each.
-  auto gather_copy = [&](const std::string& name, const OpCost& gathered) {
-    OpCost copy = elementwise(name, s.tp_seq_fused_gathers ? 0 : 2 * gathered.tp_comm_bytes, 0);
-    copy.bwd_bytes = 2 * (gathered.tp_comm_bwd_bytes >= 0 ? gathered.tp_comm_bwd_bytes : gathered.tp_comm_bytes);
+  // DTensor's sequence-dimension copies (LayerShape::tp_seq_copies): each
+  // collective's whole tensor read and written once in each pass -- a
+  // gather's result put into place and a reduce-scatter's input copied
+  // before it, in forward; their transposes' in backward.  `forward`: false
+  // where async TP fuses the forward's collective.
+  auto dim1_copy = [&](const std::string& name, const OpCost& collective, bool forward) {
+    OpCost copy = elementwise(name, forward ? 2 * collective.tp_comm_bytes : 0, 0);
+    copy.bwd_bytes = 2 * (collective.tp_comm_bwd_bytes >= 0 ? collective.tp_comm_bwd_bytes : collective.tp_comm_bytes);
     return copy;
   };
-  // ... and a reduce-scatter's input copied before it (forward), the
-  // gathered output gradient written into place (backward).
-  auto scatter_copy = [&](const std::string& name, const OpCost& reduced) {
-    OpCost copy = elementwise(name, 2 * reduced.tp_comm_bytes, 0);
-    copy.bwd_bytes = 2 * (reduced.tp_comm_bwd_bytes >= 0 ? reduced.tp_comm_bwd_bytes : reduced.tp_comm_bytes);
-    return copy;
-  };
-  if (s.tp_seq_copies && ln1.tp_comm_bytes > 0) c.ops.push_back(gather_copy("tp_gather_copy_attn", ln1));
+  if (s.tp_seq_copies && ln1.tp_comm_bytes > 0) {
+    c.ops.push_back(dim1_copy("tp_gather_copy_attn", ln1, !s.tp_seq_fused_gathers));
+  }
   // QKV projection saves its input, 2sbh (2sbh/t with SP: the sharded input is
   // kept and re-gathered in backward).
   // FP8 (Transformer Engine, torchao float8): the linear layers run in
@@ -553,7 +550,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
   if (fp8_gather > 0 && reduce == TpComm::kReduceScatter) proj.tp_comm_bwd_bytes = fp8_gather;
   c.ops.push_back(proj);
   if (s.tp_seq_copies && !s.tp_seq_fused && reduce == TpComm::kReduceScatter) {
-    c.ops.push_back(scatter_copy("tp_scatter_copy_attn", proj));
+    c.ops.push_back(dim1_copy("tp_scatter_copy_attn", proj, true));
   }
   // Dropout + residual add: 1-byte mask sbh.
   c.ops.push_back(elementwise("dropout_residual1", 3 * tp_buffer / sp_div, mask * tokens * h / sp_div));
@@ -585,7 +582,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     if (fp8_gather > 0 && reduce == TpComm::kReduceScatter && module == kRcMlp) fc2.tp_comm_bwd_bytes = fp8_gather;
     c.ops.push_back(fc2);
     if (s.tp_seq_copies && !s.tp_seq_fused && reduce == TpComm::kReduceScatter) {
-      c.ops.push_back(tag(scatter_copy(prefix + "tp_scatter_copy_mlp", fc2), module, 0, 0));
+      c.ops.push_back(tag(dim1_copy(prefix + "tp_scatter_copy_mlp", fc2, true), module, 0, 0));
     }
   };
   OpCost ln2 = elementwise("ln2", norm_bytes, tp_buffer / sp_div);
@@ -603,7 +600,9 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     ln2.tp_comm_bytes = fp8_gather;
   }
   c.ops.push_back(ln2);
-  if (s.tp_seq_copies && ln2.tp_comm_bytes > 0) c.ops.push_back(gather_copy("tp_gather_copy_mlp", ln2));
+  if (s.tp_seq_copies && ln2.tp_comm_bytes > 0) {
+    c.ops.push_back(dim1_copy("tp_gather_copy_mlp", ln2, !s.tp_seq_fused_gathers));
+  }
   if (!moe) {
     tp_mlp("", f, kRcMlp);
   } else {
