@@ -74,8 +74,9 @@ std::vector<std::vector<AwaitedGather>> replay_zero3_fetches(const std::vector<M
       for (const AwaitedGather& g : in_flight) state[g.module].status = Status::kAvailable;
       in_flight.clear();
     }
-    // prefetch_next_sub_modules: one batch at a time, under the live limit.
-    if (in_flight.empty() && available < knobs.max_live_numel) {
+    // prefetch_next_sub_modules: one batch at a time, under the live limit
+    // (never when the step counter is behind the trace).
+    if (knobs.trace_aligned && in_flight.empty() && available < knobs.max_live_numel) {
       while (!waiting.empty() && waiting.begin()->first < i) {
         const int module = waiting.begin()->second;
         stop_waiting(module);
@@ -97,7 +98,7 @@ std::vector<std::vector<AwaitedGather>> replay_zero3_fetches(const std::vector<M
     if (!persistent(u)) {
       const std::size_t next = next_use_from(u.module, i + 1);
       const double distance = next < n ? prefix[next] - prefix[i + 1] : std::numeric_limits<double>::infinity();
-      if (!(distance < knobs.max_reuse_numel)) {
+      if (!knobs.trace_aligned || !(distance < knobs.max_reuse_numel)) {
         s.status = Status::kNotAvailable;
         available -= u.numel;
         wait_for(u.module, i + 1);

@@ -20,9 +20,22 @@
 //   (repartitioned) unless the module is used again within
 //   max_reuse_numel elements of other modules' parameters
 //   (_keep_for_later, get_reuse_distance_in_numel).
+// - Both walks index the trace by a step counter that each hook advances
+//   (increment_step) and the model's pre-forward hook resets (reset_step).
+//   From v0.3.14 (stage3.py setup_zero_stage3_hooks, DeepSpeed commit
+//   7b46d11, 2021-04-07) to v0.5.10 that reset is registered after the
+//   model's own sub-module hook, which has already advanced the counter:
+//   every later module sits one step behind its place in the trace, so
+//   get_params_to_prefetch finds another module there ("Tracing failed.
+//   Prefetching is disabled") and get_reuse_distance_in_numel cannot tell
+//   a reuse (1e12), hence nothing is prefetched and every module is
+//   released after each use (DeepSpeed issue #1069, diagnosed 2021-05-27;
+//   PR #1170 "off-by-one tracing issue"; v0.6.0 replaced the coordinator).
+//   Zero3CoordinatorKnobs::trace_aligned = false replays that.
 // Invariants: every use of a partitioned parameter that is not available
 // when its hook runs is awaited at that use; a prefetched parameter is
-// awaited at the first later use that synchronizes.
+// awaited at the first later use that synchronizes; with trace_aligned
+// false every use of a partitioned parameter gathers it and waits.
 #ifndef TRAINPLAN_SIM_FRAMEWORK_DEEPSPEED_ZERO3_H_
 #define TRAINPLAN_SIM_FRAMEWORK_DEEPSPEED_ZERO3_H_
 
@@ -33,11 +46,15 @@ namespace trainplan {
 // The coordinator's knobs, DeepSpeed's defaults (zero/config.py:
 // stage3_prefetch_bucket_size 5e7, stage3_max_live_parameters 1e9,
 // stage3_max_reuse_distance 1e9, stage3_param_persistence_threshold 1e5).
+// `trace_aligned` is not a knob but the code path: false for v0.3.14 -
+// v0.5.10, whose step counter runs one behind the trace (above), so the
+// prefetch and reuse knobs have no effect.
 struct Zero3CoordinatorKnobs {
   double prefetch_bucket_numel = 5e7;
   double max_live_numel = 1e9;
   double max_reuse_numel = 1e9;
   double persistence_numel = 1e5;
+  bool trace_aligned = true;
 };
 
 // One use of one module in trace order: `module` identifies it (the same

@@ -251,6 +251,12 @@ ExecutionProfile deepspeed(const Plan& p) {
     // zero/config.py: the coordinator's knobs (Zero3CoordinatorKnobs) and
     // reduce_bucket_size (grad_bucket_params above).
     e.zero3_module_fetches = true;
+    // ... which do nothing in that code path: the model's reset_step hook
+    // runs after its own sub-module hook has advanced the step counter
+    // (setup_zero_stage3_hooks, v0.3.14 to v0.5.10), so every prefetch and
+    // reuse lookup misses the trace and each module is gathered, waited for
+    // and released at each use (deepspeed_zero3.h; DeepSpeed issue #1069).
+    e.zero3_knobs.trace_aligned = false;
     // The gradients: stage 3's default contiguous_gradients was false until
     // v0.5.0 (zero/constants.py ZERO3_OPTIMIZATION_CONTIGUOUS_GRADIENTS_DEFAULT,
     // v0.3.13 to v0.4.x), and then reduce_ipg_grads takes
@@ -264,9 +270,10 @@ ExecutionProfile deepspeed(const Plan& p) {
     // DeepSpeed >= 0.9, which reduce-scatters.
     e.grads_all_reduced = p.shard_group == 0 || p.shard_group >= p.dp * p.cp;
     e.version_note =
-        "ZeRO-3 as DeepSpeed 0.3-0.4 ran it (2021: list-API gathers with per-member calls, the device synchronized "
-        "before each gather, the gradients all-reduced in flattened buckets); DeepSpeed >= 0.5.5 gathers into one "
-        "flat buffer and reduce-scatters, so this plan is pessimistic there at large data-parallel sizes";
+        "ZeRO-3 as DeepSpeed 0.3-0.4 ran it (2021: list-API gathers with per-member calls, no prefetch (its step "
+        "counter one behind the module trace, v0.3.14-v0.5.10), the device synchronized before each gather, the "
+        "gradients all-reduced in flattened buckets); DeepSpeed >= 0.5.5 gathers into one flat buffer and "
+        "reduce-scatters, >= 0.6 prefetches, so this plan is pessimistic there";
   } else if (p.zero >= 1 && p.pp == 1) {
     e.grad_reduce = GradReduce::kBlocking;
     // zero/stage_1_and_2.py reduce_ready_partitions_and_remove_grads reduces

@@ -40,6 +40,37 @@ TEST_CASE("ZeRO-3 coordinator: large modules are prefetched one module ahead", "
   for (size_t i = 1; i < trace.size(); ++i) expect(a[i], trace[i].numel, static_cast<int>(i) - 1);
 }
 
+TEST_CASE("ZeRO-3 coordinator: a step counter behind the trace gathers every use on demand",
+          "[sim][framework][zero3]") {
+  // v0.3.14 - v0.5.10 (trace_aligned = false): get_params_to_prefetch and
+  // get_reuse_distance_in_numel compare a module with the trace entry one
+  // step before its own, so neither prefetches nor keeps anything.  GPT-3
+  // 1.3B's small modules (which an aligned trace batches 5e7 at a time,
+  // test below) and a recompute-like reuse right after a forward (FC2 used
+  // twice in a row, kept when aligned: nothing in between): every use of a
+  // partitioned module is a blocking gather of that module alone, launched
+  // by its own hook; persistent modules (under 1e5 elements) never gather.
+  constexpr double h2 = 2048.0 * 2048.0;
+  std::vector<ModuleUse> trace;
+  for (int l = 0; l < 2; ++l) {
+    const auto f = forward(l, 3 * h2, h2, 4 * h2, 4 * h2);
+    trace.insert(trace.end(), f.begin(), f.end());
+  }
+  trace.push_back(ModuleUse{7, 4 * h2});  // layer 1's FC2 again
+  trace.push_back(ModuleUse{99, 5e4});    // a norm: persistent
+  Zero3CoordinatorKnobs broken;
+  broken.trace_aligned = false;
+  const auto a = replay_zero3_fetches(trace, broken);
+  for (size_t i = 0; i + 1 < trace.size(); ++i) expect(a[i], trace[i].numel, static_cast<int>(i));
+  CHECK(a.back().empty());
+  // Aligned, the same trace prefetches (use 1 waits for a batch launched
+  // at use 0) and keeps FC2 for its reuse (use 8 does not synchronize).
+  const auto b = replay_zero3_fetches(trace, Zero3CoordinatorKnobs{});
+  REQUIRE_FALSE(b[1].empty());
+  CHECK(b[1][0].launched_at == 0);
+  CHECK(b[8].empty());
+}
+
 TEST_CASE("ZeRO-3 coordinator: small modules are prefetched a bucket at a time", "[sim][framework][zero3]") {
   // GPT-3 1.3B (h = 2048): QKV 12.6M, proj 4.2M, FC1 and FC2 16.8M.  Use 0
   // gathers QKV (blocking), then walks the trace to 5e7 elements: proj,
