@@ -1739,6 +1739,13 @@ class Lowerer {
         // ZeRO-3: the layer's routed experts are gathered over the expert
         // group (one unit), the rest over the shard group.
         const double gather = experts ? e.gather_expert_params : e.gather_params - e.gather_expert_params;
+        // DeepSpeed v0.3.14 - v0.5.10 (Zero3CoordinatorKnobs::trace_aligned
+        // false) prefetches nothing: an entry's gathers are issued by its own
+        // fetch, whose torch.cuda.synchronize() first waits for the previous
+        // entry and the gradient reduction its hooks issued.
+        const bool on_demand = synced && !prof_.zero3_knobs.trace_aligned;
+        const size_t lag = on_demand ? 1 : 2;
+        if (on_demand && !e.segmented && gather > 0) flush_reduce();
         if (e.segmented && synced) {
           gather_segmented(k, entries, members, channel, shard, stride, gather_wbytes, add_host_work, task_at,
                            reduce_tail, awaited_tails);
@@ -1764,14 +1771,15 @@ class Lowerer {
             // waited for entry k-2 and for the device work then in flight
             // (entry k-1's gathers, entry k-2's reduce-scatter), before
             // entry k-1 runs; the gather is launched once it is done.
+            // On demand, it is the entry's own fetch: after entry k-1, before k.
             const int32_t h = synced ? add_host_work(synced_host_latency(pieces.size(), shard) + zero_fill,
-                                                     k >= 2 ? k - 2 : kNoEntry, k >= 1 ? k - 1 : kNoEntry)
+                                                     k >= lag ? k - lag : kNoEntry, k + 1 >= lag ? k + 1 - lag : kNoEntry)
                                      : add_host_work(synced_host_latency(pieces.size(), shard) + zero_fill,
                                                      k >= 1 ? k - 1 : kNoEntry, k);
             if (synced && h >= 0) {
               g.add_dep(h, ag);
               if (k >= 1 && gather_tail[k - 1] >= 0) g.add_dep(gather_tail[k - 1], h);
-              if (k >= 2 && reduce_tail[k - 2] >= 0) g.add_dep(reduce_tail[k - 2], h);
+              if (k >= lag && reduce_tail[k - lag] >= 0) g.add_dep(reduce_tail[k - lag], h);
             }
             if (synced) gather_tail[k] = ag;
             // An offloaded shard reaches the GPU before it is gathered.
@@ -1781,9 +1789,10 @@ class Lowerer {
                 if (static_cast<size_t>(n) < copies.size()) g.add_dep(copies[static_cast<size_t>(n)], ag);
               }
             }
-            // One layer of prefetch: gather layer k once layer k-2 is done.
-            if (k >= 2) {
-              for (int32_t mr : members) g.add_dep(task_at(mr, k - 2), ag);
+            // One layer of prefetch: gather layer k once layer k-2 is done
+            // (on demand: once layer k-1 is).
+            if (k >= lag) {
+              for (int32_t mr : members) g.add_dep(task_at(mr, k - lag), ag);
             }
             for (int32_t mr : members) g.add_dep(ag, task_at(mr, k));
             // The list API's device copies (ExecutionProfile::list_api_copies):

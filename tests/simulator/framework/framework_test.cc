@@ -364,6 +364,52 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", 
   CHECK(scatters >= 4 * 4);
 }
 
+TEST_CASE("Framework: DeepSpeed ZeRO-3 with tensor parallelism gathers on demand too", "[sim][framework]") {
+  // The step counter one behind the trace (deepspeed_zero3.h) does not
+  // depend on the layout: with TP 2 (Megatron-DeepSpeed's mpu; lowered a
+  // layer at a time, not module by module) each layer's gathers are still
+  // issued by its own fetch, whose torch.cuda.synchronize() first waits
+  // for the previous pass and for the gradient all-reduce that pass's hooks
+  // issued.  So in the lowered step (GPT-3 175B's layer shape, 4 layers, 32
+  // A100, TP 2, full recompute, one micro-batch per rank): no gather starts
+  // before the pass ahead of the one it feeds has ended, and none before
+  // that pass's gradient reduction has.
+  Case c = zero3_case();
+  c.plan.tp = 2;
+  c.plan.gbs = 16;
+  c.plan.recompute = Recompute::kFull;
+  LoweredStep s = lower_step(c.model, c.cluster, c.layout(Framework::kDeepSpeed), LoweringOptions{});
+  const EngineResult r = run_lowered(s, nullptr);
+  const TaskGraph& g = s.graph;
+  const std::vector<int32_t>& prog = g.program[0];
+  auto feeds = [&](int32_t from, int32_t to) {
+    const Task& t = g.task(from);
+    const uint32_t* succ = g.successors(t);
+    for (uint32_t i = 0; i < t.succ_count; ++i) {
+      if (static_cast<int32_t>(succ[i]) == to) return true;
+    }
+    return false;
+  };
+  auto span = [&](int32_t id) { return r.times[static_cast<size_t>(id)]; };
+  int gathers = 0, checked_reductions = 0;
+  for (int32_t id = 0; id < g.size(); ++id) {
+    if (g.task(id).label != TaskLabel::kParamAllGather) continue;
+    ++gathers;
+    for (size_t k = 1; k < prog.size(); ++k) {
+      if (!feeds(id, prog[k])) continue;
+      CHECK(span(id).start_ps >= span(prog[k - 1]).end_ps);
+      for (int32_t red = 0; red < g.size(); ++red) {
+        if (g.task(red).label != TaskLabel::kDpAllReduce || !feeds(prog[k - 1], red)) continue;
+        ++checked_reductions;
+        CHECK(span(id).start_ps >= span(red).end_ps);
+      }
+      break;
+    }
+  }
+  CHECK(gathers == 4 * 3);  // per layer: its forward's, its recompute's and its backward's
+  CHECK(checked_reductions > 0);
+}
+
 TEST_CASE("Framework: a tied output matrix's gradient is reduced once, with the embedding's", "[sim][framework]") {
   // GPT-3 1.3B ties its output layer to the word embedding (51200 x 2048):
   // one parameter, one gradient.  On one stage the data-parallel reduction
