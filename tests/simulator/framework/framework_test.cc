@@ -144,6 +144,24 @@ TEST_CASE("Framework: Megatron-Core overlaps the distributed optimizer's all-gat
   CHECK(c.run(Framework::kMegatronCore).step_time_s < c.run(Framework::kGeneric).step_time_s);
 }
 
+// A lowered step and its simulated times, for checks on the task order.
+struct RanStep {
+  LoweredStep step;
+  EngineResult result;
+  RanStep(const ModelSpec& m, const ClusterSpec& cl, const Layout& L)
+      : step(lower_step(m, cl, L, LoweringOptions{})), result(run_lowered(step, nullptr)) {}
+  // Whether task `to` depends directly on task `from`.
+  bool feeds(int32_t from, int32_t to) const {
+    const Task& t = step.graph.task(from);
+    const uint32_t* succ = step.graph.successors(t);
+    for (uint32_t i = 0; i < t.succ_count; ++i) {
+      if (static_cast<int32_t>(succ[i]) == to) return true;
+    }
+    return false;
+  }
+  TaskTime span(int32_t id) const { return result.times[static_cast<size_t>(id)]; }
+};
+
 // GPT-3 175B's layer shape (h 12288, 96 heads, 4h GeLU MLP) on 4 layers:
 // its four weight matrices (QKV 3h^2, proj h^2, FC1 and FC2 4h^2) each
 // exceed DeepSpeed's 5e7-element prefetch bucket, and a layer (12h^2 =
@@ -314,19 +332,11 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", 
   Case c = zero3_case();
   c.plan.gbs = 32;
   c.plan.recompute = Recompute::kFull;
-  LoweredStep s = lower_step(c.model, c.cluster, c.layout(Framework::kDeepSpeed), LoweringOptions{});
-  const EngineResult r = run_lowered(s, nullptr);
-  const TaskGraph& g = s.graph;
+  const RanStep run(c.model, c.cluster, c.layout(Framework::kDeepSpeed));
+  const TaskGraph& g = run.step.graph;
   const std::vector<int32_t>& prog = g.program[0];
-  auto feeds = [&](int32_t from, int32_t to) {
-    const Task& t = g.task(from);
-    const uint32_t* succ = g.successors(t);
-    for (uint32_t i = 0; i < t.succ_count; ++i) {
-      if (static_cast<int32_t>(succ[i]) == to) return true;
-    }
-    return false;
-  };
-  auto span = [&](int32_t id) { return r.times[static_cast<size_t>(id)]; };
+  auto feeds = [&](int32_t from, int32_t to) { return run.feeds(from, to); };
+  auto span = [&](int32_t id) { return run.span(id); };
   int prefetched = 0, gathers = 0, issued = 0;
   for (int32_t id = 0; id < g.size(); ++id) {
     if (g.task(id).label != TaskLabel::kParamAllGather) continue;
@@ -378,19 +388,11 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 with tensor parallelism gathers on demand
   c.plan.tp = 2;
   c.plan.gbs = 16;
   c.plan.recompute = Recompute::kFull;
-  LoweredStep s = lower_step(c.model, c.cluster, c.layout(Framework::kDeepSpeed), LoweringOptions{});
-  const EngineResult r = run_lowered(s, nullptr);
-  const TaskGraph& g = s.graph;
+  const RanStep run(c.model, c.cluster, c.layout(Framework::kDeepSpeed));
+  const TaskGraph& g = run.step.graph;
   const std::vector<int32_t>& prog = g.program[0];
-  auto feeds = [&](int32_t from, int32_t to) {
-    const Task& t = g.task(from);
-    const uint32_t* succ = g.successors(t);
-    for (uint32_t i = 0; i < t.succ_count; ++i) {
-      if (static_cast<int32_t>(succ[i]) == to) return true;
-    }
-    return false;
-  };
-  auto span = [&](int32_t id) { return r.times[static_cast<size_t>(id)]; };
+  auto feeds = [&](int32_t from, int32_t to) { return run.feeds(from, to); };
+  auto span = [&](int32_t id) { return run.span(id); };
   int gathers = 0, checked_reductions = 0;
   for (int32_t id = 0; id < g.size(); ++id) {
     if (g.task(id).label != TaskLabel::kParamAllGather) continue;
