@@ -230,6 +230,8 @@ megatron-core megatron llama3-8b dgx-h100 1
 megatron-core megatron gpt3-1.3b dgx-a100 2
 megatron-core megatron llama3-70b dgx-h100 4
 megatron-lm megatron gpt3-1.3b dgx-a100 2
+megatron-lm megatron gpt-18b dgx-a100 4
+megatron-lm megatron gpt3-175b dgx-a100 16
 deepspeed deepspeed llama3-8b dgx-h100 1
 deepspeed deepspeed gpt3-1.3b dgx-a100 2
 deepspeed deepspeed llama3-70b dgx-h100 4
