@@ -40,6 +40,14 @@ LayerShape layer_shape(const Plan& p) {
   return s;
 }
 
+double largest_weight_matrix(const ModelSpec& m, int tp) {
+  const double h = static_cast<double>(m.hidden);
+  const double qd = static_cast<double>(m.heads * m.head_dim());
+  const double kvd = static_cast<double>(m.kv_heads * m.head_dim());
+  const double glu = m.mlp == MlpKind::kSwiglu ? 2 : 1;
+  return std::max(h * (qd + 2 * kvd), h * static_cast<double>(m.ffn_hidden) * glu) / std::max(1, tp);
+}
+
 double attention_params(const ModelSpec& m) {
   const double h = static_cast<double>(m.hidden);
   if (m.attention == AttentionKind::kMla) {

@@ -218,6 +218,10 @@ double layer_active_params(const ModelSpec& m, bool moe);
 // MLA latent norms) and of one MLP of width `ffn` with its biases.
 double attention_params(const ModelSpec& m);
 double mlp_params(const ModelSpec& m, int64_t ffn);
+// Elements of a dense layer's largest weight matrix on one of `tp` ranks:
+// the fused QKV or the MLP's first linear layer (SwiGLU: gate and up fused),
+// the most a framework that gathers one module at a time holds of a layer.
+double largest_weight_matrix(const ModelSpec& m, int tp);
 // Parameters of the input embedding (+ learned positions) and of the output
 // layer (0 if tied), unsharded.
 double embedding_params(const ModelSpec& m);

@@ -263,7 +263,19 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
       // apply_fsdp: fully_shard(transformer_block.moe.experts, mesh =
       // dp_shard_mod_ep) inside the block's unit).
       double largest = std::max(ss.largest, i == output_rank ? out.params : 0.0);
-      b.weights += 2 * (largest + ss.largest_expert) * weight_bytes(p.precision);
+      if (fw.zero3_module_fetches && !fw.zero3_knobs.trace_aligned && !model.has_moe &&
+          model.attention != AttentionKind::kMla) {
+        // DeepSpeed 2021 (deepspeed_zero3.h, the step counter behind its
+        // trace) gathers one module at a time on demand and releases it
+        // after use: the largest weight matrix, or the embedding / output
+        // layer on their stages, held twice while ProcessGroupNCCL copies
+        // its flat output into the parameter's buffer (the list API).
+        const double module = std::max({largest_weight_matrix(model, p.tp), i == 0 ? emb.params : 0.0,
+                                        i == output_rank ? out.params : 0.0});
+        b.weights += 2 * module * weight_bytes(p.precision);
+      } else {
+        b.weights += 2 * (largest + ss.largest_expert) * weight_bytes(p.precision);
+      }
       largest = std::max(largest, ss.largest_expert);
       if (fw.fp32_master_is_param) {
         // FSDP2's backward: a block's unsharded gradients in the parameter

@@ -199,7 +199,7 @@ class Lowerer {
       const double kvd = static_cast<double>(m_.kv_heads * m_.head_dim());
       const double f = static_cast<double>(m_.ffn_hidden);
       const double glu = m_.mlp == MlpKind::kSwiglu ? 2 : 1;
-      largest_tensor_params_ = std::max(h * (qd + 2 * kvd), h * f * glu) / p_.tp;
+      largest_tensor_params_ = largest_weight_matrix(m_, p_.tp);
       // The modules a framework that gathers module by module fetches one
       // after another (ExecutionProfile::gather_per_module): the fused QKV,
       // the attention output, the MLP's first (SwiGLU: fused gate and up)

@@ -360,5 +360,42 @@ TEST_CASE("torchtitan's async TP: one SymmetricMemory workspace of two sequence-
   CHECK(b.allocated() < b.total() - b.userbuffers);  // outside the allocator's view
 }
 
+TEST_CASE("DeepSpeed 2021's ZeRO-3 holds one gathered module at a time, FSDP2 two blocks") {
+  // GPT-3 175B (h 12288, 4h GeLU MLP, vocab 51200, 2048 learned positions)
+  // on 384 A100, ZeRO-3, one rank per layer.  DeepSpeed v0.3.14 - v0.5.10
+  // gathers each module on demand and releases it after use (its step
+  // counter behind the trace, deepspeed_zero3.h): besides its bf16 shard
+  // (2 B per parameter / 384) it holds the largest module gathered -- here
+  // the embedding, 51200 x 12288 + 2048 x 12288 elements, larger than FC1's
+  // 4h^2 -- twice while ProcessGroupNCCL's flat output is copied into the
+  // parameter's buffer.  FSDP2 (torchtitan) holds a whole block and the
+  // prefetched next one: 2 x (12h^2 + the layer's biases and norms).
+  const ModelSpec m = load_model("gpt3-175b");
+  const ClusterSpec c = load_cluster("dgx-a100");
+  const double h = 12288;
+  auto weights = [&](Framework fw) {
+    Plan p;
+    p.mbs = 4;
+    p.gbs = 1536;
+    p.zero = 3;
+    p.recompute = Recompute::kFull;
+    p.attention = Attention::kNaive;
+    p.framework = fw;
+    const Layout l = resolve_plan(m, c, 384, p);
+    REQUIRE(l.feasible);
+    const MemoryReport r = estimate_memory(m, c, l);
+    return std::make_pair(r.stages[0].breakdown.weights, r.stages[0].params);
+  };
+  const auto [ds, params] = weights(Framework::kDeepSpeed);
+  const double embedding = 51200 * h + 2048 * h;
+  REQUIRE(embedding > 4 * h * h);
+  CHECK_THAT(ds, WithinRel(2 * params / 384 + 2 * 2 * embedding, 1e-9));
+  CHECK(largest_weight_matrix(m, 1) == 4 * h * h);
+  const auto [titan, titan_params] = weights(Framework::kTorchtitan);
+  // FSDP2's shard is fp32 (4 B); its two gathered blocks are each at least
+  // the layer's four weight matrices, 12h^2.
+  CHECK(titan - 4 * titan_params / 384 >= 2 * 2 * 12 * h * h);
+}
+
 }  // namespace
 }  // namespace trainplan
