@@ -390,23 +390,21 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", 
   const RanStep run(c.model, c.cluster, c.layout(Framework::kDeepSpeed));
   const TaskGraph& g = run.step.graph;
   const std::vector<int32_t>& prog = g.program[0];
-  auto feeds = [&](int32_t from, int32_t to) { return run.feeds(from, to); };
-  auto span = [&](int32_t id) { return run.span(id); };
   int prefetched = 0, gathers = 0, issued = 0;
   for (int32_t id = 0; id < g.size(); ++id) {
     if (g.task(id).label != TaskLabel::kParamAllGather) continue;
     ++gathers;
     // (1) the part of the pass it feeds, and the compute before it.
     for (size_t k = 1; k < prog.size(); ++k) {
-      if (!feeds(id, prog[k])) continue;
-      if (span(id).start_ps < span(prog[k - 1]).end_ps) ++prefetched;
+      if (!run.feeds(id, prog[k])) continue;
+      if (run.span(id).start_ps < run.span(prog[k - 1]).end_ps) ++prefetched;
       break;
     }
     // (2) the host work that issues it.
     for (int32_t h = 0; h < g.size(); ++h) {
-      if (g.task(h).label != TaskLabel::kHostWork || !feeds(h, id)) continue;
+      if (g.task(h).label != TaskLabel::kHostWork || !run.feeds(h, id)) continue;
       ++issued;
-      CHECK(span(id).start_ps >= span(h).end_ps);
+      CHECK(run.span(id).start_ps >= run.span(h).end_ps);
     }
   }
   // Forward: the embedding, 4 modules per layer, the (tied) output layer: 18.
@@ -422,7 +420,7 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 synchronizes the device at every fetch", 
     if (g.task(id).label != TaskLabel::kDpAllReduce) continue;
     ++scatters;
     for (int32_t k : prog) {
-      const bool inside = span(k).start_ps < span(id).end_ps && span(k).end_ps > span(id).start_ps;
+      const bool inside = run.span(k).start_ps < run.span(id).end_ps && run.span(k).end_ps > run.span(id).start_ps;
       if (g.task(k).label == TaskLabel::kBackward) CHECK_FALSE(inside);
     }
   }
@@ -446,19 +444,17 @@ TEST_CASE("Framework: DeepSpeed ZeRO-3 with tensor parallelism gathers on demand
   const RanStep run(c.model, c.cluster, c.layout(Framework::kDeepSpeed));
   const TaskGraph& g = run.step.graph;
   const std::vector<int32_t>& prog = g.program[0];
-  auto feeds = [&](int32_t from, int32_t to) { return run.feeds(from, to); };
-  auto span = [&](int32_t id) { return run.span(id); };
   int gathers = 0, checked_reductions = 0;
   for (int32_t id = 0; id < g.size(); ++id) {
     if (g.task(id).label != TaskLabel::kParamAllGather) continue;
     ++gathers;
     for (size_t k = 1; k < prog.size(); ++k) {
-      if (!feeds(id, prog[k])) continue;
-      CHECK(span(id).start_ps >= span(prog[k - 1]).end_ps);
+      if (!run.feeds(id, prog[k])) continue;
+      CHECK(run.span(id).start_ps >= run.span(prog[k - 1]).end_ps);
       for (int32_t red = 0; red < g.size(); ++red) {
-        if (g.task(red).label != TaskLabel::kDpAllReduce || !feeds(prog[k - 1], red)) continue;
+        if (g.task(red).label != TaskLabel::kDpAllReduce || !run.feeds(prog[k - 1], red)) continue;
         ++checked_reductions;
-        CHECK(span(id).start_ps >= span(red).end_ps);
+        CHECK(run.span(id).start_ps >= run.span(red).end_ps);
       }
       break;
     }
