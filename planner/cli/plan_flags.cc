@@ -47,7 +47,10 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
                   "bidirectional DualPipe, two parameter copies, rank r holding stages r and pp-1-r)");
   add_precision_flags(app, &f->precision, &f->fp8_recipe);
   app->add_option("--grad-dtype", f->grad_dtype, "gradient dtype bf16|fp32 (default fp32, as Megatron)");
-  app->add_option("--attention", f->attention, "flash|naive (default flash)");
+  app->add_option("--attention", f->attention,
+                  "flash|naive|fa2|cudnn|fa3: flash = the framework's default fused kernel (cudnn under Megatron on "
+                  "Hopper and Blackwell, fa2 elsewhere); fa2, cudnn, fa3 name a kernel, costed at its published rate "
+                  "against that default (Hopper only; docs/frameworks.md) (default flash)");
   app->add_option("--dp-mode", f->dp_mode, "sync|async (async: parameter servers; default sync)");
   app->add_option("--offload", f->offload, "none|optimizer|params (default none)");
   app->add_option("--ps-servers", f->ps_servers, "async DP: parameter servers (default one per node)");
@@ -218,7 +221,7 @@ Job to_job(const PlanFlags& f) {
   if (!f.grad_dtype.empty()) {
     p.grad_dtype = static_cast<GradDtype>(pick("--grad-dtype", f.grad_dtype, {"bf16", "fp32"}));
   }
-  p.attention = static_cast<Attention>(pick("--attention", f.attention, {"flash", "naive"}));
+  set_attention(&p, attention_names()[pick("--attention", f.attention, attention_names())]);
   p.dp_mode = static_cast<DpMode>(pick("--dp-mode", f.dp_mode, {"sync", "async"}));
   p.offload = static_cast<Offload>(pick("--offload", f.offload, {"none", "optimizer", "params"}));
   p.ps_servers = static_cast<int>(derived("--ps-servers", f.ps_servers, kMaxDegree));

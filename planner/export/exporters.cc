@@ -153,7 +153,7 @@ std::string plan_summary(const Layout& L) {
     << " shard=" << L.shard_degree << " mbs=" << p.mbs << " gbs=" << p.gbs << " seq=" << p.seq
     << " recompute=" << to_string(p.recompute) << recompute_layers_text(p) << " sp=" << (p.sp ? "on" : "off")
     << " schedule=" << to_string(p.schedule) << " precision=" << to_string(p.precision)
-    << " grad_dtype=" << to_string(p.grad_dtype) << " attention=" << to_string(p.attention)
+    << " grad_dtype=" << to_string(p.grad_dtype) << " attention=" << attention_name(p)
     << " offload=" << to_string(p.offload);
   return s.str();
 }
@@ -205,6 +205,30 @@ std::optional<std::string> fp8_refusal(const std::string& framework, const Plan&
            " FP8 (export it with --to megatron, or re-plan with --zero 3 --fp8-recipe tensorwise or rowwise)";
   }
   return std::nullopt;
+}
+
+const char* megatron_attention_backend(const Plan& p) {
+  if (p.attention == Attention::kNaive) return "unfused";
+  switch (p.attention_kernel) {
+    case AttentionKernel::kDefault: return "auto";
+    case AttentionKernel::kCudnn: return "fused";
+    case AttentionKernel::kFa2:
+    case AttentionKernel::kFa3: return "flash";
+  }
+  return "auto";
+}
+
+// A named attention kernel (Plan::attention_kernel) a framework's export
+// cannot select: `runs` is the one it runs (its default_attention_kernel
+// with attention flash), `how` says how it runs it.
+std::optional<std::string> attention_kernel_refusal(const std::string& framework, const Plan& p, AttentionKernel runs,
+                                                    const std::string& how) {
+  if (p.attention != Attention::kFlash || p.attention_kernel == AttentionKernel::kDefault ||
+      p.attention_kernel == runs) {
+    return std::nullopt;
+  }
+  return framework + " runs " + how + "; this export cannot select attention " + to_string(p.attention_kernel) +
+         " (use attention flash or " + to_string(runs) + ")";
 }
 
 int64_t vocab_divisor(int64_t vocab, int tp) {
@@ -507,7 +531,13 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
   if (!m.tied_embeddings) model.flag("--untie-embeddings-and-output-weights");
   model.opt("--attention-dropout", m.dropout ? "0.1" : "0.0");
   model.opt("--hidden-dropout", m.dropout ? "0.1" : "0.0");
-  model.opt("--attention-backend", p.attention == Attention::kFlash ? "flash" : "unfused");
+  // Megatron's --attention-backend (megatron/core/transformer/enums.py
+  // AttnBackend): flash = the framework's default kernel, which is what
+  // "auto" lets Transformer Engine pick (cuDNN on Hopper and later,
+  // default_attention_kernel); fa2 and fa3 = TE's FlashAttention backend
+  // (flash-attn 2, or flash-attn 3 on Hopper when its hopper build is
+  // installed); cudnn = TE's FusedAttention.
+  model.opt("--attention-backend", megatron_attention_backend(p));
 
   BashArgs parallel;
   parallel.opt("--tensor-model-parallel-size", p.tp);
@@ -725,6 +755,10 @@ std::optional<std::string> partial_recompute_refusal(const std::string& framewor
 ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
   const Plan& p = L.plan;
   if (auto r = async_refusal("DeepSpeed", p)) return refuse(*r);
+  if (auto r = attention_kernel_refusal("Megatron-DeepSpeed", p, AttentionKernel::kFa2,
+                                        "FlashAttention-2 (--use-flash-attn-v2)")) {
+    return refuse(*r);
+  }
   if (auto r = partial_recompute_refusal("this DeepSpeed export", p,
                                          "checkpoints every layer (--checkpoint-activations)")) {
     return refuse(*r);
@@ -1112,6 +1146,10 @@ std::optional<std::string> titan_refusal(const ModelSpec& m, const Layout& L, Ti
     return std::optional<std::string>(
         "torchtitan's llama3 attention is scaled_dot_product_attention (fused kernels); it has no unfused attention "
         "(use attention flash)");
+  }
+  if (auto r = attention_kernel_refusal("torchtitan", p, AttentionKernel::kFa2,
+                                        "scaled_dot_product_attention, whose flash backend is FlashAttention-2")) {
+    return r;
   }
   if (p.schedule == Schedule::kDualPipeV && p.ep > 1 && p.recompute != Recompute::kNone) {
     // torchtitan/distributed/dual_pipe_v.py get_dual_pipe_v_flag.
@@ -1786,6 +1824,10 @@ std::string py_bool(bool b) { return b ? "True" : "False"; }
 ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
   const Plan& p = L.plan;
   if (auto r = async_refusal("PyTorch DDP/FSDP2", p)) return refuse(*r);
+  if (auto r = attention_kernel_refusal("the PyTorch script", p, AttentionKernel::kFa2,
+                                        "scaled_dot_product_attention, whose flash backend is FlashAttention-2")) {
+    return refuse(*r);
+  }
   if (auto r = partial_recompute_refusal("the PyTorch script", p, "checkpoints every block")) return refuse(*r);
   if (m.has_moe || m.attention == AttentionKind::kMla || m.head_dim_given > 0 || m.has_sliding_window) {
     return refuse("the PyTorch script's model is a dense GPT/Llama block with head_dim = hidden/heads attending to the "

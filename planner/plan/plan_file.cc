@@ -39,7 +39,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["precision"] = precision_name(p);
   if (p.fp8_recipe != Fp8Recipe::kNone) j["fp8_recipe"] = to_string(p.fp8_recipe);
   j["grad_dtype"] = to_string(p.grad_dtype);
-  j["attention"] = to_string(p.attention);
+  j["attention"] = attention_name(p);
   j["dp_mode"] = to_string(p.dp_mode);
   j["offload"] = to_string(p.offload);
   j["ps_servers"] = p.ps_servers;
@@ -126,7 +126,7 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
     set_fp8_recipe(fp8_recipe_names()[*recipe], &p);
   }
   p.grad_dtype = static_cast<GradDtype>(o.choice("grad_dtype", {"bf16", "fp32"}));
-  p.attention = static_cast<Attention>(o.optional_choice("attention", {"flash", "naive"}).value_or(0));
+  set_attention(&p, attention_names()[o.optional_choice("attention", attention_names()).value_or(0)]);
   p.dp_mode = static_cast<DpMode>(o.optional_choice("dp_mode", {"sync", "async"}).value_or(0));
   p.offload = static_cast<Offload>(o.optional_choice("offload", {"none", "optimizer", "params"}).value_or(0));
   p.ps_servers = static_cast<int>(o.optional_integer("ps_servers", 0, kMaxDegree).value_or(0));
@@ -194,7 +194,7 @@ std::string describe_plan(const Plan& p) {
   if (p.moe_pad_to_capacity) s << " moe_pad_to_capacity=on";
   if (p.mtp_layers > 0) s << " mtp_layers=" << p.mtp_layers;
   s << " grad_dtype=" << to_string(p.grad_dtype)
-    << " attention=" << to_string(p.attention);
+    << " attention=" << attention_name(p);
   if (p.dp_mode != DpMode::kSync) s << " dp_mode=" << to_string(p.dp_mode);
   if (p.framework != Framework::kGeneric) s << " framework=" << to_string(p.framework);
   if (p.ep > 1 || p.etp > 1) s << " ep=" << p.ep << " etp=" << p.etp;

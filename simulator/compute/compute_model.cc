@@ -138,6 +138,34 @@ constexpr double kFlashBlockOverheadTokens = 240;  // flash_sequence_factor (com
 constexpr double kFlashReferenceTokens = 16384;
 }  // namespace
 
+ComputeParams compute_params(const ClusterSpec& cluster, const Plan& plan) {
+  ComputeParams p = compute_params(cluster, plan.precision);
+  if (plan.attention == Attention::kFlash) {
+    const auto [fwd, bwd] = attention_kernel_speedup(
+        plan.attention_kernel, default_attention_kernel(plan.framework, cluster.gpu.arch));
+    p.attention_fwd_speedup = fwd;
+    p.attention_bwd_speedup = bwd;
+  }
+  return p;
+}
+
+AttentionKernelRate hopper_attention_rate(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::kFa2: return {335, 322};
+    case AttentionKernel::kCudnn: return {539, 516};
+    case AttentionKernel::kFa3: return {616, 561};
+    case AttentionKernel::kDefault: break;
+  }
+  TRAINPLAN_CHECK(false, "hopper_attention_rate needs a named kernel");
+  return {};
+}
+
+std::pair<double, double> attention_kernel_speedup(AttentionKernel kernel, AttentionKernel base) {
+  if (kernel == AttentionKernel::kDefault || base == AttentionKernel::kDefault || kernel == base) return {1.0, 1.0};
+  const AttentionKernelRate k = hopper_attention_rate(kernel), b = hopper_attention_rate(base);
+  return {k.fwd_tflops / b.fwd_tflops, k.bwd_tflops / b.bwd_tflops};
+}
+
 double flash_head_dim_factor(int64_t head_dim) {
   if (head_dim <= 0 || head_dim >= 128) return 1.0;
   // FlashAttention-3 paper, FlashAttention-2 at 16K tokens (TFLOP/s).
@@ -180,7 +208,7 @@ Duration op_forward_time(const ComputeParams& p, const OpCost& op) {
         return gemm_time(p, op.m, op.n, op.k) + gemm_time(p, op.m, op.k, op.n) + memory_time(p, op.bytes);
       }
       return Duration::seconds(op.flops * op.computed_share * inverse_sequence_factor(op) /
-                               (p.peak.flop_per_s() * p.attention_efficiency)) +
+                               (p.peak.flop_per_s() * p.attention_efficiency * p.attention_fwd_speedup)) +
              memory_time(p, op.bytes);
     case OpKind::kElementwise: return memory_time(p, op.bytes);
   }
@@ -198,7 +226,7 @@ Duration op_backward_time(const ComputeParams& p, const OpCost& op, Attention at
                memory_time(p, 2 * op.bytes);
       }
       return Duration::seconds(factor * op.flops * op.computed_share * inverse_sequence_factor(op) /
-                               (p.peak.flop_per_s() * p.attention_efficiency)) +
+                               (p.peak.flop_per_s() * p.attention_efficiency * p.attention_bwd_speedup)) +
              memory_time(p, 2 * op.bytes);
     }
     case OpKind::kElementwise: return memory_time(p, op.bwd_bytes);

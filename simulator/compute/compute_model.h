@@ -16,6 +16,7 @@
 #ifndef TRAINPLAN_SIM_COMPUTE_COMPUTE_MODEL_H_
 #define TRAINPLAN_SIM_COMPUTE_COMPUTE_MODEL_H_
 
+#include <utility>
 #include <vector>
 
 #include "simulator/core/units.h"
@@ -31,6 +32,11 @@ struct ComputeParams {
   // Fraction of the dense peak the attention kernel sustains, per GPU from
   // the cluster file (FlashAttention-2: ~0.57 on A100, ~0.40 on H100).
   double attention_efficiency = 0.55;
+  // A named kernel's forward and backward rate over the framework default's
+  // (attention_kernel_speedup; 1 for the default kernel).  Fused attention
+  // only, and not under a calibration's measured GEMM table.
+  double attention_fwd_speedup = 1;
+  double attention_bwd_speedup = 1;
   Bandwidth hbm;
   double hbm_efficiency = 0.85;
   int sm_count = 108;
@@ -54,6 +60,25 @@ struct ComputeParams {
 
 // REQUIRES: cluster.gpu.peak has the dtype of `precision`.
 ComputeParams compute_params(const ClusterSpec& cluster, Precision precision);
+// The same for a plan: its precision, and its attention kernel's speedup
+// over the framework's default kernel on this GPU.  REQUIRES: the plan
+// resolved on this cluster (resolve_plan refuses a named kernel off Hopper
+// unless it is the default).
+ComputeParams compute_params(const ClusterSpec& cluster, const Plan& plan);
+
+// A fused attention kernel's published rate (TFLOP/s on the causal half of
+// the s x s product) on H100 SXM5, bf16, head dimension 128, 16K tokens,
+// causal mask: the FlashAttention-3 paper (Shah et al. 2024, arXiv
+// 2407.08608, Figs. 5-6): forward FA2 335, cuDNN 539, FA3 616; backward
+// FA2 322, cuDNN 516, FA3 561.  REQUIRES: kernel != kDefault.
+struct AttentionKernelRate {
+  double fwd_tflops = 0;
+  double bwd_tflops = 0;
+};
+AttentionKernelRate hopper_attention_rate(AttentionKernel kernel);
+// `kernel`'s forward and backward rates over `base`'s on Hopper (1, 1 when
+// they are the same kernel or either is kDefault).
+std::pair<double, double> attention_kernel_speedup(AttentionKernel kernel, AttentionKernel base);
 
 // Efficiency (fraction of peak) of an m x n x k GEMM, or of a grouped GEMM
 // of `groups` such problems (one grid: the wave count is over all tiles).

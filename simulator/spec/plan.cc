@@ -81,6 +81,15 @@ const char* to_string(Precision p) {
 }
 const char* to_string(GradDtype g) { return g == GradDtype::kBf16 ? "bf16" : "fp32"; }
 const char* to_string(Attention a) { return a == Attention::kFlash ? "flash" : "naive"; }
+const char* to_string(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::kDefault: return "default";
+    case AttentionKernel::kFa2: return "fa2";
+    case AttentionKernel::kCudnn: return "cudnn";
+    case AttentionKernel::kFa3: return "fa3";
+  }
+  return "default";
+}
 const char* to_string(DpMode m) { return m == DpMode::kSync ? "sync" : "async"; }
 const char* to_string(MoeDispatcher d) {
   switch (d) {
@@ -332,6 +341,30 @@ std::string deepspeed_pipeline_zero_conflict(const Plan& p) {
 
 bool runs_flex_dispatcher(Framework f) {
   return f == Framework::kGeneric || f == Framework::kMegatronCore || f == Framework::kTorchtitan;
+}
+
+AttentionKernel default_attention_kernel(Framework f, GpuArch arch) {
+  const bool hopper_plus = arch == GpuArch::kHopper || arch == GpuArch::kBlackwell;
+  if ((f == Framework::kMegatronLM || f == Framework::kMegatronCore) && hopper_plus) return AttentionKernel::kCudnn;
+  return AttentionKernel::kFa2;
+}
+
+const std::vector<std::string>& attention_names() {
+  static const std::vector<std::string> names = {"flash", "naive", "fa2", "cudnn", "fa3"};
+  return names;
+}
+
+std::string attention_name(const Plan& p) {
+  if (p.attention == Attention::kNaive || p.attention_kernel == AttentionKernel::kDefault) return to_string(p.attention);
+  return to_string(p.attention_kernel);
+}
+
+void set_attention(Plan* p, const std::string& name) {
+  p->attention = name == "naive" ? Attention::kNaive : Attention::kFlash;
+  p->attention_kernel = name == "fa2"     ? AttentionKernel::kFa2
+                        : name == "cudnn" ? AttentionKernel::kCudnn
+                        : name == "fa3"   ? AttentionKernel::kFa3
+                                          : AttentionKernel::kDefault;
 }
 
 std::vector<std::string> ep_overlap_conflicts(const Plan& p) {
@@ -828,6 +861,20 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     if (p.pp != 1 || p.cp != 1) fail("async data parallel (parameter servers) is modelled for pp=1 and cp=1");
   }
   if (p.ps_servers < 0) fail("ps-servers must be >= 0");
+  // A named attention kernel: FlashAttention-3 is written for Hopper
+  // (flash-attn's hopper/ build, sm90); the kernels are compared on Hopper
+  // only, where the FlashAttention-3 paper measures all three side by side.
+  if (p.attention_kernel != AttentionKernel::kDefault) {
+    const AttentionKernel fallback = default_attention_kernel(p.framework, cluster.gpu.arch);
+    if (p.attention_kernel == AttentionKernel::kFa3 && cluster.gpu.arch != GpuArch::kHopper) {
+      fail("attention fa3 (FlashAttention-3) runs on Hopper GPUs (sm90) only; on " + cluster.gpu.name +
+           " this framework runs " + to_string(fallback) + " (attention flash)");
+    } else if (p.attention_kernel != fallback && cluster.gpu.arch != GpuArch::kHopper) {
+      fail(std::string("attention ") + to_string(p.attention_kernel) + ": kernels are compared on Hopper only (the " +
+           "FlashAttention-3 paper's side-by-side rates); on " + cluster.gpu.name + " this framework runs " +
+           to_string(fallback) + " (attention flash)");
+    }
+  }
   // FP8: tensor cores with FP8 (Hopper, Ada, Blackwell); MXFP8 only on
   // Blackwell (Transformer Engine: MXFP8BlockScaling needs sm_100).
   if (p.fp8_recipe != Fp8Recipe::kNone) {

@@ -68,6 +68,16 @@ enum class Schedule {
 enum class Precision { kBf16, kFp16, kFp32 };
 enum class GradDtype { kBf16, kFp32 };
 enum class Attention { kFlash, kNaive };
+// Which fused attention kernel runs a kFlash plan.  kDefault: the one the
+// plan's framework picks on its GPU (default_attention_kernel), the kernel
+// the cluster's attention_efficiency figure is taken for; the others name a
+// kernel, costed at its published rate relative to that default
+// (compute_model.h attention_kernel_speedup):
+//   fa2    FlashAttention-2 (flash-attn 2.x; PyTorch SDPA's flash backend)
+//   cudnn  cuDNN's fused flash attention (Transformer Engine FusedAttention,
+//          SDPA's cuDNN backend)
+//   fa3    FlashAttention-3 (flash-attn "hopper"; Hopper only)
+enum class AttentionKernel { kDefault, kFa2, kCudnn, kFa3 };
 enum class DpMode { kSync, kAsync };
 enum class Offload { kNone, kOptimizer, kParams };
 // How an MoE layer's tokens reach their experts across the expert-parallel
@@ -99,6 +109,7 @@ const char* to_string(Schedule s);
 const char* to_string(Precision p);
 const char* to_string(GradDtype g);
 const char* to_string(Attention a);
+const char* to_string(AttentionKernel k);  // "default", "fa2", "cudnn", "fa3"
 const char* to_string(DpMode m);
 const char* to_string(Offload o);
 const char* to_string(MoeDispatcher d);
@@ -199,6 +210,7 @@ struct Plan {
   int mtp_layers = 0;
   GradDtype grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
   Attention attention = Attention::kFlash;
+  AttentionKernel attention_kernel = AttentionKernel::kDefault;  // kFlash only
   DpMode dp_mode = DpMode::kSync;
   Offload offload = Offload::kNone;
   int ps_servers = 0;         // async DP: parameter servers (0 = one per node)
@@ -292,6 +304,27 @@ std::string deepspeed_pipeline_zero_conflict(const Plan& plan);
 // deepep / hybridep): Megatron-Core's flex dispatcher, torchtitan's DeepEP
 // and HybridEP backends, and the generic model.
 bool runs_flex_dispatcher(Framework framework);
+// The fused attention kernel `framework` runs on `arch` when the plan names
+// none (never kDefault):
+//   megatron-lm, megatron-core: Transformer Engine's DotProductAttention
+//     prefers FusedAttention (cuDNN) over FlashAttention on sm90 and later
+//     ("give FusedAttention preference on Hopper+ for performance reasons",
+//     transformer_engine/pytorch/attention/dot_product_attention/utils.py
+//     get_attention_backend; on sm90 since TE v1.2) -> cudnn on Hopper and
+//     Blackwell, fa2 before;
+//   deepspeed: Megatron-DeepSpeed's --use-flash-attn-v2 (flash-attn 2) -> fa2;
+//   torchtitan, pytorch: scaled_dot_product_attention, whose flash backend is
+//     FlashAttention-2 and whose cuDNN backend is opt-in (pytorch#138522) -> fa2;
+//   generic: fa2.
+AttentionKernel default_attention_kernel(Framework framework, GpuArch arch);
+// The plan's attention as the CLI and plan.json name it: naive, flash, or
+// the named kernel (fa2, cudnn, fa3).
+std::string attention_name(const Plan& plan);
+// The names `--attention` and plan.json's "attention" accept, in this order:
+// flash, naive, fa2, cudnn, fa3.
+const std::vector<std::string>& attention_names();
+// Sets plan->attention and plan->attention_kernel from one of attention_names().
+void set_attention(Plan* plan, const std::string& name);
 // For a dualpipe plan, the line that says how its per-stage figures read
 // ("stage k is pipeline ranks k and pp-1-k ..."); "" for every other plan.
 std::string mirrored_stages_note(const Plan& plan);

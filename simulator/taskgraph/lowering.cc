@@ -175,7 +175,7 @@ class Lowerer {
  private:
   void prepare_costs() {
     sc_ = step_costs(m_, c_, p_, opt_.cp_overlap);
-    cpm_ = compute_params(c_, p_.precision);
+    cpm_ = compute_params(c_, p_);
     member_call_ = cpm_.kernel_overhead;
     shape_ = sc_.shape;
     layer_ = sc_.layer;
@@ -721,7 +721,7 @@ class Lowerer {
     grad_accum_ps_.assign(static_cast<size_t>(p_.pp), 0);
     ends_microbatch_.assign(static_cast<size_t>(p_.pp), {});
     if (prof_.grad_accumulation_bytes_per_param <= 0) return;
-    const ComputeParams cpm = compute_params(c_, p_.precision);
+    const ComputeParams cpm = compute_params(c_, p_);
     const int per_layer = 6 * (m_.bias ? 2 : 1);
     for (int s = 0; s < p_.pp; ++s) {
       const auto& entries = entries_[static_cast<size_t>(s)];

@@ -432,7 +432,7 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   s.layer = transformer_layer_cost(m, s.shape);
   s.embedding = embedding_cost(m, s.shape);
   s.output = output_block_cost(m, s.shape);  // multi-token prediction included
-  const ComputeParams cpm = compute_params(c, p.precision);
+  const ComputeParams cpm = compute_params(c, p);
   const LinkParams lp = link_params(c);
   const ExecutionProfile prof = execution_profile(p);
   s.layer_times = layer_times(s.layer, cpm, c, lp, p, cp_overlap, prof);

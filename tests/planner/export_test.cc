@@ -1024,5 +1024,46 @@ TEST_CASE("Export: the same plan gives byte-identical output", "[planner][export
   }
 }
 
+TEST_CASE("Export: a named attention kernel maps to the framework's switch or is refused", "[planner][export]") {
+  // Megatron's --attention-backend (megatron/core/transformer/enums.py
+  // AttnBackend: flash, fused, unfused, local, auto; tests/data/frameworks
+  // megatron_lm.json): the framework's default kernel is what "auto" lets
+  // Transformer Engine pick; fa2 / fa3 are TE's FlashAttention backend,
+  // cudnn its FusedAttention, naive the unfused path.
+  auto backend = [](const std::string& attention) {
+    Plan p;
+    p.framework = Framework::kMegatronCore;
+    set_attention(&p, attention);
+    const auto args = bash_args(exported(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, p)), "MODEL_ARGS");
+    return args.at("--attention-backend");
+  };
+  CHECK(backend("flash") == "auto");
+  CHECK(backend("cudnn") == "fused");
+  CHECK(backend("fa2") == "flash");
+  CHECK(backend("fa3") == "flash");
+  CHECK(backend("naive") == "unfused");
+  // Megatron-DeepSpeed, torchtitan and the PyTorch script run FlashAttention-2
+  // (--use-flash-attn-v2; scaled_dot_product_attention's flash backend) and
+  // cannot be told to run another kernel.
+  Plan z1;
+  z1.zero = 1;
+  set_attention(&z1, "cudnn");
+  CHECK(refusal(ExportTarget::kDeepSpeed, job("llama3-8b", "dgx-h100", 8, z1)) ==
+        "Megatron-DeepSpeed runs FlashAttention-2 (--use-flash-attn-v2); this export cannot select attention cudnn "
+        "(use attention flash or fa2)");
+  Plan z3;
+  z3.zero = 3;
+  set_attention(&z3, "fa3");
+  CHECK(refusal(ExportTarget::kTorchtitan, job("llama3-8b", "dgx-h100", 8, z3)) ==
+        "torchtitan runs scaled_dot_product_attention, whose flash backend is FlashAttention-2; this export cannot "
+        "select attention fa3 (use attention flash or fa2)");
+  CHECK(refusal(ExportTarget::kFsdp, job("llama3-8b", "dgx-h100", 8, z3)).find("cannot select attention fa3") !=
+        std::string::npos);
+  // Naming their own kernel is accepted (exported() requires it).
+  set_attention(&z3, "fa2");
+  CHECK_FALSE(exported(ExportTarget::kTorchtitan, job("llama3-8b", "dgx-h100", 8, z3)).empty());
+  CHECK_FALSE(exported(ExportTarget::kFsdp, job("llama3-8b", "dgx-h100", 8, z3)).empty());
+}
+
 }  // namespace
 }  // namespace trainplan

@@ -5,11 +5,13 @@
 // Guide, "Matrix Multiplication Background": tile quantization and wave
 // quantization, A100 with 108 SMs).
 #include <cmath>
+#include <utility>
 
 #include <catch2/catch.hpp>
 
 #include "simulator/compute/compute_model.h"
 #include "simulator/spec/cluster.h"
+#include "simulator/spec/plan.h"
 
 namespace trainplan {
 namespace {
@@ -132,6 +134,56 @@ TEST_CASE("Attention: a model's full and sliding-window layers each run at their
   CHECK(op_backward_time(p, mixed, Attention::kFlash).s() ==
         Approx(op_backward_time(p, full, Attention::kFlash).s() + op_backward_time(p, windowed, Attention::kFlash).s())
             .epsilon(1e-9));
+}
+
+TEST_CASE("Attention: a named kernel runs at its published rate against the framework's default kernel") {
+  // FlashAttention-3 paper (Shah et al. 2024), Figs. 5-6, H100 SXM5, bf16,
+  // head dimension 128, 16K tokens, causal: forward FA2 335, cuDNN 539,
+  // FA3 616 TFLOP/s; backward FA2 322, cuDNN 516, FA3 561.  The cluster's
+  // attention figure is the framework's default kernel (Transformer Engine:
+  // cuDNN on Hopper; SDPA: FA2), so a named kernel's time is the default's
+  // times default rate / kernel rate, forward and backward apart.
+  const auto [cudnn_fwd, cudnn_bwd] = attention_kernel_speedup(AttentionKernel::kCudnn, AttentionKernel::kFa2);
+  CHECK(cudnn_fwd == Approx(539.0 / 335).epsilon(1e-12));
+  CHECK(cudnn_bwd == Approx(516.0 / 322).epsilon(1e-12));
+  const auto [fa3_fwd, fa3_bwd] = attention_kernel_speedup(AttentionKernel::kFa3, AttentionKernel::kCudnn);
+  CHECK(fa3_fwd == Approx(616.0 / 539).epsilon(1e-12));
+  CHECK(fa3_bwd == Approx(561.0 / 516).epsilon(1e-12));
+  CHECK(attention_kernel_speedup(AttentionKernel::kFa2, AttentionKernel::kFa2) == std::pair<double, double>{1, 1});
+  CHECK(attention_kernel_speedup(AttentionKernel::kDefault, AttentionKernel::kCudnn) == std::pair<double, double>{1, 1});
+
+  // Through a plan on H100: Megatron-Core's default is cuDNN, so fa2 takes
+  // 539/335 of its forward time and 516/322 of its backward; torchtitan's
+  // default is FA2, so cudnn takes 335/539 and 322/516.
+  const ClusterSpec h100 = load_cluster("dgx-h100");
+  OpCost op;
+  op.kind = OpKind::kAttention;
+  op.flops = 1e12;
+  op.kv_len = 8192;
+  op.head_dim = 128;
+  Plan mcore;
+  mcore.framework = Framework::kMegatronCore;
+  const ComputeParams base = compute_params(h100, mcore);
+  mcore.attention_kernel = AttentionKernel::kFa2;
+  const ComputeParams fa2 = compute_params(h100, mcore);
+  CHECK(op_forward_time(fa2, op).s() == Approx(op_forward_time(base, op).s() * 539 / 335).epsilon(1e-9));
+  CHECK(op_backward_time(fa2, op, Attention::kFlash).s() ==
+        Approx(op_backward_time(base, op, Attention::kFlash).s() * 516 / 322).epsilon(1e-9));
+  // Naming the default kernel changes nothing.
+  mcore.attention_kernel = AttentionKernel::kCudnn;
+  CHECK(op_forward_time(compute_params(h100, mcore), op).s() == op_forward_time(base, op).s());
+  Plan titan;
+  titan.framework = Framework::kTorchtitan;
+  titan.attention_kernel = AttentionKernel::kCudnn;
+  const ComputeParams titan_cudnn = compute_params(h100, titan);
+  titan.attention_kernel = AttentionKernel::kDefault;
+  CHECK(op_backward_time(titan_cudnn, op, Attention::kFlash).s() ==
+        Approx(op_backward_time(compute_params(h100, titan), op, Attention::kFlash).s() * 322 / 516).epsilon(1e-9));
+  // GEMMs and memory-bound ops do not depend on the kernel.
+  OpCost gemm;
+  gemm.kind = OpKind::kGemm;
+  gemm.m = gemm.n = gemm.k = 4096;
+  CHECK(op_forward_time(fa2, gemm).s() == op_forward_time(base, gemm).s());
 }
 
 }  // namespace

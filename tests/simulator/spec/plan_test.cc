@@ -288,5 +288,55 @@ TEST_CASE("Plan: element sizes by precision", "[sim][spec]") {
   }
 }
 
+TEST_CASE("Plan: a named attention kernel runs where the framework can select it and its rate is published",
+          "[sim][spec]") {
+  // Transformer Engine prefers FusedAttention (cuDNN) on sm90 and later
+  // (get_attention_backend: "give FusedAttention preference on Hopper+");
+  // PyTorch SDPA's flash backend is FlashAttention-2 (cuDNN opt-in,
+  // pytorch#138522); Megatron-DeepSpeed runs --use-flash-attn-v2.
+  CHECK(default_attention_kernel(Framework::kMegatronCore, GpuArch::kHopper) == AttentionKernel::kCudnn);
+  CHECK(default_attention_kernel(Framework::kMegatronLM, GpuArch::kBlackwell) == AttentionKernel::kCudnn);
+  CHECK(default_attention_kernel(Framework::kMegatronCore, GpuArch::kAmpere) == AttentionKernel::kFa2);
+  CHECK(default_attention_kernel(Framework::kTorchtitan, GpuArch::kHopper) == AttentionKernel::kFa2);
+  CHECK(default_attention_kernel(Framework::kDeepSpeed, GpuArch::kHopper) == AttentionKernel::kFa2);
+
+  const ModelSpec m = load_model("llama2-7b");
+  const ClusterSpec a100 = load_cluster("dgx-a100"), h100 = load_cluster("dgx-h100"), b200 = load_cluster("dgx-b200");
+  auto resolve = [&m](const ClusterSpec& c, Framework f, const std::string& attention) {
+    Plan p;
+    p.framework = f;
+    set_attention(&p, attention);
+    return resolve_plan(m, c, 8, p);
+  };
+  // On Hopper every kernel is comparable (the FlashAttention-3 paper measures
+  // FA2, cuDNN and FA3 side by side there).
+  for (const char* k : {"fa2", "cudnn", "fa3"}) {
+    INFO(k);
+    CHECK(resolve(h100, Framework::kMegatronCore, k).feasible);
+    CHECK(resolve(h100, Framework::kTorchtitan, k).feasible);
+  }
+  // FlashAttention-3 is Hopper's (flash-attn hopper/, sm90).
+  const Layout fa3 = resolve(a100, Framework::kMegatronCore, "fa3");
+  CHECK_FALSE(fa3.feasible);
+  CHECK(has_reason(fa3, "attention fa3 (FlashAttention-3) runs on Hopper GPUs (sm90) only; on A100-SXM4-80GB this "
+                        "framework runs fa2 (attention flash)"));
+  CHECK_FALSE(resolve(b200, Framework::kMegatronCore, "fa3").feasible);
+  // Off Hopper the framework's own kernel is accepted by name, another is not
+  // (no published side-by-side rate).
+  CHECK(resolve(a100, Framework::kMegatronCore, "fa2").feasible);
+  CHECK(resolve(b200, Framework::kMegatronCore, "cudnn").feasible);
+  const Layout cudnn = resolve(a100, Framework::kTorchtitan, "cudnn");
+  CHECK_FALSE(cudnn.feasible);
+  CHECK(has_reason(cudnn, "attention cudnn: kernels are compared on Hopper only (the FlashAttention-3 paper's "
+                          "side-by-side rates); on A100-SXM4-80GB this framework runs fa2 (attention flash)"));
+  CHECK_FALSE(resolve(b200, Framework::kMegatronCore, "fa2").feasible);
+  // The names round-trip.
+  for (const std::string& name : attention_names()) {
+    Plan p;
+    set_attention(&p, name);
+    CHECK(attention_name(p) == name);
+  }
+}
+
 }  // namespace
 }  // namespace trainplan
