@@ -76,6 +76,7 @@ struct RecommendFlags {
   std::string fp8_recipe;
   int64_t mtp_layers = 0;
   std::string moe_dispatcher = "alltoall";
+  std::string attention = "flash";
   std::string strategies;
   std::string convergence;  // --convergence SPEC (async plans)
   std::string framework;
@@ -349,6 +350,17 @@ int run_recommend(const RecommendFlags& f) {
   ModelSpec model = load_model(f.model);
   ClusterSpec cluster = load_cluster(f.cluster);
   if (!f.calibration.empty()) apply_calibration(load_calibration(f.calibration), "--calibration", &cluster);
+  {
+    // Every plan the search ranks is fused attention; --attention names its kernel.
+    static const std::vector<std::string> kernels = {"flash", "fa2", "cudnn", "fa3"};
+    Plan probe;
+    set_attention(&probe, kernels[pick("--attention", f.attention, kernels)]);
+    probe.framework = o.framework;
+    if (const std::string why = attention_kernel_conflict(probe, cluster.gpu.arch, cluster.gpu.name); !why.empty()) {
+      throw_input_error("--attention", "", why, "use --attention flash");
+    }
+    o.attention_kernel = probe.attention_kernel;
+  }
   int gpus = 0;
   if (given("--nodes") && given("--gpus")) throw_input_error("--gpus", "", "give only one of --nodes N or --gpus N", "");
   if (given("--gpus")) {
@@ -378,6 +390,7 @@ int run_recommend(const RecommendFlags& f) {
                                            " top=" + std::to_string(o.top_k) + " precision=" + f.precision + " fp8_recipe=" + f.fp8_recipe +
                                            (f.mtp_layers > 0 ? " mtp_layers=" + std::to_string(f.mtp_layers) : "") +
                                            (f.moe_dispatcher != "alltoall" ? " moe_dispatcher=" + f.moe_dispatcher : "") +
+                                           (f.attention != "flash" ? " attention=" + f.attention : "") +
                                            " strategies=" + f.strategies + " calibration=" + f.calibration +
                                            (f.framework.empty() ? "" : " framework=" + f.framework) +
                                            (f.compile ? " compile=on" : ""));
@@ -713,6 +726,10 @@ void register_recommend_command(CLI::App* app, int* status) {
   cmd->add_option("--mtp-layers", f.mtp_layers,
                   "multi-token prediction depths in every plan (Megatron-Core --mtp-num-layers; default 0)");
   cmd->add_option("--moe-dispatcher", f.moe_dispatcher, kMoeDispatcherHelp);
+  cmd->add_option("--attention", f.attention,
+                  "flash|fa2|cudnn|fa3: the fused attention kernel of every plan (default flash: the framework's own, "
+                  "cudnn under Megatron on Hopper and Blackwell, fa2 elsewhere; a named one is costed at its published "
+                  "rate against it, Hopper only; docs/frameworks.md)");
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
   cmd->add_option("--convergence", f.convergence,
                   std::string("async plans: the stale-gradient convergence model they are ranked by (time to a target "

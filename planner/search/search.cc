@@ -208,6 +208,7 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         p.mtp_layers = o.mtp_layers;
                         p.compile = o.compile;
                         p.moe_dispatcher = ep * std::max(1, etp) > 1 ? o.moe_dispatcher : MoeDispatcher::kAllToAll;
+                        p.attention_kernel = o.attention_kernel;
                         p.grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
                         p.offload = off;
                         p.dp_mode = mode;

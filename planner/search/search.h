@@ -62,6 +62,9 @@ struct SearchOptions {
   // The MoE token dispatcher of every plan whose tokens cross GPUs
   // (ep * etp > 1; the others keep alltoall, which they never run).
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // The fused attention kernel of every plan (Plan::attention_kernel;
+  // kDefault: the framework's own).
+  AttentionKernel attention_kernel = AttentionKernel::kDefault;
   bool gpipe = false;        // also consider GPipe
   bool naive = false;        // also consider naive model parallel
   bool zero_bubble = false;  // also consider the ZB-1p and ZB-2p schedules

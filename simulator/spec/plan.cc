@@ -349,6 +349,21 @@ AttentionKernel default_attention_kernel(Framework f, GpuArch arch) {
   return AttentionKernel::kFa2;
 }
 
+std::string attention_kernel_conflict(const Plan& p, GpuArch arch, const std::string& gpu) {
+  if (p.attention != Attention::kFlash || p.attention_kernel == AttentionKernel::kDefault) return "";
+  const AttentionKernel fallback = default_attention_kernel(p.framework, arch);
+  if (p.attention_kernel == AttentionKernel::kFa3 && arch != GpuArch::kHopper) {
+    return "attention fa3 (FlashAttention-3) runs on Hopper GPUs (sm90) only; on " + gpu + " this framework runs " +
+           to_string(fallback) + " (attention flash)";
+  }
+  if (p.attention_kernel != fallback && arch != GpuArch::kHopper) {
+    return std::string("attention ") + to_string(p.attention_kernel) +
+           ": kernels are compared on Hopper only (the FlashAttention-3 paper's side-by-side rates); on " + gpu +
+           " this framework runs " + to_string(fallback) + " (attention flash)";
+  }
+  return "";
+}
+
 const std::vector<std::string>& attention_names() {
   static const std::vector<std::string> names = {"flash", "naive", "fa2", "cudnn", "fa3"};
   return names;
@@ -861,20 +876,7 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     if (p.pp != 1 || p.cp != 1) fail("async data parallel (parameter servers) is modelled for pp=1 and cp=1");
   }
   if (p.ps_servers < 0) fail("ps-servers must be >= 0");
-  // A named attention kernel: FlashAttention-3 is written for Hopper
-  // (flash-attn's hopper/ build, sm90); the kernels are compared on Hopper
-  // only, where the FlashAttention-3 paper measures all three side by side.
-  if (p.attention_kernel != AttentionKernel::kDefault) {
-    const AttentionKernel fallback = default_attention_kernel(p.framework, cluster.gpu.arch);
-    if (p.attention_kernel == AttentionKernel::kFa3 && cluster.gpu.arch != GpuArch::kHopper) {
-      fail("attention fa3 (FlashAttention-3) runs on Hopper GPUs (sm90) only; on " + cluster.gpu.name +
-           " this framework runs " + to_string(fallback) + " (attention flash)");
-    } else if (p.attention_kernel != fallback && cluster.gpu.arch != GpuArch::kHopper) {
-      fail(std::string("attention ") + to_string(p.attention_kernel) + ": kernels are compared on Hopper only (the " +
-           "FlashAttention-3 paper's side-by-side rates); on " + cluster.gpu.name + " this framework runs " +
-           to_string(fallback) + " (attention flash)");
-    }
-  }
+  if (const std::string why = attention_kernel_conflict(p, cluster.gpu.arch, cluster.gpu.name); !why.empty()) fail(why);
   // FP8: tensor cores with FP8 (Hopper, Ada, Blackwell); MXFP8 only on
   // Blackwell (Transformer Engine: MXFP8BlockScaling needs sm_100).
   if (p.fp8_recipe != Fp8Recipe::kNone) {

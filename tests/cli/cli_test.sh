@@ -232,6 +232,24 @@ assert set(d["rejected_examples"]) <= set(d["rejected"]), d["rejected_examples"]
 assert any("zb-1p" in e for e in d["rejected_examples"].values()), d["rejected_examples"]
 '
 
+# A named attention kernel (docs/frameworks.md): FlashAttention-3 is Hopper's
+# (flash-attn hopper/, sm90), so an A100 recommend refuses it as bad input;
+# on H100 under Megatron-Core (default cuDNN) FlashAttention-2 makes every
+# plan slower (its published H100 rates, 335/322 against cuDNN's 539/516
+# TFLOP/s forward/backward), so the best plan's step grows.
+expect_error "recommend --attention fa3 on A100" \
+  "trainplan: --attention: attention fa3 (FlashAttention-3) runs on Hopper GPUs (sm90) only; on A100-SXM4-80GB this framework runs fa2 (attention flash); use --attention flash" \
+  recommend --model llama3-8b --cluster dgx-a100 --gpus 8 --attention fa3
+step_of_best() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["plans"][0]["step_time_s"])' "$TMP/out"; }
+expect_ok "recommend --attention cudnn (Megatron-Core's own kernel on H100)" \
+  recommend --model llama3-8b --cluster dgx-h100 --gpus 8 --framework megatron-core --attention cudnn --top 1 --json
+cudnn_step=$(step_of_best)
+expect_ok "recommend --attention fa2" \
+  recommend --model llama3-8b --cluster dgx-h100 --gpus 8 --framework megatron-core --attention fa2 --top 1 --json
+fa2_step=$(step_of_best)
+python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if b > a * 1.05 else 1)" \
+  "$cudnn_step" "$fa2_step" || fail "fa2 step $fa2_step is not slower than cudnn's $cudnn_step"
+
 # A data-parallel group that straddles nodes unevenly (tp 2, dp 6 on 8-GPU
 # nodes: 4 ranks on one node, 2 on the next) is simulated, its collectives
 # in the even form of strided_group_placement (the lowering used to stop on
