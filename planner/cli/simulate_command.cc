@@ -404,6 +404,14 @@ int run_simulate(const SimulateFlags& f) {
   out["simulated_ranks"] = rep.simulated_ranks;
   const std::string version_note = execution_profile(layout.plan).version_note;
   if (!version_note.empty()) out["framework_note"] = version_note;
+  // The fused kernel `flash` stands for (Plan::attention_kernel).
+  const char* attention_kernel =
+      layout.plan.attention == Attention::kNaive
+          ? nullptr
+          : to_string(layout.plan.attention_kernel == AttentionKernel::kDefault
+                          ? default_attention_kernel(layout.plan.framework, job.cluster.gpu.arch)
+                          : layout.plan.attention_kernel);
+  if (attention_kernel != nullptr) out["attention_kernel"] = attention_kernel;
   out["tasks"] = rep.tasks;
   out["events"] = rep.events;
   FaultReport fr;
@@ -420,6 +428,10 @@ int run_simulate(const SimulateFlags& f) {
               job.cluster.name.c_str(), layout.gpus, layout.nodes, f.full ? "every rank" : "one rank per stage");
   std::printf("# plan: %s\n# config %s\n", describe_plan(layout.plan).c_str(), hash.c_str());
   if (!version_note.empty()) std::printf("# framework: %s\n", version_note.c_str());
+  if (attention_kernel != nullptr && layout.plan.attention_kernel == AttentionKernel::kDefault) {
+    std::printf("# attention: flash runs %s here (the framework's default kernel; --attention fa2|cudnn|fa3 names one)\n",
+                attention_kernel);
+  }
   std::printf("step time        %10.4f s   (%lld micro-batches per pipeline)\n", rep.step_time_s,
               static_cast<long long>(layout.microbatches));
   std::printf("throughput       %10.0f tokens/s  (%.0f tokens/s per GPU)\n", rep.tokens_per_s,

@@ -250,6 +250,19 @@ fa2_step=$(step_of_best)
 python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if b > a * 1.05 else 1)" \
   "$cudnn_step" "$fa2_step" || fail "fa2 step $fa2_step is not slower than cudnn's $cudnn_step"
 
+# simulate says which kernel `flash` stands for: Transformer Engine's cuDNN
+# FusedAttention on Hopper (get_attention_backend), FlashAttention-2 before
+# it and under scaled_dot_product_attention (torchtitan).
+expect_ok "simulate names the kernel flash runs (Megatron-Core, H100)" \
+  simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --framework megatron-core --json
+json_check "attention_kernel" 'assert d["attention_kernel"] == "cudnn", d["attention_kernel"]'
+expect_ok "simulate names the kernel flash runs (Megatron-Core, A100)" \
+  simulate --model llama3-8b --cluster dgx-a100 --gpus 8 --framework megatron-core --zero 3 --json
+json_check "attention_kernel" 'assert d["attention_kernel"] == "fa2", d["attention_kernel"]'
+expect_ok "simulate names the kernel flash runs (torchtitan, H100)" \
+  simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --framework torchtitan --zero 3 --json
+json_check "attention_kernel" 'assert d["attention_kernel"] == "fa2", d["attention_kernel"]'
+
 # A data-parallel group that straddles nodes unevenly (tp 2, dp 6 on 8-GPU
 # nodes: 4 ranks on one node, 2 on the next) is simulated, its collectives
 # in the even form of strided_group_placement (the lowering used to stop on
