@@ -662,6 +662,19 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
          "# needs more than one hardware queue (arguments.py: a larger CUDA_DEVICE_MAX_CONNECTIONS).\n";
     s += "export CUDA_DEVICE_MAX_CONNECTIONS=32\n\n";
   }
+  // Transformer Engine's FlashAttention backend takes FlashAttention-3 on
+  // Hopper when flash-attn's hopper build is installed, else FlashAttention-2
+  // (dot_product_attention/utils.py get_attention_backend); from TE v2.18
+  // NVTE_FLASH_ATTN_V2 / NVTE_FLASH_ATTN_V3 switch each off.
+  if (p.attention == Attention::kFlash && p.attention_kernel == AttentionKernel::kFa2) {
+    s += "# attention fa2: keep Transformer Engine's flash backend on FlashAttention-2 even where\n"
+         "# flash-attn's Hopper build (FlashAttention-3) is installed (TE v2.18+).\n";
+    s += "export NVTE_FLASH_ATTN_V3=0\n\n";
+  } else if (p.attention == Attention::kFlash && p.attention_kernel == AttentionKernel::kFa3) {
+    s += "# attention fa3: needs flash-attn's Hopper build (flash_attn_3); without it Transformer\n"
+         "# Engine would fall back to FlashAttention-2, which this switches off (TE v2.18+).\n";
+    s += "export NVTE_FLASH_ATTN_V2=0\n\n";
+  }
   s += torchrun_args(L).array("DISTRIBUTED_ARGS") + "\n";
   s += model.array("MODEL_ARGS") + "\n";
   s += parallel.array("PARALLEL_ARGS") + "\n";

@@ -1042,6 +1042,17 @@ TEST_CASE("Export: a named attention kernel maps to the framework's switch or is
   CHECK(backend("fa2") == "flash");
   CHECK(backend("fa3") == "flash");
   CHECK(backend("naive") == "unfused");
+  // TE's flash backend prefers FlashAttention-3 on Hopper when installed;
+  // v2.18's NVTE_FLASH_ATTN_V2 / _V3 pin the one the plan names.
+  auto script = [](const std::string& attention) {
+    Plan p;
+    p.framework = Framework::kMegatronCore;
+    set_attention(&p, attention);
+    return exported(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, p));
+  };
+  CHECK(script("fa2").find("\nexport NVTE_FLASH_ATTN_V3=0\n") != std::string::npos);
+  CHECK(script("fa3").find("\nexport NVTE_FLASH_ATTN_V2=0\n") != std::string::npos);
+  CHECK(script("flash").find("NVTE_FLASH_ATTN") == std::string::npos);
   // Megatron-DeepSpeed, torchtitan and the PyTorch script run FlashAttention-2
   // (--use-flash-attn-v2; scaled_dot_product_attention's flash backend) and
   // cannot be told to run another kernel.
