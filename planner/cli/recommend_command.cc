@@ -356,7 +356,7 @@ int run_recommend(const RecommendFlags& f) {
     Plan probe;
     set_attention(&probe, kernels[pick("--attention", f.attention, kernels)]);
     probe.framework = o.framework;
-    if (const std::string why = attention_kernel_conflict(probe, cluster.gpu.arch, cluster.gpu.name); !why.empty()) {
+    if (const std::string why = attention_kernel_conflict(probe, model, cluster.gpu.arch, cluster.gpu.name); !why.empty()) {
       throw_input_error("--attention", "", why, "use --attention flash");
     }
     o.attention_kernel = probe.attention_kernel;

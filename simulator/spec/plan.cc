@@ -349,12 +349,16 @@ AttentionKernel default_attention_kernel(Framework f, GpuArch arch) {
   return AttentionKernel::kFa2;
 }
 
-std::string attention_kernel_conflict(const Plan& p, GpuArch arch, const std::string& gpu) {
+std::string attention_kernel_conflict(const Plan& p, const ModelSpec& model, GpuArch arch, const std::string& gpu) {
   if (p.attention != Attention::kFlash || p.attention_kernel == AttentionKernel::kDefault) return "";
   const AttentionKernel fallback = default_attention_kernel(p.framework, arch);
   if (p.attention_kernel == AttentionKernel::kFa3 && arch != GpuArch::kHopper) {
     return "attention fa3 (FlashAttention-3) runs on Hopper GPUs (sm90) only; on " + gpu + " this framework runs " +
            to_string(fallback) + " (attention flash)";
+  }
+  if (p.attention_kernel == AttentionKernel::kFa3 && model.dropout) {
+    return "attention fa3 (FlashAttention-3) has no attention dropout, and " + model.name +
+           " trains with dropout; use attention fa2, cudnn or flash";
   }
   if (p.attention_kernel != fallback && arch != GpuArch::kHopper) {
     return std::string("attention ") + to_string(p.attention_kernel) +
@@ -876,7 +880,9 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     if (p.pp != 1 || p.cp != 1) fail("async data parallel (parameter servers) is modelled for pp=1 and cp=1");
   }
   if (p.ps_servers < 0) fail("ps-servers must be >= 0");
-  if (const std::string why = attention_kernel_conflict(p, cluster.gpu.arch, cluster.gpu.name); !why.empty()) fail(why);
+  if (const std::string why = attention_kernel_conflict(p, model, cluster.gpu.arch, cluster.gpu.name); !why.empty()) {
+    fail(why);
+  }
   // FP8: tensor cores with FP8 (Hopper, Ada, Blackwell); MXFP8 only on
   // Blackwell (Transformer Engine: MXFP8BlockScaling needs sm_100).
   if (p.fp8_recipe != Fp8Recipe::kNone) {

@@ -317,13 +317,15 @@ bool runs_flex_dispatcher(Framework framework);
 //     FlashAttention-2 and whose cuDNN backend is opt-in (pytorch#138522) -> fa2;
 //   generic: fa2.
 AttentionKernel default_attention_kernel(Framework framework, GpuArch arch);
-// Why `plan`'s named attention kernel cannot run on `arch` (a GPU called
-// `gpu`), or "" when it can: FlashAttention-3 is written for Hopper
-// (flash-attn's hopper/ build, sm90), and a kernel other than the
-// framework's own is costed against it on Hopper only, where the
-// FlashAttention-3 paper measures all three side by side.  The one place
-// for the rule: resolve_plan, and recommend for --attention.
-std::string attention_kernel_conflict(const Plan& plan, GpuArch arch, const std::string& gpu);
+// Why `plan`'s named attention kernel cannot run `model` on `arch` (a GPU
+// called `gpu`), or "" when it can: FlashAttention-3 is written for Hopper
+// (flash-attn's hopper/ build, sm90) and has no attention dropout (its
+// flash_attn_func takes no dropout_p; Transformer Engine disables it for
+// dropout), and a kernel other than the framework's own is costed against
+// it on Hopper only, where the FlashAttention-3 paper measures all three side
+// by side.  The one place for the rule: resolve_plan, and recommend for
+// --attention.
+std::string attention_kernel_conflict(const Plan& plan, const ModelSpec& model, GpuArch arch, const std::string& gpu);
 // The plan's attention as the CLI and plan.json name it: naive, flash, or
 // the named kernel (fa2, cudnn, fa3).
 std::string attention_name(const Plan& plan);

@@ -330,6 +330,18 @@ TEST_CASE("Plan: a named attention kernel runs where the framework can select it
   CHECK(has_reason(cudnn, "attention cudnn: kernels are compared on Hopper only (the FlashAttention-3 paper's "
                           "side-by-side rates); on A100-SXM4-80GB this framework runs fa2 (attention flash)"));
   CHECK_FALSE(resolve(b200, Framework::kMegatronCore, "fa2").feasible);
+  // FlashAttention-3 has no dropout (flash-attn hopper/ flash_attn_func has
+  // no dropout_p): a GPT-style model with attention dropout cannot run it.
+  ModelSpec gpt = load_model("gpt3-1.3b");
+  REQUIRE(gpt.dropout);
+  Plan fa3_gpt;
+  set_attention(&fa3_gpt, "fa3");
+  const Layout dropout = resolve_plan(gpt, h100, 8, fa3_gpt);
+  CHECK_FALSE(dropout.feasible);
+  CHECK(has_reason(dropout, "attention fa3 (FlashAttention-3) has no attention dropout, and gpt3-1.3b trains with "
+                            "dropout; use attention fa2, cudnn or flash"));
+  set_attention(&fa3_gpt, "fa2");
+  CHECK(resolve_plan(gpt, h100, 8, fa3_gpt).feasible);
   // The names round-trip.
   for (const std::string& name : attention_names()) {
     Plan p;
