@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""A wider check than the dev rows: every run of two sets of published benchmark tables that trainplan can
-express, predicted at its printed layout -- Megatron-Bridge's performance summary and torchtitan's benchmarks.
+"""A wider check than the dev rows: every run of four sets of published benchmark tables that trainplan can
+express, predicted at its printed layout -- Megatron-Bridge's performance summary, torchtitan's benchmarks, the
+Megatron-MoE-ModelZoo's Qwen3-235B tables and the Megatron-LM README's weak-scaling table.
 Not the judged comparison (ACCURACY.md's rows are), and nothing here is fitted: it says how the model carries
 to many more published runs of the kinds the dev rows sample.
 
@@ -45,6 +46,13 @@ row or its command (selective with its modules, full, none); --moe-dispatcher de
 named (M5); --ep-overlap where the row or its command overlaps the all-to-alls (A2A_OVERLAP=1, "+1f1b overlap");
 MXFP8 -> --precision fp8; --framework megatron-core.  Metric: model TFLOP/s per GPU at trainplan's count (T1).
 
+Megatron-LM's weak-scaling table.  Facts: tests/data/validation/megatron_weak_scaling.json, the nine GPT models
+of the Megatron-LM README's model table (Megatron-Core r0.8.0, H100, 1.7B to 462B on 48 to 6,144 GPUs; the 1.7B
+and 7.1B rows are dev rows).  Mapping: each row is written as a dev row of the same source (the file's template:
+source, hardware, overlap field, notes) and mapped by tools/accuracy.py's own rules, as the two dev rows are (GPT
+style, micro-batch 1, recompute none, the distributed optimizer and --sp --tp-comm-overlap from the overlap
+field, 1F1B without interleaving, --framework megatron-core).  Metric: model TFLOP/s per GPU (T1).
+
 Usage: python3 tools/wider_check.py [--out docs/wider-check.md]  (after building)
 """
 import argparse
@@ -62,6 +70,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FACTS = os.path.join(ROOT, "tests", "data", "validation", "megatron_bridge_perf.json")
 TITAN_FACTS = os.path.join(ROOT, "tests", "data", "validation", "torchtitan_benchmarks.json")
 ZOO_FACTS = os.path.join(ROOT, "tests", "data", "validation", "moe_model_zoo.json")
+WEAK_FACTS = os.path.join(ROOT, "tests", "data", "validation", "megatron_weak_scaling.json")
 ZOO_CLUSTERS = {"H100": "dgx-h100", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
 
 MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b",
@@ -312,29 +321,95 @@ def zoo_section(trainplan, path):
     return doc, errs
 
 
+def weak_scaling_rows(path):
+    """The weak-scaling table's rows as dev rows of their source (published_dev.json's schema), for
+    accuracy.flags_for / model_file."""
+    facts = json.load(open(path))
+    t = facts["template"]
+    rows = []
+    for r in facts["rows"]:
+        rows.append({
+            "id": "mcore24_h100_weak_" + r["model_size"], "source": t["source"], "kind": "measured_throughput",
+            "model": {"name": "GPT-%s (Megatron-Core weak scaling)" % r["model_size"], "layers": r["layers"],
+                      "hidden": r["hidden"], "heads": r["heads"], "kv_heads": None, "ffn_hidden": None,
+                      "vocab": 131072, "seq_len": 4096},
+            "hardware": dict(t["hardware"], gpus=r["gpus"]),
+            "layout": {"tp": r["tp"], "pp": r["pp"], "dp": r["dp"], "cp": 1, "vp": None, "zero_stage": None,
+                       "sequence_parallel": None, "recompute": None, "micro_batch": None,
+                       "global_batch": r["global_batch"], "overlap": t["overlap"]},
+            "measured": {"tflops_per_gpu": r["tflops_per_gpu"], "mfu": r["mfu"]},
+            "notes": t["notes"]})
+    return rows
+
+
+def weak_scaling_section(trainplan, path, tmp):
+    rows = weak_scaling_rows(path)
+    results, skipped = [], {}
+    for row in rows:
+        mapped = accuracy.flags_for(row, trainplan)
+        if not mapped:
+            skipped["not expressible"] = skipped.get("not expressible", 0) + 1
+            continue
+        flags, mbs, metric, measured, key = mapped
+        pred, res = accuracy.predict(trainplan, row, accuracy.model_file(row, tmp), accuracy.cluster_for(row), flags,
+                                     mbs, key)
+        if pred is None:
+            reason = "invalid: " + "; ".join(res.get("reasons", []))[:120]
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        results.append((row, flags, measured, pred, (pred - measured) / measured, bool(res.get("fits")),
+                        res["time_breakdown_s"], res["step_time_s"]))
+    errs = [r[4] for r in results]
+    doc = ["## Megatron-LM's weak-scaling table", "",
+           "The Megatron-LM README's model table (Megatron-Core r0.8.0 on H100; facts in",
+           "`tests/data/validation/megatron_weak_scaling.json`; the 1.7B and 7.1B rows are dev rows), %d rows, mapped" %
+           len(rows),
+           "by `tools/accuracy.py`'s rules as the dev rows are; model TFLOP/s per GPU. The table prints no micro-batch,",
+           "so the rules' micro-batch 1 gives 4 micro-batches per step on the pp 1 rows: the last one's backward is all",
+           "that hides the fp32 gradient reduce-scatter and the first forward all that hides the parameter all-gather",
+           "(Megatron-Core r0.8's lazily dispatched, one-bucket-ahead gathers); the exposed DP share below is where the",
+           "large TP-8 models lose to the table.", "",
+           "**Summary:** " + (headline(errs) if errs else "none predicted"), "",
+           "| model | tp | pp | GPUs | global batch | measured TF/s | predicted | error | DP + bubble share | fits | flags |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for row, flags, meas, pred, err, fits, breakdown, step in results:
+        lay = row["layout"]
+        idle = (breakdown.get("dp_comm", 0) + breakdown.get("bubble", 0)) / step
+        doc.append("| %s | %d | %d | %d | %d | %.1f | %.1f | %+.1f%% | %.0f%% | %s | `%s` |" % (
+            row["model"]["name"].split(" ")[0], lay["tp"], lay["pp"], row["hardware"]["gpus"], lay["global_batch"],
+            meas, pred, 100 * err, 100 * idle, "yes" if fits else "no", " ".join(["--mbs", str(1)] + flags)))
+    doc += not_predicted(skipped)
+    return doc, errs
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trainplan", default=os.path.join(ROOT, "build", "planner", "trainplan"))
     ap.add_argument("--facts", default=FACTS)
     ap.add_argument("--titan-facts", default=TITAN_FACTS)
     ap.add_argument("--zoo-facts", default=ZOO_FACTS)
+    ap.add_argument("--weak-facts", default=WEAK_FACTS)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "wider-check.md"))
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         mb, mb_errs = megatron_bridge_section(a.trainplan, a.facts)
         tt, tt_errs = torchtitan_section(a.trainplan, a.titan_facts, tmp)
+        weak, weak_errs = weak_scaling_section(a.trainplan, a.weak_facts, tmp)
     zoo, zoo_errs = zoo_section(a.trainplan, a.zoo_facts)
     doc = ["# A wider check: published benchmark tables", "",
-           "Generated by `python3 tools/wider_check.py` (after building). Every run of three published sets of",
+           "Generated by `python3 tools/wider_check.py` (after building). Every run of four published sets of",
            "benchmark tables that trainplan can express -- Megatron-Bridge's performance summary, torchtitan's",
-           "benchmarks and the Megatron-MoE-ModelZoo's Qwen3-235B tables -- predicted at its printed layout with the",
+           "benchmarks, the Megatron-MoE-ModelZoo's Qwen3-235B tables and the Megatron-LM README's weak-scaling",
+           "table -- predicted at its printed layout with the",
            "ACCURACY.md rules as far as the tables print the fields (the script's docstring). Not the judged",
            "comparison (`docs/accuracy.md`) and nothing here is fitted: it shows how the model carries to many more",
            "published runs of the kinds the dev rows sample. Error = (predicted - measured) / measured throughput",
-           "(tokens/s per GPU; model TFLOP/s for the ModelZoo), + = optimistic.", "",
+           "(tokens/s per GPU; model TFLOP/s for the ModelZoo and the weak-scaling table), + = optimistic.", "",
            "- Megatron-Bridge: " + headline(mb_errs),
            "- torchtitan: " + headline(tt_errs),
-           "- Megatron-MoE-ModelZoo: " + (headline(zoo_errs) if zoo_errs else "none predicted"), ""] + mb + tt + zoo
+           "- Megatron-MoE-ModelZoo: " + (headline(zoo_errs) if zoo_errs else "none predicted"),
+           "- Megatron-LM's weak-scaling table: " + (headline(weak_errs) if weak_errs else "none predicted"),
+           ""] + mb + tt + zoo + weak
     text = "\n".join(doc)
     tmp_out = a.out + ".tmp"
     with open(tmp_out, "w") as f:

@@ -125,5 +125,33 @@ class SourceRules(unittest.TestCase):
         self.assertEqual(f({"id": "c", "source": "a PyTorch FSDP run", "layout": {}}), "pytorch")
 
 
+class WeakScalingFacts(unittest.TestCase):
+    """tests/data/validation/megatron_weak_scaling.json, transcribed from the Megatron-LM README's model table
+    (tools/wider_check.py): each row checked against the table's own other columns."""
+
+    def setUp(self):
+        path = os.path.join(ROOT, "tests", "data", "validation", "megatron_weak_scaling.json")
+        with open(path) as f:
+            self.rows = json.load(f)["rows"]
+
+    def test_model_size_matches_the_shape(self):
+        # A GPT layer holds 12h^2 + 13h parameters (QKV, projection, 4h MLP, biases, two norms); the input and
+        # output embeddings V x h each (V = 131,072: the table's sizes count both, e.g. 7.1B = 12 x 30 x 4096^2
+        # = 6.04B + 2 x 0.54B) and 4096 learned positions 4096 h.  Every "Model size" must come out within 4%
+        # (1.7B: 1.208B + 0.537B + 0.008B = 1.753B, +3.1%, the coarsest rounding in the column).
+        for r in self.rows:
+            h, l = r["hidden"], r["layers"]
+            params = 12 * l * h * h + 13 * l * h + (2 * 131072 + 4096) * h
+            size = float(r["model_size"].rstrip("B")) * 1e9
+            self.assertLess(abs(params / size - 1), 0.04, r["model_size"])
+
+    def test_layout_columns_agree(self):
+        # GPUs = TP x PP x DP (DP 48 throughout), and the printed MFU is TFLOP/s over the H100's 989 dense bf16
+        # TFLOP/s, rounded to a percent (1.7B: 408.8 / 989 = 41.3% -> 41%).
+        for r in self.rows:
+            self.assertEqual(r["gpus"], r["tp"] * r["pp"] * r["dp"], r["model_size"])
+            self.assertEqual(round(100 * r["tflops_per_gpu"] / 989), round(100 * r["mfu"]), r["model_size"])
+
+
 if __name__ == "__main__":
     unittest.main()
