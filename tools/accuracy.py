@@ -699,6 +699,14 @@ def run(trainplan, args):
     return json.loads(out.stdout)
 
 
+def run_memory(trainplan, args):
+    """`trainplan memory --json` with these flags."""
+    out = subprocess.run([trainplan, "memory", "--json"] + args, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip())
+    return json.loads(out.stdout)
+
+
 def source_flops_per_token(meas):
     """The source's own model FLOPs per token, where it prints both its model TFLOP/s and its tokens/s per GPU
     (their ratio); else None.  T1 compares TFLOP/s as a pure time comparison, which holds only where trainplan

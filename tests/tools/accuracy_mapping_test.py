@@ -153,5 +153,31 @@ class WeakScalingFacts(unittest.TestCase):
             self.assertEqual(round(100 * r["tflops_per_gpu"] / 989), round(100 * r["mfu"]), r["model_size"])
 
 
+class BloomSweepFacts(unittest.TestCase):
+    """tests/data/validation/bloom_prequel_sweep.json, transcribed from bigscience's chronicles-prequel.md
+    (tools/wider_check.py): each row checked against the table's own other columns."""
+
+    def setUp(self):
+        path = os.path.join(ROOT, "tests", "data", "validation", "bloom_prequel_sweep.json")
+        with open(path) as f:
+            self.rows = json.load(f)["rows"]
+
+    def test_every_layout_fills_the_48_nodes(self):
+        for r in self.rows:
+            self.assertEqual(r["dp"] * r["tp"] * r["pp"], 384, r)
+
+    def test_step_time_and_tflops_columns_agree(self):
+        # TFLOP/s = FLOPs of a step / (step time x 384 GPUs), one FLOP count per model shape and sequence, so
+        # TFLOP/s x step time / global batch is one constant per shape (the source prints both columns; all rows
+        # here use the corrected estimator of PR #251).  h14336/l72: 143.31 s x 112.49 / 2048 = 7.872.
+        per_shape = {}
+        for r in self.rows:
+            per_shape.setdefault((r["hidden"], r["layers"]), []).append(
+                r["tflops_per_gpu"] * r["step_time_s"] / r["global_batch"])
+        self.assertAlmostEqual(per_shape[(14336, 72)][0], 143.31 * 112.49 / 2048, places=6)
+        for shape, values in per_shape.items():
+            self.assertLess(max(values) / min(values) - 1, 0.01, shape)
+
+
 if __name__ == "__main__":
     unittest.main()
