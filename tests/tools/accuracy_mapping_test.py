@@ -179,5 +179,34 @@ class BloomSweepFacts(unittest.TestCase):
             self.assertLess(max(values) / min(values) - 1, 0.01, shape)
 
 
+class NarayananTable1Facts(unittest.TestCase):
+    """tests/data/validation/narayanan21_table1.json: Table 1 (the README image) with run_table_1.sh's layout
+    columns, checked against the table's own other columns."""
+
+    def setUp(self):
+        path = os.path.join(ROOT, "tests", "data", "validation", "narayanan21_table1.json")
+        with open(path) as f:
+            self.rows = json.load(f)["rows"]
+
+    def test_parameters_match_the_shape(self):
+        # The paper's count (Sec. 5.1): P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), V = 51,200, s = 2048;
+        # e.g. 1T: 12 x 128 x 25600^2 = 1006.6B + 1.4B = 1008.0B.  The table prints one decimal, so the count
+        # must round to it: within half a unit of the last digit (1.652B -> 1.7 needs 0.05B; 1008.04 -> 1008.0).
+        for r in self.rows:
+            l, h = r["layers"], r["hidden"]
+            p = 12 * l * h * h * (1 + 13 / (12 * h) + (51200 + 2048) / (12 * l * h))
+            self.assertLessEqual(abs(p / 1e9 - r["params_b"]), 0.05, r["model_size"])
+
+    def test_layouts_divide(self):
+        # The script's model-parallel size TP x PP times the data-parallel size is the GPU count, and the
+        # global batch is whole micro-batches on every data-parallel rank; the virtual stages divide a stage.
+        for r in self.rows:
+            mp = r["tp"] * r["pp"]
+            self.assertEqual(r["gpus"] % mp, 0, r["model_size"])
+            self.assertEqual(r["global_batch"] % (r["gpus"] // mp * r["micro_batch"]), 0, r["model_size"])
+            if r["layers_per_virtual_stage"]:
+                self.assertEqual((r["layers"] // r["pp"]) % r["layers_per_virtual_stage"], 0, r["model_size"])
+
+
 if __name__ == "__main__":
     unittest.main()
