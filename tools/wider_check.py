@@ -334,6 +334,32 @@ def zoo_section(trainplan, path):
     return doc, errs
 
 
+def predict_dev_rows(trainplan, rows, tmp):
+    """Rows written in published_dev.json's schema, each mapped and simulated exactly as tools/accuracy.py maps and
+    simulates a dev row: a list of dicts (row, flags, mbs, model, cluster, measured, pred, err, res), err signed as
+    ACCURACY.md says (+ = optimistic; time metrics (meas - pred) / meas), and the reasons rows were skipped,
+    counted."""
+    out, skipped = [], {}
+    for row in rows:
+        mapped = accuracy.flags_for(row, trainplan)
+        cluster = accuracy.cluster_for(row)
+        if not mapped or not cluster:
+            skipped["not expressible"] = skipped.get("not expressible", 0) + 1
+            continue
+        flags, mbs, metric, measured, key = mapped
+        model = accuracy.model_file(row, tmp)
+        pred, res = accuracy.predict(trainplan, row, model, cluster, flags, mbs, key)
+        if pred is None:
+            reason = "invalid: " + "; ".join(res.get("reasons", []))[:120]
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        time_metric = key in ("step_time_s", "layer_ms")
+        err = (measured - pred) / measured if time_metric else (pred - measured) / measured
+        out.append({"row": row, "flags": flags, "mbs": mbs, "model": model, "cluster": cluster,
+                    "measured": measured, "pred": pred, "err": err, "res": res})
+    return out, skipped
+
+
 def weak_scaling_rows(path):
     """The weak-scaling table's rows as dev rows of their source (published_dev.json's schema), for
     accuracy.flags_for / model_file."""
@@ -357,21 +383,9 @@ def weak_scaling_rows(path):
 
 def weak_scaling_section(trainplan, path, tmp):
     rows = weak_scaling_rows(path)
-    results, skipped = [], {}
-    for row in rows:
-        mapped = accuracy.flags_for(row, trainplan)
-        if not mapped:
-            skipped["not expressible"] = skipped.get("not expressible", 0) + 1
-            continue
-        flags, mbs, metric, measured, key = mapped
-        pred, res = accuracy.predict(trainplan, row, accuracy.model_file(row, tmp), accuracy.cluster_for(row), flags,
-                                     mbs, key)
-        if pred is None:
-            reason = "invalid: " + "; ".join(res.get("reasons", []))[:120]
-            skipped[reason] = skipped.get(reason, 0) + 1
-            continue
-        results.append((row, flags, measured, pred, (pred - measured) / measured, bool(res.get("fits")),
-                        res["time_breakdown_s"], res["step_time_s"]))
+    predicted, skipped = predict_dev_rows(trainplan, rows, tmp)
+    results = [(r["row"], r["flags"], r["measured"], r["pred"], r["err"], bool(r["res"].get("fits")),
+                r["res"]["time_breakdown_s"], r["res"]["step_time_s"]) for r in predicted]
     errs = [r[4] for r in results]
     doc = ["## Megatron-LM's weak-scaling table", "",
            "The Megatron-LM README's model table (Megatron-Core r0.8.0 on H100; facts in",
@@ -420,22 +434,18 @@ def bloom_sweep_rows(path):
 def bloom_sweep_section(trainplan, path, tmp):
     rows = bloom_sweep_rows(path)
     results, mem_errs, mem_bf16_errs = [], [], []
-    for row in rows:
-        flags, mbs, metric, measured, key = accuracy.flags_for(row, trainplan)
-        model = accuracy.model_file(row, tmp)
-        pred, res = accuracy.predict(trainplan, row, model, "jean-zay-a100", flags, mbs, key)
-        mem = row["measured"]["memory_gb_per_gpu"]
+    predicted, _ = predict_dev_rows(trainplan, rows, tmp)
+    for r in predicted:
+        mem = r["row"]["measured"]["memory_gb_per_gpu"]
         mem_pred = None
         if mem:
-            out = accuracy.run_memory(trainplan, ["--model", model, "--cluster", "jean-zay-a100", "--mbs", str(mbs)] +
-                                      flags)
-            mem_pred = out["peak_gib"]
+            args = ["--model", r["model"], "--cluster", r["cluster"], "--mbs", str(r["mbs"])] + r["flags"]
+            mem_pred = accuracy.run_memory(trainplan, args)["peak_gib"]
             mem_errs.append((mem - mem_pred) / mem)
             # The diagnostic of docs/accuracy.md: DeepSpeed's other bf16 ZeRO-1 path (bf16 gradients).
-            bf16 = accuracy.run_memory(trainplan, ["--model", model, "--cluster", "jean-zay-a100", "--mbs", str(mbs),
-                                                   "--grad-dtype", "bf16"] + flags)["peak_gib"]
+            bf16 = accuracy.run_memory(trainplan, args + ["--grad-dtype", "bf16"])["peak_gib"]
             mem_bf16_errs.append((mem - bf16) / mem)
-        results.append((row, flags, measured, pred, (measured - pred) / measured, mem, mem_pred))
+        results.append((r["row"], r["flags"], r["measured"], r["pred"], r["err"], mem, mem_pred))
     errs = [r[4] for r in results]
     # Throughput (sequences per second) orders the layouts; the global batches differ (1568-2048).
     gbs = [r[0]["layout"]["global_batch"] for r in results]
@@ -498,13 +508,9 @@ def narayanan_rows(path):
 
 def narayanan_section(trainplan, path, tmp):
     rows = narayanan_rows(path)
-    results = []
-    for row in rows:
-        flags, mbs, metric, measured, key = accuracy.flags_for(row, trainplan)
-        pred, res = accuracy.predict(trainplan, row, accuracy.model_file(row, tmp), accuracy.cluster_for(row), flags,
-                                     mbs, key)
-        results.append((row, flags, mbs, measured, pred, (pred - measured) / measured, res["time_breakdown_s"],
-                        res["step_time_s"]))
+    predicted, _ = predict_dev_rows(trainplan, rows, tmp)
+    results = [(r["row"], r["flags"], r["mbs"], r["measured"], r["pred"], r["err"], r["res"]["time_breakdown_s"],
+                r["res"]["step_time_s"]) for r in predicted]
     errs = [r[5] for r in results]
     doc = ["## Narayanan et al. 2021, Table 1", "",
            "The ten GPT models of Megatron-LM's SC'21 weak-scaling table (A100; facts in",

@@ -405,12 +405,9 @@ int run_simulate(const SimulateFlags& f) {
   const std::string version_note = execution_profile(layout.plan).version_note;
   if (!version_note.empty()) out["framework_note"] = version_note;
   // The fused kernel `flash` stands for (Plan::attention_kernel).
-  const char* attention_kernel =
-      layout.plan.attention == Attention::kNaive
-          ? nullptr
-          : to_string(layout.plan.attention_kernel == AttentionKernel::kDefault
-                          ? default_attention_kernel(layout.plan.framework, job.cluster.gpu.arch)
-                          : layout.plan.attention_kernel);
+  const char* attention_kernel = layout.plan.attention == Attention::kNaive
+                                     ? nullptr
+                                     : to_string(attention_kernel_run(layout.plan, job.cluster.gpu.arch));
   if (attention_kernel != nullptr) out["attention_kernel"] = attention_kernel;
   out["tasks"] = rep.tasks;
   out["events"] = rep.events;

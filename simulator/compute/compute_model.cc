@@ -141,8 +141,9 @@ constexpr double kFlashReferenceTokens = 16384;
 ComputeParams compute_params(const ClusterSpec& cluster, const Plan& plan) {
   ComputeParams p = compute_params(cluster, plan.precision);
   if (plan.attention == Attention::kFlash) {
-    const auto [fwd, bwd] = attention_kernel_speedup(
-        plan.attention_kernel, default_attention_kernel(plan.framework, cluster.gpu.arch));
+    const GpuArch arch = cluster.gpu.arch;
+    const auto [fwd, bwd] =
+        attention_kernel_speedup(attention_kernel_run(plan, arch), default_attention_kernel(plan.framework, arch));
     p.attention_fwd_speedup = fwd;
     p.attention_bwd_speedup = bwd;
   }

@@ -349,6 +349,11 @@ AttentionKernel default_attention_kernel(Framework f, GpuArch arch) {
   return AttentionKernel::kFa2;
 }
 
+AttentionKernel attention_kernel_run(const Plan& p, GpuArch arch) {
+  return p.attention_kernel != AttentionKernel::kDefault ? p.attention_kernel
+                                                         : default_attention_kernel(p.framework, arch);
+}
+
 std::string attention_kernel_conflict(const Plan& p, const ModelSpec& model, GpuArch arch, const std::string& gpu) {
   if (p.attention != Attention::kFlash || p.attention_kernel == AttentionKernel::kDefault) return "";
   const AttentionKernel fallback = default_attention_kernel(p.framework, arch);

@@ -317,6 +317,9 @@ bool runs_flex_dispatcher(Framework framework);
 //     FlashAttention-2 and whose cuDNN backend is opt-in (pytorch#138522) -> fa2;
 //   generic: fa2.
 AttentionKernel default_attention_kernel(Framework framework, GpuArch arch);
+// The fused kernel a kFlash plan runs on `arch`: the one it names, else its
+// framework's default.  REQUIRES: plan.attention == kFlash.
+AttentionKernel attention_kernel_run(const Plan& plan, GpuArch arch);
 // Why `plan`'s named attention kernel cannot run `model` on `arch` (a GPU
 // called `gpu`), or "" when it can: FlashAttention-3 is written for Hopper
 // (flash-attn's hopper/ build, sm90) and has no attention dropout (its
