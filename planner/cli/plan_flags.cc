@@ -48,9 +48,10 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   add_precision_flags(app, &f->precision, &f->fp8_recipe);
   app->add_option("--grad-dtype", f->grad_dtype, "gradient dtype bf16|fp32 (default fp32, as Megatron)");
   app->add_option("--attention", f->attention,
-                  "flash|naive|fa2|cudnn|fa3: flash = the framework's default fused kernel (cudnn under Megatron on "
-                  "Hopper and Blackwell, fa2 elsewhere); fa2, cudnn, fa3 name a kernel, costed at its published rate "
-                  "against that default (Hopper only; docs/frameworks.md) (default flash)");
+                  "flash|naive|fa2|cudnn|fa3: flash = the framework's default attention (cudnn under Megatron-Core on "
+                  "Hopper and Blackwell, fa2 elsewhere; under megatron-lm its own unfused attention, FlashAttention "
+                  "being opt-in there: fa2); fa2, cudnn, fa3 name a kernel, costed at its published rate against "
+                  "that default (Hopper only; docs/frameworks.md) (default flash)");
   app->add_option("--dp-mode", f->dp_mode, "sync|async (async: parameter servers; default sync)");
   app->add_option("--offload", f->offload, "none|optimizer|params (default none)");
   app->add_option("--ps-servers", f->ps_servers, "async DP: parameter servers (default one per node)");

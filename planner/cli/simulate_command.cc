@@ -405,8 +405,11 @@ int run_simulate(const SimulateFlags& f) {
   const std::string version_note = execution_profile(layout.plan).version_note;
   if (!version_note.empty()) out["framework_note"] = version_note;
   // The fused kernel `flash` stands for (Plan::attention_kernel).
-  const char* attention_kernel = layout.plan.attention == Attention::kNaive
-                                     ? nullptr
+  // "unfused" where `flash` stands for a framework's own unfused attention
+  // (flash_is_default).
+  const char* attention_kernel = layout.plan.attention == Attention::kNaive ? nullptr
+                                 : attention_run(layout.plan) == Attention::kNaive
+                                     ? "unfused"
                                      : to_string(attention_kernel_run(layout.plan, job.cluster.gpu.arch));
   if (attention_kernel != nullptr) out["attention_kernel"] = attention_kernel;
   out["tasks"] = rep.tasks;
@@ -425,7 +428,10 @@ int run_simulate(const SimulateFlags& f) {
               job.cluster.name.c_str(), layout.gpus, layout.nodes, f.full ? "every rank" : "one rank per stage");
   std::printf("# plan: %s\n# config %s\n", describe_plan(layout.plan).c_str(), hash.c_str());
   if (!version_note.empty()) std::printf("# framework: %s\n", version_note.c_str());
-  if (attention_kernel != nullptr && layout.plan.attention_kernel == AttentionKernel::kDefault) {
+  if (attention_kernel != nullptr && attention_run(layout.plan) == Attention::kNaive) {
+    std::printf("# attention: flash runs unfused here (Megatron-LM's own attention, the s x s scores stored; its "
+                "FlashAttention is opt-in: --attention fa2 names it)\n");
+  } else if (attention_kernel != nullptr && layout.plan.attention_kernel == AttentionKernel::kDefault) {
     std::printf("# attention: flash runs %s here (the framework's default kernel; --attention fa2|cudnn|fa3 names one)\n",
                 attention_kernel);
   }

@@ -208,7 +208,7 @@ std::optional<std::string> fp8_refusal(const std::string& framework, const Plan&
 }
 
 const char* megatron_attention_backend(const Plan& p) {
-  if (p.attention == Attention::kNaive) return "unfused";
+  if (attention_run(p) == Attention::kNaive) return "unfused";
   switch (p.attention_kernel) {
     case AttentionKernel::kDefault: return "auto";
     case AttentionKernel::kCudnn: return "fused";

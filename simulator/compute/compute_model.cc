@@ -140,7 +140,7 @@ constexpr double kFlashReferenceTokens = 16384;
 
 ComputeParams compute_params(const ClusterSpec& cluster, const Plan& plan) {
   ComputeParams p = compute_params(cluster, plan.precision);
-  if (plan.attention == Attention::kFlash) {
+  if (attention_run(plan) == Attention::kFlash) {
     const GpuArch arch = cluster.gpu.arch;
     const auto [fwd, bwd] =
         attention_kernel_speedup(attention_kernel_run(plan, arch), default_attention_kernel(plan.framework, arch));

@@ -16,7 +16,7 @@ LayerShape layer_shape(const Plan& p) {
   s.mbs = p.mbs;
   s.seq = p.seq;
   s.precision = p.precision;
-  s.attention = p.attention;
+  s.attention = attention_run(p);
   s.recompute = p.recompute;
   s.recompute_modules = p.recompute_modules != 0 ? p.recompute_modules : static_cast<uint16_t>(kRcCoreAttn);
   s.fp8_recipe = p.fp8_recipe;

@@ -54,7 +54,7 @@ StepFlops step_flops(const ModelSpec& model, const Plan& plan) {
   LayerShape one;  // one unsharded sequence
   one.seq = plan.seq;
   one.precision = plan.precision;
-  one.attention = plan.attention;
+  one.attention = attention_run(plan);
   one.recompute = plan.recompute;
   one.ep = 1;
   one.etp = 1;

@@ -345,8 +345,17 @@ bool runs_flex_dispatcher(Framework f) {
 
 AttentionKernel default_attention_kernel(Framework f, GpuArch arch) {
   const bool hopper_plus = arch == GpuArch::kHopper || arch == GpuArch::kBlackwell;
-  if ((f == Framework::kMegatronLM || f == Framework::kMegatronCore) && hopper_plus) return AttentionKernel::kCudnn;
+  if (f == Framework::kMegatronCore && hopper_plus) return AttentionKernel::kCudnn;
   return AttentionKernel::kFa2;
+}
+
+bool flash_is_default(Framework f) { return f != Framework::kMegatronLM; }
+
+Attention attention_run(const Plan& p) {
+  if (p.attention == Attention::kFlash && p.attention_kernel == AttentionKernel::kDefault && !flash_is_default(p.framework)) {
+    return Attention::kNaive;
+  }
+  return p.attention;
 }
 
 AttentionKernel attention_kernel_run(const Plan& p, GpuArch arch) {
@@ -357,6 +366,12 @@ AttentionKernel attention_kernel_run(const Plan& p, GpuArch arch) {
 std::string attention_kernel_conflict(const Plan& p, const ModelSpec& model, GpuArch arch, const std::string& gpu) {
   if (p.attention != Attention::kFlash || p.attention_kernel == AttentionKernel::kDefault) return "";
   const AttentionKernel fallback = default_attention_kernel(p.framework, arch);
+  if (!flash_is_default(p.framework) && p.attention_kernel != fallback) {
+    return std::string("attention ") + to_string(p.attention_kernel) +
+           ": megatron-lm (Megatron-LM before Megatron-Core) runs FlashAttention-2 with --use-flash-attn (attention " + to_string(fallback) +
+           ") or its own unfused attention (attention flash or naive); Transformer Engine's kernels need "
+           "--framework megatron-core";
+  }
   if (p.attention_kernel == AttentionKernel::kFa3 && arch != GpuArch::kHopper) {
     return "attention fa3 (FlashAttention-3) runs on Hopper GPUs (sm90) only; on " + gpu + " this framework runs " +
            to_string(fallback) + " (attention flash)";

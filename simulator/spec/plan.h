@@ -306,19 +306,37 @@ std::string deepspeed_pipeline_zero_conflict(const Plan& plan);
 bool runs_flex_dispatcher(Framework framework);
 // The fused attention kernel `framework` runs on `arch` when the plan names
 // none (never kDefault):
-//   megatron-lm, megatron-core: Transformer Engine's DotProductAttention
-//     prefers FusedAttention (cuDNN) over FlashAttention on sm90 and later
-//     ("give FusedAttention preference on Hopper+ for performance reasons",
+//   megatron-core: Transformer Engine's DotProductAttention prefers
+//     FusedAttention (cuDNN) over FlashAttention on sm90 and later ("give
+//     FusedAttention preference on Hopper+ for performance reasons",
 //     transformer_engine/pytorch/attention/dot_product_attention/utils.py
 //     get_attention_backend; on sm90 since TE v1.2) -> cudnn on Hopper and
 //     Blackwell, fa2 before;
+//   megatron-lm: the flash-attn kernel of its opt-in --use-flash-attn
+//     (FlashAttention-2) -> fa2; without that flag it runs no fused kernel
+//     (flash_is_default, attention_run);
 //   deepspeed: Megatron-DeepSpeed's --use-flash-attn-v2 (flash-attn 2) -> fa2;
 //   torchtitan, pytorch: scaled_dot_product_attention, whose flash backend is
 //     FlashAttention-2 and whose cuDNN backend is opt-in (pytorch#138522) -> fa2;
 //   generic: fa2.
 AttentionKernel default_attention_kernel(Framework framework, GpuArch arch);
+// Whether `framework` runs a fused (flash) attention kernel when the plan
+// names none.  False for megatron-lm: Megatron-LM before Megatron-Core runs
+// its own core attention (the QK^T and attention-over-V batched GEMMs with
+// the fused scale-mask-softmax kernel, the s x s scores materialised) unless
+// launched with --use-flash-attn, an opt-in flag since it came (Megatron-LM
+// d693034, "Integrate FlashAttention into Megatron-LM", 2022-12-08;
+// store_true in megatron/arguments.py through the 2023 forks, e.g. the Zero
+// Bubble paper's sail-sg/zero-bubble-pipeline-parallelism 425b42e, whose
+// pretrain_zero_bubble.sh does not pass it).  True for every other framework.
+bool flash_is_default(Framework framework);
+// The attention path a plan runs: kNaive for attention naive, and for
+// attention flash without a named kernel under a framework whose default is
+// unfused (flash_is_default); kFlash otherwise.  Costs and memory use this,
+// never Plan::attention directly.
+Attention attention_run(const Plan& plan);
 // The fused kernel a kFlash plan runs on `arch`: the one it names, else its
-// framework's default.  REQUIRES: plan.attention == kFlash.
+// framework's default.  REQUIRES: attention_run(plan) == kFlash.
 AttentionKernel attention_kernel_run(const Plan& plan, GpuArch arch);
 // Why `plan`'s named attention kernel cannot run `model` on `arch` (a GPU
 // called `gpu`), or "" when it can: FlashAttention-3 is written for Hopper

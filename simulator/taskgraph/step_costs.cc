@@ -94,7 +94,7 @@ std::optional<std::pair<int64_t, int64_t>> overlapped_tp_comm(const std::vector<
   auto on_fewer_sms = [narrow](int64_t ps) { return static_cast<int64_t>(std::llround(static_cast<double>(ps) * narrow)); };
   const int64_t launches = (p.tp - 1) * cpm.kernel_overhead.ps();  // the ring exchange's extra chunks
   auto data_grad = [&](const OpCost& op) {
-    return op_backward_time(cpm, op, p.attention).ps() - op_weight_grad_time(cpm, op).ps();
+    return op_backward_time(cpm, op, attention_run(p)).ps() - op_weight_grad_time(cpm, op).ps();
   };
   if (fk == Collective::kAllGather) {
     size_t j = i + 1;
@@ -216,7 +216,7 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
   for (size_t i = 0; i < lc.ops.size(); ++i) {
     const OpCost& op = lc.ops[i];
     const int64_t f = op_forward_time(cpm, op).ps();
-    const int64_t b = op_backward_time(cpm, op, p.attention).ps();
+    const int64_t b = op_backward_time(cpm, op, attention_run(p)).ps();
     const bool rerun = per_op ? op.sac_rerun_share > 0 && op.tp_comm_after != TpComm::kReduceScatter
                               : (op.rerun_by & modules) != 0;
     if (per_op) t.rc += static_cast<int64_t>(static_cast<double>(f) * op.sac_rerun_share);

@@ -1030,11 +1030,12 @@ TEST_CASE("Export: a named attention kernel maps to the framework's switch or is
   // megatron_lm.json): the framework's default kernel is what "auto" lets
   // Transformer Engine pick; fa2 / fa3 are TE's FlashAttention backend,
   // cudnn its FusedAttention, naive the unfused path.
-  auto backend = [](const std::string& attention) {
+  auto backend = [](const std::string& attention, Framework f = Framework::kMegatronCore,
+                    const std::string& model = "llama3-8b", const std::string& cluster = "dgx-h100") {
     Plan p;
-    p.framework = Framework::kMegatronCore;
+    p.framework = f;
     set_attention(&p, attention);
-    const auto args = bash_args(exported(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, p)), "MODEL_ARGS");
+    const auto args = bash_args(exported(ExportTarget::kMegatron, job(model, cluster, 8, p)), "MODEL_ARGS");
     return args.at("--attention-backend");
   };
   CHECK(backend("flash") == "auto");
@@ -1042,6 +1043,15 @@ TEST_CASE("Export: a named attention kernel maps to the framework's switch or is
   CHECK(backend("fa2") == "flash");
   CHECK(backend("fa3") == "flash");
   CHECK(backend("naive") == "unfused");
+  // A megatron-lm plan (Megatron-LM before Megatron-Core) was simulated with
+  // that framework's own unfused attention unless it names fa2, its opt-in
+  // --use-flash-attn (flash_is_default): the script runs what was simulated.
+  auto legacy = [&backend](const std::string& attention) {
+    return backend(attention, Framework::kMegatronLM, "gpt3-1.3b", "dgx-a100");
+  };
+  CHECK(legacy("flash") == "unfused");
+  CHECK(legacy("naive") == "unfused");
+  CHECK(legacy("fa2") == "flash");
   // TE's flash backend prefers FlashAttention-3 on Hopper when installed;
   // v2.18's NVTE_FLASH_ATTN_V2 / _V3 pin the one the plan names.
   auto script = [](const std::string& attention) {

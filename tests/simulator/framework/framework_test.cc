@@ -916,6 +916,7 @@ TEST_CASE("Framework: DeepSpeed ZeRO-1 all-reduces 16-bit gradients accumulated 
   c.plan.zero = 1;
   c.plan.gbs = 128;  // dp 32, 4 micro-batches per rank
   c.plan.precision = Precision::kFp16;
+  c.plan.attention = Attention::kNaive;  // one attention path under both frameworks (attention_run)
   Plan p = c.plan;
   p.framework = Framework::kDeepSpeed;
   const ExecutionProfile fp16 = execution_profile(p);
@@ -1001,6 +1002,7 @@ TEST_CASE("Framework: DeepSpeed's bf16 pipeline adds each micro-batch's gradient
   c.plan.zero = 1;
   c.plan.gbs = 64;  // dp 16, 4 micro-batches per rank
   c.plan.precision = Precision::kBf16;
+  c.plan.attention = Attention::kNaive;  // one attention path under both frameworks (attention_run)
   const ExecutionProfile ds = execution_profile([&] {
     Plan p = c.plan;
     p.framework = Framework::kDeepSpeed;

@@ -295,7 +295,9 @@ TEST_CASE("Plan: a named attention kernel runs where the framework can select it
   // PyTorch SDPA's flash backend is FlashAttention-2 (cuDNN opt-in,
   // pytorch#138522); Megatron-DeepSpeed runs --use-flash-attn-v2.
   CHECK(default_attention_kernel(Framework::kMegatronCore, GpuArch::kHopper) == AttentionKernel::kCudnn);
-  CHECK(default_attention_kernel(Framework::kMegatronLM, GpuArch::kBlackwell) == AttentionKernel::kCudnn);
+  // Megatron-LM before Megatron-Core: flash-attn through --use-flash-attn.
+  CHECK(default_attention_kernel(Framework::kMegatronLM, GpuArch::kBlackwell) == AttentionKernel::kFa2);
+  CHECK(default_attention_kernel(Framework::kMegatronCore, GpuArch::kBlackwell) == AttentionKernel::kCudnn);
   CHECK(default_attention_kernel(Framework::kMegatronCore, GpuArch::kAmpere) == AttentionKernel::kFa2);
   CHECK(default_attention_kernel(Framework::kTorchtitan, GpuArch::kHopper) == AttentionKernel::kFa2);
   CHECK(default_attention_kernel(Framework::kDeepSpeed, GpuArch::kHopper) == AttentionKernel::kFa2);
@@ -342,6 +344,37 @@ TEST_CASE("Plan: a named attention kernel runs where the framework can select it
                             "dropout; use attention fa2, cudnn or flash"));
   set_attention(&fa3_gpt, "fa2");
   CHECK(resolve_plan(gpt, h100, 8, fa3_gpt).feasible);
+  // Megatron-LM's own attention is unfused, its FlashAttention opt-in
+  // (--use-flash-attn, store_true since d693034, 2022-12-08): `flash` there
+  // runs unfused, fa2 names the flash kernel (on any GPU: it is the
+  // framework's own), Transformer Engine's kernels are Megatron-Core's.
+  CHECK_FALSE(flash_is_default(Framework::kMegatronLM));
+  for (Framework f : {Framework::kGeneric, Framework::kMegatronCore, Framework::kDeepSpeed, Framework::kTorchtitan,
+                      Framework::kPytorch}) {
+    CHECK(flash_is_default(f));
+  }
+  {
+    Plan p;
+    p.framework = Framework::kMegatronLM;
+    CHECK(attention_run(p) == Attention::kNaive);
+    set_attention(&p, "fa2");
+    CHECK(attention_run(p) == Attention::kFlash);
+    p.framework = Framework::kMegatronCore;
+    set_attention(&p, "flash");
+    CHECK(attention_run(p) == Attention::kFlash);
+    set_attention(&p, "naive");
+    CHECK(attention_run(p) == Attention::kNaive);
+  }
+  CHECK(resolve(a100, Framework::kMegatronLM, "flash").feasible);
+  CHECK(resolve(a100, Framework::kMegatronLM, "fa2").feasible);
+  CHECK(resolve(h100, Framework::kMegatronLM, "fa2").feasible);
+  const Layout legacy_cudnn = resolve(h100, Framework::kMegatronLM, "cudnn");
+  CHECK_FALSE(legacy_cudnn.feasible);
+  CHECK(has_reason(legacy_cudnn, "attention cudnn: megatron-lm (Megatron-LM before Megatron-Core) runs "
+                                 "FlashAttention-2 with --use-flash-attn (attention fa2) or its own unfused attention "
+                                 "(attention flash or naive); Transformer Engine's kernels need --framework "
+                                 "megatron-core"));
+  CHECK_FALSE(resolve(h100, Framework::kMegatronLM, "fa3").feasible);
   // The names round-trip.
   for (const std::string& name : attention_names()) {
     Plan p;
