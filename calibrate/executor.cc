@@ -479,7 +479,7 @@ class RankExecutor {
           // Backward = 2x the forward FLOPs (2.5x with flash: S recomputed).
           run_op_forward(op);
           run_op_forward(op);
-          if (p_.attention == Attention::kFlash) b_.gemm(op.m, op.n, op.k, dtype_);
+          if (attention_run(p_) == Attention::kFlash) b_.gemm(op.m, op.n, op.k, dtype_);
           // Context parallel: the K/V gradients go back to their owners.
           if (lc.cp_comm_bytes > 0 && cp_->size() > 1) {
             charge(&t_->compute, t0);
