@@ -351,7 +351,9 @@ int run_recommend(const RecommendFlags& f) {
   ClusterSpec cluster = load_cluster(f.cluster);
   if (!f.calibration.empty()) apply_calibration(load_calibration(f.calibration), "--calibration", &cluster);
   {
-    // Every plan the search ranks is fused attention; --attention names its kernel.
+    // Every plan the search ranks runs the framework's default attention
+    // (fused, but megatron-lm's own unfused: attention_run); --attention
+    // names a fused kernel.
     static const std::vector<std::string> kernels = {"flash", "fa2", "cudnn", "fa3"};
     Plan probe;
     set_attention(&probe, kernels[pick("--attention", f.attention, kernels)]);
@@ -551,6 +553,10 @@ int run_recommend(const RecommendFlags& f) {
                   to_string(default_fp8_recipe(cluster, 0)));
     }
   }
+  if (!flash_is_default(o.framework) && o.attention_kernel == AttentionKernel::kDefault) {
+    std::printf("# attention: megatron-lm runs its own unfused attention in every plan (the s x s scores stored; its "
+                "FlashAttention is opt-in: --attention fa2)\n");
+  }
   std::printf("# %lld plans: %lld valid, %lld fit in memory, %lld simulated; %.2f s\n",
               static_cast<long long>(r.evaluated), static_cast<long long>(r.valid), static_cast<long long>(r.feasible),
               static_cast<long long>(r.simulated), r.elapsed_s);
@@ -727,9 +733,9 @@ void register_recommend_command(CLI::App* app, int* status) {
                   "multi-token prediction depths in every plan (Megatron-Core --mtp-num-layers; default 0)");
   cmd->add_option("--moe-dispatcher", f.moe_dispatcher, kMoeDispatcherHelp);
   cmd->add_option("--attention", f.attention,
-                  "flash|fa2|cudnn|fa3: the fused attention kernel of every plan (default flash: the framework's own, "
-                  "cudnn under Megatron on Hopper and Blackwell, fa2 elsewhere; a named one is costed at its published "
-                  "rate against it, Hopper only; docs/frameworks.md)");
+                  "flash|fa2|cudnn|fa3: the attention kernel of every plan (default flash: the framework's own, "
+                  "cudnn under Megatron-Core on Hopper and Blackwell, fa2 elsewhere, megatron-lm's unfused attention; "
+                  "a named one is costed at its published rate against it, Hopper only; docs/frameworks.md)");
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
   cmd->add_option("--convergence", f.convergence,
                   std::string("async plans: the stale-gradient convergence model they are ranked by (time to a target "

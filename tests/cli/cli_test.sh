@@ -262,6 +262,41 @@ json_check "attention_kernel" 'assert d["attention_kernel"] == "fa2", d["attenti
 expect_ok "simulate names the kernel flash runs (torchtitan, H100)" \
   simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --framework torchtitan --zero 3 --json
 json_check "attention_kernel" 'assert d["attention_kernel"] == "fa2", d["attention_kernel"]'
+# Megatron-LM before Megatron-Core ran its own unfused attention unless
+# launched with --use-flash-attn (opt-in since d693034, 2022-12-08): flash
+# there is "unfused", and it keeps the s x s scores, so the same plan holds
+# more than with FlashAttention named (fa2) by Korthikanti's 5as^2b per layer
+# and micro-batch held, and runs slower.
+expect_ok "simulate names megatron-lm's flash unfused" \
+  simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --pp 2 --mbs 2 --gbs 16 --framework megatron-lm --json
+json_check "attention_kernel" 'assert d["attention_kernel"] == "unfused", d["attention_kernel"]'
+legacy_step=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step_time_s"])' "$TMP/out")
+expect_ok "megatron-lm with --attention fa2" \
+  simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --pp 2 --mbs 2 --gbs 16 --framework megatron-lm --attention fa2 --json
+json_check "attention_kernel" 'assert d["attention_kernel"] == "fa2", d["attention_kernel"]'
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert float(sys.argv[2]) > 1.05 * d["step_time_s"]' \
+  "$TMP/out" "$legacy_step" || fail "megatron-lm flash (unfused) is not slower than fa2"
+activations_of() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["peak_stage"] == 0; print(d["breakdown_gib"]["activations"])' "$TMP/out"; }
+expect_ok "megatron-lm memory, flash" \
+  memory --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --pp 2 --mbs 2 --gbs 16 --framework megatron-lm --json
+legacy_act=$(activations_of)
+expect_ok "megatron-lm memory, fa2" \
+  memory --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --pp 2 --mbs 2 --gbs 16 --framework megatron-lm --attention fa2 --json
+# gpt3-1.3b: 24 layers, 16 heads, seq 2048; stage 0 of a 1F1B pp 2 with 2
+# micro-batches holds 2 of its 12 layers' activations: the unfused softmax
+# output, dropout mask and output (5as^2b, Korthikanti Sec. 4.1) in place
+# of flash's fp32 log-sum-exp (4asb): 2 x 12 x (5 x 16 x 2048^2 x 2 -
+# 4 x 16 x 2048 x 2) B = 14.99 GiB.
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+extra = 2 * 12 * (5 * 16 * 2048**2 * 2 - 4 * 16 * 2048 * 2) / 2**30
+diff = float(sys.argv[2]) - d["breakdown_gib"]["activations"]
+assert abs(diff - extra) < 1e-3 * extra, (diff, extra)
+' "$TMP/out" "$legacy_act" || fail "megatron-lm flash (unfused) does not hold 5as^2b per layer and micro-batch"
+expect_error "megatron-lm cannot run Transformer Engine's cuDNN attention" \
+  "trainplan: --attention: attention cudnn: megatron-lm (Megatron-LM before Megatron-Core) runs FlashAttention-2 with --use-flash-attn (attention fa2) or its own unfused attention (attention flash or naive); Transformer Engine's kernels need --framework megatron-core; use --attention flash" \
+  recommend --model gpt3-1.3b --cluster dgx-h100 --gpus 8 --framework megatron-lm --attention cudnn
 
 # A data-parallel group that straddles nodes unevenly (tp 2, dp 6 on 8-GPU
 # nodes: 4 ranks on one node, 2 on the next) is simulated, its collectives
