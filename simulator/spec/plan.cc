@@ -352,9 +352,8 @@ AttentionKernel default_attention_kernel(Framework f, GpuArch arch) {
 bool flash_is_default(Framework f) { return f != Framework::kMegatronLM; }
 
 Attention attention_run(const Plan& p) {
-  if (p.attention == Attention::kFlash && p.attention_kernel == AttentionKernel::kDefault && !flash_is_default(p.framework)) {
-    return Attention::kNaive;
-  }
+  const bool framework_default = p.attention_kernel == AttentionKernel::kDefault;
+  if (p.attention == Attention::kFlash && framework_default && !flash_is_default(p.framework)) return Attention::kNaive;
   return p.attention;
 }
 
@@ -368,7 +367,8 @@ std::string attention_kernel_conflict(const Plan& p, const ModelSpec& model, Gpu
   const AttentionKernel fallback = default_attention_kernel(p.framework, arch);
   if (!flash_is_default(p.framework) && p.attention_kernel != fallback) {
     return std::string("attention ") + to_string(p.attention_kernel) +
-           ": megatron-lm (Megatron-LM before Megatron-Core) runs FlashAttention-2 with --use-flash-attn (attention " + to_string(fallback) +
+           ": megatron-lm (Megatron-LM before Megatron-Core) runs FlashAttention-2 with --use-flash-attn (attention " +
+           to_string(fallback) +
            ") or its own unfused attention (attention flash or naive); Transformer Engine's kernels need "
            "--framework megatron-core";
   }
