@@ -97,6 +97,16 @@ ModelStateBytes model_state_bytes(double params, Precision precision, GradDtype 
   return s;
 }
 
+std::vector<int64_t> interleaved_inflight_by_chunk(int pp, int vp, int64_t inflight) {
+  std::vector<int64_t> by_chunk(static_cast<size_t>(std::max(1, vp)), 0);
+  const int64_t group = int64_t{pp} * vp;  // Megatron: model chunk (k mod p*v) div p
+  const int64_t rounds = inflight / group, rest = inflight % group;
+  for (int c = 0; c < vp; ++c) {
+    by_chunk[static_cast<size_t>(c)] = rounds * pp + std::clamp<int64_t>(rest - int64_t{c} * pp, 0, pp);
+  }
+  return by_chunk;
+}
+
 int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp, int stage, bool combined_1f1b) {
   // The combined 1F1B runs one more warm-up forward (build_pipeline_schedule).
   const int extra = combined_1f1b ? 1 : 0;
@@ -176,11 +186,14 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
   // The fixed-order schedules with W passes (zb-v, dualpipe-v,
   // interleaved-zb) read each rank's peak off its pass order, from the
   // activations of each of its model chunks (M_B, M_W per chunk); the
-  // others need only the stage's sums.
+  // interleaved 1F1B counts its in-flight chunks by model chunk (chunks of
+  // unequal layers hold unequal activations); the others need only the
+  // stage's sums.
   const bool ordered = zero_bubble(p.schedule) && !zero_bubble_automatic(p.schedule);
+  const bool per_chunk = ordered || p.schedule == Schedule::kInterleaved;
   for (int i = 0; i < p.pp; ++i) {
     StageSums& ss = sums[static_cast<size_t>(i)];
-    if (ordered) {
+    if (per_chunk) {
       ss.chunk_saved.assign(stage_chunks[static_cast<size_t>(i)].size(), 0.0);
       ss.chunk_kept.assign(stage_chunks[static_cast<size_t>(i)].size(), 0.0);
     }
@@ -194,7 +207,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
         ss.expert_params += c.expert_params;
         ss.saved += c.saved_bytes;
         ss.weight_kept += c.weight_grad_saved_bytes;
-        if (ordered) {
+        if (per_chunk) {
           ss.chunk_saved[chunk] += c.saved_bytes;
           ss.chunk_kept[chunk] += c.weight_grad_saved_bytes;
         }
@@ -306,11 +319,19 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     int64_t chunks = ordered ? peak_microbatches_in_flight(fixed_order[static_cast<size_t>(i)])
                              : inflight_chunks(p.schedule, p.pp, layout.microbatches, p.vp, i, p.ep_overlap);
     st.inflight_microbatches = chunks;
-    double layer_equiv = p.schedule == Schedule::kInterleaved ? static_cast<double>(chunks) * st.layers / p.vp
-                                                              : static_cast<double>(chunks) * st.layers;
-    double act = st.layers > 0 ? layer_equiv * ss.saved / st.layers : 0.0;
+    double act = static_cast<double>(chunks) * ss.saved;
+    // The interleaved schedule's in-flight forwards by model chunk (the
+    // embedding is in chunk 0 of rank 0).
+    std::vector<int64_t> by_chunk;
+    if (p.schedule == Schedule::kInterleaved) {
+      by_chunk = interleaved_inflight_by_chunk(p.pp, p.vp, chunks);
+      act = 0;
+      for (size_t c = 0; c < by_chunk.size() && c < ss.chunk_saved.size(); ++c) {
+        act += static_cast<double>(by_chunk[c]) * ss.chunk_saved[c];
+      }
+    }
     if (i == 0) {
-      int64_t mb = p.schedule == Schedule::kInterleaved ? (chunks + p.vp - 1) / p.vp : chunks;
+      const int64_t mb = p.schedule == Schedule::kInterleaved ? by_chunk[0] : chunks;
       act += static_cast<double>(mb) * emb.saved_bytes;
     }
     if (i == p.pp - 1) {

@@ -268,6 +268,24 @@ TEST_CASE("Megatron-LM's own attention stores the s x s scores: the Zero Bubble 
     const MemoryReport rep = estimate_memory(m, c, layout(Framework::kMegatronLM, r.schedule, r.vp));
     CHECK_THAT(rep.peak_bytes / gib, WithinRel(r.measured_gib, 0.08));
   }
+  // 1F1B-I as mapped (vp 2 over stages of 2 and 3 layers): the chunks are
+  // unequal, so what a rank holds depends on which chunks are in flight.
+  // Megatron runs a rank's k-th forward on model chunk (k mod p*v) div p
+  // (schedules.py get_model_chunk_id) and rank 1 warms up (p-2)*2 + (v-1)*p
+  // = 20 forwards plus one: chunk 0 for k 0-7 and 16-20 (13), chunk 1 for
+  // k 8-15 (8).  Its activations are 13 x chunk 0's layers + 8 x chunk 1's,
+  // not 21 x the 1.5-layer mean.
+  CHECK(interleaved_inflight_by_chunk(8, 2, 21) == std::vector<int64_t>{13, 8});
+  CHECK(interleaved_inflight_by_chunk(8, 2, 23) == std::vector<int64_t>{15, 8});
+  CHECK(interleaved_inflight_by_chunk(4, 3, 26) == std::vector<int64_t>{10, 8, 8});
+  const Layout inter = layout(Framework::kMegatronLM, Schedule::kInterleaved, 2);
+  const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(inter);
+  REQUIRE(chunks[1].size() == 2);
+  REQUIRE(chunks[1][0].count + chunks[1][1].count == 3);
+  const double per_layer_saved = transformer_layer_cost(m, layer_shape(inter.plan)).saved_bytes;
+  const MemoryReport rep = estimate_memory(m, c, inter);
+  CHECK_THAT(rep.stages[1].breakdown.activations,
+             WithinRel((13.0 * chunks[1][0].count + 8.0 * chunks[1][1].count) * per_layer_saved, 1e-9));
 }
 
 TEST_CASE("Eager PyTorch moves more bytes through a Llama block's memory-bound ops than fused kernels, by hand") {
