@@ -97,14 +97,9 @@ ModelStateBytes model_state_bytes(double params, Precision precision, GradDtype 
   return s;
 }
 
-std::vector<int64_t> interleaved_inflight_by_chunk(int pp, int vp, int64_t inflight) {
-  std::vector<int64_t> by_chunk(static_cast<size_t>(std::max(1, vp)), 0);
+int64_t interleaved_inflight_in_chunk(int pp, int vp, int64_t inflight, int chunk) {
   const int64_t group = int64_t{pp} * vp;  // Megatron: model chunk (k mod p*v) div p
-  const int64_t rounds = inflight / group, rest = inflight % group;
-  for (int c = 0; c < vp; ++c) {
-    by_chunk[static_cast<size_t>(c)] = rounds * pp + std::clamp<int64_t>(rest - int64_t{c} * pp, 0, pp);
-  }
-  return by_chunk;
+  return inflight / group * pp + std::clamp<int64_t>(inflight % group - int64_t{chunk} * pp, 0, pp);
 }
 
 int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp, int stage, bool combined_1f1b) {
@@ -322,16 +317,16 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     double act = static_cast<double>(chunks) * ss.saved;
     // The interleaved schedule's in-flight forwards by model chunk (the
     // embedding is in chunk 0 of rank 0).
-    std::vector<int64_t> by_chunk;
     if (p.schedule == Schedule::kInterleaved) {
-      by_chunk = interleaved_inflight_by_chunk(p.pp, p.vp, chunks);
       act = 0;
-      for (size_t c = 0; c < by_chunk.size() && c < ss.chunk_saved.size(); ++c) {
-        act += static_cast<double>(by_chunk[c]) * ss.chunk_saved[c];
+      for (size_t c = 0; c < ss.chunk_saved.size(); ++c) {
+        act += static_cast<double>(interleaved_inflight_in_chunk(p.pp, p.vp, chunks, static_cast<int>(c))) *
+               ss.chunk_saved[c];
       }
     }
     if (i == 0) {
-      const int64_t mb = p.schedule == Schedule::kInterleaved ? by_chunk[0] : chunks;
+      const int64_t mb =
+          p.schedule == Schedule::kInterleaved ? interleaved_inflight_in_chunk(p.pp, p.vp, chunks, 0) : chunks;
       act += static_cast<double>(mb) * emb.saved_bytes;
     }
     if (i == p.pp - 1) {

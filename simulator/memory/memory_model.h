@@ -100,12 +100,13 @@ struct MemoryReport {
 int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp, int stage,
                         bool combined_1f1b = false);
 
-// The interleaved 1F1B's `inflight` forward chunks on a rank by model chunk:
-// Megatron runs virtual micro-batch k of a rank on model chunk
-// (k mod pp*vp) div pp (schedules.py get_model_chunk_id), so a rank's first
-// k forwards hold pp of chunk 0, then pp of chunk 1, ... in turn.  Sums to
-// `inflight`.  REQUIRES: pp >= 1, vp >= 1, inflight >= 0.
-std::vector<int64_t> interleaved_inflight_by_chunk(int pp, int vp, int64_t inflight);
+// How many of the interleaved 1F1B's `inflight` forward chunks on a rank
+// are of model chunk `chunk`: Megatron runs virtual micro-batch k of a rank
+// on model chunk (k mod pp*vp) div pp (schedules.py get_model_chunk_id), so
+// a rank's first forwards hold pp of chunk 0, then pp of chunk 1, ... in
+// turn.  Summed over the vp chunks: `inflight`.
+// REQUIRES: pp >= 1, vp >= 1, 0 <= chunk < vp, inflight >= 0.
+int64_t interleaved_inflight_in_chunk(int pp, int vp, int64_t inflight, int chunk);
 
 // REQUIRES: layout resolved by resolve_plan (its reasons are not re-checked).
 MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);

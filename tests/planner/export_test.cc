@@ -1030,13 +1030,16 @@ TEST_CASE("Export: a named attention kernel maps to the framework's switch or is
   // megatron_lm.json): the framework's default kernel is what "auto" lets
   // Transformer Engine pick; fa2 / fa3 are TE's FlashAttention backend,
   // cudnn its FusedAttention, naive the unfused path.
-  auto backend = [](const std::string& attention, Framework f = Framework::kMegatronCore,
-                    const std::string& model = "llama3-8b", const std::string& cluster = "dgx-h100") {
+  auto script = [](const std::string& attention, Framework f = Framework::kMegatronCore,
+                   const std::string& model = "llama3-8b", const std::string& cluster = "dgx-h100") {
     Plan p;
     p.framework = f;
     set_attention(&p, attention);
-    const auto args = bash_args(exported(ExportTarget::kMegatron, job(model, cluster, 8, p)), "MODEL_ARGS");
-    return args.at("--attention-backend");
+    return exported(ExportTarget::kMegatron, job(model, cluster, 8, p));
+  };
+  auto backend = [&script](const std::string& attention, Framework f = Framework::kMegatronCore,
+                           const std::string& model = "llama3-8b", const std::string& cluster = "dgx-h100") {
+    return bash_args(script(attention, f, model, cluster), "MODEL_ARGS").at("--attention-backend");
   };
   CHECK(backend("flash") == "auto");
   CHECK(backend("cudnn") == "fused");
@@ -1054,12 +1057,6 @@ TEST_CASE("Export: a named attention kernel maps to the framework's switch or is
   CHECK(legacy("fa2") == "flash");
   // TE's flash backend prefers FlashAttention-3 on Hopper when installed;
   // v2.18's NVTE_FLASH_ATTN_V2 / _V3 pin the one the plan names.
-  auto script = [](const std::string& attention) {
-    Plan p;
-    p.framework = Framework::kMegatronCore;
-    set_attention(&p, attention);
-    return exported(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, p));
-  };
   CHECK(script("fa2").find("\nexport NVTE_FLASH_ATTN_V3=0\n") != std::string::npos);
   CHECK(script("fa3").find("\nexport NVTE_FLASH_ATTN_V2=0\n") != std::string::npos);
   CHECK(script("flash").find("NVTE_FLASH_ATTN") == std::string::npos);

@@ -125,14 +125,18 @@ class SourceRules(unittest.TestCase):
         self.assertEqual(f({"id": "c", "source": "a PyTorch FSDP run", "layout": {}}), "pytorch")
 
 
+def validation_rows(name):
+    """The "rows" of tests/data/validation/<name>, a transcribed published table."""
+    with open(os.path.join(ROOT, "tests", "data", "validation", name)) as f:
+        return json.load(f)["rows"]
+
+
 class WeakScalingFacts(unittest.TestCase):
     """tests/data/validation/megatron_weak_scaling.json, transcribed from the Megatron-LM README's model table
     (tools/wider_check.py): each row checked against the table's own other columns."""
 
     def setUp(self):
-        path = os.path.join(ROOT, "tests", "data", "validation", "megatron_weak_scaling.json")
-        with open(path) as f:
-            self.rows = json.load(f)["rows"]
+        self.rows = validation_rows("megatron_weak_scaling.json")
 
     def test_model_size_matches_the_shape(self):
         # A GPT layer holds 12h^2 + 13h parameters (QKV, projection, 4h MLP, biases, two norms); the input and
@@ -158,9 +162,7 @@ class BloomSweepFacts(unittest.TestCase):
     (tools/wider_check.py): each row checked against the table's own other columns."""
 
     def setUp(self):
-        path = os.path.join(ROOT, "tests", "data", "validation", "bloom_prequel_sweep.json")
-        with open(path) as f:
-            self.rows = json.load(f)["rows"]
+        self.rows = validation_rows("bloom_prequel_sweep.json")
 
     def test_every_layout_fills_the_48_nodes(self):
         for r in self.rows:
@@ -184,9 +186,7 @@ class NarayananTable1Facts(unittest.TestCase):
     columns, checked against the table's own other columns."""
 
     def setUp(self):
-        path = os.path.join(ROOT, "tests", "data", "validation", "narayanan21_table1.json")
-        with open(path) as f:
-            self.rows = json.load(f)["rows"]
+        self.rows = validation_rows("narayanan21_table1.json")
 
     def test_parameters_match_the_shape(self):
         # The paper's count (Sec. 5.1): P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), V = 51,200, s = 2048;

@@ -275,9 +275,14 @@ TEST_CASE("Megatron-LM's own attention stores the s x s scores: the Zero Bubble 
   // = 20 forwards plus one: chunk 0 for k 0-7 and 16-20 (13), chunk 1 for
   // k 8-15 (8).  Its activations are 13 x chunk 0's layers + 8 x chunk 1's,
   // not 21 x the 1.5-layer mean.
-  CHECK(interleaved_inflight_by_chunk(8, 2, 21) == std::vector<int64_t>{13, 8});
-  CHECK(interleaved_inflight_by_chunk(8, 2, 23) == std::vector<int64_t>{15, 8});
-  CHECK(interleaved_inflight_by_chunk(4, 3, 26) == std::vector<int64_t>{10, 8, 8});
+  auto by_chunk = [](int pp, int vp, int64_t inflight) {
+    std::vector<int64_t> v;
+    for (int c = 0; c < vp; ++c) v.push_back(interleaved_inflight_in_chunk(pp, vp, inflight, c));
+    return v;
+  };
+  CHECK(by_chunk(8, 2, 21) == std::vector<int64_t>{13, 8});
+  CHECK(by_chunk(8, 2, 23) == std::vector<int64_t>{15, 8});
+  CHECK(by_chunk(4, 3, 26) == std::vector<int64_t>{10, 8, 8});
   const Layout inter = layout(Framework::kMegatronLM, Schedule::kInterleaved, 2);
   const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(inter);
   REQUIRE(chunks[1].size() == 2);
