@@ -20,6 +20,7 @@
 #include "planner/plan/plan_file.h"
 #include "simulator/core/error.h"
 #include "simulator/memory/memory_model.h"
+#include "simulator/taskgraph/lowering.h"
 #include "simulator/spec/data_dir.h"
 #include "simulator/spec/json_reader.h"
 #include "simulator/spec/model.h"
@@ -208,7 +209,7 @@ int run_from_runs(const CalibrateFlags& f) {
     if (measured_memory[i] > 0) {
       const MeasuredRun& run = runs[i];
       const Layout L = resolve_plan(run.model, run.cluster, run.gpus, run.plan);
-      mem = err(estimate_memory(run.model, run.cluster, L).peak_bytes, measured_memory[i]);
+      mem = err(plan_memory(run.model, run.cluster, L).peak_bytes, measured_memory[i]);
     }
     std::printf("%-24s %12.4f %12.4f %8s %12.4f %8s %12.4f %8s %14s\n", r.name.c_str(), r.measured_s, before[i],
                 err(before[i], r.measured_s).c_str(), r.predicted_s, err(r.predicted_s, r.measured_s).c_str(),

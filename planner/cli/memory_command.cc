@@ -9,6 +9,7 @@
 #include "planner/cli/plan_flags.h"
 #include "simulator/framework/framework.h"
 #include "simulator/memory/memory_model.h"
+#include "simulator/taskgraph/lowering.h"
 
 namespace trainplan {
 
@@ -53,7 +54,7 @@ int run_memory(const PlanFlags& flags, bool json) {
     }
     return 0;
   }
-  MemoryReport rep = estimate_memory(job.model, job.cluster, layout);
+  MemoryReport rep = plan_memory(job.model, job.cluster, layout);
   const StageMemory& peak = rep.stages[rep.peak_stage];
   out["peak_gib"] = rounded(to_gib(rep.peak_bytes), 4);
   out["peak_stage"] = rep.peak_stage;

@@ -24,6 +24,7 @@
 #include "simulator/faults/faults.h"
 #include "simulator/framework/framework.h"
 #include "simulator/memory/memory_model.h"
+#include "simulator/taskgraph/lowering.h"
 #include "simulator/spec/calibration.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
@@ -54,7 +55,7 @@ std::vector<FrameworkLabel> frameworks_running(const ModelSpec& m, const Cluster
     Layout k = L;
     k.plan.framework = static_cast<Framework>(i);
     if (framework_refusal(m, c, k)) continue;
-    const MemoryReport mem = estimate_memory(m, c, k);
+    const MemoryReport mem = plan_memory(m, c, k);
     out.push_back({framework_names()[i], mem.fits ? 0.0 : mem.peak_bytes});
   }
   return out;

@@ -18,6 +18,7 @@
 #include "simulator/core/error.h"
 #include "simulator/framework/framework.h"
 #include "simulator/memory/memory_model.h"
+#include "simulator/taskgraph/lowering.h"
 #include "simulator/core/units.h"
 #include "simulator/spec/calibration.h"
 
@@ -198,7 +199,7 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
   // activations.
   double pred_mem = 0;
   {
-    MemoryReport mr = estimate_memory(model, cluster, layout);
+    MemoryReport mr = plan_memory(model, cluster, layout);
     for (const StageMemory& st : mr.stages) pred_mem = std::max(pred_mem, st.breakdown.total() - st.breakdown.other);
   }
   struct Row {

@@ -10,6 +10,7 @@
 #include "simulator/core/error.h"
 #include "simulator/core/units.h"
 #include "simulator/memory/memory_model.h"
+#include "simulator/taskgraph/lowering.h"
 #include "simulator/spec/data_dir.h"
 
 namespace trainplan {
@@ -368,7 +369,7 @@ nlohmann::json step_section(const ModelSpec& model, const ClusterSpec& cluster, 
   j["tokens_per_s"] = report.tokens_per_s;
   j["mfu"] = report.mfu;
   j["breakdown"] = breakdown_json(report.breakdown);
-  const MemoryReport mem = estimate_memory(model, cluster, layout);
+  const MemoryReport mem = plan_memory(model, cluster, layout);
   nlohmann::json stages = nlohmann::json::array();
   for (size_t i = 0; i < mem.stages.size(); ++i) {
     const MemoryBreakdown& b = mem.stages[i].breakdown;

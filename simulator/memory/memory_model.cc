@@ -136,19 +136,20 @@ int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp,
   return 1;
 }
 
-MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& requested) {
+MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& requested,
+                             const PipelineSchedule* automatic_order) {
   const Layout layout = execution_layout(model, cluster, requested);
   const LayerShape shape = layer_shape(layout.plan);
   const LayerCost layer = transformer_layer_cost(model, shape);
   const LayerCost moe_layer = model.has_moe ? transformer_layer_cost(model, shape, true) : layer;
   return estimate_memory(model, cluster, layout, layer, moe_layer, embedding_cost(model, shape),
-                         output_block_cost(model, shape));
+                         output_block_cost(model, shape), nullptr, nullptr, automatic_order);
 }
 
 MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                              const LayerCost& layer, const LayerCost& moe_layer, const LayerCost& emb,
                              const LayerCost& out, const LayerCost* plain_layer_given,
-                             const LayerCost* plain_moe_layer_given) {
+                             const LayerCost* plain_moe_layer_given, const PipelineSchedule* automatic_order) {
   const Plan& p = layout.plan;
   TRAINPLAN_CHECK(p.schedule != Schedule::kDualPipe, "a dualpipe plan's memory is its execution_layout's");
   const LayerShape shape = layer_shape(p);
@@ -179,12 +180,16 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
                                        : plain_moe_layer_own;
   const std::vector<std::vector<ChunkLayers>> stage_chunks = chunk_layers(layout);
   // The fixed-order schedules with W passes (zb-v, dualpipe-v,
-  // interleaved-zb) read each rank's peak off its pass order, from the
+  // interleaved-zb), and the automatic ones when their order is given, read
+  // each rank's peak off its pass order, from the
   // activations of each of its model chunks (M_B, M_W per chunk); the
   // interleaved 1F1B counts its in-flight chunks by model chunk (chunks of
   // unequal layers hold unequal activations); the others need only the
   // stage's sums.
-  const bool ordered = zero_bubble(p.schedule) && !zero_bubble_automatic(p.schedule);
+  const bool automatic = zero_bubble_automatic(p.schedule);
+  TRAINPLAN_CHECK(automatic_order == nullptr || (automatic && automatic_order->size() == static_cast<size_t>(p.pp)),
+                  "an automatic zero-bubble order is given only for a zb-1p/zb-2p plan, one pass list per rank");
+  const bool ordered = zero_bubble(p.schedule) && (!automatic || automatic_order != nullptr);
   const bool per_chunk = ordered || p.schedule == Schedule::kInterleaved;
   for (int i = 0; i < p.pp; ++i) {
     StageSums& ss = sums[static_cast<size_t>(i)];
@@ -221,7 +226,9 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
   const int output_rank = out_at.rank;
   PipelineSchedule fixed_order;
   if (ordered) {
-    fixed_order = build_pipeline_schedule(p.schedule, p.pp, static_cast<int>(layout.microbatches), chunks_per_rank(p));
+    fixed_order = automatic ? *automatic_order
+                            : build_pipeline_schedule(p.schedule, p.pp, static_cast<int>(layout.microbatches),
+                                                      chunks_per_rank(p));
     sums[0].chunk_saved[0] += emb.saved_bytes;
     sums[0].chunk_kept[0] += emb.weight_grad_saved_bytes;
     sums[static_cast<size_t>(out_at.rank)].chunk_saved[static_cast<size_t>(out_at.chunk)] += out.saved_bytes;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "simulator/cost/layer_cost.h"
+#include "simulator/schedule/pipeline_schedule.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
@@ -108,8 +109,18 @@ int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp,
 // REQUIRES: pp >= 1, vp >= 1, 0 <= chunk < vp, inflight >= 0.
 int64_t interleaved_inflight_in_chunk(int pp, int vp, int64_t inflight, int chunk);
 
-// REQUIRES: layout resolved by resolve_plan (its reasons are not re-checked).
-MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
+// An automatic zero-bubble plan (zb-1p, zb-2p) orders its passes from the
+// stage times (build_zero_bubble_schedule), which this module does not
+// have: given that order (`automatic_order`, one pass list per pipeline
+// rank, as the lowering builds it: plan_memory in
+// simulator/taskgraph/lowering.h), each rank's activations are read off it
+// as for the fixed-order schedules; without it they are the scheduler's
+// memory limit (limit x max(M_B of ranks 0 and 1), at most every
+// micro-batch), an upper bound.
+// REQUIRES: layout resolved by resolve_plan (its reasons are not
+// re-checked); automatic_order, when given, of layout's plan (pp lists).
+MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                             const PipelineSchedule* automatic_order = nullptr);
 // The same from the layer costs of layer_shape(layout.plan) computed by the
 // caller (the planner reuses them across plans of one shape): the dense
 // layer, the MoE layer (== layer for a dense model), embedding and output.
@@ -120,7 +131,8 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
 MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                              const LayerCost& layer, const LayerCost& moe_layer, const LayerCost& embedding,
                              const LayerCost& output, const LayerCost* plain_layer = nullptr,
-                             const LayerCost* plain_moe_layer = nullptr);
+                             const LayerCost* plain_moe_layer = nullptr,
+                             const PipelineSchedule* automatic_order = nullptr);
 
 }  // namespace trainplan
 

@@ -476,7 +476,7 @@ void finish_report(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   rep.exposed_comm_fraction =
       (rep.breakdown.tp_comm + rep.breakdown.pp_comm + rep.breakdown.dp_comm + rep.breakdown.ep_comm) / rep.step_time_s;
   // Memory: simulated peak per stage against the closed form.
-  MemoryReport mem = estimate_memory(model, cluster, layout);
+  MemoryReport mem = plan_memory(model, cluster, layout);
   rep.capacity_bytes = mem.capacity_bytes;
   rep.stages.resize(static_cast<size_t>(p.pp));
   rep.peak_memory_bytes = 0;

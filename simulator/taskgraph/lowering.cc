@@ -141,6 +141,15 @@ class Lowerer {
       : m_(model), c_(cluster), L_(layout), p_(layout.plan), opt_(opt), lp_(link_params(cluster)),
         prof_(execution_profile(layout.plan)) {}
 
+  // The automatic zero-bubble order alone (automatic_zero_bubble_order).
+  PipelineSchedule automatic_order() {
+    prepare_costs();
+    place_ranks();
+    build_links();
+    build_schedule();
+    return schedule_;
+  }
+
   LoweredStep run() {
     prepare_costs();
     place_ranks();
@@ -250,10 +259,7 @@ class Lowerer {
     out_.graph.ranks = static_cast<int32_t>(out_.ranks.size());
     out_.graph.program.assign(out_.ranks.size(), {});
     MemoryReport mem = estimate_memory(m_, c_, L_);
-    for (const RankCoord& r : out_.ranks) {
-      const MemoryBreakdown& b = mem.stages[static_cast<size_t>(r.pp)].breakdown;
-      out_.static_bytes.push_back(static_cast<int64_t>(b.weights + b.gradients + b.optimizer + b.other));
-    }
+    set_static_bytes(mem);
     stage_params_.clear();
     stage_expert_params_.clear();
     for (const StageMemory& st : mem.stages) {
@@ -340,6 +346,17 @@ class Lowerer {
     }
   }
 
+  // Each simulated rank's memory outside its activations.  The allocator's
+  // fragmentation allowance (part of `other`) scales with what it holds, so
+  // an automatic zero-bubble plan's is re-read once its order is known.
+  void set_static_bytes(const MemoryReport& mem) {
+    out_.static_bytes.clear();
+    for (const RankCoord& r : out_.ranks) {
+      const MemoryBreakdown& b = mem.stages[static_cast<size_t>(r.pp)].breakdown;
+      out_.static_bytes.push_back(static_cast<int64_t>(b.weights + b.gradients + b.optimizer + b.other));
+    }
+  }
+
   // ---- pipeline schedule and compute tasks ----
   void build_schedule() {
     const int v = chunks_per_rank(p_);
@@ -369,6 +386,7 @@ class Lowerer {
       // on the real stage times.
       schedule_ = build_zero_bubble_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches),
                                              zero_bubble_planning_times(stage_op_times()));
+      if (p_.dp_mode != DpMode::kAsync) set_static_bytes(estimate_memory(m_, c_, L_, &schedule_));
     } else {
       schedule_ = build_pipeline_schedule(p_.schedule, p_.pp, static_cast<int>(L_.microbatches), v, p_.ep_overlap);
     }
@@ -1928,6 +1946,22 @@ LoweredStep lower_step(const ModelSpec& model, const ClusterSpec& cluster, const
   const Layout executed = execution_layout(model, cluster, layout);
   Lowerer l(model, cluster, executed, options);
   return l.run();
+}
+
+PipelineSchedule automatic_zero_bubble_order(const ModelSpec& model, const ClusterSpec& cluster,
+                                             const Layout& layout) {
+  TRAINPLAN_CHECK(layout.feasible && zero_bubble_automatic(layout.plan.schedule),
+                  "an automatic zero-bubble order of a feasible zb-1p/zb-2p layout");
+  Lowerer l(model, cluster, layout, LoweringOptions{});
+  return l.automatic_order();
+}
+
+MemoryReport plan_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout) {
+  if (!layout.feasible || !zero_bubble_automatic(layout.plan.schedule) || layout.plan.dp_mode == DpMode::kAsync) {
+    return estimate_memory(model, cluster, layout);
+  }
+  const PipelineSchedule order = automatic_zero_bubble_order(model, cluster, layout);
+  return estimate_memory(model, cluster, layout, &order);
 }
 
 }  // namespace trainplan

@@ -24,7 +24,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "simulator/memory/memory_model.h"
 #include "simulator/network/flow_network.h"
+#include "simulator/schedule/pipeline_schedule.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
@@ -91,6 +93,20 @@ struct LoweredStep {
 // REQUIRES: layout.feasible.
 LoweredStep lower_step(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                        const LoweringOptions& options);
+
+// The passes each pipeline rank of an automatic zero-bubble plan (zb-1p,
+// zb-2p) runs, in order: Zero Bubble's scheduler on the step's stage times,
+// as lower_step orders them.  REQUIRES: layout.feasible and
+// zero_bubble_automatic(layout.plan.schedule).
+PipelineSchedule automatic_zero_bubble_order(const ModelSpec& model, const ClusterSpec& cluster,
+                                             const Layout& layout);
+
+// A plan's memory per GPU: estimate_memory, given the pass order of an
+// automatic zero-bubble plan (so its activations are the schedule's, not
+// the scheduler's limit).  What `memory`, `recommend`, `validate` and the
+// reports print; the plan search sizes its candidates by estimate_memory's
+// bound (never less than this).  REQUIRES: layout resolved by resolve_plan.
+MemoryReport plan_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
 
 }  // namespace trainplan
 

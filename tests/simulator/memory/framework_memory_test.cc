@@ -8,6 +8,7 @@
 #include "simulator/cost/layer_cost.h"
 #include "simulator/framework/framework.h"
 #include "simulator/memory/memory_model.h"
+#include "simulator/taskgraph/lowering.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
@@ -222,7 +223,9 @@ TEST_CASE("Megatron-LM's own attention stores the s x s scores: the Zero Bubble 
   // (flash_is_default), so the two differ by exactly that per micro-batch and
   // layer held, less flash's fp32 log-sum-exp (4as b); and the peaks land on
   // the paper's Table 4 (GB read as GiB, ACCURACY.md T2): 1F1B 30, ZB-1p 32,
-  // ZB-2p 59, 1F1B-I 40, each within 8%.
+  // ZB-2p 59, 1F1B-I 40, each within 6% (the automatic zero-bubble
+  // schedules' activations read off the order the lowering builds,
+  // plan_memory; the scheduler's limit alone gives ZB-1p 34.6, 8% high).
   const ModelSpec m = parse_model(R"({"name": "zb-1.5b", "layers": 22, "hidden": 2304, "heads": 24,
       "ffn_hidden": 9216, "vocab": 50304, "seq_len": 1024, "mlp": "gelu", "tied_embeddings": true,
       "dropout": true, "position_embedding": "learned"})",
@@ -265,8 +268,8 @@ TEST_CASE("Megatron-LM's own attention stores the s x s scores: the Zero Bubble 
   for (const Row& r : {Row{Schedule::k1F1B, 1, 30}, Row{Schedule::kZb1p, 1, 32}, Row{Schedule::kZb2p, 1, 59},
                       Row{Schedule::kInterleaved, 2, 40}}) {
     INFO(to_string(r.schedule));
-    const MemoryReport rep = estimate_memory(m, c, layout(Framework::kMegatronLM, r.schedule, r.vp));
-    CHECK_THAT(rep.peak_bytes / gib, WithinRel(r.measured_gib, 0.08));
+    const MemoryReport rep = plan_memory(m, c, layout(Framework::kMegatronLM, r.schedule, r.vp));
+    CHECK_THAT(rep.peak_bytes / gib, WithinRel(r.measured_gib, 0.06));
   }
   // 1F1B-I as mapped (vp 2 over stages of 2 and 3 layers): the chunks are
   // unequal, so what a rank holds depends on which chunks are in flight.
