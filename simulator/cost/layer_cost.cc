@@ -21,6 +21,7 @@ LayerShape layer_shape(const Plan& p) {
   s.recompute_modules = p.recompute_modules != 0 ? p.recompute_modules : static_cast<uint16_t>(kRcCoreAttn);
   s.fp8_recipe = p.fp8_recipe;
   s.fp8_saved_inputs = fp8_transformer_engine(p);
+  s.fp8_casts_weights = p.fp8_recipe != Fp8Recipe::kNone && !s.fp8_saved_inputs && !fp8_weights_gathered(p);
   s.mtp_layers = p.mtp_layers;
   s.ep = p.ep;
   s.dispatcher = p.moe_dispatcher;
@@ -153,13 +154,16 @@ OpCost elementwise(const std::string& name, double bytes, double saved) {
 }
 
 // The FP8 quantization of a GEMM's input (forward) and of its output
-// gradient (backward), memory-bound.
-OpCost fp8_cast(const std::string& gemm_name, double input_elements, double grad_elements, Fp8Recipe recipe) {
+// gradient (backward), memory-bound; where torchao casts weights per use
+// (`weight_elements` > 0), the weight's too.
+OpCost fp8_cast(const std::string& gemm_name, double input_elements, double grad_elements, Fp8Recipe recipe,
+                double weight_elements = 0) {
   OpCost op;
   op.name = "fp8_cast_" + gemm_name;
   op.kind = OpKind::kElementwise;
-  op.bytes = input_elements * fp8_cast_bytes_per_element(recipe);
-  op.bwd_bytes = grad_elements * fp8_cast_bytes_per_element(recipe);
+  const Fp8WeightCastBytes w = fp8_weight_cast_bytes_per_element(recipe);
+  op.bytes = input_elements * fp8_cast_bytes_per_element(recipe) + weight_elements * w.forward;
+  op.bwd_bytes = grad_elements * fp8_cast_bytes_per_element(recipe) + weight_elements * w.backward;
   return op;
 }
 
@@ -254,12 +258,20 @@ double fp8_cast_bytes_per_element(Fp8Recipe recipe) {
   switch (recipe) {
     case Fp8Recipe::kNone: return 0;
     case Fp8Recipe::kDelayed: return 4;
-    case Fp8Recipe::kTensorwise:
-    case Fp8Recipe::kRowwise: return 6;
+    case Fp8Recipe::kTensorwise: return 6;
+    case Fp8Recipe::kRowwise: return 8;
     case Fp8Recipe::kBlockwise: return 4;
     case Fp8Recipe::kMxfp8: return 4 + 2.0 / 32;
   }
   return 0;
+}
+
+Fp8WeightCastBytes fp8_weight_cast_bytes_per_element(Fp8Recipe recipe) {
+  switch (recipe) {
+    case Fp8Recipe::kTensorwise: return {5, 3};
+    case Fp8Recipe::kRowwise: return {3, 7};
+    default: return {0, 0};
+  }
 }
 
 double fp8_gather_bytes_per_element(Fp8Recipe recipe) {
@@ -431,7 +443,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
   const bool fp8 = s.fp8_recipe != Fp8Recipe::kNone;
   const double saved_e = s.fp8_saved_inputs ? 1.0 : e;  // bytes per saved element of a linear layer's input
   auto linear = [&](const std::string& name, double m_, double n_, double k_, double saved_elements) {
-    if (fp8) c.ops.push_back(fp8_cast(name, m_ * k_, m_ * n_, s.fp8_recipe));
+    if (fp8) c.ops.push_back(fp8_cast(name, m_ * k_, m_ * n_, s.fp8_recipe, s.fp8_casts_weights ? n_ * k_ : 0));
     OpCost op = gemm(name, m_, n_, k_, saved_elements * saved_e);
     op.fp8 = fp8;
     return op;
@@ -705,7 +717,9 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
       c.ops.push_back(g);
     }
     auto grouped = [&](const std::string& name, double n_, double k_, double saved_elements) {
-      if (fp8) c.ops.push_back(fp8_cast(name, rows * k_, rows * n_, s.fp8_recipe));
+      if (fp8) {
+        c.ops.push_back(fp8_cast(name, rows * k_, rows * n_, s.fp8_recipe, s.fp8_casts_weights ? local * n_ * k_ : 0));
+      }
       OpCost op = gemm(name, rows / local, n_, k_, saved_elements * saved_e);
       op.groups = static_cast<int64_t>(local);
       op.flops *= local;

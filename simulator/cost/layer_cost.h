@@ -37,6 +37,9 @@ struct LayerShape {
   uint16_t recompute_modules = kRcCoreAttn;  // selective: what is re-run (RecomputeModule bits)
   Fp8Recipe fp8_recipe = Fp8Recipe::kNone;  // FP8 linear GEMMs (resolved recipe)
   bool fp8_saved_inputs = false;  // linear inputs saved in FP8 (Transformer Engine; torchao keeps bf16)
+  // torchao quantizes each linear's whole weight at every use: no FP8 weight
+  // cache (Transformer Engine) and no FP8 all-gather (fp8_weights_gathered).
+  bool fp8_casts_weights = false;
   // MoE layers: expert parallel and expert tensor parallel degrees, and the
   // load of the busiest expert-parallel rank over the mean (>= 1; 0: the
   // expected maximum under uniform routing, moe_routing.h).
@@ -188,7 +191,23 @@ struct LayerCost {
 // transposed operand; Blackwell's MXFP8 needs row- and column-wise blocks):
 // 4 B; current scaling (tensorwise, rowwise) first reads the tensor once
 // more for its amax: 6 B; mxfp8 adds one E8M0 scale byte per 32 elements.
+// torchao's rowwise scales along both dimensions: one kernel reads the
+// tensor, writes the row-wise FP8 copy and a bf16 transpose (5 B), a second
+// reads the transpose and writes its FP8 copy (3 B): 8 B (torchao
+// testing/training/roofline_utils.py get_tensor_memory_traffic_ovhd_s, the
+// kernels of its input and grad_output casts).
 double fp8_cast_bytes_per_element(Fp8Recipe recipe);
+
+// HBM bytes per weight element of torchao quantizing a linear's weight at
+// one use (LayerShape::fp8_casts_weights), forward and backward (the same
+// roofline's weight kernels): tensorwise reads it for the amax and writes
+// the FP8 copy (5 B), the backward casts the transposed layout (3 B);
+// rowwise casts row-wise (3 B), the backward transposes in bf16 (4 B) and
+// casts that (3 B).  {0, 0} for the recipes Transformer Engine runs.
+struct Fp8WeightCastBytes {
+  double forward = 0, backward = 0;
+};
+Fp8WeightCastBytes fp8_weight_cast_bytes_per_element(Fp8Recipe recipe);
 
 // Bytes per element of a sequence-parallel all-gather that feeds an FP8
 // linear layer (the norm output before QKV and FC1 in forward; the output

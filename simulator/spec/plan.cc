@@ -181,6 +181,10 @@ bool fp8_transformer_engine(const Plan& p) {
   return !(p.zero == 3 && (p.fp8_recipe == Fp8Recipe::kTensorwise || p.fp8_recipe == Fp8Recipe::kRowwise));
 }
 
+bool fp8_weights_gathered(const Plan& p) {
+  return (p.zero == 3 && p.fp8_recipe == Fp8Recipe::kTensorwise) || p.fp8_param_gather;
+}
+
 double fp8_weight_cache_bytes(const ClusterSpec& cluster, const Plan& p) {
   if (!fp8_transformer_engine(p)) return 0;
   if (p.fp8_recipe == Fp8Recipe::kMxfp8 || (p.fp8_recipe == Fp8Recipe::kBlockwise && is_blackwell(cluster))) {

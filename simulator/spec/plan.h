@@ -481,6 +481,13 @@ Fp8Recipe default_fp8_recipe(const ClusterSpec& cluster, int zero);
 // a torchao recipe (tensorwise, rowwise).  docs/fp8.md.
 bool fp8_transformer_engine(const Plan& plan);
 
+// Whether the data-parallel all-gather brings the linear weights already in
+// FP8: FSDP2's float8 all-gather under torchao's tensorwise recipe
+// (enable_fsdp_float8_all_gather, ZeRO-3), or Megatron's
+// --fp8-param-gather.  Otherwise torchao quantizes each linear's whole
+// weight at every use (fp8_weight_cast_bytes_per_element).
+bool fp8_weights_gathered(const Plan& plan);
+
 // Bytes per linear parameter of Transformer Engine's FP8 weight copies: the
 // FP8 weight and its transpose on Hopper and Ada (their FP8 GEMMs take only
 // the TN layout), 1 on Blackwell for per-tensor recipes, row- and

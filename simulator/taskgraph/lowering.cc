@@ -1605,7 +1605,7 @@ class Lowerer {
     // Megatron --fp8-param-gather does the same for the distributed
     // optimizer's all-gather (and Megatron FSDP's).
     double gather_wbytes = wbytes;
-    const bool fp8_gather = (p_.zero == 3 && p_.fp8_recipe == Fp8Recipe::kTensorwise) || p_.fp8_param_gather;
+    const bool fp8_gather = fp8_weights_gathered(p_);
     if (fp8_gather && layer_.params > 0) {
       gather_wbytes = (layer_.linear_params * 1.0 + (layer_.params - layer_.linear_params) * wbytes) / layer_.params;
     }

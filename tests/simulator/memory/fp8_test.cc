@@ -78,6 +78,48 @@ TEST_CASE("FP8: the cast kernels are memory-bound work of 4 or 6 bytes per eleme
   }
 }
 
+TEST_CASE("FP8: torchao's rowwise casts in 8 B per element and quantizes each weight at every use", "[sim][fp8]") {
+  // torchao's own roofline of its float8 kernels (torchao
+  // testing/training/roofline_utils.py get_tensor_memory_traffic_ovhd_s):
+  // rowwise quantizes an input or output gradient in two kernels, read 2 B
+  // + write the row-wise FP8 copy 1 B + a bf16 transpose 2 B, then read the
+  // transpose 2 B + write 1 B: 8 B per element.  Without an FP8 all-gather
+  // it quantizes the whole weight at each use: row-wise in forward (read 2,
+  // write 1: 3 B), transposed in bf16 (4 B) and cast (3 B) in backward.
+  // Tensorwise under ZeRO-3 all-gathers the weights in FP8 (FSDP2
+  // enable_fsdp_float8_all_gather): no per-use weight cast, 6 B per input
+  // element as before.  Llama 3 8B, tp 1, 4096 tokens: forward inputs
+  // tokens x (3h + f); the QKV weight h x (h + 2 kv d).
+  const ModelSpec m = load_model("llama3-8b");
+  Plan bf16;
+  bf16.seq = 4096;
+  const double tokens = 4096, h = 4096, f = 14336, qkv = 4096 + 2 * 1024;
+  const double base = transformer_layer_cost(m, layer_shape(bf16)).fwd_bytes;
+  Plan rowwise = fp8_plan("rowwise");
+  rowwise.seq = 4096;
+  rowwise.zero = 3;
+  const LayerShape rs = layer_shape(rowwise);
+  CHECK(rs.fp8_casts_weights);
+  const LayerCost rc = transformer_layer_cost(m, rs);
+  CHECK(rc.fwd_bytes - base == Approx(tokens * (3 * h + f) * 8 + kLlama8bLinear * 3));
+  bool seen = false;
+  for (const OpCost& op : rc.ops) {
+    if (op.name != "fp8_cast_qkv") continue;
+    seen = true;
+    CHECK(op.bytes == Approx(tokens * h * 8 + h * qkv * 3));
+    CHECK(op.bwd_bytes == Approx(tokens * qkv * 8 + h * qkv * 7));
+  }
+  CHECK(seen);
+  Plan tensorwise = fp8_plan("tensorwise");
+  tensorwise.seq = 4096;
+  tensorwise.zero = 3;
+  CHECK(fp8_weights_gathered(tensorwise));
+  CHECK_FALSE(layer_shape(tensorwise).fp8_casts_weights);
+  CHECK(transformer_layer_cost(m, layer_shape(tensorwise)).fwd_bytes - base == Approx(tokens * (3 * h + f) * 6));
+  // Transformer Engine keeps FP8 weight copies between micro-batches.
+  CHECK_FALSE(layer_shape(fp8_plan("delayed")).fp8_casts_weights);
+}
+
 TEST_CASE("FP8: Transformer Engine saves linear inputs in FP8, torchao in bf16", "[sim][fp8]") {
   // TE's Linear saves its quantized input for the weight gradient: the
   // inputs of qkv, out_proj, fc1 and fc2 drop from 2 B to 1 B per element,
