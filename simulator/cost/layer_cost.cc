@@ -154,16 +154,21 @@ OpCost elementwise(const std::string& name, double bytes, double saved) {
 }
 
 // The FP8 quantization of a GEMM's input (forward) and of its output
-// gradient (backward), memory-bound; where torchao casts weights per use
-// (`weight_elements` > 0), the weight's too.
-OpCost fp8_cast(const std::string& gemm_name, double input_elements, double grad_elements, Fp8Recipe recipe,
-                double weight_elements = 0) {
+// gradient (backward), memory-bound.  Under torchao (`torchao`): each use's
+// weight cast (unless the weights arrive in FP8, `casts_weights` false) and
+// the rescale of the backward GEMMs' outputs (the input gradient, as many
+// elements as the input, and the weight gradient).
+OpCost fp8_cast(const std::string& gemm_name, double input_elements, double grad_elements, double weight_elements,
+                Fp8Recipe recipe, bool torchao, bool casts_weights) {
   OpCost op;
   op.name = "fp8_cast_" + gemm_name;
   op.kind = OpKind::kElementwise;
   const Fp8WeightCastBytes w = fp8_weight_cast_bytes_per_element(recipe);
-  op.bytes = input_elements * fp8_cast_bytes_per_element(recipe) + weight_elements * w.forward;
-  op.bwd_bytes = grad_elements * fp8_cast_bytes_per_element(recipe) + weight_elements * w.backward;
+  const double cast_weights = casts_weights ? weight_elements : 0;
+  const double rescale = torchao ? fp8_backward_rescale_bytes_per_element(recipe) : 0;
+  op.bytes = input_elements * fp8_cast_bytes_per_element(recipe) + cast_weights * w.forward;
+  op.bwd_bytes = grad_elements * fp8_cast_bytes_per_element(recipe) + cast_weights * w.backward +
+                 (input_elements + weight_elements) * rescale;
   return op;
 }
 
@@ -273,6 +278,8 @@ Fp8WeightCastBytes fp8_weight_cast_bytes_per_element(Fp8Recipe recipe) {
     default: return {0, 0};
   }
 }
+
+double fp8_backward_rescale_bytes_per_element(Fp8Recipe recipe) { return recipe == Fp8Recipe::kRowwise ? 4 : 0; }
 
 double fp8_gather_bytes_per_element(Fp8Recipe recipe) {
   switch (recipe) {
@@ -443,7 +450,10 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
   const bool fp8 = s.fp8_recipe != Fp8Recipe::kNone;
   const double saved_e = s.fp8_saved_inputs ? 1.0 : e;  // bytes per saved element of a linear layer's input
   auto linear = [&](const std::string& name, double m_, double n_, double k_, double saved_elements) {
-    if (fp8) c.ops.push_back(fp8_cast(name, m_ * k_, m_ * n_, s.fp8_recipe, s.fp8_casts_weights ? n_ * k_ : 0));
+    if (fp8) {
+      c.ops.push_back(
+          fp8_cast(name, m_ * k_, m_ * n_, n_ * k_, s.fp8_recipe, !s.fp8_saved_inputs, s.fp8_casts_weights));
+    }
     OpCost op = gemm(name, m_, n_, k_, saved_elements * saved_e);
     op.fp8 = fp8;
     return op;
@@ -718,7 +728,8 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     }
     auto grouped = [&](const std::string& name, double n_, double k_, double saved_elements) {
       if (fp8) {
-        c.ops.push_back(fp8_cast(name, rows * k_, rows * n_, s.fp8_recipe, s.fp8_casts_weights ? local * n_ * k_ : 0));
+        c.ops.push_back(fp8_cast(name, rows * k_, rows * n_, local * n_ * k_, s.fp8_recipe, !s.fp8_saved_inputs,
+                                 s.fp8_casts_weights));
       }
       OpCost op = gemm(name, rows / local, n_, k_, saved_elements * saved_e);
       op.groups = static_cast<int64_t>(local);

@@ -209,6 +209,15 @@ struct Fp8WeightCastBytes {
 };
 Fp8WeightCastBytes fp8_weight_cast_bytes_per_element(Fp8Recipe recipe);
 
+// HBM bytes per element of the output of a backward GEMM (input gradient,
+// weight gradient) that torchao rescales after the GEMM: its rowwise recipe
+// runs the slow-accumulation backward GEMMs as cuBLAS tensorwise GEMMs with
+// unit scales and multiplies the output by the row and column scales
+// afterwards, read 2 B + write 2 B ("the rowwise CUTLASS-based kernel is so
+// slow without fast-accum": torchao float8/float8_ops.py
+// addmm_float8_unwrapped, pytorch/ao#1325).  0 for every other recipe.
+double fp8_backward_rescale_bytes_per_element(Fp8Recipe recipe);
+
 // Bytes per element of a sequence-parallel all-gather that feeds an FP8
 // linear layer (the norm output before QKV and FC1 in forward; the output
 // gradient of the projection and FC2 in backward): the FP8 data, and

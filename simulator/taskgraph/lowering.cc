@@ -1952,7 +1952,8 @@ PipelineSchedule automatic_zero_bubble_order(const ModelSpec& model, const Clust
                                              const Layout& layout) {
   TRAINPLAN_CHECK(layout.feasible && zero_bubble_automatic(layout.plan.schedule),
                   "an automatic zero-bubble order of a feasible zb-1p/zb-2p layout");
-  Lowerer l(model, cluster, layout, LoweringOptions{});
+  const LoweringOptions options;  // the Lowerer keeps a reference
+  Lowerer l(model, cluster, layout, options);
   return l.automatic_order();
 }
 

@@ -78,7 +78,8 @@ TEST_CASE("FP8: the cast kernels are memory-bound work of 4 or 6 bytes per eleme
   }
 }
 
-TEST_CASE("FP8: torchao's rowwise casts in 8 B per element and quantizes each weight at every use", "[sim][fp8]") {
+TEST_CASE("FP8: torchao's rowwise casts in 8 B per element, quantizes each weight at every use, rescales in backward",
+          "[sim][fp8]") {
   // torchao's own roofline of its float8 kernels (torchao
   // testing/training/roofline_utils.py get_tensor_memory_traffic_ovhd_s):
   // rowwise quantizes an input or output gradient in two kernels, read 2 B
@@ -88,7 +89,7 @@ TEST_CASE("FP8: torchao's rowwise casts in 8 B per element and quantizes each we
   // write 1: 3 B), transposed in bf16 (4 B) and cast (3 B) in backward.
   // Tensorwise under ZeRO-3 all-gathers the weights in FP8 (FSDP2
   // enable_fsdp_float8_all_gather): no per-use weight cast, 6 B per input
-  // element as before.  Llama 3 8B, tp 1, 4096 tokens: forward inputs
+  // element as before, and its backward GEMMs scale in cuBLAS (no rescale).  Llama 3 8B, tp 1, 4096 tokens: forward inputs
   // tokens x (3h + f); the QKV weight h x (h + 2 kv d).
   const ModelSpec m = load_model("llama3-8b");
   Plan bf16;
@@ -107,7 +108,11 @@ TEST_CASE("FP8: torchao's rowwise casts in 8 B per element and quantizes each we
     if (op.name != "fp8_cast_qkv") continue;
     seen = true;
     CHECK(op.bytes == Approx(tokens * h * 8 + h * qkv * 3));
-    CHECK(op.bwd_bytes == Approx(tokens * qkv * 8 + h * qkv * 7));
+    // Backward: the output gradient's cast, the weight's transposed cast,
+    // and the rescale (read 2 + write 2) of the two slow-accumulation
+    // GEMMs' outputs, the input gradient (tokens x h) and the weight
+    // gradient (h x qkv) (torchao float8_ops.py addmm_float8_unwrapped).
+    CHECK(op.bwd_bytes == Approx(tokens * qkv * 8 + h * qkv * 7 + (tokens * h + h * qkv) * 4));
   }
   CHECK(seen);
   Plan tensorwise = fp8_plan("tensorwise");
@@ -115,7 +120,11 @@ TEST_CASE("FP8: torchao's rowwise casts in 8 B per element and quantizes each we
   tensorwise.zero = 3;
   CHECK(fp8_weights_gathered(tensorwise));
   CHECK_FALSE(layer_shape(tensorwise).fp8_casts_weights);
-  CHECK(transformer_layer_cost(m, layer_shape(tensorwise)).fwd_bytes - base == Approx(tokens * (3 * h + f) * 6));
+  const LayerCost tc = transformer_layer_cost(m, layer_shape(tensorwise));
+  CHECK(tc.fwd_bytes - base == Approx(tokens * (3 * h + f) * 6));
+  for (const OpCost& op : tc.ops) {
+    if (op.name == "fp8_cast_qkv") CHECK(op.bwd_bytes == Approx(tokens * qkv * 6));
+  }
   // Transformer Engine keeps FP8 weight copies between micro-batches.
   CHECK_FALSE(layer_shape(fp8_plan("delayed")).fp8_casts_weights);
 }
