@@ -20,7 +20,6 @@
 #include "simulator/core/error.h"
 #include "simulator/faults/convergence.h"
 #include "simulator/framework/framework.h"
-#include "simulator/taskgraph/lowering.h"
 #include "simulator/taskgraph/step_costs.h"
 
 namespace trainplan {
@@ -551,12 +550,11 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     }
     const Plan& p = L.plan;
     const StepCosts& sc = costs_of(p);
-    MemoryReport mem =
-        estimate_memory(m, c, L, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output);
     // An automatic zero-bubble plan is sized by its scheduler's memory limit,
-    // an upper bound; where that does not fit, by its pass order (what
-    // `memory` prints), which needs the stage times.
-    if (!mem.fits && zero_bubble_automatic(p.schedule)) mem = plan_memory(m, c, L);
+    // an upper bound of what `memory` prints (plan_memory), which would need
+    // a lowering (stage times and schedule) for every such candidate.
+    const MemoryReport mem =
+        estimate_memory(m, c, L, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output);
     ev.family = plan_family(p);
     ev.peak_bytes = mem.peak_bytes;
     if (!mem.fits) {

@@ -105,8 +105,7 @@ PipelineSchedule automatic_zero_bubble_order(const ModelSpec& model, const Clust
 // automatic zero-bubble plan (so its activations are the schedule's, not
 // the scheduler's limit).  What `memory`, `recommend`, `validate` and the
 // reports print; the plan search sizes its candidates by estimate_memory's
-// bound (never less than this), and by this where the bound does not fit.
-// REQUIRES: layout resolved by resolve_plan.
+// bound (never less than this).  REQUIRES: layout resolved by resolve_plan.
 MemoryReport plan_memory(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
 
 }  // namespace trainplan
