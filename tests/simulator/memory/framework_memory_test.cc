@@ -20,6 +20,15 @@ namespace {
 using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;
 
+// resolve_plan's layout, which the test needs feasible (its reasons are
+// reported when it is not).
+Layout feasible_layout(const ModelSpec& m, const ClusterSpec& c, int gpus, const Plan& p) {
+  Layout l = resolve_plan(m, c, gpus, p);
+  for (const std::string& reason : l.reasons) UNSCOPED_INFO(reason);
+  REQUIRE(l.feasible);
+  return l;
+}
+
 // torchtitan's Llama 3 8B table layout (benchmarks/llama3_h100_202412):
 // FSDP2 over 8 GPUs, local batch 2, seq 8192, bf16, per-op SAC.
 Layout titan_8b(const ModelSpec& m, const ClusterSpec& c, Recompute rc, Framework fw = Framework::kTorchtitan) {
@@ -30,10 +39,7 @@ Layout titan_8b(const ModelSpec& m, const ClusterSpec& c, Recompute rc, Framewor
   p.zero = 3;
   p.recompute = rc;
   p.framework = fw;
-  Layout l = resolve_plan(m, c, 8, p);
-  for (const std::string& reason : l.reasons) INFO(reason);
-  REQUIRE(l.feasible);
-  return l;
+  return feasible_layout(m, c, 8, p);
 }
 
 TEST_CASE("FSDP2 keeps fp32 sharded parameters as the master copy: 16 B per parameter over the shard group") {
@@ -242,10 +248,7 @@ TEST_CASE("Megatron-LM's own attention stores the s x s scores: the Zero Bubble 
     p.vp = vp;
     p.schedule = schedule;
     p.schedule_given = true;
-    Layout l = resolve_plan(m, c, 8, p);
-    for (const std::string& reason : l.reasons) INFO(reason);
-    REQUIRE(l.feasible);
-    return l;
+    return feasible_layout(m, c, 8, p);
   };
   const MemoryReport legacy = estimate_memory(m, c, layout(Framework::kMegatronLM, Schedule::k1F1B, 1));
   const MemoryReport core = estimate_memory(m, c, layout(Framework::kMegatronCore, Schedule::k1F1B, 1));
