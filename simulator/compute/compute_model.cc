@@ -10,7 +10,6 @@ namespace trainplan {
 namespace {
 constexpr int64_t kTileLong = 256;   // CUTLASS/cuBLAS output tile of large BF16 GEMMs: 256 x 128 or 128 x 256
 constexpr int64_t kTileShort = 128;
-constexpr double kDepthHalf = 64.0;  // k at which the main loop is half of the kernel
 }  // namespace
 
 ComputeParams compute_params(const ClusterSpec& cluster, Precision precision) {
@@ -54,6 +53,24 @@ ComputeParams ComputeParams::fp8() const {
 
 namespace {
 
+// A tile's fixed cost, in steps of k: the main loop does 2 FLOPs per output
+// element per step at the block's share of the GEMM rate (peak x e_max over
+// the SMs), and the block then writes its output tile at its SM's share of
+// HBM bandwidth (HBM x hbm_efficiency over the SMs), `bytes` per element.
+// The SM count cancels: bytes / 2 x (peak x e_max) / (HBM x hbm_efficiency).
+// The output tile is written in the training dtype (bf16/fp16 2 B, an FP8
+// GEMM's bf16 2 B, TF32's fp32 4 B); a split-K block writes an fp32 partial
+// (4 B).  About 280 (560 split) steps on H100 bf16, 270 on B200, 150 on A100.
+// Checked against XLA's published H100 and B200 sweep (docs/compute.md): at
+// m = n = 4096 the H100's measured rate falls with k as k / (k + K0) with K0
+// about 256 (0.51, 0.71, 0.88, 0.94 of the k = 4096 rate at k = 256 ... 2048;
+// this form 0.51, 0.69, 0.84, 0.94).
+double tile_write_steps(const ComputeParams& p, double bytes) {
+  const double write = p.hbm.bytes_per_s() * p.hbm_efficiency;
+  if (write <= 0) return 0;  // no HBM figure: no tile cost
+  return bytes / 2 * p.peak.flop_per_s() * p.gemm_efficiency / write;
+}
+
 double tiled_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k, int64_t groups, int64_t tile_m,
                         int64_t tile_n) {
   const int64_t tm = (m + tile_m - 1) / tile_m;
@@ -61,10 +78,23 @@ double tiled_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k,
   const double tile = static_cast<double>(m) * static_cast<double>(n) /
                       (static_cast<double>(tm * tile_m) * static_cast<double>(tn * tile_n));
   const int64_t tiles = tm * tn * groups;  // a grouped GEMM schedules every group's tiles in one grid
-  const int64_t waves = (tiles + p.sm_count - 1) / p.sm_count;
-  const double wave = static_cast<double>(tiles) / static_cast<double>(waves * p.sm_count);
-  const double depth = static_cast<double>(k) / (static_cast<double>(k) + kDepthHalf);
-  return p.gemm_efficiency * tile * wave * depth;
+  // Split-K: with fewer output tiles than SMs cuBLAS splits the reduction
+  // over `split` blocks per tile, each summing k / split steps into an fp32
+  // partial tile; the splits that keep every block in the first wave are
+  // tried and the best runs (XLA's H100 sweep: 256 x 256 x 4096 at 91
+  // TFLOP/s, 11 without splitting, 55 with it).
+  const int64_t max_split = std::max<int64_t>(1, std::min<int64_t>(p.sm_count / std::max<int64_t>(1, tiles), k));
+  const double out_bytes = std::max(2, p.element_bytes);
+  double best = 0;
+  for (int64_t split = 1; split <= max_split; ++split) {
+    const int64_t blocks = tiles * split;
+    const int64_t waves = (blocks + p.sm_count - 1) / p.sm_count;
+    const double wave = static_cast<double>(blocks) / static_cast<double>(waves * p.sm_count);
+    const double part = static_cast<double>(k) / static_cast<double>(split);
+    const double depth = part / (part + tile_write_steps(p, split == 1 ? out_bytes : 4.0));
+    best = std::max(best, p.gemm_efficiency * tile * wave * depth);
+  }
+  return best;
 }
 
 double analytic_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k, int64_t groups = 1) {

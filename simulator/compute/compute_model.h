@@ -7,10 +7,14 @@
 // better) output tiles that is real work, `wave` the fraction of SMs busy
 // over the waves of tiles (NVIDIA Deep Learning Performance Guide, "Matrix
 // Multiplication Background": cuBLAS's large tiles, one per SM at a time;
-// MAMF's best shapes run in them), `depth` = k/(k + 64) the
-// prologue/epilogue cost of a short reduction dimension; never faster than
-// its HBM traffic allows (roofline).  Memory-bound ops: bytes / (HBM * eff).
-// Every kernel pays a fixed launch/tail overhead.
+// MAMF's best shapes run in them), `depth` = k/(k + K0) with K0 the steps of
+// k a block's output-tile write costs at its SM's share of HBM bandwidth
+// (peak x e_max / (HBM x hbm_efficiency) for a 2-byte output); with fewer
+// tiles than SMs the reduction is split over several blocks per tile
+// (split-K), each writing an fp32 partial tile.  Never faster than its HBM
+// traffic allows (roofline).  Memory-bound ops: bytes / (HBM * eff).  Every
+// kernel pays a fixed launch/tail overhead.  Checked against XLA's published
+// H100/B200 GEMM sweep (docs/compute.md).
 // Invariants: times are monotone in FLOPs and bytes; a calibration replaces
 // e_max, the attention and HBM efficiencies.
 #ifndef TRAINPLAN_SIM_COMPUTE_COMPUTE_MODEL_H_
