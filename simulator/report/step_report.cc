@@ -22,9 +22,44 @@ double overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
   return static_cast<double>(std::max<int64_t>(0, std::min(a1, b1) - std::max(a0, b0)));
 }
 
+using Intervals = std::vector<std::pair<int64_t, int64_t>>;
+
+// Each simulated rank's DP collectives (comm tasks of Category::kDpComm it
+// takes part in) as [start, end) intervals.
+std::vector<Intervals> rank_dp_intervals(const TaskGraph& g, const EngineResult& r, size_t ranks) {
+  std::vector<Intervals> out(ranks);
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    if (t.type != TaskType::kComm || t.category != Category::kDpComm) continue;
+    const TaskTime& tt = r.times[static_cast<size_t>(id)];
+    const int32_t* m = g.members(t);
+    for (uint32_t k = 0; k < t.member_count; ++k) out[static_cast<size_t>(m[k])].emplace_back(tt.start_ps, tt.end_ps);
+  }
+  return out;
+}
+
+// The time in [from, to) covered by at least one of `in`.
+int64_t covered(const Intervals& in, int64_t from, int64_t to) {
+  if (to <= from) return 0;
+  Intervals clipped;
+  for (const auto& [a, b] : in) {
+    const int64_t lo = std::max(a, from), hi = std::min(b, to);
+    if (hi > lo) clipped.emplace_back(lo, hi);
+  }
+  std::sort(clipped.begin(), clipped.end());
+  int64_t sum = 0, reach = from;
+  for (const auto& [a, b] : clipped) {
+    if (b <= reach) continue;
+    sum += b - std::max(a, reach);
+    reach = b;
+  }
+  return sum;
+}
+
 // Splits the idle gap [from, to) before `task` by what it waited for.
+// own_dp: the rank's DP collectives (rank_dp_intervals), or null.
 void classify_gap(const TaskGraph& g, const EngineResult& r, int32_t prev, int32_t task, int64_t from, int64_t to,
-                  TimeBreakdown* b) {
+                  TimeBreakdown* b, const Intervals* own_dp = nullptr) {
   if (to <= from) return;
   // First the previous pass's own TP collectives (a link task right after
   // it): TP communication.
@@ -54,10 +89,13 @@ void classify_gap(const TaskGraph& g, const EngineResult& r, int32_t prev, int32
   }
   if (sync) {
     // Waiting at the gradient-norm (or tied-embedding) all-reduce: the
-    // all-reduce itself is communication, the wait for the other stages to
-    // finish is bubble.
-    b->dp_comm += comm * 1e-12;
-    b->bubble += (gap - comm) * 1e-12;
+    // all-reduce itself is communication.  Before it, the time this rank's
+    // own DP collectives were still running (its reduce-scatters outlasting
+    // its backward, as without a pipeline) is DP communication; the rest,
+    // waiting for other stages to finish, is bubble.
+    const int64_t own = own_dp == nullptr ? 0 : covered(*own_dp, from, std::min(to, r.times[static_cast<size_t>(pred)].start_ps));
+    b->dp_comm += (comm + static_cast<double>(own)) * 1e-12;
+    b->bubble += (gap - comm - static_cast<double>(own)) * 1e-12;
   } else if (cat == Category::kPpComm) {
     // Waiting for a pipeline transfer: the transfer itself is PP
     // communication, the wait for the other stage to produce it is bubble.
@@ -163,6 +201,7 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
   }
   // Compute, bubbles, folded TP/CP communication and the memory counter,
   // rank by rank in program order.
+  const std::vector<Intervals> dp_intervals = rank_dp_intervals(g, r, step.ranks.size());
   for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
     const int pid = step.ranks[rank].global;
     int64_t prev_end = 0;
@@ -178,7 +217,7 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
         // The idle gap split as the time breakdown splits it (classify_gap):
         // bubble first, then the part spent on the transfer waited for.
         TimeBreakdown gap;
-        classify_gap(g, r, prev_id, id, prev_end, tt.start_ps, &gap);
+        classify_gap(g, r, prev_id, id, prev_end, tt.start_ps, &gap, &dp_intervals[rank]);
         int64_t at = prev_end;
         const std::pair<const char*, double> parts[] = {{"waiting for TP collectives", gap.tp_comm},
                                                         {"bubble", gap.bubble},
@@ -549,6 +588,7 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
   }
 
   // Time breakdown per rank, averaged.
+  const std::vector<Intervals> dp_intervals = rank_dp_intervals(g, r, step.ranks.size());
   TimeBreakdown sum;
   for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
     TimeBreakdown b;
@@ -558,7 +598,7 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
     for (int32_t id : g.program[rank]) {
       const Task& t = g.task(id);
       const TaskTime& tt = r.times[static_cast<size_t>(id)];
-      classify_gap(g, r, prev_id, id, prev_end, tt.start_ps, &b);
+      classify_gap(g, r, prev_id, id, prev_end, tt.start_ps, &b, &dp_intervals[rank]);
       const double busy = static_cast<double>(tt.end_ps - tt.start_ps) * 1e-12;
       if (t.category == Category::kOptimizer) {
         b.optimizer += busy;

@@ -164,6 +164,33 @@ TEST_CASE("Strategies: the gradient-norm all-reduce joins a replica's stages bef
   CHECK(count_label(zstep.graph, TaskLabel::kGradNormSync) == 0);
 }
 
+TEST_CASE("Strategies: without a pipeline, waiting for the own reduce-scatters is DP communication, not bubble",
+          "[sim][strategies][dp]") {
+  // One stage: no rank ever waits for another stage, so the step has no
+  // bubble (the 1F1B bubble (p-1)/(m+p-1) is 0 at p = 1).  Llama 3 70B at tp 8
+  // over 16 DGX H100 nodes, one micro-batch: each rank reduce-scatters
+  // 70.6e9 / 8 x 4 B = 35 GB of fp32 gradients over its 400 Gb/s NIC, about
+  // 0.7 s, behind a backward of about 0.4 s, and the gradient-norm all-reduce
+  // waits for the last of them.  That wait is exposed DP communication:
+  // compute + TP + DP + optimizer make up the step.
+  const ModelSpec m = load_model("llama3-70b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan p;
+  p.tp = 8;
+  p.zero = 1;
+  p.mbs = 1;
+  p.gbs = 16;  // dp 16, one micro-batch
+  p.seq = 4096;
+  const Layout l = resolved(m, c, 128, p);
+  REQUIRE(l.microbatches == 1);
+  const StepReport rep = simulate_step(m, c, l, SimulateOptions{});
+  const TimeBreakdown& b = rep.breakdown;
+  CHECK(b.bubble == Approx(0).margin(1e-9));
+  CHECK(b.dp_comm > 0.2);
+  CHECK(b.compute + b.tp_comm + b.pp_comm + b.dp_comm + b.ep_comm + b.optimizer ==
+        Approx(rep.step_time_s).epsilon(1e-9));
+}
+
 TEST_CASE("Strategies: the interleaved bubble is (p-1)/(v m) of the compute", "[sim][strategies][pipeline]") {
   // Narayanan et al. 2021 Sec. 2.2.2: with v model chunks per rank the
   // pipeline flush shrinks to (p-1)(T_F + T_B)/v while each rank computes
