@@ -83,7 +83,9 @@ double tiled_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k,
   // partial tile; the splits that keep every block in the first wave are
   // tried and the best runs (XLA's H100 sweep: 256 x 256 x 4096 at 91
   // TFLOP/s, 11 without splitting, 55 with it).
-  const int64_t max_split = std::max<int64_t>(1, std::min<int64_t>(p.sm_count / std::max<int64_t>(1, tiles), k));
+  // Each split holds at least one 64-deep k tile (CUTLASS's bf16 mainloop
+  // tile), which also bounds the search.
+  const int64_t max_split = std::max<int64_t>(1, std::min<int64_t>(p.sm_count / std::max<int64_t>(1, tiles), k / 64));
   const double out_bytes = std::max(2, p.element_bytes);
   double best = 0;
   for (int64_t split = 1; split <= max_split; ++split) {
