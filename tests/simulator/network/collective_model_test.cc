@@ -4,8 +4,11 @@
 #include "simulator/network/collective_model.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -539,6 +542,51 @@ TEST_CASE("Calibrated collectives: the measured curve inside its range, the fit 
   four.ranks = 4;
   four.ranks_per_node = 4;
   CHECK_THAT(time_us(4.0 / 3.0 * kMiB, four), WithinRel(407.0, 1e-5));
+}
+
+// XLA's GPU cost model ships collectives measured on a GB200 NVL72 rack
+// (tests/data/validation/xla_collective_gb200.json, its source and what each
+// row means in the file): all-reduce, all-gather, reduce-scatter and
+// all-to-all over groups of 4 to 64 GPUs of the NVLink domain.  None of it
+// was used to build the collective model (NVLink5 line rate, NCCL's
+// per-generation constants), so it checks the model on a multi-node NVLink
+// domain, which the nccl-tests rows (8-GPU nodes) do not reach.  At 8 GB and
+// more, the model's algorithm bandwidth (full buffer / time) is within
+// 0.9..1.2 of the measured one at every point (0.99..1.17; the model is
+// fastest on all-to-all of 4 GPUs) and within 10% on the geometric mean.
+// Below that the model is up to 1.36x fast (all-reduce over 64 at 1 GB;
+// docs/compute.md); not asserted.
+TEST_CASE("collective_cost: GB200 NVL72 collectives follow XLA's published measurements", "[sim][network]") {
+  std::ifstream in(std::string(TRAINPLAN_TEST_DATA_DIR) + "/validation/xla_collective_gb200.json");
+  REQUIRE(in.good());
+  const nlohmann::json table = nlohmann::json::parse(in);
+  const ClusterSpec c = load_cluster("gb200-nvl72");
+  const LinkParams p = link_params(c);
+  double log_sum = 0;
+  int points = 0;
+  for (const auto& row : table["rows"]) {
+    const std::string op = row[0].get<std::string>();
+    const int ranks = row[1].get<int>();
+    const double bytes = row[2].get<double>();
+    const double measured = row[3].get<double>() * 1e9;
+    if (bytes < 8e9) continue;
+    const Collective col = op == "all-reduce"       ? Collective::kAllReduce
+                           : op == "all-gather"     ? Collective::kAllGather
+                           : op == "reduce-scatter" ? Collective::kReduceScatter
+                                                    : Collective::kAllToAll;
+    REQUIRE((op == "all-reduce" || op == "all-gather" || op == "reduce-scatter" || op == "all-to-all"));
+    const GroupPlacement g = strided_group_placement(ranks, 1, c);
+    REQUIRE(g.nodes == 1);  // inside one 64-GPU NVLink domain (the cluster's node)
+    const double model = bytes / collective_cost(col, static_cast<Bytes>(bytes), g, p).time.s();
+    INFO(op << " over " << ranks << " GPUs, " << bytes / 1e9 << " GB: model " << model / 1e9 << " GB/s, measured "
+            << measured / 1e9);
+    CHECK(model / measured > 0.9);
+    CHECK(model / measured < 1.2);
+    log_sum += std::log(model / measured);
+    ++points;
+  }
+  REQUIRE(points == 60);  // 4 collectives x 5 group sizes x 3 sizes (8.6, 17.2, 34.4 GB)
+  CHECK(std::fabs(log_sum / points) < std::log(1.10));
 }
 
 }  // namespace trainplan
