@@ -93,7 +93,8 @@ void classify_gap(const TaskGraph& g, const EngineResult& r, int32_t prev, int32
     // own DP collectives were still running (its reduce-scatters outlasting
     // its backward, as without a pipeline) is DP communication; the rest,
     // waiting for other stages to finish, is bubble.
-    const int64_t own = own_dp == nullptr ? 0 : covered(*own_dp, from, std::min(to, r.times[static_cast<size_t>(pred)].start_ps));
+    const int64_t sync_start = r.times[static_cast<size_t>(pred)].start_ps;
+    const int64_t own = own_dp == nullptr ? 0 : covered(*own_dp, from, std::min(to, sync_start));
     b->dp_comm += (comm + static_cast<double>(own)) * 1e-12;
     b->bubble += (gap - comm - static_cast<double>(own)) * 1e-12;
   } else if (cat == Category::kPpComm) {
@@ -546,15 +547,10 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
   rep.moe_load = step.moe_load;
   const Plan& p = layout.plan;
   const TaskGraph& g = step.graph;
+  const std::vector<Intervals> dp_intervals = rank_dp_intervals(g, r, step.ranks.size());
   std::vector<int64_t> last_dp_end(step.ranks.size(), 0);
-  for (int32_t id = 0; id < g.size(); ++id) {
-    const Task& t = g.task(id);
-    if (t.type != TaskType::kComm || t.category != Category::kDpComm) continue;
-    const int32_t* m = g.members(t);
-    for (uint32_t k = 0; k < t.member_count; ++k) {
-      int64_t& e = last_dp_end[static_cast<size_t>(m[k])];
-      e = std::max(e, r.times[static_cast<size_t>(id)].end_ps);
-    }
+  for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
+    for (const auto& [start, end] : dp_intervals[rank]) last_dp_end[rank] = std::max(last_dp_end[rank], end);
   }
   // Each rank's step is the window [window_start, window_start + period).
   // Zero Bubble's automatic schedules run with optimizer post-validation (Qi et al.
@@ -588,7 +584,6 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
   }
 
   // Time breakdown per rank, averaged.
-  const std::vector<Intervals> dp_intervals = rank_dp_intervals(g, r, step.ranks.size());
   TimeBreakdown sum;
   for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
     TimeBreakdown b;
