@@ -86,14 +86,15 @@ double tiled_efficiency(const ComputeParams& p, int64_t m, int64_t n, int64_t k,
   // Each split holds at least one 64-deep k tile (CUTLASS's bf16 mainloop
   // tile), which also bounds the search.
   const int64_t max_split = std::max<int64_t>(1, std::min<int64_t>(p.sm_count / std::max<int64_t>(1, tiles), k / 64));
-  const double out_bytes = std::max(2, p.element_bytes);
+  const double whole_k0 = tile_write_steps(p, std::max(2, p.element_bytes));  // the output tile
+  const double split_k0 = tile_write_steps(p, 4.0);                             // an fp32 partial tile
   double best = 0;
   for (int64_t split = 1; split <= max_split; ++split) {
     const int64_t blocks = tiles * split;
     const int64_t waves = (blocks + p.sm_count - 1) / p.sm_count;
     const double wave = static_cast<double>(blocks) / static_cast<double>(waves * p.sm_count);
     const double part = static_cast<double>(k) / static_cast<double>(split);
-    const double depth = part / (part + tile_write_steps(p, split == 1 ? out_bytes : 4.0));
+    const double depth = part / (part + (split == 1 ? whole_k0 : split_k0));
     best = std::max(best, p.gemm_efficiency * tile * wave * depth);
   }
   return best;

@@ -176,7 +176,9 @@ std::string compute_name(const Task& t, const Plan& p) {
 // folded into the layer ops shown on its own thread), pipeline and DP
 // threads (collectives with their sizes), flow arrows from each pipeline
 // send to the compute it feeds, and a counter of the bytes allocated.
-std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const Plan& plan) {
+// dp_intervals: each rank's DP collectives (rank_dp_intervals), as the breakdown read them.
+std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const Plan& plan,
+                         const std::vector<Intervals>& dp_intervals) {
   const TaskGraph& g = step.graph;
   std::ostringstream out;
   out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
@@ -202,7 +204,6 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
   }
   // Compute, bubbles, folded TP/CP communication and the memory counter,
   // rank by rank in program order.
-  const std::vector<Intervals> dp_intervals = rank_dp_intervals(g, r, step.ranks.size());
   for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
     const int pid = step.ranks[rank].global;
     int64_t prev_end = 0;
@@ -633,7 +634,7 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
     st.simulated_peak_bytes = std::max(st.simulated_peak_bytes, static_cast<double>(r.peak_bytes[i]));
   }
   finish_report(model, cluster, layout, &rep);
-  if (options.trace) rep.trace_json = chrome_trace(step, r, p);
+  if (options.trace) rep.trace_json = chrome_trace(step, r, p, dp_intervals);
   return rep;
 }
 
