@@ -233,6 +233,8 @@ def flags_for(row, trainplan, layout_only=False):
     expressible); with layout_only (flags, mbs)."""
     lay = row["layout"]
     meas = row["measured"]
+    if any(row["model"].get(k) is None for k in ("layers", "hidden", "heads")):
+        return None  # M3: the model's shape not published
     if lay.get("tp") is None or lay.get("pp") is None:
         return None  # L1: layout not published
     tp, pp = lay["tp"], lay["pp"]

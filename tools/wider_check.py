@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""A wider check than the dev rows: every run of four sets of published benchmark tables that trainplan can
+"""A wider check than the dev rows: every run of seven sets of published benchmark tables that trainplan can
 express, predicted at its printed layout -- Megatron-Bridge's performance summary, torchtitan's benchmarks, the
-Megatron-MoE-ModelZoo's Qwen3-235B tables and the Megatron-LM README's weak-scaling table.
+Megatron-MoE-ModelZoo's Qwen3-235B tables, the Megatron-LM README's weak-scaling table, BLOOM's pre-launch sweep,
+Narayanan et al.'s Table 1 and NeMo 24.07's performance summary.
 Not the judged comparison (ACCURACY.md's rows are), and nothing here is fitted: it says how the model carries
 to many more published runs of the kinds the dev rows sample.
 
@@ -64,6 +65,13 @@ on 32 to 3,072 A100; the 1.7B and 18B rows are dev rows) with the authors' scrip
 layers per virtual stage, written as dev rows of the same source and mapped by tools/accuracy.py's rules.  Metric:
 TFLOP/s per GPU, hardware FLOPs (T1).
 
+NeMo 24.07.  Facts: tests/data/validation/nemo_2407_perf.json, the pre-training table of NVIDIA/NeMo's
+docs/source/performance/performance_summary.md at 8e3d65dcfe (DGX-H100, FP8; the GPT3-5B and LLAMA3-8B rows are dev
+rows) with model shapes from the release's NeMo-Framework-Launcher configs.  Mapping: each row is written as a dev
+row of the same source (the dev rows' source, hardware, precision and notes; zero stage, sequence parallelism and
+recompute not printed -> null) and mapped by tools/accuracy.py's own rules.  Metric: model TFLOP/s per GPU at the
+table's FLOP count (T1).
+
 Usage: python3 tools/wider_check.py [--out docs/wider-check.md]  (after building)
 """
 import argparse
@@ -84,6 +92,7 @@ ZOO_FACTS = os.path.join(ROOT, "tests", "data", "validation", "moe_model_zoo.jso
 WEAK_FACTS = os.path.join(ROOT, "tests", "data", "validation", "megatron_weak_scaling.json")
 BLOOM_FACTS = os.path.join(ROOT, "tests", "data", "validation", "bloom_prequel_sweep.json")
 NARAYANAN_FACTS = os.path.join(ROOT, "tests", "data", "validation", "narayanan21_table1.json")
+NEMO_FACTS = os.path.join(ROOT, "tests", "data", "validation", "nemo_2407_perf.json")
 ZOO_CLUSTERS = {"H100": "dgx-h100", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
 
 MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b",
@@ -536,6 +545,64 @@ def narayanan_section(trainplan, path, tmp):
     return doc, errs
 
 
+def nemo_rows(path):
+    """NeMo 24.07's pre-training table as dev rows of its source (published_dev.json's schema): the printed
+    layout, the model shape of the release's launcher config, and what the table does not print left null for
+    the rules (zero stage, sequence parallelism, recompute)."""
+    facts = json.load(open(path))
+    t = facts["template"]
+    rows = []
+    for r in facts["rows"]:
+        m = facts["models"][r["model"]]
+        tp, pp, cp = r["tp"], r["pp"], r["cp"]
+        rows.append({
+            "id": "nemo2407_h100_fp8_%s_%dgpu" % (r["model"], r["gpus"]), "source": t["source"],
+            "source_url": t["source_url"], "kind": "measured_throughput",
+            "model": dict(m, name=r["model"], seq_len=r["seq_len"]),
+            "hardware": dict(t["hardware"], gpus=r["gpus"]),
+            "layout": {"tp": tp, "pp": pp, "dp": r["gpus"] // (tp * pp * cp), "cp": cp,
+                       "vp": r["vp"] if r["vp"] > 1 else None, "zero_stage": None, "sequence_parallel": None,
+                       "recompute": None, "micro_batch": r["micro_batch"], "global_batch": r["global_batch"],
+                       "precision": t["precision"]},
+            "measured": {"tokens_per_s_per_gpu": r["tokens_per_s_per_gpu"],
+                         "model_tflops_per_gpu": r["model_tflops_per_gpu"]},
+            "notes": t["notes"]})
+    return rows
+
+
+def nemo_section(trainplan, path, tmp):
+    rows = nemo_rows(path)
+    predicted, skipped = predict_dev_rows(trainplan, rows, tmp)
+    errs = [r["err"] for r in predicted]
+    doc = ["## NeMo 24.07's performance summary", "",
+           "The pre-training table of NVIDIA NeMo's performance summary (NeMo 24.07, DGX-H100, FP8; facts in",
+           "`tests/data/validation/nemo_2407_perf.json`, model shapes from the release's launcher configs; the",
+           "GPT3-5B and LLAMA3-8B rows are dev rows), mapped by `tools/accuracy.py`'s rules as the two dev rows are:",
+           "the table prints no zero stage, sequence parallelism or overlap, so the rules give `--zero 0` (DDP: an",
+           "all-reduce of fp32 gradients and an unsharded optimizer), no `--sp` and no TP overlap, where the",
+           "release's launcher configs ran the distributed optimizer with overlapped gradient and parameter",
+           "syncs and, at TP > 1, sequence parallelism (with userbuffers overlap for GPT3-20B and the Llama 70Bs).",
+           "Model TFLOP/s at the table's own FLOP count (T1; the same comparison as tokens/s). `fits` is trainplan's",
+           "memory verdict at the mapped layout: under `--zero 0` the unsharded fp32 optimizer does not fit where the",
+           "runs' distributed optimizer did. Rule M1 gives Nemotron-340B a SwiGLU MLP of its printed FFN width, three",
+           "matrices where the model's squared-ReLU MLP has two.", "",
+           "**Summary:** " + (headline(errs) if errs else "none predicted"), "",
+           "| model | GPUs | tp | pp | cp | vp | mbs | global batch | seq | measured tok/s/GPU | predicted | error |"
+           " TP + DP comm share | fits | flags |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in predicted:
+        row, lay, res = r["row"], r["row"]["layout"], r["res"]
+        bd, step = res["time_breakdown_s"], res["step_time_s"]
+        comm = (bd.get("tp_comm", 0) + bd.get("dp_comm", 0)) / step
+        doc.append("| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %.0f | %+.1f%% | %.0f%% | %s | `%s` |" % (
+            row["model"]["name"], row["hardware"]["gpus"], lay["tp"], lay["pp"], lay["cp"], lay["vp"] or 1, r["mbs"],
+            lay["global_batch"], row["model"]["seq_len"], row["measured"]["tokens_per_s_per_gpu"],
+            res["tokens_per_s"] / res["gpus"], 100 * r["err"], 100 * comm, "yes" if res.get("fits") else "no",
+            " ".join(["--mbs", str(r["mbs"])] + r["flags"])))
+    doc += not_predicted(skipped)
+    return doc, errs
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trainplan", default=os.path.join(ROOT, "build", "planner", "trainplan"))
@@ -545,6 +612,7 @@ def main():
     ap.add_argument("--weak-facts", default=WEAK_FACTS)
     ap.add_argument("--bloom-facts", default=BLOOM_FACTS)
     ap.add_argument("--narayanan-facts", default=NARAYANAN_FACTS)
+    ap.add_argument("--nemo-facts", default=NEMO_FACTS)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "wider-check.md"))
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -553,23 +621,25 @@ def main():
         weak, weak_errs = weak_scaling_section(a.trainplan, a.weak_facts, tmp)
         bloom, bloom_errs = bloom_sweep_section(a.trainplan, a.bloom_facts, tmp)
         nara, nara_errs = narayanan_section(a.trainplan, a.narayanan_facts, tmp)
+        nemo, nemo_errs = nemo_section(a.trainplan, a.nemo_facts, tmp)
     zoo, zoo_errs = zoo_section(a.trainplan, a.zoo_facts)
     doc = ["# A wider check: published benchmark tables", "",
-           "Generated by `python3 tools/wider_check.py` (after building). Every run of six published sets of",
+           "Generated by `python3 tools/wider_check.py` (after building). Every run of seven published sets of",
            "benchmark tables that trainplan can express -- Megatron-Bridge's performance summary, torchtitan's",
            "benchmarks, the Megatron-MoE-ModelZoo's Qwen3-235B tables, the Megatron-LM README's weak-scaling",
-           "table, BLOOM's pre-launch sweep and Narayanan et al.'s Table 1 -- predicted at its printed layout with the",
+           "table, BLOOM's pre-launch sweep, Narayanan et al.'s Table 1 and NeMo 24.07's performance summary -- predicted at its printed layout with the",
            "ACCURACY.md rules as far as the tables print the fields (the script's docstring). Not the judged",
            "comparison (`docs/accuracy.md`) and nothing here is fitted: it shows how the model carries to many more",
            "published runs of the kinds the dev rows sample. Error = (predicted - measured) / measured throughput",
-           "(tokens/s per GPU; model TFLOP/s for the ModelZoo and the weak-scaling table), + = optimistic.", "",
+           "(tokens/s per GPU; model TFLOP/s for the ModelZoo, the weak-scaling table and NeMo), + = optimistic.", "",
            "- Megatron-Bridge: " + headline(mb_errs),
            "- torchtitan: " + headline(tt_errs),
            "- Megatron-MoE-ModelZoo: " + (headline(zoo_errs) if zoo_errs else "none predicted"),
            "- Megatron-LM's weak-scaling table: " + (headline(weak_errs) if weak_errs else "none predicted"),
            "- BLOOM's pre-launch sweep (step time): " + headline(bloom_errs),
            "- Narayanan et al. 2021, Table 1: " + headline(nara_errs),
-           ""] + mb + tt + zoo + weak + bloom + nara
+           "- NeMo 24.07's performance summary: " + (headline(nemo_errs) if nemo_errs else "none predicted"),
+           ""] + mb + tt + zoo + weak + bloom + nara + nemo
     text = "\n".join(doc)
     tmp_out = a.out + ".tmp"
     with open(tmp_out, "w") as f:

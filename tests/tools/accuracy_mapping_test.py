@@ -208,5 +208,55 @@ class NarayananTable1Facts(unittest.TestCase):
                 self.assertEqual((r["layers"] // r["pp"]) % r["layers_per_virtual_stage"], 0, r["model_size"])
 
 
+class Nemo2407Facts(unittest.TestCase):
+    """tests/data/validation/nemo_2407_perf.json: NeMo 24.07's pre-training table with the launcher configs'
+    model shapes (tools/wider_check.py), checked against the table's own other columns."""
+
+    def setUp(self):
+        with open(os.path.join(ROOT, "tests", "data", "validation", "nemo_2407_perf.json")) as f:
+            facts = json.load(f)
+        self.rows, self.models = facts["rows"], facts["models"]
+
+    def test_printed_flop_rate_matches_the_shapes(self):
+        # The table's model TFLOP/s over its tokens/s is NeMo's FLOPs per token, which for these shapes is
+        # 6 x (matmul parameters + V h) + 12 l s h (attention over the full s x s product, forward and backward):
+        # per layer h (h + 2 kv_dim) QKV + h^2 projection + m h f MLP, m = 3 for the Llamas' SwiGLU and 2 for
+        # GPT3's GeLU and Nemotron-4's squared ReLU (its launcher config), V the padded GPT-2 vocabulary 50304
+        # where none is stated.  LLAMA2-7B: 6 x (32 x 202.4M + 131M) + 6.44G = 46.08G against 780e12 / 16934 =
+        # 46.06G.  A wrong shape or a mistyped column moves a row by more than the 0.5% allowed (the largest
+        # agreement gap is GPT3-5B's 0.12%).
+        checked = 0
+        for r in self.rows:
+            m = self.models[r["model"]]
+            if m["layers"] is None:
+                continue
+            l, h, heads, kv, f = m["layers"], m["hidden"], m["heads"], m["kv_heads"], m["ffn_hidden"]
+            v = m["vocab"] or 50304
+            mats = 3 if r["model"].startswith("LLAMA") else 2
+            kv_dim = h // heads * kv
+            flops = 6 * (l * (h * (h + 2 * kv_dim) + h * h + mats * h * f) + v * h) + 12 * l * r["seq_len"] * h
+            printed = r["model_tflops_per_gpu"] * 1e12 / r["tokens_per_s_per_gpu"]
+            self.assertLess(abs(printed / flops - 1), 0.005, r["model"])
+            checked += 1
+        self.assertEqual(checked, 10)  # every row but Nemotron-8B/22B (no published shape)
+
+    def test_layouts_divide(self):
+        # GPUs = TP x PP x CP x DP, the global batch is whole micro-batches on every data-parallel rank, and the
+        # virtual stages split the layers evenly (Megatron's interleaved schedule requires it).
+        for r in self.rows:
+            mp = r["tp"] * r["pp"] * r["cp"]
+            self.assertEqual(r["gpus"] % mp, 0, r["model"])
+            self.assertEqual(r["global_batch"] % (r["gpus"] // mp * r["micro_batch"]), 0, r["model"])
+            layers = self.models[r["model"]]["layers"]
+            if layers and r["vp"] > 1:
+                self.assertEqual(layers % (r["pp"] * r["vp"]), 0, r["model"])
+
+    def test_rows_without_a_shape_are_not_expressible(self):
+        # Rule M3: layers/hidden/heads null -> not expressible (Nemotron-8B and -22B).
+        row = {"model": {"layers": None, "hidden": None, "heads": None}, "layout": {"tp": 2, "pp": 1},
+               "measured": {}, "hardware": {"gpus": 64}}
+        self.assertIsNone(accuracy.flags_for(row, "trainplan"))
+
+
 if __name__ == "__main__":
     unittest.main()
