@@ -525,6 +525,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     Layout layout;                           // kNoMemory, kDiverges (kCandidate: the candidate's)
     double peak_bytes = 0;
     bool out_of_gpu_memory = false;          // kNoMemory: GPU memory (else host memory)
+    std::string host_memory_reason;          // kNoMemory in host memory: MemoryReport::reason
     std::string family;
     int partial_layers = 0;                  // a partial full recompute that fits: its N (0: none)
     Candidate candidate;                     // kCandidate
@@ -560,6 +561,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     if (!mem.fits) {
       ev.outcome = Evaluation::Outcome::kNoMemory;
       ev.out_of_gpu_memory = mem.peak_bytes > mem.capacity_bytes;
+      if (!ev.out_of_gpu_memory) ev.host_memory_reason = mem.reason();
       ev.layout = std::move(L);
       return ev;
     }
@@ -606,6 +608,9 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   std::vector<Candidate> candidates;
   std::map<std::string, double> family_min_peak;
   std::map<std::string, Plan> family_min_peak_plan;  // the plan of that peak, for its label
+  // Why that plan does not fit where it is the host's memory, not the GPU's
+  // (an offloaded plan): MemoryReport::reason.
+  std::map<std::string, std::string> family_min_peak_host_reason;
   std::vector<Candidate> min_peak_valid;  // the valid plan closest to fitting
   double min_peak = std::numeric_limits<double>::infinity();
   int min_peak_world = gpus;
@@ -633,6 +638,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       if (it == family_min_peak.end() || ev.peak_bytes < it->second) {
         family_min_peak[ev.family] = ev.peak_bytes;
         family_min_peak_plan[ev.family] = lay.plan;
+        family_min_peak_host_reason[ev.family] = ev.host_memory_reason;
       }
       if (ev.peak_bytes < min_peak) {
         min_peak = ev.peak_bytes;
@@ -949,8 +955,10 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       v.report = std::move(rep);
     } else {
       v.peak_gib = to_gib(peak);
-      v.verdict = fmt("does not fit: needs %.1f GiB per GPU", to_gib(peak)) +
-                  fmt(", has %.1f", to_gib(static_cast<double>(c.gpu.memory)));
+      const std::string& host_reason = family_min_peak_host_reason[family];
+      v.verdict = !host_reason.empty() ? "does not fit: " + host_reason
+                                       : fmt("does not fit: needs %.1f GiB per GPU", to_gib(peak)) +
+                                             fmt(", has %.1f", to_gib(static_cast<double>(c.gpu.memory)));
     }
     res.families.push_back(v);
   }

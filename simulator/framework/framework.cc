@@ -24,6 +24,11 @@ ExecutionProfile pytorch(const Plan& p) {
   e.grad_bucket_params = 25.0 * 1024 * 1024 / grad_bytes(p.precision, p.grad_dtype);
   e.fp32_master_is_param = p.framework != Framework::kGeneric;
   e.pytorch_cross_entropy = p.framework != Framework::kGeneric;
+  // FSDP2's CPUOffloadPolicy offloads the sharded parameters, their
+  // gradients and the optimizer states together (torch.distributed.fsdp
+  // CPUOffloadPolicy: sharded gradients are copied device-to-host in
+  // backward and the optimizer steps on the CPU).
+  e.offload_grads_to_host = p.offload == Offload::kParams;
   e.keeps_stage_outputs = p.framework != Framework::kGeneric;
   // The exported script and torchtitan (train_configs/llama3_*.toml:
   // compile = false; the eager RMSNorm of torchtitan/models/norms.py) train
@@ -159,6 +164,8 @@ ExecutionProfile deepspeed(const Plan& p) {
   ExecutionProfile e;
   e.framework = p.framework;
   e.grad_bucket_params = 5e8;
+  e.offload_grads_to_host = p.offload != Offload::kNone;
+  e.offload_grad_copies_each_reduction = p.offload != Offload::kNone && p.zero <= 2;
   // runtime/pipe/engine.py: _exec_forward_pass stores the stage's outputs in
   // pipe_buffers['outputs'][buffer_id]; _exec_backward_pass reads them.
   e.keeps_stage_outputs = true;
@@ -214,6 +221,15 @@ ExecutionProfile deepspeed(const Plan& p) {
     // partition and all-gathering the parameters.  With MoE layers the
     // contiguous path reduces each partition to its owner (average_tensor).
     e.grads_all_reduced = p.zero == 1 && p.ep <= 1;
+  } else if (p.zero == 1 && p.precision != Precision::kFp32) {
+    // ZeRO-Offload at stage 1 (offload_grads_to_host above): the reduction
+    // waits for the accumulation boundary (stage_1_and_2.py
+    // reduce_ready_partitions_and_remove_grads), so the micro-batches'
+    // 16-bit .grad tensors accumulate through autograd's AccumulateGrad as
+    // above; the fp32 gradients exist only on the host.
+    e.grad_accumulation_bytes_per_param = 6;
+    e.grad_accumulation_kernels_per_tensor = 1;
+    e.grad_accumulation_skips_first_microbatch = true;
   }
   if (p.zero == 3) {
     e.grad_reduce = GradReduce::kOverlapped;
@@ -331,6 +347,7 @@ ExecutionProfile torchtitan(const Plan& p) {
 // overlapped in the paired passes whatever the recompute.
 ExecutionProfile generic(const Plan& p) {
   ExecutionProfile e = pytorch(p);
+  e.offload_grads_to_host = p.offload != Offload::kNone;
   e.paired_ep_overlap = (p.schedule == Schedule::kDualPipeV && p.ep > 1) || p.ep_overlap;
   e.tp_comm_overlap = p.tp_comm_overlap;
   return e;

@@ -203,6 +203,34 @@ struct ExecutionProfile {
   double grad_accumulation_bytes_per_param = 0;
   int grad_accumulation_kernels_per_tensor = 0;
   bool grad_accumulation_skips_first_microbatch = false;
+  // Optimizer offload keeps the rank's gradient partition in host memory,
+  // not on the device (the device holds the 16-bit gradients only while
+  // they are produced and reduced; ZeRO-1 keeps them unsharded until the
+  // step's last backward reduces them):
+  // - DeepSpeed's ZeRO-Offload (zero/stage_1_and_2.py with cpu_offload:
+  //   copy_grads_in_partition accumulates each reduced partition in pinned
+  //   host buffers, async_inplace_copy_grad_to_fp32_buffer_from_gpu fills
+  //   the host fp32 gradient and clear_grad_attribute frees the device one;
+  //   zero/stage3.py: grad_partitions_flat_buffer on the host);
+  // - FSDP2's CPUOffloadPolicy (offload params: the sharded parameters and
+  //   their gradients live on the host);
+  // - the ZeRO-Offload design itself (Ren et al. 2021, Sec. 4.1: gradients,
+  //   optimizer states and the optimizer step on the CPU), the generic model.
+  // false: the gradients stay on the device and the optimizer step copies
+  // them down (Megatron's --optimizer-cpu-offload keeps its main-gradient
+  // buffers).
+  bool offload_grads_to_host = false;
+  // ZeRO-Offload's stage-1/2 path moves the partition's gradients over PCIe
+  // at every reduction, on the compute stream (stage_1_and_2.py
+  // reduce_ipg_grads: "copy_grad_stream is disabled because of race with
+  // reduce", overlap_comm being off by default below stage 3):
+  // async_accumulate_grad_in_cpu_via_gpu copies each reduced partition to
+  // a 16-bit host buffer, and from the step's second reduction on first
+  // brings the host's running sum up and adds it on the device; at the
+  // accumulation boundary the sum is cast to fp32 and copied into the host
+  // optimizer's gradient.  ZeRO-2 reduces after every micro-batch's
+  // backward, ZeRO-1 once, after the last (lowering.cc).
+  bool offload_grad_copies_each_reduction = false;
   // Gradients are reduced after every micro-batch's backward, not only the
   // step's last (DeepSpeed ZeRO-2 keeps only its partition of the gradients,
   // so it cannot accumulate them unsharded across micro-batches).

@@ -270,6 +270,12 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     b.weights = ms.weights + me.weights;
     b.gradients = ms.gradients + me.gradients + fw.lp_grad_bytes * params;
     b.optimizer = ms.optimizer + me.optimizer;
+    // Optimizer offload that keeps the gradient partition on the host
+    // (ExecutionProfile::offload_grads_to_host): no gradient shard on the
+    // device; ZeRO-1 accumulates the unsharded 16-bit gradients on it until
+    // the step's last backward reduces them.
+    const bool grads_on_host = p.offload != Offload::kNone && fw.offload_grads_to_host;
+    if (grads_on_host) b.gradients = os.zero <= 1 ? params * weight_bytes(p.precision) : 0.0;
     if (p.zero == 3) {
       // ZeRO-3 / FSDP gathers one layer's full (TP-sharded) weights and
       // prefetches the next: two layers unsharded in 16-bit.  An MoE layer's
@@ -315,7 +321,24 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
                                              Offload::kNone, fw.fp32_master_is_param);
     ModelStateBytes kept_e = model_state_bytes(experts, p.precision, p.grad_dtype, os.zero,
                                                std::max(1, layout.expert_dp), Offload::kNone, fw.fp32_master_is_param);
-    offloaded_per_gpu_max = std::max(offloaded_per_gpu_max, kept.total() + kept_e.total() - ms.total() - me.total());
+    // On the host: the states offload moves (Adam's; the parameters under
+    // parameter offload) and, where the gradients go too, the fp32 gradient
+    // shard, plus ZeRO-Offload's 16-bit running sum of it while a step
+    // accumulates micro-batches (stage_1_and_2.py accumulated_grads_in_cpu).
+    double host = kept.total() + kept_e.total() - ms.total() - me.total();
+    if (grads_on_host) {
+      const int sharded = std::max(os.zero, 2);
+      const double shard_grads =
+          model_state_bytes(params - experts, p.precision, p.grad_dtype, sharded, os.shard, Offload::kNone,
+                            fw.fp32_master_is_param).gradients +
+          model_state_bytes(experts, p.precision, p.grad_dtype, sharded, std::max(1, layout.expert_dp), Offload::kNone,
+                            fw.fp32_master_is_param).gradients;
+      host += shard_grads;
+      if (fw.offload_grad_copies_each_reduction && layout.microbatches > 1) {
+        host += shard_grads / grad_bytes(p.precision, p.grad_dtype) * weight_bytes(p.precision);
+      }
+    }
+    offloaded_per_gpu_max = std::max(offloaded_per_gpu_max, host);
 
     // Activations.
     int64_t chunks = ordered ? peak_microbatches_in_flight(fixed_order[static_cast<size_t>(i)])

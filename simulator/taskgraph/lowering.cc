@@ -729,43 +729,56 @@ class Lowerer {
                                             : 0.0;
   }
 
-  // ExecutionProfile::grad_accumulation_bytes_per_param: per stage, the
-  // time of one pass accumulating a micro-batch's gradients, and which
-  // entries end a micro-batch's backward (it runs after them).  Kernels:
-  // grad_accumulation_kernels_per_tensor per parameter tensor (a GPT
-  // layer's tensors: two norms and four linear layers, each a weight and,
-  // with biases, a bias).
-  void plan_grad_accumulation() {
-    grad_accum_ps_.assign(static_cast<size_t>(p_.pp), 0);
-    ends_microbatch_.assign(static_cast<size_t>(p_.pp), {});
-    if (prof_.grad_accumulation_bytes_per_param <= 0) return;
+  // Work that ends a micro-batch's backward, after its last backward entry
+  // on a stage (micro_batch_end_ps_, per stage and entry):
+  // - ExecutionProfile::grad_accumulation_bytes_per_param: one pass
+  //   accumulating the micro-batch's gradients, with
+  //   grad_accumulation_kernels_per_tensor kernels per parameter tensor (a
+  //   GPT layer's tensors: two norms and four linear layers, each a weight
+  //   and, with biases, a bias);
+  // - ExecutionProfile::offload_grad_copies_each_reduction: ZeRO-Offload's
+  //   copies of the rank's gradient partition at each reduction, after every
+  //   micro-batch (reduce_every_microbatch) or the last only
+  //   (offload_grad_copy_time).
+  void plan_microbatch_ends() {
+    micro_batch_end_ps_.assign(static_cast<size_t>(p_.pp), {});
+    const bool accumulate = prof_.grad_accumulation_bytes_per_param > 0;
+    const bool offload_copies = prof_.offload_grad_copies_each_reduction && p_.offload != Offload::kNone;
+    if (!accumulate && !offload_copies) return;
     const ComputeParams cpm = compute_params(c_, p_);
     const int per_layer = 6 * (m_.bias ? 2 : 1);
+    const int64_t mbs = L_.microbatches;
     for (int s = 0; s < p_.pp; ++s) {
       const auto& entries = entries_[static_cast<size_t>(s)];
       const int layers = static_cast<size_t>(s) < L_.stage_layers.size() ? L_.stage_layers[static_cast<size_t>(s)]
                                                                          : static_cast<int>(m_.layers);
       const double params = stage_params_[static_cast<size_t>(s)];
-      const int kernels = prof_.grad_accumulation_kernels_per_tensor * per_layer * layers;
-      const Duration pass = memory_time(cpm, prof_.grad_accumulation_bytes_per_param * params) +
-                            cpm.kernel_overhead * std::max(0, kernels - 1);
-      grad_accum_ps_[static_cast<size_t>(s)] = pass.ps();
+      int64_t accumulate_ps = 0;
+      if (accumulate) {
+        const int kernels = prof_.grad_accumulation_kernels_per_tensor * per_layer * layers;
+        accumulate_ps = (memory_time(cpm, prof_.grad_accumulation_bytes_per_param * params) +
+                         cpm.kernel_overhead * std::max(0, kernels - 1))
+                            .ps();
+      }
+      const double partition = optimizer_partition_params(L_, params, stage_expert_params_[static_cast<size_t>(s)]);
       std::map<int, size_t> last;
       for (size_t k = 0; k < entries.size(); ++k) {
         if (entries[k].kind != PipeOp::Kind::kForward) last[entries[k].mb] = k;
       }
-      auto& ends = ends_microbatch_[static_cast<size_t>(s)];
-      ends.assign(entries.size(), false);
+      auto& ends = micro_batch_end_ps_[static_cast<size_t>(s)];
+      ends.assign(entries.size(), 0);
       for (const auto& [mb, k] : last) {
-        if (mb == 0 && prof_.grad_accumulation_skips_first_microbatch) continue;
-        ends[k] = true;
+        if (accumulate && !(mb == 0 && prof_.grad_accumulation_skips_first_microbatch)) ends[k] += accumulate_ps;
+        if (offload_copies && (prof_.reduce_every_microbatch || mb == mbs - 1)) {
+          ends[k] += offload_grad_copy_time(c_, p_, partition, mb, mbs).ps();
+        }
       }
     }
   }
 
   void build_compute() {
     TaskGraph& g = out_.graph;
-    plan_grad_accumulation();
+    plan_microbatch_ends();
     op_index_.assign(out_.ranks.size(), {});
     size_t longest = 0;
     for (size_t r = 0; r < out_.ranks.size(); ++r) {
@@ -849,9 +862,7 @@ class Lowerer {
           alloc = static_cast<double>(part(alloc));
           kept = static_cast<double>(part(kept));
         }
-        if (!ends_microbatch_[static_cast<size_t>(s)].empty() && ends_microbatch_[static_cast<size_t>(s)][k]) {
-          work += grad_accum_ps_[static_cast<size_t>(s)];
-        }
+        if (!micro_batch_end_ps_[static_cast<size_t>(s)].empty()) work += micro_batch_end_ps_[static_cast<size_t>(s)][k];
         if (e.ep_hidden_share > 0 && !is_w) {
           const int64_t hidden = static_cast<int64_t>(static_cast<double>(ep) * e.ep_hidden_share);
           work -= hidden;
@@ -1902,8 +1913,7 @@ class Lowerer {
   StepCosts sc_;
   std::vector<int32_t> tp_after_;    // compute task id -> its TP link task (or -1)
   std::unordered_map<int32_t, int32_t> forward_recv_;  // a forward task -> the transfer of its input
-  std::vector<int64_t> grad_accum_ps_;            // per stage (plan_grad_accumulation)
-  std::vector<std::vector<bool>> ends_microbatch_;  // per stage, per entry
+  std::vector<std::vector<int64_t>> micro_batch_end_ps_;  // per stage, per entry (plan_microbatch_ends)
   std::vector<int32_t> tp_channel_;  // per simulated rank
   std::vector<int32_t> cp_channel_;  // per simulated rank
   std::vector<std::pair<int32_t, int32_t>> cp_companions_;  // (pass, its CP exchange)

@@ -513,13 +513,44 @@ std::vector<int64_t> stage_first_layers(const std::vector<int>& stage_layers) {
   return first;
 }
 
+double optimizer_partition_params(const Layout& layout, double stage_params, double stage_expert_params) {
+  const OptimizerSharding os = optimizer_sharding(layout, execution_profile(layout.plan));
+  const double shard = os.zero >= 1 ? os.shard : 1;
+  const double expert_shard = os.zero >= 1 ? std::max(1, layout.expert_dp) : 1;
+  return (stage_params - stage_expert_params) / shard + stage_expert_params / expert_shard;
+}
+
+Duration offload_grad_copy_time(const ClusterSpec& c, const Plan& p, double partition_params, int64_t microbatch,
+                                int64_t microbatches) {
+  TRAINPLAN_CHECK(microbatch >= 0 && microbatch < microbatches, "micro-batch out of range");
+  // zero/stage_1_and_2.py copy_grads_in_partition (cpu_offload):
+  // async_accumulate_grad_in_cpu_via_gpu while micro_step_id > 0 or before
+  // the boundary (accumulate_gradients: the host buffer up and add_ on the
+  // device, from micro_step_id 1; copy_gradients_to_cpu: down, in the
+  // parameter's dtype), then at the boundary
+  // async_inplace_copy_grad_to_fp32_buffer_from_gpu (.to(fp32), copy down).
+  const double e = weight_bytes(p.precision);
+  double pcie = 0, hbm = 0;
+  if (microbatches > 1) {
+    if (microbatch > 0) {
+      pcie += e;
+      hbm += 3 * e;  // add_: read both, write one
+    }
+    pcie += e;
+  }
+  if (microbatch == microbatches - 1) {
+    pcie += 4;
+    hbm += e + 4;  // the cast: read 16-bit, write fp32
+  }
+  const ComputeParams cpm = compute_params(c, p.precision);
+  return Duration::seconds(partition_params * pcie / c.host.bandwidth_per_gpu.bytes_per_s()) +
+         memory_time(cpm, partition_params * hbm);
+}
+
 int64_t optimizer_ps(const ClusterSpec& c, const Layout& layout, double stage_params, double stage_expert_params) {
   const Plan& p = layout.plan;
   TRAINPLAN_CHECK(p.schedule != Schedule::kDualPipe, "a dualpipe plan's optimizer step is its execution_layout's");
-  const OptimizerSharding os = optimizer_sharding(layout, execution_profile(p));
-  const double shard = os.zero >= 1 ? os.shard : 1;
-  const double expert_shard = os.zero >= 1 ? std::max(1, layout.expert_dp) : 1;
-  const double local = (stage_params - stage_expert_params) / shard + stage_expert_params / expert_shard;
+  const double local = optimizer_partition_params(layout, stage_params, stage_expert_params);
   if (p.offload == Offload::kNone) {
     // Adam reads fp32 master, m, v and the gradient and writes master, m, v
     // and the 16-bit weight (4*4 + 3*4 + 2 = 30 bytes per parameter); the
@@ -529,10 +560,11 @@ int64_t optimizer_ps(const ClusterSpec& c, const Layout& layout, double stage_pa
     const double bytes_per_param = p.precision == Precision::kFp32 ? 36.0 : 42.0;
     return memory_time(compute_params(c, p.precision), local * bytes_per_param).ps();
   }
-  // CPU Adam on the host, plus gradients down and weights up over PCIe.
+  // CPU Adam on the host, plus gradients down (unless each reduction moved
+  // them already: offload_grad_copy_time) and weights up over PCIe.
   const double cpu_s = local / (kCpuAdamParamsPerSPerNode / c.gpus_per_node);
-  const double pcie_s =
-      local * (grad_bytes(p.precision, p.grad_dtype) + weight_bytes(p.precision)) / c.host.bandwidth_per_gpu.bytes_per_s();
+  const double down = execution_profile(p).offload_grad_copies_each_reduction ? 0.0 : grad_bytes(p.precision, p.grad_dtype);
+  const double pcie_s = local * (down + weight_bytes(p.precision)) / c.host.bandwidth_per_gpu.bytes_per_s();
   return Duration::seconds(cpu_s + pcie_s).ps();
 }
 

@@ -158,6 +158,24 @@ constexpr double kCpuAdamParamsPerSPerNode = 1e9;
 int64_t optimizer_ps(const ClusterSpec& cluster, const Layout& layout, double stage_params,
                      double stage_expert_params = 0);
 
+// The parameters of one rank's optimizer partition on a stage: the dense
+// ones over the optimizer's shard degree, the routed experts over the
+// expert data-parallel group (all of them without ZeRO).
+double optimizer_partition_params(const Layout& layout, double stage_params, double stage_expert_params);
+
+// ZeRO-Offload's device work at one gradient reduction of a step
+// (ExecutionProfile::offload_grad_copies_each_reduction) on a rank whose
+// partition holds `partition_params`: the reduction runs at micro-batch
+// `microbatch` (0-based) of `microbatches`.  While the step accumulates
+// (microbatches > 1) each reduction copies the partition down to a 16-bit
+// host buffer, after bringing the host's running sum up and adding it on
+// the device from the step's second micro-batch on; the last one casts the
+// sum to fp32 and copies it into the host optimizer's gradient.  PCIe at
+// the cluster's host bandwidth per GPU, the add and the cast at HBM speed.
+// REQUIRES: 0 <= microbatch < microbatches.
+Duration offload_grad_copy_time(const ClusterSpec& cluster, const Plan& plan, double partition_params, int64_t microbatch,
+                                int64_t microbatches);
+
 // A lower bound on the simulated step time: over pipeline stages, the time
 // micro-batch 0 needs to reach the stage (the first chunk's forward on every
 // earlier stage) plus the stage's own work (its layers' forward and backward

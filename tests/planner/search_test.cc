@@ -403,7 +403,35 @@ TEST_CASE("Search: nothing fits without offload, so offload is searched", "[plan
     CHECK(rule_of("tp=3 does not divide heads=32; 2x 1.5") == "tp=N does not divide heads=N; Nx N.N");
     for (const auto& [reason, n] : r.rejected) CHECK(reason.find("rtxN") == std::string::npos);
   }
-}TEST_CASE("Search: a layout that fits only with full recompute also runs with the smallest partial recompute that fits") {
+}
+
+TEST_CASE("Search: a family that misses only the host's memory says so, not a GPU figure below the GPU's") {
+  // Llama 2 13B on 4 x RTX 4090 with offload searched: a family's nearest
+  // miss can fit the GPU (its states offloaded) and overflow the host
+  // (hybrid shard replicates them per shard group: 436 GiB per node of 256).
+  // Its verdict must name the host; a verdict in GPU terms must name a need
+  // above the GPU's capacity (the memory model's own reason, checked here
+  // against the plan's peak).
+  const ClusterSpec c = load_cluster("rtx4090-pcie");
+  SearchOptions o;
+  o.gbs = 64;
+  o.offload = true;
+  const SearchResult r = search_plans(load_model("llama2-13b"), c, 4, o);
+  int host = 0;
+  for (const FamilyVerdict& v : r.families) {
+    if (v.fits) continue;
+    INFO(v.family << ": " << v.verdict);
+    if (v.verdict.find("host memory") != std::string::npos) {
+      ++host;
+      CHECK(v.peak_gib * 1073741824.0 <= static_cast<double>(c.gpu.memory));
+    } else {
+      CHECK(v.peak_gib * 1073741824.0 > static_cast<double>(c.gpu.memory));
+    }
+  }
+  CHECK(host >= 1);
+}
+
+TEST_CASE("Search: a layout that fits only with full recompute also runs with the smallest partial recompute that fits") {
   // Llama 3 70B on 16 H100 (gbs 64): layouts that fit only with full
   // recompute get a partial-recompute plan (Megatron's block method) with
   // the fewest recomputed layers per chunk that fit.  Oracle: a brute force

@@ -1360,5 +1360,50 @@ TEST_CASE("Offload: each rank copies its own shard, 1/dp of a layer, before each
   CHECK(with_params.step_time_s > c.run(Framework::kGeneric).step_time_s);
 }
 
+TEST_CASE("Offload: ZeRO-Offload moves the gradient partition over PCIe at each reduction", "[sim][offload]") {
+  // DeepSpeed's stage_1_and_2.py with cpu_offload, on the compute stream
+  // (overlap_comm off below stage 3): at each reduction of a step that
+  // accumulates, the rank's partition goes down to a bf16 host buffer (2 B
+  // per parameter), from the step's second reduction on after its running
+  // sum came up (2 B) and was added on the device (read 2 + 2, write 2);
+  // the last one also casts it to fp32 (read 2, write 4) and copies that
+  // down (4 B).  ZeRO-2 reduces after each of the 8 micro-batches: PCIe
+  // 2 + 6 x 4 + (4 + 4) = 34 B per partition parameter, HBM 7 x 6 + 6 =
+  // 48 B; ZeRO-1 once, after the last: PCIe 2 + 2 + 4 = 8 B, HBM 6 + 6 =
+  // 12 B.  The optimizer step then brings only the bf16 weights up (2 B).
+  // (With bf16 gradients the plans without offload accumulate as the
+  // offloaded ones do, through autograd's .grad, so the difference is the
+  // copies alone.)
+  Case c;
+  c.gpus = 8;
+  c.plan.gbs = 64;  // 8 micro-batches per rank
+  c.plan.grad_dtype = GradDtype::kBf16;
+  const double pcie = c.cluster.host.bandwidth_per_gpu.bytes_per_s();
+  const double hbm = c.cluster.gpu.hbm_bandwidth.bytes_per_s() * c.cluster.gpu.hbm_efficiency;
+  for (int zero : {1, 2}) {
+    c.plan.zero = zero;
+    c.plan.offload = Offload::kNone;
+    const double kept = stage_compute_s(c, Framework::kDeepSpeed, 0);
+    c.plan.offload = Offload::kOptimizer;
+    const Layout L = c.layout(Framework::kDeepSpeed);
+    const double partition = estimate_memory(c.model, c.cluster, L).stages[0].params / 8;
+    const double pcie_bytes = zero == 2 ? 34 : 8, hbm_bytes = zero == 2 ? 48 : 12;
+    const double copies_s = partition * (pcie_bytes / pcie + hbm_bytes / hbm);
+    INFO("ZeRO-" << zero);
+    CHECK_THAT(stage_compute_s(c, Framework::kDeepSpeed, 0) - kept, Catch::Matchers::WithinRel(copies_s, 0.01));
+    const StepReport r = simulate_step(c.model, c.cluster, L, SimulateOptions{});
+    CHECK_THAT(r.breakdown.optimizer,
+               Catch::Matchers::WithinRel(partition / (kCpuAdamParamsPerSPerNode / 8) + partition * 2 / pcie, 1e-6));
+  }
+  // Megatron's --optimizer-cpu-offload keeps the gradients on the GPU until
+  // the step, which copies them down with the weights up: no per-reduction
+  // copies.
+  c.plan.zero = 1;
+  c.plan.offload = Offload::kNone;
+  const double mc_kept = stage_compute_s(c, Framework::kMegatronCore, 0);
+  c.plan.offload = Offload::kOptimizer;
+  CHECK_THAT(stage_compute_s(c, Framework::kMegatronCore, 0), Catch::Matchers::WithinRel(mc_kept, 1e-9));
+}
+
 }  // namespace
 }  // namespace trainplan

@@ -174,6 +174,57 @@ TEST_CASE("DeepSpeed's BF16_Optimizer keeps bf16 gradients beside its unsharded 
   CHECK_THAT(mc.breakdown.gradients, WithinRel(4 * mc.params, 1e-12));
 }
 
+TEST_CASE("Optimizer offload: ZeRO-Offload and FSDP2 keep the gradient partition on the host, Megatron on the GPU") {
+  // DeepSpeed's ZeRO-Offload (zero/stage_1_and_2.py with cpu_offload):
+  // copy_grads_in_partition moves each reduced partition to pinned host
+  // buffers and clear_grad_attribute frees the device gradient, so under
+  // ZeRO-2 the device keeps the 2 B bf16 weight per parameter and no
+  // gradient shard (Ren et al. 2021 Sec. 4.1: "2M" on the GPU); ZeRO-1
+  // reduces only after the step's last backward, so the unsharded bf16
+  // .grad (2 B) stays until then.  The host holds the fp32 gradient shard
+  // (4 B / dp) beside Adam's 12 B / dp and, with two micro-batches to
+  // accumulate, the bf16 running sum of the shard (accumulated_grads_in_cpu,
+  // 2 B / dp).  Megatron's --optimizer-cpu-offload
+  // keeps its fp32 main-gradient buffer (4 B, unsharded at ZeRO-1).
+  const ModelSpec m = load_model("gpt3-1.3b");
+  const ClusterSpec c = load_cluster("dgx-a100");
+  Plan p;
+  p.gbs = 16;
+  p.offload = Offload::kOptimizer;
+  p.framework = Framework::kDeepSpeed;
+  for (int zero : {1, 2}) {
+    p.zero = zero;
+    const MemoryReport r = estimate_memory(m, c, feasible_layout(m, c, 8, p));
+    const StageMemory& st = r.stages[0];
+    INFO("ZeRO-" << zero);
+    CHECK(st.breakdown.optimizer == 0);
+    CHECK_THAT(st.breakdown.weights, WithinRel(2 * st.params, 1e-12));
+    CHECK_THAT(st.breakdown.gradients, WithinAbs(zero == 1 ? 2 * st.params : 0.0, 1.0));
+    // Per node: eight GPUs' (12 + 4 + 2) B / 8 per parameter on the host.
+    CHECK_THAT(r.host_bytes_per_node, WithinRel(8 * 18.0 / 8 * st.params, 1e-12));
+  }
+  p.zero = 2;
+  p.framework = Framework::kMegatronCore;
+  const StageMemory mc = estimate_memory(m, c, feasible_layout(m, c, 8, p)).stages[0];
+  CHECK_THAT(mc.breakdown.gradients, WithinRel(4 * mc.params / 8, 1e-12));
+  // FSDP2's CPUOffloadPolicy (offload params, ZeRO-3): the fp32 sharded
+  // parameter and gradient and Adam's m, v all on the host; the device keeps
+  // only the unsharded blocks being gathered and reduced.
+  p.zero = 3;
+  p.offload = Offload::kParams;
+  for (Framework fw : {Framework::kTorchtitan, Framework::kPytorch}) {
+    p.framework = fw;
+    const Layout l = feasible_layout(m, c, 8, p);
+    const StageMemory st = estimate_memory(m, c, l).stages[0];
+    Plan no = p;
+    no.offload = Offload::kNone;
+    const StageMemory kept = estimate_memory(m, c, feasible_layout(m, c, 8, no)).stages[0];
+    INFO(to_string(fw));
+    // 4 B fp32 gradient shard per parameter over 8 ranks less on the device.
+    CHECK_THAT(kept.breakdown.gradients - st.breakdown.gradients, WithinRel(4 * st.params / 8, 1e-9));
+  }
+}
+
 TEST_CASE("A pipeline engine that keeps stage outputs holds one 2sbh output per in-flight micro-batch") {
   // DeepSpeed's pipe_buffers['outputs'] live from a micro-batch's forward to
   // its backward; Megatron frees them once sent.  Stage i of 1F1B holds
