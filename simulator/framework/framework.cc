@@ -166,6 +166,12 @@ ExecutionProfile deepspeed(const Plan& p) {
   e.grad_bucket_params = 5e8;
   e.offload_grads_to_host = p.offload != Offload::kNone;
   e.offload_grad_copies_each_reduction = p.offload != Offload::kNone && p.zero <= 2;
+  // contiguous_gradients (zero/config.py default true; engine.py turns it off
+  // for stage 1 without MoE, and cpu_offload turns it back on:
+  // stage_1_and_2.py "contiguous_gradients or self.cpu_offload"): one ipg
+  // buffer below stage 3, where overlap_comm is off.  Stage 3 as profiled
+  // here runs without contiguous gradients (grads_all_reduced below).
+  if (p.zero == 2 || (p.zero == 1 && p.offload != Offload::kNone)) e.contiguous_grad_buffers = 1;
   // runtime/pipe/engine.py: _exec_forward_pass stores the stage's outputs in
   // pipe_buffers['outputs'][buffer_id]; _exec_backward_pass reads them.
   e.keeps_stage_outputs = true;

@@ -231,6 +231,12 @@ struct ExecutionProfile {
   // optimizer's gradient.  ZeRO-2 reduces after every micro-batch's
   // backward, ZeRO-1 once, after the last (lowering.cc).
   bool offload_grad_copies_each_reduction = false;
+  // Device buffers of grad_bucket_params 16-bit elements that gradients are
+  // copied into for their reduction, held for the whole step (DeepSpeed's
+  // contiguous_gradients: stage_1_and_2.py setup_buckets allocates one of
+  // reduce_bucket_size elements in the model's dtype, a second with
+  // overlap_comm).  0: the generic bucket allowance (memory_model.cc).
+  int contiguous_grad_buffers = 0;
   // Gradients are reduced after every micro-batch's backward, not only the
   // step's last (DeepSpeed ZeRO-2 keeps only its partition of the gradients,
   // so it cannot accumulate them unsharded across micro-batches).

@@ -412,7 +412,10 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp && experts > 0) {
       b.dispatcher = deepep_buffer_bytes(model.hidden, int64_t{p.ep} * std::max(1, p.etp)).total();
     }
-    b.workspace = kCublasWorkspaceBytes + (p.zero >= 2 || p.dp_mode == DpMode::kAsync ? kBucketBytes : 0.0);
+    const double buckets = fw.contiguous_grad_buffers > 0
+                               ? fw.contiguous_grad_buffers * fw.grad_bucket_params * weight_bytes(p.precision)
+                               : (p.zero >= 2 || p.dp_mode == DpMode::kAsync ? kBucketBytes : 0.0);
+    b.workspace = kCublasWorkspaceBytes + buckets;
     b.fragmentation = kFragmentation * b.allocated();
     b.other = b.workspace + b.fragmentation + b.runtime + b.communication + b.userbuffers + b.dispatcher;
     r.stages.push_back(st);

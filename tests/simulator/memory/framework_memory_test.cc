@@ -202,7 +202,19 @@ TEST_CASE("Optimizer offload: ZeRO-Offload and FSDP2 keep the gradient partition
     CHECK_THAT(st.breakdown.gradients, WithinAbs(zero == 1 ? 2 * st.params : 0.0, 1.0));
     // Per node: eight GPUs' (12 + 4 + 2) B / 8 per parameter on the host.
     CHECK_THAT(r.host_bytes_per_node, WithinRel(8 * 18.0 / 8 * st.params, 1e-12));
+    // contiguous_gradients (forced on by cpu_offload) holds one ipg buffer of
+    // reduce_bucket_size = 5e8 bf16 elements beside the cuBLAS workspace.
+    CHECK_THAT(st.breakdown.workspace, WithinRel(32.0 * 1024 * 1024 + 5e8 * 2, 1e-12));
   }
+  // ZeRO-2 keeps that buffer without offload too; ZeRO-1 without offload
+  // has no contiguous gradients (engine.py turns them off for stage 1).
+  p.offload = Offload::kNone;
+  const StageMemory z2 = estimate_memory(m, c, feasible_layout(m, c, 8, p)).stages[0];
+  CHECK_THAT(z2.breakdown.workspace, WithinRel(32.0 * 1024 * 1024 + 5e8 * 2, 1e-12));
+  p.zero = 1;
+  const StageMemory z1 = estimate_memory(m, c, feasible_layout(m, c, 8, p)).stages[0];
+  CHECK_THAT(z1.breakdown.workspace, WithinRel(32.0 * 1024 * 1024, 1e-12));
+  p.offload = Offload::kOptimizer;
   p.zero = 2;
   p.framework = Framework::kMegatronCore;
   const StageMemory mc = estimate_memory(m, c, feasible_layout(m, c, 8, p)).stages[0];
