@@ -312,9 +312,10 @@ class RankExecutor {
       // take flat buffers, so there is nothing to run.
       return;
     }
-    if (t.label == TaskLabel::kHostToDevice) {
-      // Parameter offload: the shard copied from host memory (a copy of n
-      // bytes is the executor's stand-in for the PCIe transfer).
+    if (t.label == TaskLabel::kHostToDevice || t.label == TaskLabel::kDeviceToHost) {
+      // Offload: a parameter shard copied from host memory, a gradient shard
+      // to it (a copy of n bytes is the executor's stand-in for the PCIe
+      // transfer).
       b_.copy(static_cast<int64_t>(t.wire_bytes));
       t_->dp_comm += now_s() - t0;
       return;

@@ -170,6 +170,7 @@ class Lowerer {
     build_compute();
     build_p2p();
     build_param_offload();
+    build_grad_offload();
     build_dp();
     build_embedding_sync();
     build_grad_norm_sync();
@@ -1282,6 +1283,40 @@ class Lowerer {
           g.add_dep(id, task);
           mine[k].push_back(id);
         }
+      }
+    }
+  }
+
+  // ZeRO-3 with the gradients on the host (ExecutionProfile::
+  // offload_grads_to_host: DeepSpeed stage 3 with offload_optimizer, FSDP2's
+  // CPUOffloadPolicy): every backward pass's shard of the gradients it
+  // finalises goes down the GPU's PCIe link in the gradient dtype, beside
+  // the compute (DeepSpeed's reduce-and-partition stream, FSDP2's
+  // reduce-scatter stream), and the optimizer step waits for all of them.
+  // A copy starts once its pass ends (its reduce-scatter, which it really
+  // follows, runs on another link).  DeepSpeed's round trip of the running
+  // sum from the second micro-batch on is left out.  The device-to-host
+  // direction has its own link (PCIe is full duplex).
+  void build_grad_offload() {
+    if (p_.zero != 3 || p_.offload == Offload::kNone || !prof_.offload_grads_to_host) return;
+    TaskGraph& g = out_.graph;
+    const double pcie = c_.host.bandwidth_per_gpu.bytes_per_s();
+    const double shard = std::max(1, L_.shard_degree), expert_shard = std::max(1, L_.expert_dp);
+    for (size_t r = 0; r < out_.ranks.size(); ++r) {
+      const int32_t link = out_.network.add_link(pcie);
+      const int32_t channel = g.add_channel();
+      const auto& entries = entries_[static_cast<size_t>(out_.ranks[r].pp)];
+      for (size_t k = 0; k < entries.size(); ++k) {
+        const Entry& e = entries[k];
+        if (e.grad_params <= 0) continue;
+        const double params =
+            (e.grad_params - e.grad_expert_params) / shard + e.grad_expert_params / expert_shard;
+        const int32_t id = g.add_comm(channel, 0, params * layer_grad_bytes_, pcie, Category::kDpComm,
+                                      TaskLabel::kDeviceToHost, {static_cast<int32_t>(r)}, {FlowLink{link, 1.0f}});
+        g.add_dep(g.program[r][k], id);
+        g.add_dep(id, optimizer_task_[r]);
+        g.task(id).microbatch = e.mb;
+        g.task(id).layer = static_cast<int16_t>(e.layer);
       }
     }
   }

@@ -563,7 +563,11 @@ int64_t optimizer_ps(const ClusterSpec& c, const Layout& layout, double stage_pa
   // CPU Adam on the host, plus gradients down (unless each reduction moved
   // them already: offload_grad_copy_time) and weights up over PCIe.
   const double cpu_s = local / (kCpuAdamParamsPerSPerNode / c.gpus_per_node);
-  const double down = execution_profile(p).offload_grad_copies_each_reduction ? 0.0 : grad_bytes(p.precision, p.grad_dtype);
+  // (ZeRO-3 with the gradients on the host copies each pass's shard down
+  // as the backward produces it: lowering.cc build_grad_offload.)
+  const ExecutionProfile prof = execution_profile(p);
+  const bool moved = prof.offload_grad_copies_each_reduction || (p.zero == 3 && prof.offload_grads_to_host);
+  const double down = moved ? 0.0 : grad_bytes(p.precision, p.grad_dtype);
   const double pcie_s = local * (down + weight_bytes(p.precision)) / c.host.bandwidth_per_gpu.bytes_per_s();
   return Duration::seconds(cpu_s + pcie_s).ps();
 }

@@ -37,6 +37,7 @@ const char* to_string(TaskLabel l) {
     case TaskLabel::kIteration: return "F+B";
     case TaskLabel::kWeightGrad: return "W";
     case TaskLabel::kHostToDevice: return "H2D";
+    case TaskLabel::kDeviceToHost: return "D2H";
     case TaskLabel::kHostWork: return "host";
     case TaskLabel::kTpCollective: return "tp-collectives";
     case TaskLabel::kCpExchange: return "cp-exchange";

@@ -29,6 +29,7 @@ enum class TaskLabel : uint8_t {
   kDpAllGather, kParamAllGather, kPsPush, kPsPull, kPsUpdate, kIteration,
   kWeightGrad,  // the weight-gradient pass W of a zero-bubble schedule
   kHostToDevice,  // parameter offload: a layer's parameter shard copied from host memory
+  kDeviceToHost,  // gradient offload (ZeRO-3): a pass's gradient shard copied to host memory
   kGradNormSync,  // the gradient-norm all-reduce over a replica's model-parallel ranks before the update
   kHostWork,      // host work with the device synchronized (a list-API collective's per-member calls)
   kTpCollective,  // a pass's tensor-parallel collectives, on the rank's NVLink (or NIC) port

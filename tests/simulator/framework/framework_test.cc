@@ -1360,6 +1360,50 @@ TEST_CASE("Offload: each rank copies its own shard, 1/dp of a layer, before each
   CHECK(with_params.step_time_s > c.run(Framework::kGeneric).step_time_s);
 }
 
+TEST_CASE("Offload: ZeRO-3 copies each backward pass's gradient shard to the host as it goes", "[sim][offload]") {
+  // DeepSpeed stage 3 with offload_optimizer and FSDP2's CPUOffloadPolicy
+  // keep the gradient shard on the host (grad_partitions_flat_buffer;
+  // CPUOffloadPolicy): every micro-batch's backward sends the rank's shard
+  // of each layer's gradients down its PCIe link, in the gradient dtype
+  // (fp32 here): per rank and step 8 micro-batches x params / 4 x 4 B (the
+  // tied embedding's gradient once).  The optimizer step then moves only the
+  // bf16 weights up.
+  Case c;
+  c.cluster = load_cluster("rtx4090-pcie");
+  c.gpus = 4;
+  c.plan.zero = 3;
+  c.plan.gbs = 32;  // 8 micro-batches per rank
+  c.plan.offload = Offload::kParams;
+  for (Framework fw : {Framework::kDeepSpeed, Framework::kTorchtitan, Framework::kGeneric}) {
+    INFO(to_string(fw));
+    const Layout L = c.layout(fw);
+    const LoweredStep s = lower_step(c.model, c.cluster, L, LoweringOptions{});
+    double bytes = 0;
+    int copies = 0;
+    for (int32_t id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      if (t.label != TaskLabel::kDeviceToHost) continue;
+      bytes += t.wire_bytes;
+      ++copies;
+    }
+    const double params = estimate_memory(c.model, c.cluster, L).stages[0].params;
+    // Only the representative rank is simulated (one program).
+    CHECK_THAT(bytes, Catch::Matchers::WithinRel(8 * params / 4 * 4, 1e-6));
+    CHECK(copies > 8);
+    const StepReport r = simulate_step(c.model, c.cluster, L, SimulateOptions{});
+    const double shard = params / 4;
+    CHECK_THAT(r.breakdown.optimizer,
+               Catch::Matchers::WithinRel(shard / (kCpuAdamParamsPerSPerNode / 4) +
+                                              shard * 2 / c.cluster.host.bandwidth_per_gpu.bytes_per_s(),
+                                          1e-6));
+  }
+  // Megatron's optimizer offload keeps its gradients on the GPU: no copies
+  // until the step.
+  c.plan.zero = 1;
+  c.plan.offload = Offload::kOptimizer;
+  CHECK(c.count(Framework::kMegatronCore, TaskLabel::kDeviceToHost) == 0);
+}
+
 TEST_CASE("Offload: ZeRO-Offload moves the gradient partition over PCIe at each reduction", "[sim][offload]") {
   // DeepSpeed's stage_1_and_2.py with cpu_offload, on the compute stream
   // (overlap_comm off below stage 3): at each reduction of a step that
