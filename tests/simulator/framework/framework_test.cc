@@ -1326,6 +1326,31 @@ TEST_CASE("Framework: FSDP2 copies the gathered parameters and the gradients on 
   CHECK(mcore.layer_times.forward_ps == costs(p).layer_times.forward_ps);
 }
 
+// GPT-3 1.3B on 4 x RTX 4090 under ZeRO-3 with parameter offload, 8
+// micro-batches per rank.
+Case rtx_zero3_offload() {
+  Case c;
+  c.cluster = load_cluster("rtx4090-pcie");
+  c.gpus = 4;
+  c.plan.zero = 3;
+  c.plan.gbs = 32;  // 8 micro-batches per rank
+  c.plan.offload = Offload::kParams;
+  return c;
+}
+
+// Bytes and count of the lowered step's tasks with this label.
+std::pair<double, int> labelled_bytes(const LoweredStep& s, TaskLabel label) {
+  double bytes = 0;
+  int n = 0;
+  for (int32_t id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    if (t.label != label) continue;
+    bytes += t.wire_bytes;
+    ++n;
+  }
+  return {bytes, n};
+}
+
 TEST_CASE("Offload: each rank copies its own shard, 1/dp of a layer, before each gather", "[sim][offload]") {
   // With the shard over 4 ranks each rank holds a quarter of every layer in
   // host memory and copies that quarter before each of the layer's gathers
@@ -1333,19 +1358,10 @@ TEST_CASE("Offload: each rank copies its own shard, 1/dp of a layer, before each
   // 2 B / 4 bytes per rank and step, the whole model's bf16 weights once per
   // micro-batch.  (An integer division once made these copies empty, so
   // parameter and optimizer offload gave the same step to the last digit.)
-  Case c;
-  c.cluster = load_cluster("rtx4090-pcie");
-  c.gpus = 4;
-  c.plan.zero = 3;
-  c.plan.gbs = 32;  // 8 micro-batches per rank
-  c.plan.offload = Offload::kParams;
+  Case c = rtx_zero3_offload();
   const Layout L = c.layout(Framework::kGeneric);
   const LoweredStep s = lower_step(c.model, c.cluster, L, LoweringOptions{});
-  double bytes = 0;
-  for (int32_t id = 0; id < s.graph.size(); ++id) {
-    const Task& t = s.graph.task(id);
-    if (t.label == TaskLabel::kHostToDevice) bytes += t.wire_bytes;
-  }
+  const double bytes = labelled_bytes(s, TaskLabel::kHostToDevice).first;
   // The model's parameters (one stage holds them all); GPT-3's tied
   // embedding is used by the embedding and by the output layer and gathered
   // for each.
@@ -1368,24 +1384,12 @@ TEST_CASE("Offload: ZeRO-3 copies each backward pass's gradient shard to the hos
   // (fp32 here): per rank and step 8 micro-batches x params / 4 x 4 B (the
   // tied embedding's gradient once).  The optimizer step then moves only the
   // bf16 weights up.
-  Case c;
-  c.cluster = load_cluster("rtx4090-pcie");
-  c.gpus = 4;
-  c.plan.zero = 3;
-  c.plan.gbs = 32;  // 8 micro-batches per rank
-  c.plan.offload = Offload::kParams;
+  Case c = rtx_zero3_offload();
   for (Framework fw : {Framework::kDeepSpeed, Framework::kTorchtitan, Framework::kGeneric}) {
     INFO(to_string(fw));
     const Layout L = c.layout(fw);
-    const LoweredStep s = lower_step(c.model, c.cluster, L, LoweringOptions{});
-    double bytes = 0;
-    int copies = 0;
-    for (int32_t id = 0; id < s.graph.size(); ++id) {
-      const Task& t = s.graph.task(id);
-      if (t.label != TaskLabel::kDeviceToHost) continue;
-      bytes += t.wire_bytes;
-      ++copies;
-    }
+    const auto [bytes, copies] = labelled_bytes(lower_step(c.model, c.cluster, L, LoweringOptions{}),
+                                                TaskLabel::kDeviceToHost);
     const double params = estimate_memory(c.model, c.cluster, L).stages[0].params;
     // Only the representative rank is simulated (one program).
     CHECK_THAT(bytes, Catch::Matchers::WithinRel(8 * params / 4 * 4, 1e-6));
