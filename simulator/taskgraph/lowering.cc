@@ -761,7 +761,8 @@ class Lowerer {
                          cpm.kernel_overhead * std::max(0, kernels - 1))
                             .ps();
       }
-      const double partition = optimizer_partition_params(L_, params, stage_expert_params_[static_cast<size_t>(s)]);
+      const double partition =
+          optimizer_partition_params(L_, prof_, params, stage_expert_params_[static_cast<size_t>(s)]);
       std::map<int, size_t> last;
       for (size_t k = 0; k < entries.size(); ++k) {
         if (entries[k].kind != PipeOp::Kind::kForward) last[entries[k].mb] = k;

@@ -513,8 +513,9 @@ std::vector<int64_t> stage_first_layers(const std::vector<int>& stage_layers) {
   return first;
 }
 
-double optimizer_partition_params(const Layout& layout, double stage_params, double stage_expert_params) {
-  const OptimizerSharding os = optimizer_sharding(layout, execution_profile(layout.plan));
+double optimizer_partition_params(const Layout& layout, const ExecutionProfile& profile, double stage_params,
+                                  double stage_expert_params) {
+  const OptimizerSharding os = optimizer_sharding(layout, profile);
   const double shard = os.zero >= 1 ? os.shard : 1;
   const double expert_shard = os.zero >= 1 ? std::max(1, layout.expert_dp) : 1;
   return (stage_params - stage_expert_params) / shard + stage_expert_params / expert_shard;
@@ -550,7 +551,8 @@ Duration offload_grad_copy_time(const ClusterSpec& c, const Plan& p, double part
 int64_t optimizer_ps(const ClusterSpec& c, const Layout& layout, double stage_params, double stage_expert_params) {
   const Plan& p = layout.plan;
   TRAINPLAN_CHECK(p.schedule != Schedule::kDualPipe, "a dualpipe plan's optimizer step is its execution_layout's");
-  const double local = optimizer_partition_params(layout, stage_params, stage_expert_params);
+  const ExecutionProfile prof = execution_profile(p);
+  const double local = optimizer_partition_params(layout, prof, stage_params, stage_expert_params);
   if (p.offload == Offload::kNone) {
     // Adam reads fp32 master, m, v and the gradient and writes master, m, v
     // and the 16-bit weight (4*4 + 3*4 + 2 = 30 bytes per parameter); the
@@ -565,7 +567,6 @@ int64_t optimizer_ps(const ClusterSpec& c, const Layout& layout, double stage_pa
   const double cpu_s = local / (kCpuAdamParamsPerSPerNode / c.gpus_per_node);
   // (ZeRO-3 with the gradients on the host copies each pass's shard down
   // as the backward produces it: lowering.cc build_grad_offload.)
-  const ExecutionProfile prof = execution_profile(p);
   const bool moved = prof.offload_grad_copies_each_reduction || (p.zero == 3 && prof.offload_grads_to_host);
   const double down = moved ? 0.0 : grad_bytes(p.precision, p.grad_dtype);
   const double pcie_s = local * (down + weight_bytes(p.precision)) / c.host.bandwidth_per_gpu.bytes_per_s();

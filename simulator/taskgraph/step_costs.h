@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "simulator/cost/layer_cost.h"
+#include "simulator/framework/framework.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
@@ -161,7 +162,8 @@ int64_t optimizer_ps(const ClusterSpec& cluster, const Layout& layout, double st
 // The parameters of one rank's optimizer partition on a stage: the dense
 // ones over the optimizer's shard degree, the routed experts over the
 // expert data-parallel group (all of them without ZeRO).
-double optimizer_partition_params(const Layout& layout, double stage_params, double stage_expert_params);
+double optimizer_partition_params(const Layout& layout, const ExecutionProfile& profile, double stage_params,
+                                  double stage_expert_params);
 
 // ZeRO-Offload's device work at one gradient reduction of a step
 // (ExecutionProfile::offload_grad_copies_each_reduction) on a rank whose
