@@ -166,6 +166,7 @@ ExecutionProfile deepspeed(const Plan& p) {
   e.grad_bucket_params = 5e8;
   e.offload_grads_to_host = p.offload != Offload::kNone;
   e.offload_grad_copies_each_reduction = p.offload != Offload::kNone && p.zero <= 2;
+  e.offload_grad_round_trip = p.offload != Offload::kNone && p.zero == 3;
   // contiguous_gradients (zero/config.py default true; engine.py turns it off
   // for stage 1 without MoE, and cpu_offload turns it back on:
   // stage_1_and_2.py "contiguous_gradients or self.cpu_offload"): one ipg

@@ -231,6 +231,13 @@ struct ExecutionProfile {
   // optimizer's gradient.  ZeRO-2 reduces after every micro-batch's
   // backward, ZeRO-1 once, after the last (lowering.cc).
   bool offload_grad_copies_each_reduction = false;
+  // ZeRO-3 with the gradients on the host accumulates across micro-batches
+  // on the device: from the step's second micro-batch on, each pass's
+  // running sum comes up from the host before its new shard is added and
+  // sent back down (DeepSpeed zero/stage3.py partition_grads: "if dst is
+  // CPU, copy first to src device, do the addition there, then move back
+  // to dst").  false: the shard only goes down (FSDP2 adds on the host).
+  bool offload_grad_round_trip = false;
   // Device buffers of grad_bucket_params 16-bit elements that gradients are
   // copied into for their reduction, held for the whole step (DeepSpeed's
   // contiguous_gradients: stage_1_and_2.py setup_buckets allocates one of

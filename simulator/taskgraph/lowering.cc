@@ -1295,8 +1295,9 @@ class Lowerer {
   // the compute (DeepSpeed's reduce-and-partition stream, FSDP2's
   // reduce-scatter stream), and the optimizer step waits for all of them.
   // A copy starts once its pass ends (its reduce-scatter, which it really
-  // follows, runs on another link).  DeepSpeed's round trip of the running
-  // sum from the second micro-batch on is left out.  The device-to-host
+  // follows, runs on another link).  With offload_grad_round_trip the
+  // running sum first comes up its host-to-device link, from the step's
+  // second micro-batch on (the add on the device is left out).  Each
   // direction has its own link (PCIe is full duplex).
   void build_grad_offload() {
     if (p_.zero != 3 || p_.offload == Offload::kNone || !prof_.offload_grads_to_host) return;
@@ -1305,6 +1306,7 @@ class Lowerer {
     const double shard = std::max(1, L_.shard_degree), expert_shard = std::max(1, L_.expert_dp);
     for (size_t r = 0; r < out_.ranks.size(); ++r) {
       const int32_t link = out_.network.add_link(pcie);
+      const int32_t up_link = prof_.offload_grad_round_trip ? out_.network.add_link(pcie) : -1;
       const int32_t channel = g.add_channel();
       const auto& entries = entries_[static_cast<size_t>(out_.ranks[r].pp)];
       for (size_t k = 0; k < entries.size(); ++k) {
@@ -1312,9 +1314,18 @@ class Lowerer {
         if (e.grad_params <= 0) continue;
         const double params =
             (e.grad_params - e.grad_expert_params) / shard + e.grad_expert_params / expert_shard;
-        const int32_t id = g.add_comm(channel, 0, params * layer_grad_bytes_, pcie, Category::kDpComm,
-                                      TaskLabel::kDeviceToHost, {static_cast<int32_t>(r)}, {FlowLink{link, 1.0f}});
-        g.add_dep(g.program[r][k], id);
+        const double bytes = params * layer_grad_bytes_;
+        int32_t up = -1;
+        if (up_link >= 0 && e.mb > 0) {
+          up = g.add_comm(channel, 0, bytes, pcie, Category::kDpComm, TaskLabel::kHostToDevice,
+                          {static_cast<int32_t>(r)}, {FlowLink{up_link, 1.0f}});
+          g.add_dep(g.program[r][k], up);
+          g.task(up).microbatch = e.mb;
+          g.task(up).layer = static_cast<int16_t>(e.layer);
+        }
+        const int32_t id = g.add_comm(channel, 0, bytes, pcie, Category::kDpComm, TaskLabel::kDeviceToHost,
+                                      {static_cast<int32_t>(r)}, {FlowLink{link, 1.0f}});
+        g.add_dep(up >= 0 ? up : g.program[r][k], id);
         g.add_dep(id, optimizer_task_[r]);
         g.task(id).microbatch = e.mb;
         g.task(id).layer = static_cast<int16_t>(e.layer);

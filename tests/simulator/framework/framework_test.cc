@@ -1401,6 +1401,15 @@ TEST_CASE("Offload: ZeRO-3 copies each backward pass's gradient shard to the hos
                                               shard * 2 / c.cluster.host.bandwidth_per_gpu.bytes_per_s(),
                                           1e-6));
   }
+  // DeepSpeed adds on the device (stage3.py partition_grads: the host's
+  // running sum comes up first from the second micro-batch on): 7 more
+  // shard-sized copies up than FSDP2, which adds on the host.
+  const double up_ds = labelled_bytes(lower_step(c.model, c.cluster, c.layout(Framework::kDeepSpeed), LoweringOptions{}),
+                                      TaskLabel::kHostToDevice).first;
+  const double up_titan = labelled_bytes(
+      lower_step(c.model, c.cluster, c.layout(Framework::kTorchtitan), LoweringOptions{}), TaskLabel::kHostToDevice).first;
+  const double params = estimate_memory(c.model, c.cluster, c.layout(Framework::kDeepSpeed)).stages[0].params;
+  CHECK_THAT(up_ds - up_titan, Catch::Matchers::WithinRel(7 * params / 4 * 4, 1e-6));
   // Megatron's optimizer offload keeps its gradients on the GPU: no copies
   // until the step.
   c.plan.zero = 1;
