@@ -102,6 +102,14 @@ int run_memory(const PlanFlags& flags, bool json) {
               to_gib(rep.capacity_bytes),
               rep.fits ? ("fits, " + fixed(to_gib(rep.capacity_bytes - rep.peak_bytes), 2) + " GiB free").c_str()
                        : ("does not fit: " + rep.reason()).c_str());
+  if (layout.plan.offload != Offload::kNone) {
+    // What the offload keeps in each node's host memory (MemoryReport::
+    // host_bytes_per_node: the offloaded states of its GPUs, the gradient
+    // shards where the framework keeps them there).
+    std::printf("host memory per node for the offloaded states: %.2f GiB of %.2f GiB: %s\n",
+                to_gib(rep.host_bytes_per_node), to_gib(rep.host_capacity_bytes),
+                rep.host_bytes_per_node <= rep.host_capacity_bytes ? "fits" : "does not fit");
+  }
   const MemoryBreakdown& pb = peak.breakdown;
   std::printf("  as PyTorch's caching allocator sees stage %d: %.2f GiB allocated, %.2f GiB reserved "
               "(max_memory_allocated / max_memory_reserved); outside it the CUDA context %.2f GiB and NCCL "

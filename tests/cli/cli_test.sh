@@ -400,6 +400,22 @@ expect_error "dualpipe export refused" \
   "trainplan: --to: torchtitan cannot express this plan: no framework export runs the bidirectional dualpipe schedule (DeepSeek's deepseek-ai/DualPipe library; PyTorch and torchtitan have only DualPipeV); its ranks run the very order of dualpipe-v on pp/2 ranks with twice the data-parallel replicas: export that plan (--schedule dualpipe-v --pp 2 --dp 4) to torchtitan" \
   export --plan "$TMP/dual.json" --to torchtitan
 
+# An offloaded plan's text output names the host memory it needs per node,
+# the JSON's figure: DeepSpeed ZeRO-Offload at ZeRO-2 keeps Adam (12 B), the
+# fp32 gradient (4 B) and its bf16 running sum (2 B) per partition
+# parameter on the host: 8 GPUs x 18 B x params / 8 per node.
+OFFL=(memory --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --zero 2 --offload optimizer --gbs 16 --framework deepspeed)
+expect_ok "memory --offload optimizer --json" "${OFFL[@]}" --json
+json_check "offload host memory per node" '
+params = d["stages"][0]["params_per_gpu"]
+assert abs(d["host_offload_gib_per_node"] - 8 * 18 * params / 8 / 2**30) < 1e-3, d["host_offload_gib_per_node"]
+assert d["stages"][0]["breakdown_gib"]["gradients"] == 0, d["stages"][0]
+'
+HOST_GIB=$(python3 -c 'import json,sys; print("%.2f" % json.load(open(sys.argv[1]))["host_offload_gib_per_node"])' "$TMP/out")
+expect_ok "memory --offload optimizer" "${OFFL[@]}"
+grep -q "^host memory per node for the offloaded states: $HOST_GIB GiB of 2048.00 GiB: fits$" "$TMP/out" ||
+  fail "memory --offload optimizer: no host memory line with $HOST_GIB GiB: $(grep host "$TMP/out")"
+
 mkdir -p "$TMP/alone" && cp "$BIN" "$TMP/alone/trainplan"
 CHECKS=$((CHECKS + 1))
 echo "check $CHECKS: calibrate without trainplan-backends"
