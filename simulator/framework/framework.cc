@@ -173,6 +173,7 @@ ExecutionProfile deepspeed(const Plan& p) {
   // buffer below stage 3, where overlap_comm is off.  Stage 3 as profiled
   // here runs without contiguous gradients (grads_all_reduced below).
   if (p.zero == 2 || (p.zero == 1 && p.offload != Offload::kNone)) e.contiguous_grad_buffers = 1;
+  e.grads_in_model_dtype = p.zero == 2;
   // runtime/pipe/engine.py: _exec_forward_pass stores the stage's outputs in
   // pipe_buffers['outputs'][buffer_id]; _exec_backward_pass reads them.
   e.keeps_stage_outputs = true;
@@ -361,6 +362,10 @@ ExecutionProfile generic(const Plan& p) {
 }
 
 }  // namespace
+
+GradDtype gradient_dtype(const Plan& plan, const ExecutionProfile& profile) {
+  return profile.grads_in_model_dtype ? GradDtype::kBf16 : plan.grad_dtype;
+}
 
 double kept_stage_output_share(const ExecutionProfile& profile, const Plan& plan) {
   if (!profile.keeps_stage_outputs) return 0;

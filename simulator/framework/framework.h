@@ -248,6 +248,19 @@ struct ExecutionProfile {
   // step's last (DeepSpeed ZeRO-2 keeps only its partition of the gradients,
   // so it cannot accumulate them unsharded across micro-batches).
   bool reduce_every_microbatch = false;
+  // The gradient partition is kept and reduced in the model's 16-bit dtype
+  // whatever the plan's grad_dtype (gradient_dtype below), and the optimizer
+  // step casts it to fp32 while the activations are freed.  DeepSpeed
+  // ZeRO-2 (zero/stage_1_and_2.py): copy_grads_in_partition allocates
+  // grads_in_partition in the model's dtype (self.dtype), where each
+  // micro-batch's reduced gradients accumulate; an fp32 grad_accum_dtype
+  // only takes the grad_accum attribute path without partition_gradients
+  // (use_grad_accum_attribute); the ipg buckets are reduced in
+  // communication_data_type, the model's dtype by default (engine.py
+  // communication_data_type); step() then makes the fp32 copy
+  // (flat_grad_partition.to(fp32), single_partition_of_fp32_groups[i].grad)
+  // beside the 16-bit partition, 4 B per partition element.
+  bool grads_in_model_dtype = false;
   // FSDP2 (fully_shard, ZeRO-3 plans) copies on the compute stream
   // (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): every
   // unshard ends with foreach_all_gather_copy_out, a split_with_sizes_copy
@@ -307,6 +320,11 @@ double kept_stage_output_share(const ExecutionProfile& profile, const Plan& plan
 // The profile of `plan.framework` for this plan (bucket sizes may depend on
 // the plan's dp and precision).
 ExecutionProfile execution_profile(const Plan& plan);
+
+// The dtype the framework keeps and reduces the plan's gradients in: the
+// plan's grad_dtype, or the model's 16-bit dtype where the profile says so
+// (ExecutionProfile::grads_in_model_dtype).
+GradDtype gradient_dtype(const Plan& plan, const ExecutionProfile& profile);
 
 // The ZeRO stage the optimizer states are kept under (the plan's, or 1 where
 // the profile shards them without ZeRO: optimizer_sharded_without_zero) and

@@ -262,10 +262,11 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // Dense parameters shard over the shard degree; routed experts' states
     // over the expert data-parallel group (Megatron's distributed optimizer
     // keeps one optimizer per parallel-state group).
-    ModelStateBytes ms = model_state_bytes(params - experts, p.precision, p.grad_dtype, os.zero, os.shard,
+    const GradDtype kept_dtype = gradient_dtype(p, fw);
+    ModelStateBytes ms = model_state_bytes(params - experts, p.precision, kept_dtype, os.zero, os.shard, p.offload,
+                                           fw.fp32_master_is_param);
+    ModelStateBytes me = model_state_bytes(experts, p.precision, kept_dtype, os.zero, std::max(1, layout.expert_dp),
                                            p.offload, fw.fp32_master_is_param);
-    ModelStateBytes me = model_state_bytes(experts, p.precision, p.grad_dtype, os.zero,
-                                           std::max(1, layout.expert_dp), p.offload, fw.fp32_master_is_param);
     MemoryBreakdown& b = st.breakdown;
     b.weights = ms.weights + me.weights;
     b.gradients = ms.gradients + me.gradients + fw.lp_grad_bytes * params;
@@ -317,9 +318,9 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // --fp8-param-gather: the FP8 copy is the compute weight; no bf16 copy
     // of the linear layers remains (the fp32 master stays in the optimizer).
     if (p.fp8_param_gather) b.weights -= linear * weight_bytes(p.precision) / (p.zero >= 3 ? layout.shard_degree : 1);
-    ModelStateBytes kept = model_state_bytes(params - experts, p.precision, p.grad_dtype, os.zero, os.shard,
+    ModelStateBytes kept = model_state_bytes(params - experts, p.precision, kept_dtype, os.zero, os.shard,
                                              Offload::kNone, fw.fp32_master_is_param);
-    ModelStateBytes kept_e = model_state_bytes(experts, p.precision, p.grad_dtype, os.zero,
+    ModelStateBytes kept_e = model_state_bytes(experts, p.precision, kept_dtype, os.zero,
                                                std::max(1, layout.expert_dp), Offload::kNone, fw.fp32_master_is_param);
     // On the host: the states offload moves (Adam's; the parameters under
     // parameter offload) and, where the gradients go too, the fp32 gradient
@@ -400,6 +401,14 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // transient, the larger one counts).
     act += std::max(ss.transient, i == output_rank ? out.backward_transient_bytes : 0.0);
     b.activations = act;
+    // A 16-bit gradient partition the optimizer step casts to fp32
+    // (ExecutionProfile::grads_in_model_dtype): the copy lives while the
+    // activations are freed, so the step's peak exceeds the backward's only
+    // by what the copy holds beyond them.
+    if (fw.grads_in_model_dtype && !grads_on_host && p.precision != Precision::kFp32) {
+      const double fp32_copy = b.gradients / weight_bytes(p.precision) * 4;
+      b.gradients += std::max(0.0, fp32_copy - act);
+    }
 
     int communicators = (p.tp > 1) + (p.pp > 1) + (p.dp > 1) + (p.cp > 1) + (p.ep > 1) + (p.etp > 1 && p.etp != p.tp);
     b.runtime = kCudaContextBytes;

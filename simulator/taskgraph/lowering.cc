@@ -199,7 +199,7 @@ class Lowerer {
       out_.moe_load = sc_.moe_layer.moe_load;
     }
     out_.comm_slowdown = sc_.comm_slowdown;
-    layer_grad_bytes_ = grad_bytes(p_.precision, p_.grad_dtype);
+    layer_grad_bytes_ = grad_bytes(p_.precision, gradient_dtype(p_, prof_));
     {
       // The largest parameter tensor of a layer on this TP rank: the fused
       // QKV weight or an MLP weight (SwiGLU: fused gate+up); of an MoE

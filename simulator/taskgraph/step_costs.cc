@@ -559,7 +559,10 @@ int64_t optimizer_ps(const ClusterSpec& c, const Layout& layout, double stage_pa
     // gradient-norm/overflow check reads the gradients twice more and zeroing
     // them writes them once (Megatron's optimizer.step): 30 + 3*4 = 42 bytes
     // (fp32 training: no master copy, 36 bytes).
-    const double bytes_per_param = p.precision == Precision::kFp32 ? 36.0 : 42.0;
+    double bytes_per_param = p.precision == Precision::kFp32 ? 36.0 : 42.0;
+    // A 16-bit gradient partition is first cast to fp32 (read 2, write 4:
+    // ExecutionProfile::grads_in_model_dtype).
+    if (prof.grads_in_model_dtype && p.precision != Precision::kFp32) bytes_per_param += weight_bytes(p.precision) + 4;
     return memory_time(compute_params(c, p.precision), local * bytes_per_param).ps();
   }
   // CPU Adam on the host, plus gradients down (unless each reduction moved

@@ -1462,5 +1462,30 @@ TEST_CASE("Offload: ZeRO-Offload moves the gradient partition over PCIe at each 
   CHECK_THAT(stage_compute_s(c, Framework::kMegatronCore, 0), Catch::Matchers::WithinRel(mc_kept, 1e-9));
 }
 
+TEST_CASE("Framework: DeepSpeed ZeRO-2 reduces its gradients in the model's 16-bit dtype", "[sim][framework]") {
+  // zero/stage_1_and_2.py: the ipg buckets hold the gradients in the
+  // model's dtype and average_tensor reduce-scatters them in
+  // communication_data_type, which engine.py defaults to bf16 under bf16;
+  // grads_in_partition is allocated in that dtype too, so an fp32
+  // grad_accum_dtype changes neither.  Megatron-Core reduce-scatters its
+  // fp32 main-gradient buffer.  Each framework's reduce-scatters carry the
+  // whole gradient once per reduction, (dp - 1) / dp of it per rank on the
+  // wire: DeepSpeed ZeRO-2 reduces after each of 4 micro-batches at 2 B,
+  // Megatron-Core once at 4 B, so DeepSpeed's wire bytes are 4 x 2 / 4 = 2x
+  // Megatron-Core's, where fp32 reductions would make them 4x.
+  Case c;
+  c.plan.gbs = 128;  // dp 32, 4 micro-batches per rank
+  c.plan.zero = 2;
+  REQUIRE(c.plan.grad_dtype == GradDtype::kFp32);
+  const auto rs_bytes = [&](Framework f) {
+    return labelled_bytes(lower_step(c.model, c.cluster, c.layout(f), LoweringOptions{}),
+                          TaskLabel::kDpReduceScatter)
+        .first;
+  };
+  const double ds = rs_bytes(Framework::kDeepSpeed), mc = rs_bytes(Framework::kMegatronCore);
+  REQUIRE(mc > 0);
+  CHECK_THAT(ds / mc, WithinRel(2.0, 1e-6));
+}
+
 }  // namespace
 }  // namespace trainplan

@@ -174,6 +174,43 @@ TEST_CASE("DeepSpeed's BF16_Optimizer keeps bf16 gradients beside its unsharded 
   CHECK_THAT(mc.breakdown.gradients, WithinRel(4 * mc.params, 1e-12));
 }
 
+TEST_CASE("DeepSpeed ZeRO-2 keeps its gradient partition in bf16 and casts it to fp32 at the step") {
+  // zero/stage_1_and_2.py: copy_grads_in_partition allocates
+  // grads_in_partition in the model's dtype (self.dtype), whatever
+  // grad_accum_dtype says (its grad_accum attribute is used only without
+  // partitioned gradients), so bf16 ZeRO-2 holds 2 B per partition
+  // element; step() casts the partition to fp32 (single_grad_partition, 4 B
+  // per element) after the backward has freed the activations.  Per
+  // parameter: 2 B weight + 2/dp B gradient + 12/dp B optimizer, plus the
+  // larger of the backward's activations and the step's 4/dp B copy.
+  // Megatron-Core keeps its fp32 gradient buffer sharded at ZeRO-2 (4/dp).
+  const ModelSpec m = load_model("gpt3-1.3b");
+  const ClusterSpec c = load_cluster("dgx-a100");
+  Plan p;
+  p.zero = 2;
+  p.framework = Framework::kDeepSpeed;
+  p.recompute = Recompute::kFull;
+  REQUIRE(p.grad_dtype == GradDtype::kFp32);
+  for (int gpus : {8, 2}) {
+    p.gbs = gpus;
+    const Layout ds = resolve_plan(m, c, gpus, p);
+    REQUIRE(ds.feasible);
+    const MemoryBreakdown b = estimate_memory(m, c, ds).stages[0].breakdown;
+    const double params = estimate_memory(m, c, ds).stages[0].params;
+    const double dp = gpus;
+    INFO(gpus << " GPUs: activations " << b.activations << " B");
+    CHECK_THAT(b.weights + b.gradients + b.optimizer + b.activations,
+               WithinRel((2 + 2 / dp + 12 / dp) * params + std::max(b.activations, 4 / dp * params), 1e-12));
+    // On 8 GPUs the backward's activations exceed the copy, on 2 the copy
+    // sets the peak (recompute keeps the activations to layer inputs).
+    CHECK((gpus == 8) == (b.activations > 4 / dp * params));
+  }
+  p.gbs = 8;
+  p.framework = Framework::kMegatronCore;
+  const StageMemory mc = estimate_memory(m, c, resolve_plan(m, c, 8, p)).stages[0];
+  CHECK_THAT(mc.breakdown.gradients, WithinRel(4 * mc.params / 8, 1e-12));
+}
+
 TEST_CASE("Optimizer offload: ZeRO-Offload and FSDP2 keep the gradient partition on the host, Megatron on the GPU") {
   // DeepSpeed's ZeRO-Offload (zero/stage_1_and_2.py with cpu_offload):
   // copy_grads_in_partition moves each reduced partition to pinned host
