@@ -170,8 +170,8 @@ class Lowerer {
     build_compute();
     build_p2p();
     build_param_offload();
-    build_grad_offload();
     build_dp();
+    build_grad_offload();
     build_embedding_sync();
     build_grad_norm_sync();
     block_on_dp();
@@ -1294,8 +1294,11 @@ class Lowerer {
   // finalises goes down the GPU's PCIe link in the gradient dtype, beside
   // the compute (DeepSpeed's reduce-and-partition stream, FSDP2's
   // reduce-scatter stream), and the optimizer step waits for all of them.
-  // A copy starts once its pass ends (its reduce-scatter, which it really
-  // follows, runs on another link).  With offload_grad_round_trip the
+  // A copy starts once the pass's gradient reduction ends (DeepSpeed's
+  // partition_grads after the bucket's reduce-scatter; FSDP2's post_reduce
+  // copies the new sharded gradient to the CPU on the reduce-scatter
+  // stream), or once the pass ends where nothing reduces it (a single
+  // rank).  With offload_grad_round_trip the
   // running sum first comes up its host-to-device link, from the step's
   // second micro-batch on (the add on the device is left out).  Each
   // direction has its own link (PCIe is full duplex).
@@ -1326,6 +1329,9 @@ class Lowerer {
         const int32_t id = g.add_comm(channel, 0, bytes, pcie, Category::kDpComm, TaskLabel::kDeviceToHost,
                                       {static_cast<int32_t>(r)}, {FlowLink{link, 1.0f}});
         g.add_dep(up >= 0 ? up : g.program[r][k], id);
+        if (r < reduced_.size() && k < reduced_[r].size()) {
+          for (int32_t tail : reduced_[r][k]) g.add_dep(tail, id);
+        }
         g.add_dep(id, optimizer_task_[r]);
         g.task(id).microbatch = e.mb;
         g.task(id).layer = static_cast<int16_t>(e.layer);
@@ -1462,6 +1468,7 @@ class Lowerer {
   }
 
   void build_dp() {
+    reduced_.assign(out_.ranks.size(), {});
     if (p_.dp_mode != DpMode::kSync) return;
     build_dp_groups(false);
     // MoE: the routed experts' gradients are reduced over the expert
@@ -1791,6 +1798,15 @@ class Lowerer {
           reductions.push_back(ar);
           if (synced) reduce_tail[k] = ar;
         }
+        // ZeRO-3 with the gradients on the host: each member copies its
+        // shard down once the reduction ends (build_grad_offload).
+        if (p_.zero == 3 && p_.offload != Offload::kNone && prof_.offload_grads_to_host) {
+          for (int32_t mr : members) {
+            auto& per_rank = reduced_[static_cast<size_t>(mr)];
+            if (per_rank.size() <= k) per_rank.resize(k + 1);
+            per_rank[k].push_back(hybrid ? reductions.back() : tail);
+          }
+        }
         // The next entry's fetch ends with a device-wide synchronize: its
         // compute waits for this reduce-scatter whether or not it prefetches.
         if (synced) {
@@ -1976,6 +1992,9 @@ class Lowerer {
   bool keep_outputs_ = false;  // stage outputs held until their backward (ExecutionProfile)
   double stage_output_bytes_ = 0;
   std::vector<std::vector<std::vector<int32_t>>> h2d_;  // [rank][entry]: parameter offload copies
+  // [rank][entry]: the last task of each of the entry's ZeRO-3 gradient
+  // reductions (dense and expert groups), which its offload copy follows.
+  std::vector<std::vector<std::vector<int32_t>>> reduced_;
   PipelineSchedule schedule_;
   std::vector<std::vector<Chunk>> chunks_;
   std::vector<std::vector<Entry>> entries_;

@@ -1394,6 +1394,32 @@ TEST_CASE("Offload: ZeRO-3 copies each backward pass's gradient shard to the hos
     // Only the representative rank is simulated (one program).
     CHECK_THAT(bytes, Catch::Matchers::WithinRel(8 * params / 4 * 4, 1e-6));
     CHECK(copies > 8);
+    // Each copy follows its pass's gradient reduction (DeepSpeed's
+    // partition_grads after the reduce-scatter; FSDP2's post_reduce copies
+    // on the reduce-scatter stream): every D2H task is a successor of a
+    // data-parallel reduction (DeepSpeed's flattened bucket: of the copy
+    // back into the parameters' gradients after it).
+    {
+      const LoweredStep s = lower_step(c.model, c.cluster, L, LoweringOptions{});
+      std::vector<bool> after_reduction(static_cast<size_t>(s.graph.size()), false);
+      for (int32_t id = 0; id < s.graph.size(); ++id) {
+        const Task& t = s.graph.task(id);
+        if (t.label != TaskLabel::kDpReduceScatter && t.label != TaskLabel::kDpAllReduce) continue;
+        const uint32_t* succ = s.graph.successors(t);
+        for (uint32_t i = 0; i < t.succ_count; ++i) {
+          after_reduction[succ[i]] = true;
+          const Task& next = s.graph.task(static_cast<int32_t>(succ[i]));
+          if (next.label != TaskLabel::kListCopy) continue;
+          const uint32_t* succ2 = s.graph.successors(next);
+          for (uint32_t j = 0; j < next.succ_count; ++j) after_reduction[succ2[j]] = true;
+        }
+      }
+      int followed = 0;
+      for (int32_t id = 0; id < s.graph.size(); ++id) {
+        followed += s.graph.task(id).label == TaskLabel::kDeviceToHost && after_reduction[static_cast<size_t>(id)];
+      }
+      CHECK(followed == copies);
+    }
     const StepReport r = simulate_step(c.model, c.cluster, L, SimulateOptions{});
     const double shard = params / 4;
     CHECK_THAT(r.breakdown.optimizer,
