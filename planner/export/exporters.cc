@@ -716,6 +716,15 @@ nlohmann::ordered_json deepspeed_config(const Layout& L, bool client_optimizer) 
     j["fp16"] = {{"enabled", true},     {"loss_scale", 0},  {"initial_scale_power", 16}, {"loss_scale_window", 1000},
                  {"hysteresis", 2},     {"min_loss_scale", 1}};
   }
+  // The gradient reductions' dtype as simulated (reduction_dtype: the
+  // model's 16-bit dtype), written out because the default moved between
+  // releases (engine.py communication_data_type: fp32 from #2970 until #3370).
+  if (p.precision != Precision::kFp32) {
+    j["communication_data_type"] =
+        grad_bytes(p.precision, reduction_dtype(p, execution_profile(p))) == 4 ? "fp32"
+        : p.precision == Precision::kFp16                                        ? "fp16"
+                                                                                 : "bf16";
+  }
   nlohmann::ordered_json z;
   z["stage"] = p.zero;
   if (p.zero >= 1) {

@@ -174,6 +174,7 @@ ExecutionProfile deepspeed(const Plan& p) {
   // here runs without contiguous gradients (grads_all_reduced below).
   if (p.zero == 2 || (p.zero == 1 && p.offload != Offload::kNone)) e.contiguous_grad_buffers = 1;
   e.grads_in_model_dtype = p.zero == 2;
+  e.grads_reduced_in_model_dtype = true;
   // runtime/pipe/engine.py: _exec_forward_pass stores the stage's outputs in
   // pipe_buffers['outputs'][buffer_id]; _exec_backward_pass reads them.
   e.keeps_stage_outputs = true;
@@ -204,7 +205,9 @@ ExecutionProfile deepspeed(const Plan& p) {
     // Without the pipeline engine the same: engine.py allreduce_gradients
     // finds no reduce_gradients on BF16_Optimizer and calls
     // buffered_allreduce_fallback, which takes the optimizer's fp32
-    // gradients ("This is currently for BF16 optimizer").
+    // gradients ("This is currently for BF16 optimizer").  allreduce_bucket
+    // casts each flattened bucket to communication_data_type before the
+    // all-reduce (grads_reduced_in_model_dtype).
     e.grads_all_reduced = true;
   } else if (p.zero <= 1 && p.offload == Offload::kNone) {
     // 16-bit gradients stay in each parameter's .grad (FP16_Optimizer for
@@ -365,6 +368,10 @@ ExecutionProfile generic(const Plan& p) {
 
 GradDtype gradient_dtype(const Plan& plan, const ExecutionProfile& profile) {
   return profile.grads_in_model_dtype ? GradDtype::kBf16 : plan.grad_dtype;
+}
+
+GradDtype reduction_dtype(const Plan& plan, const ExecutionProfile& profile) {
+  return profile.grads_reduced_in_model_dtype || profile.grads_in_model_dtype ? GradDtype::kBf16 : plan.grad_dtype;
 }
 
 double kept_stage_output_share(const ExecutionProfile& profile, const Plan& plan) {

@@ -261,6 +261,19 @@ struct ExecutionProfile {
   // (flat_grad_partition.to(fp32), single_partition_of_fp32_groups[i].grad)
   // beside the 16-bit partition, 4 B per partition element.
   bool grads_in_model_dtype = false;
+  // Data-parallel gradient reductions run in the model's 16-bit dtype
+  // whatever the plan's grad_dtype (reduction_dtype below): DeepSpeed with
+  // its default config in every release.  Stage 3 of v0.3-v0.5
+  // (zero/stage3.py allreduce_bucket) reduced the 16-bit gradients as they
+  // were (fp32 only with allreduce_always_fp32); from v0.5.8 (#1487,
+  // 2021-11) engine.py's communication_data_type, which the ZeRO optimizers
+  // and allreduce_bucket (the BF16_Optimizer's fp32 gradients are cast to
+  // it first) reduce in, defaulted to fp16 under fp16 or any ZeRO stage,
+  // else bf16 under bf16; from #3370 (2023-04) to the model's 16-bit dtype
+  // (fp32 only for the four weeks after #2970).  The exporter writes the
+  // dtype out (communication_data_type), so an exported run reduces as
+  // simulated whatever its release's default.
+  bool grads_reduced_in_model_dtype = false;
   // FSDP2 (fully_shard, ZeRO-3 plans) copies on the compute stream
   // (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): every
   // unshard ends with foreach_all_gather_copy_out, a split_with_sizes_copy
@@ -321,10 +334,16 @@ double kept_stage_output_share(const ExecutionProfile& profile, const Plan& plan
 // the plan's dp and precision).
 ExecutionProfile execution_profile(const Plan& plan);
 
-// The dtype the framework keeps and reduces the plan's gradients in: the
-// plan's grad_dtype, or the model's 16-bit dtype where the profile says so
-// (ExecutionProfile::grads_in_model_dtype).
+// The dtype the framework keeps the plan's gradient partition in (memory,
+// host copies): the plan's grad_dtype, or the model's 16-bit dtype where the
+// profile says so (ExecutionProfile::grads_in_model_dtype).
 GradDtype gradient_dtype(const Plan& plan, const ExecutionProfile& profile);
+
+// The dtype the framework's data-parallel reductions move the plan's
+// gradients in: the plan's grad_dtype, or the model's 16-bit dtype where the
+// profile says so (ExecutionProfile::grads_reduced_in_model_dtype).  As for
+// gradient_dtype, GradDtype::kBf16 stands for the plan's 16-bit precision.
+GradDtype reduction_dtype(const Plan& plan, const ExecutionProfile& profile);
 
 // The ZeRO stage the optimizer states are kept under (the plan's, or 1 where
 // the profile shards them without ZeRO: optimizer_sharded_without_zero) and

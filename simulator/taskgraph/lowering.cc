@@ -200,6 +200,7 @@ class Lowerer {
     }
     out_.comm_slowdown = sc_.comm_slowdown;
     layer_grad_bytes_ = grad_bytes(p_.precision, gradient_dtype(p_, prof_));
+    reduce_grad_bytes_ = grad_bytes(p_.precision, reduction_dtype(p_, prof_));
     {
       // The largest parameter tensor of a layer on this TP rank: the fused
       // QKV weight or an MLP weight (SwiGLU: fused gate+up); of an MoE
@@ -993,7 +994,7 @@ class Lowerer {
         L_.microbatches * (m_.layers * (lt.forward_ps + lt.backward_ps) + emb_f_ + emb_b_ + out_f_ + out_b_);
     // Each GPU of a worker pushes its TP shard of the gradients and pulls its
     // shard of the weights; the servers' NICs are shared by every worker.
-    const double push_bytes = params / p_.tp * layer_grad_bytes_;
+    const double push_bytes = params / p_.tp * reduce_grad_bytes_;
     const double pull_bytes = params / p_.tp * weight_bytes(p_.precision);
     const bool net = lp_.nics_per_node > 0;
     const double port = net ? lp_.nic_bandwidth.bytes_per_s() * lp_.inter_efficiency * lp_.nics_per_node / c_.gpus_per_node
@@ -1226,7 +1227,7 @@ class Lowerer {
       auto& pair = ends.try_emplace(std::make_tuple(rc.dp, rc.cp, rc.tp), std::make_pair(-1, -1)).first->second;
       (rc.pp == 0 ? pair.first : pair.second) = static_cast<int32_t>(r);
     }
-    const double bytes = static_cast<double>(m_.vocab) * static_cast<double>(m_.hidden) / p_.tp * layer_grad_bytes_;
+    const double bytes = static_cast<double>(m_.vocab) * static_cast<double>(m_.hidden) / p_.tp * reduce_grad_bytes_;
     // Global ranks run tp fastest, then cp, dp, pp: the two ends share a
     // node only when a whole pipeline fits on one.  (Not dp_placement: its
     // ranks-per-node of an evenly strided group takes the ends of an 8-rank
@@ -1674,7 +1675,7 @@ class Lowerer {
     if (fp8_gather && layer_.params > 0) {
       gather_wbytes = (layer_.linear_params * 1.0 + (layer_.params - layer_.linear_params) * wbytes) / layer_.params;
     }
-    const double gbytes = layer_grad_bytes_;
+    const double gbytes = reduce_grad_bytes_;
     // How the framework reduces (framework/framework.h); the generic model
     // keeps the caller's bucket size.
     const ExecutionProfile& prof = prof_;
@@ -1984,7 +1985,8 @@ class Lowerer {
   ComputeParams cpm_;     // the GPU's compute parameters for the plan's dtype
   int64_t emb_f_ = 0, emb_b_ = 0, emb_tp_f_ = 0, emb_tp_b_ = 0;
   int64_t out_f_ = 0, out_b_ = 0, out_tp_f_ = 0, out_tp_b_ = 0, out_ep_f_ = 0, out_ep_b_ = 0;
-  double layer_grad_bytes_ = 4;
+  double layer_grad_bytes_ = 4;   // per gradient element as kept (gradient_dtype)
+  double reduce_grad_bytes_ = 4;  // per gradient element as reduced (reduction_dtype)
   double largest_tensor_params_ = 1;
   std::vector<double> layer_modules_;  // gather_per_module: a dense layer's modules, parameters per TP rank
   int v_ = 1;

@@ -536,6 +536,15 @@ TEST_CASE("Export: DeepSpeed config for gpt3-1.3b ZeRO-2 on one DGX A100", "[pla
   CHECK(c.at("bf16").at("enabled").get<bool>());
   CHECK(c.count("fp16") == 0);
   CHECK(c.at("data_types").at("grad_accum_dtype").get<std::string>() == "fp32");
+  // The reductions' dtype as simulated, written out (engine.py
+  // communication_data_type's default moved between releases): this plan
+  // was simulated under its own framework's fp32 reductions; under
+  // DeepSpeed's profile they are the model's bf16.
+  CHECK(c.at("communication_data_type").get<std::string>() ==
+        (p.framework == Framework::kDeepSpeed ? "bf16" : "fp32"));
+  Job ds = j;
+  ds.layout.plan.framework = Framework::kDeepSpeed;
+  CHECK(nlohmann::json::parse(exported(ExportTarget::kDeepSpeed, ds)).at("communication_data_type") == "bf16");
   CHECK(c.count("activation_checkpointing") == 1);  // recompute full
   CHECK(c.at("zero_optimization").count("offload_optimizer") == 0);
   CHECK(c.at("optimizer").at("type").get<std::string>() == "AdamW");

@@ -512,16 +512,19 @@ TEST_CASE("Framework: DeepSpeed's pipeline engine takes ZeRO-0 and ZeRO-1 only",
   }
 }
 
-TEST_CASE("Framework: DeepSpeed's BF16_Optimizer under the pipeline engine all-reduces the fp32 gradients",
+TEST_CASE("Framework: DeepSpeed's BF16_Optimizer under the pipeline engine all-reduces the whole gradient in 16 bits",
           "[sim][framework]") {
-  // deepspeed/runtime/pipe/engine.py (v0.6.5 to v0.9.x) _exec_reduce_grads
+  // deepspeed/runtime/pipe/engine.py (v0.6.5 on) _exec_reduce_grads
   // -> _bf16_reduce_grads: buffered_allreduce_fallback over the optimizer's
   // fp32 gradients, all of them, in buckets of 5e8 elements; each rank then
-  // updates its own partition.  So a stage's DP traffic is a ring
-  // all-reduce, 2(n-1)/n x 4 B per parameter (nccl-tests busbw factor), not
-  // the reduce-scatter's (n-1)/n.  bf16 with bf16 gradients runs ZeRO-1's
-  // DeepSpeedZeroOptimizer instead, which all-reduces too (stage 1 without
-  // MoE layers: buffered_reduce_fallback(None, ...)), its 2-byte gradients.
+  // updates its own partition.  allreduce_bucket casts each flattened
+  // bucket to communication_data_type first (engine.py: fp16 under any ZeRO
+  // stage in 2022, the model's bf16 since #3370), so a stage's DP traffic is
+  // a ring all-reduce, 2(n-1)/n x 2 B per parameter (nccl-tests busbw
+  // factor), not the reduce-scatter's (n-1)/n.  bf16 with bf16 gradients
+  // runs ZeRO-1's DeepSpeedZeroOptimizer instead, which all-reduces too
+  // (stage 1 without MoE layers: buffered_reduce_fallback(None, ...)), its
+  // 2-byte gradients.
   Case c;
   c.plan.pp = 2;
   c.plan.gbs = 64;
@@ -545,7 +548,7 @@ TEST_CASE("Framework: DeepSpeed's BF16_Optimizer under the pipeline engine all-r
   const std::map<TaskLabel, double> fp32_grads = traffic(GradDtype::kFp32);
   CHECK(fp32_grads.count(TaskLabel::kDpReduceScatter) == 0);
   REQUIRE(fp32_grads.count(TaskLabel::kDpAllReduce) == 1);
-  CHECK_THAT(fp32_grads.at(TaskLabel::kDpAllReduce), WithinRel(2.0 * 15 / 16 * 4 * params, 1e-3));
+  CHECK_THAT(fp32_grads.at(TaskLabel::kDpAllReduce), WithinRel(2.0 * 15 / 16 * 2 * params, 1e-3));
   const std::map<TaskLabel, double> bf16_grads = traffic(GradDtype::kBf16);
   CHECK(bf16_grads.count(TaskLabel::kDpReduceScatter) == 0);
   REQUIRE(bf16_grads.count(TaskLabel::kDpAllReduce) == 1);
@@ -1248,7 +1251,9 @@ TEST_CASE("Framework: DeepSpeed's list-API ZeRO-3 collectives copy their buffers
   // So the buckets' copies move 4 x grad bytes of every parameter before
   // the all-reduces and 2 x after, per micro-batch (each minus one kernel
   // overhead: memory_time's), the tied output matrix once: the embedding's.
-  const double gbytes = grad_bytes(L.plan.precision, L.plan.grad_dtype);
+  // The buckets hold the 16-bit gradients as they are (stage3.py
+  // allreduce_bucket: fp32 only with allreduce_always_fp32): 2 B each.
+  const double gbytes = 2;
   const double stage_params = estimate_memory(c.model, c.cluster, L).stages[0].params;
   double before_s = 0, after_s = 0;
   int before_copies = 0, after_copies = 0;
