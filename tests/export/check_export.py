@@ -1123,6 +1123,10 @@ def deepspeed_config_rules(cfg: dict, data: dict, plan: dict, what: str, P: Prob
         typ = top[key]["type"]
         if not type_ok(value, typ):
             P.add(f"{what}: {key} = {json.dumps(value)} is not {typ}", line)
+            continue
+        choices = top[key].get("choices")
+        if choices and isinstance(value, str) and value.lower() not in choices:
+            P.add(f"{what}: {key} = {json.dumps(value)} is not one of {choices}", line)
     for sec, spec in sections.items():
         if sec not in cfg or not isinstance(cfg[sec], dict):
             continue

@@ -246,6 +246,11 @@ mutate "$T/ds.json" "$T/ds_top.json" 's/"steps_per_print"/"step_per_print"/'
 expect_fail "deepspeed: unknown top-level key" deepspeed "$D" "$T/ds_top.json" "unknown top-level key 'step_per_print'"
 mutate "$T/ds.json" "$T/ds_dup.json" 's/"gradient_clipping": 1.0,/"gradient_clipping": 1.0, "gradient_clipping": 0.5,/'
 expect_fail "deepspeed: duplicate key" deepspeed "$D" "$T/ds_dup.json" "duplicate key 'gradient_clipping'"
+mutate "$T/ds.json" "$T/ds_comm.json" 's/"bf16": {"enabled": true},/"bf16": {"enabled": true}, "communication_data_type": "fp8",/'
+expect_fail "deepspeed: communication_data_type outside DeepSpeed's choices" deepspeed "$D" "$T/ds_comm.json" \
+  "communication_data_type = \"fp8\" is not one of"
+mutate "$T/ds.json" "$T/ds_comm_ok.json" 's/"bf16": {"enabled": true},/"bf16": {"enabled": true}, "communication_data_type": "BF16",/'
+expect_pass "deepspeed: communication_data_type is read lower-cased" deepspeed "$D" "$T/ds_comm_ok.json"
 mutate "$T/ds.json" "$T/ds_stage0.json" 's/"stage": 2/"stage": 0/'
 expect_fail "deepspeed: stage 0 bf16 with fp32 grad accumulation" deepspeed "$D" "$T/ds_stage0.json" 'unsupported mix of model_dtype and grad_accum_dtype'
 
