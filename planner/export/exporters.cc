@@ -720,10 +720,9 @@ nlohmann::ordered_json deepspeed_config(const Layout& L, bool client_optimizer) 
   // model's 16-bit dtype), written out because the default moved between
   // releases (engine.py communication_data_type: fp32 from #2970 until #3370).
   if (p.precision != Precision::kFp32) {
-    j["communication_data_type"] =
-        grad_bytes(p.precision, reduction_dtype(p, execution_profile(p))) == 4 ? "fp32"
-        : p.precision == Precision::kFp16                                        ? "fp16"
-                                                                                 : "bf16";
+    j["communication_data_type"] = reduction_dtype(p, execution_profile(p)) == GradDtype::kFp32 ? "fp32"
+                                   : p.precision == Precision::kFp16                            ? "fp16"
+                                                                                                : "bf16";
   }
   nlohmann::ordered_json z;
   z["stage"] = p.zero;

@@ -193,10 +193,9 @@ TEST_CASE("DeepSpeed ZeRO-2 keeps its gradient partition in bf16 and casts it to
   REQUIRE(p.grad_dtype == GradDtype::kFp32);
   for (int gpus : {8, 2}) {
     p.gbs = gpus;
-    const Layout ds = resolve_plan(m, c, gpus, p);
-    REQUIRE(ds.feasible);
-    const MemoryBreakdown b = estimate_memory(m, c, ds).stages[0].breakdown;
-    const double params = estimate_memory(m, c, ds).stages[0].params;
+    const StageMemory st = estimate_memory(m, c, feasible_layout(m, c, gpus, p)).stages[0];
+    const MemoryBreakdown& b = st.breakdown;
+    const double params = st.params;
     const double dp = gpus;
     INFO(gpus << " GPUs: activations " << b.activations << " B");
     CHECK_THAT(b.weights + b.gradients + b.optimizer + b.activations,
@@ -207,7 +206,7 @@ TEST_CASE("DeepSpeed ZeRO-2 keeps its gradient partition in bf16 and casts it to
   }
   p.gbs = 8;
   p.framework = Framework::kMegatronCore;
-  const StageMemory mc = estimate_memory(m, c, resolve_plan(m, c, 8, p)).stages[0];
+  const StageMemory mc = estimate_memory(m, c, feasible_layout(m, c, 8, p)).stages[0];
   CHECK_THAT(mc.breakdown.gradients, WithinRel(4 * mc.params / 8, 1e-12));
 }
 
