@@ -102,6 +102,40 @@ int64_t interleaved_inflight_in_chunk(int pp, int vp, int64_t inflight, int chun
   return inflight / group * pp + std::clamp<int64_t>(inflight % group - int64_t{chunk} * pp, 0, pp);
 }
 
+double interleaved_peak_activations(int pp, int vp, int64_t inflight, int64_t microbatches,
+                                    const std::vector<double>& chunk_saved) {
+  // Steady state (schedules.py forward_backward_pipelining_with_interleaving):
+  // after the warm-up's `inflight` forwards, each step frees a backward
+  // (virtual micro-batch k, the model chunks visited in reverse:
+  // get_model_chunk_id(forward=False)) and adds a forward (inflight + k,
+  // model chunk (j mod p*v) div p).  The mix repeats every p*v steps and the
+  // cool-down only frees.  Equal chunks hold the same whatever the mix.
+  if (std::all_of(chunk_saved.begin(), chunk_saved.end(), [&](double b) { return b == chunk_saved.front(); })) {
+    return static_cast<double>(inflight) * chunk_saved.front();
+  }
+  const int64_t group = int64_t{pp} * vp;
+  const int64_t steps = std::max<int64_t>(0, std::min<int64_t>(microbatches * vp - inflight, group - 1));
+  double held = 0;
+  for (int c = 0; c < vp; ++c) {
+    held += static_cast<double>(interleaved_inflight_in_chunk(pp, vp, inflight, c)) * chunk_saved[static_cast<size_t>(c)];
+  }
+  double peak = held;
+  int64_t f = (inflight % group) / pp, f_at = inflight % pp;  // the next forward's chunk, its place in the run
+  int64_t b = 0, b_at = 0;                                    // the next backward's run (chunk vp - 1 - b)
+  // Each stays on a model chunk for runs of pp steps, over which held
+  // changes linearly: its most is at a run's end.
+  for (int64_t k = 0; k < steps;) {
+    const int64_t run = std::min({pp - f_at, pp - b_at, steps - k});
+    held += static_cast<double>(run) *
+            (chunk_saved[static_cast<size_t>(f)] - chunk_saved[static_cast<size_t>(vp - 1 - b)]);
+    peak = std::max(peak, held);
+    k += run;
+    if ((f_at += run) == pp) f_at = 0, f = f + 1 == vp ? 0 : f + 1;
+    if ((b_at += run) == pp) b_at = 0, b = b + 1 == vp ? 0 : b + 1;
+  }
+  return peak;
+}
+
 int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp, int stage, bool combined_1f1b) {
   // The combined 1F1B runs one more warm-up forward (build_pipeline_schedule).
   const int extra = combined_1f1b ? 1 : 0;
@@ -346,26 +380,28 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
                              : inflight_chunks(p.schedule, p.pp, layout.microbatches, p.vp, i, p.ep_overlap);
     st.inflight_microbatches = chunks;
     double act = static_cast<double>(chunks) * ss.saved;
-    // The interleaved schedule's in-flight forwards by model chunk (the
-    // embedding is in chunk 0 of rank 0).
+    // The interleaved schedule's in-flight forwards by model chunk, at the
+    // steady state's peak (chunks of unequal layers hold unequal
+    // activations; the embedding is in chunk 0 of rank 0).
     if (p.schedule == Schedule::kInterleaved) {
-      act = 0;
-      for (size_t c = 0; c < ss.chunk_saved.size(); ++c) {
-        act += static_cast<double>(interleaved_inflight_in_chunk(p.pp, p.vp, chunks, static_cast<int>(c))) *
-               ss.chunk_saved[c];
-      }
-    }
-    if (i == 0) {
-      const int64_t mb =
-          p.schedule == Schedule::kInterleaved ? interleaved_inflight_in_chunk(p.pp, p.vp, chunks, 0) : chunks;
-      act += static_cast<double>(mb) * emb.saved_bytes;
+      std::vector<double> saved = ss.chunk_saved;
+      if (i == 0) saved[0] += emb.saved_bytes;
+      act = interleaved_peak_activations(p.pp, p.vp, chunks, layout.microbatches, saved);
+    } else if (i == 0) {
+      act += static_cast<double>(chunks) * emb.saved_bytes;
     }
     if (i == p.pp - 1) {
       // Interleaved: the last rank runs each output chunk's backward right
       // after its forward, so one micro-batch's loss is held; the combined
       // 1F1B's extra warm-up forward there is an output chunk (virtual
-      // micro-batch (v - 1) p), so it holds two.
-      int64_t mb = p.schedule == Schedule::kInterleaved ? std::min<int64_t>(1 + (p.ep_overlap ? 1 : 0), chunks) : chunks;
+      // micro-batch (v - 1) p), so it holds two.  With m == p every rank
+      // runs all its forwards first (inflight_chunks), the m losses among
+      // them.
+      int64_t mb = chunks;
+      if (p.schedule == Schedule::kInterleaved) {
+        mb = layout.microbatches == p.pp ? layout.microbatches
+                                         : std::min<int64_t>(1 + (p.ep_overlap ? 1 : 0), chunks);
+      }
       act += static_cast<double>(mb) * out.saved_bytes;
     }
     if (ordered) {

@@ -108,6 +108,16 @@ int64_t inflight_chunks(Schedule schedule, int pp, int64_t microbatches, int vp,
 // turn.  Summed over the vp chunks: `inflight`.
 // REQUIRES: pp >= 1, vp >= 1, 0 <= chunk < vp, inflight >= 0.
 int64_t interleaved_inflight_in_chunk(int pp, int vp, int64_t inflight, int chunk);
+// The activations a rank of the interleaved 1F1B holds at its peak, from
+// those one micro-batch leaves in each of its model chunks: the most over
+// the steady state, where each forward (the rank's `inflight` first, then
+// one more per step) is followed by a backward of the model chunks in
+// reverse order, so which chunks are in flight shifts; with chunks of
+// unequal layers the peak can come after the warm-up ends.
+// REQUIRES: pp >= 1, vp >= 1, chunk_saved.size() == vp, microbatches a
+// multiple of pp, 0 <= inflight <= microbatches * vp.
+double interleaved_peak_activations(int pp, int vp, int64_t inflight, int64_t microbatches,
+                                    const std::vector<double>& chunk_saved);
 
 // An automatic zero-bubble plan (zb-1p, zb-2p) orders its passes from the
 // stage times (build_zero_bubble_schedule), which this module does not

@@ -266,10 +266,68 @@ RankChunk rank_chunk_of(Schedule s, int pp, int stage) {
   return RankChunk{stage % pp, stage / pp};
 }
 
+namespace {
+
+// Layers of each stage's chunks, [stage][chunk] (chunk_layers, plan.h).  A
+// stage's layers split as evenly as they go, the later chunks taking the
+// extra.  Where the first (last) stage holds fewer layers than the fullest
+// one, the embedding (loss) stood in for a layer when the stages were cut
+// (balance_stage_layers; Megatron-Core's --account-for-embedding-in-pipeline-
+// split and --account-for-loss-in-pipeline-split, transformer_block.py
+// get_num_layers_to_build; the Zero Bubble fork's --allow-padding-num-layers,
+// which pads the first and last stages): with the looped placement it then
+// also takes a layer's place among that stage's chunks, in the first (last)
+// virtual stage, which builds one layer fewer, and where the stage's places
+// do not divide its chunks the chunk holding the embedding (loss) is the one
+// left short (the fork drops its padded layers from the first and last
+// virtual stages).  So 2 layers and the loss over 2 chunks are [2, 0 + loss],
+// not [1, 1 + loss].
+struct EndPlaces {
+  bool embedding = false, loss = false;
+  // The stage's places among its chunks: its layers and the ends it counts.
+  int places(const std::vector<int>& stage_layers, int s) const {
+    const int last = static_cast<int>(stage_layers.size()) - 1;
+    return stage_layers[static_cast<size_t>(s)] + (embedding && s == 0 ? 1 : 0) + (loss && s == last ? 1 : 0);
+  }
+};
+
+EndPlaces end_places(const Plan& p, const std::vector<int>& stage_layers) {
+  const int v = chunks_per_rank(p);
+  const int pp = static_cast<int>(stage_layers.size());
+  if (stage_layers.empty()) return {};
+  const int fullest = *std::max_element(stage_layers.begin(), stage_layers.end());
+  const bool looped = v > 1 && pp > 1 && !v_shape(p.schedule) && p.schedule != Schedule::kDualPipe;
+  return EndPlaces{looped && stage_layers.front() < fullest, looped && stage_layers.back() < fullest};
+}
+
+std::vector<std::vector<int>> chunk_counts(const Plan& p, const std::vector<int>& stage_layers) {
+  const int v = chunks_per_rank(p);
+  const int pp = static_cast<int>(stage_layers.size());
+  const EndPlaces ends = end_places(p, stage_layers);
+  std::vector<std::vector<int>> out(static_cast<size_t>(pp), std::vector<int>(static_cast<size_t>(v), 0));
+  for (int s = 0; s < pp; ++s) {
+    const bool embedding = ends.embedding && s == 0, loss = ends.loss && s == pp - 1;
+    const int places = ends.places(stage_layers, s);
+    std::vector<int>& counts = out[static_cast<size_t>(s)];
+    for (int c = 0; c < v; ++c) {
+      // The extra places go to the chunks away from the loss's (the
+      // embedding's chunk is the first, which the later-first rule skips).
+      const bool extra = loss ? c < places % v : c >= v - places % v;
+      counts[static_cast<size_t>(c)] = places / v + (extra ? 1 : 0);
+    }
+    if (embedding) counts.front() -= 1;
+    if (loss) counts.back() -= 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 int largest_chunk_layers(const Plan& plan, const std::vector<int>& stage_layers) {
-  const int v = chunks_per_rank(plan);
   int largest = 0;
-  for (int n : stage_layers) largest = std::max(largest, (n + v - 1) / v);
+  for (const std::vector<int>& stage : chunk_counts(plan, stage_layers)) {
+    for (int n : stage) largest = std::max(largest, n);
+  }
   return largest;
 }
 
@@ -301,9 +359,9 @@ std::vector<std::vector<ChunkLayers>> chunk_layers(const Layout& layout) {
   TRAINPLAN_CHECK(p.schedule != Schedule::kDualPipe, "a dualpipe plan runs as its execution_layout");
   const int v = chunks_per_rank(p);
   std::vector<std::vector<ChunkLayers>> out(static_cast<size_t>(p.pp), std::vector<ChunkLayers>(static_cast<size_t>(v)));
+  const std::vector<std::vector<int>> counts = chunk_counts(p, layout.stage_layers);
   for (int s = 0; s < p.pp; ++s) {
-    const int n = layout.stage_layers[static_cast<size_t>(s)];
-    for (int c = 0; c < v; ++c) out[static_cast<size_t>(s)][static_cast<size_t>(c)].count = n / v + (c >= v - n % v ? 1 : 0);
+    for (int c = 0; c < v; ++c) out[static_cast<size_t>(s)][static_cast<size_t>(c)].count = counts[static_cast<size_t>(s)][static_cast<size_t>(c)];
   }
   int at = 0;
   for (int vs = 0; vs < p.pp * v; ++vs) {
@@ -687,12 +745,16 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     // Megatron needs vp | layers per stage; with auto-balanced uneven stages
     // (Llama 3 405B: 7 and 8 layers) the chunks differ by at most one layer.
     const bool even = model.layers % p.pp == 0 && p.stage_layers.empty();
-    for (int n : L.stage_layers) {
+    // A short end stage's embedding or loss takes a chunk's place
+    // (chunk_counts): its first (last) chunk may hold no layer.
+    const EndPlaces ends = end_places(p, L.stage_layers);
+    for (int s = 0; s < static_cast<int>(L.stage_layers.size()); ++s) {
+      const int n = L.stage_layers[static_cast<size_t>(s)];
       if (even && n % p.vp != 0) {
         fail("vp=" + str(p.vp) + " does not divide the " + str(n) + " layers of a pipeline stage");
         break;
       }
-      if (n < p.vp) {
+      if (ends.places(L.stage_layers, s) < p.vp) {
         fail("vp=" + str(p.vp) + " exceeds the " + str(n) + " layers of a pipeline stage");
         break;
       }

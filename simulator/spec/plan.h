@@ -404,7 +404,8 @@ struct ChunkLayers {
 // chunk's first recompute_layers (Megatron's block method).
 bool layer_recomputed(const Plan& plan, int index_in_chunk);
 // Layers of the largest model chunk of `stage_layers` under `plan`'s
-// schedule (a stage's layers over vp chunks with the interleaved one).
+// schedule (a stage's layers over vp chunks with the interleaved one, split
+// as chunk_layers splits them).
 int largest_chunk_layers(const Plan& plan, const std::vector<int>& stage_layers);
 // "(N layers per chunk)" for partial full recompute, else "".
 std::string recompute_layers_text(const Plan& plan);
@@ -456,6 +457,12 @@ StageCoord stage_coord(const Plan& plan, int local);
 // interleaved schedule, two with zb-v; a stage's chunks differ by at most one
 // layer (the later ones take the extra) and the layers go to virtual stages
 // in model order (virtual_stage), as Megatron and torchtitan assign them.
+// With the looped placement, a first (last) stage holding fewer layers than
+// the fullest one counts the embedding (loss) as a layer's place in its
+// first (last) chunk, which is left the short one: 2 layers and the loss
+// over 2 chunks are [2, 0] (Megatron-Core's account_for_*_in_pipeline_split;
+// plan.cc chunk_counts).  A chunk may so hold no layer, only the embedding
+// or the loss.
 // REQUIRES: not dualpipe (fold it with execution_layout first).
 std::vector<std::vector<ChunkLayers>> chunk_layers(const Layout& layout);
 

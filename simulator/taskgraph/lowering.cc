@@ -422,13 +422,17 @@ class Lowerer {
         if (op.kind == PipeOp::Kind::kForward) forwarded[static_cast<size_t>(op.chunk)] = true;
         const bool per_layer =
             p_.zero == 3 || syncs || (reduces && p_.dp * p_.cp > 1 && p_.dp_mode == DpMode::kSync);
-        if (!per_layer) {
+        auto entry = [&] {
           Entry e;
           e.kind = op.kind;
           e.mb = op.microbatch;
           e.chunk = op.chunk;
           e.last_backward = last;
           e.ep_hidden_share = ep_hidden;
+          return e;
+        };
+        if (!per_layer) {
+          Entry e = entry();
           if (reduces) {
             for (int i = 0; i < ch.layers; ++i) {
               e.grad_params += sc_.cost_of(ch.global_first + i).params;
@@ -439,16 +443,33 @@ class Lowerer {
           entries_[static_cast<size_t>(s)].push_back(e);
           continue;
         }
+        if (ch.layers == 0) {
+          // A chunk of only the embedding or the loss (chunk_layers: the
+          // first or last virtual stage counting it as a layer's place) is
+          // one entry of its block's parameters.
+          Entry e = entry();
+          const double params = extra_params(ch) - (ch.embedding && ch.output ? tied_output_params() : 0.0);
+          const double experts = ch.output ? outc_.expert_params : 0.0;
+          if (finalizes(op.kind)) {
+            e.grad_params = params;
+            e.grad_expert_params = experts;
+          }
+          if (syncs) {
+            e.sync_params = params;
+            e.sync_expert_params = experts;
+          }
+          if (p_.zero == 3) {
+            e.gather_params = extra_params(ch);
+            e.gather_expert_params = experts;
+          }
+          entries_[static_cast<size_t>(s)].push_back(e);
+          continue;
+        }
         for (int i = 0; i < ch.layers; ++i) {
           // Backward runs the layers in reverse order.
           const int layer = is_b ? ch.layers - 1 - i : i;
-          Entry e;
-          e.kind = op.kind;
-          e.mb = op.microbatch;
-          e.chunk = op.chunk;
+          Entry e = entry();
           e.layer = layer;
-          e.last_backward = last;
-          e.ep_hidden_share = ep_hidden;
           double params = sc_.cost_of(ch.global_first + layer).params;
           if (ch.embedding && layer == 0) params += emb_.params;
           if (ch.output && layer == ch.layers - 1) params += outc_.params;

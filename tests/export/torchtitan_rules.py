@@ -99,19 +99,33 @@ def balance_v_stage_layers(layers: int, pp: int) -> list[int]:
 
 
 def virtual_stage_layers(stage_layers: list[int], pp: int, vp: int, v_style: bool = False) -> list[int]:
-    """Port of trainplan: simulator/spec/plan.cc chunk_layers / virtual_stage.
+    """Port of trainplan: simulator/spec/plan.cc chunk_counts / virtual_stage.
 
     A rank's layers are split over its vp chunks as evenly as possible, the
     later chunks taking the extra ones; chunk v of pipeline rank r is virtual
     stage v*pp + r, or with the V placement (zb-v, vp = 2) stage r for chunk 0
-    and 2*pp-1-r for chunk 1.
+    and 2*pp-1-r for chunk 1.  With the looped placement a first (last) rank
+    holding fewer layers than the fullest one counts the embedding (loss) as
+    a layer's place in its first (last) chunk, which is left the short one.
     """
     out = [0] * (pp * vp)
+    fullest = max(stage_layers)
+    looped = vp > 1 and pp > 1 and not v_style
     for r in range(pp):
-        n = stage_layers[r]
+        embedding = looped and r == 0 and stage_layers[0] < fullest
+        loss = looped and r == pp - 1 and stage_layers[-1] < fullest
+        places = stage_layers[r] + int(embedding) + int(loss)
+        counts = []
+        for v in range(vp):
+            extra = v < places % vp if loss else v >= vp - places % vp
+            counts.append(places // vp + int(extra))
+        if embedding:
+            counts[0] -= 1
+        if loss:
+            counts[-1] -= 1
         for v in range(vp):
             stage = (r if v == 0 else 2 * pp - 1 - r) if v_style else v * pp + r
-            out[stage] = n // vp + (1 if v >= vp - n % vp else 0)
+            out[stage] = counts[v]
     return out
 
 

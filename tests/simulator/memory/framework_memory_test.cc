@@ -8,6 +8,7 @@
 #include "simulator/cost/layer_cost.h"
 #include "simulator/framework/framework.h"
 #include "simulator/memory/memory_model.h"
+#include "simulator/schedule/pipeline_schedule.h"
 #include "simulator/taskgraph/lowering.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
@@ -396,6 +397,37 @@ TEST_CASE("Megatron-LM's own attention stores the s x s scores: the Zero Bubble 
   const MemoryReport rep = estimate_memory(m, c, inter);
   CHECK_THAT(rep.stages[1].breakdown.activations,
              WithinRel((13.0 * chunks[1][0].count + 8.0 * chunks[1][1].count) * per_layer_saved, 1e-9));
+}
+
+TEST_CASE("The interleaved 1F1B's peak by model chunk equals a walk of its pass order", "[sim][memory]") {
+  // interleaved_peak_activations (the closed form `memory` uses) against the
+  // oracle of walking each rank's passes as build_pipeline_schedule orders
+  // them (Megatron's schedules.py), +held[c] at a chunk-c F and -held[c] at
+  // its B, for chunks of unequal activations, e.g. [3, 1] layers where the
+  // peak comes after the warm-up (a rank's later forwards are all chunk 0's
+  // while its backwards free chunk 1's).
+  const std::vector<std::vector<double>> shapes = {{3, 1}, {1, 2}, {0.01, 2}, {2, 0.01}, {1, 2, 3}, {3, 2, 1}, {1, 1, 4}};
+  for (const std::vector<double>& held : shapes) {
+    const int vp = static_cast<int>(held.size());
+    for (int pp : {2, 4, 8}) {
+      for (int64_t m : {int64_t{pp}, int64_t{2} * pp, int64_t{3} * pp, int64_t{8} * pp}) {
+        // Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm)
+        // runs one more warm-up forward and then merged forward-backward
+        // steps.
+        for (bool combined : {false, true}) {
+          const PipelineSchedule order =
+              build_pipeline_schedule(Schedule::kInterleaved, pp, static_cast<int>(m), vp, combined);
+          for (int r = 0; r < pp; ++r) {
+            INFO("held " << held[0] << "," << held[1] << " pp " << pp << " m " << m << " rank " << r << " combined "
+                         << combined);
+            const int64_t inflight = inflight_chunks(Schedule::kInterleaved, pp, m, vp, r, combined);
+            CHECK_THAT(interleaved_peak_activations(pp, vp, inflight, m, held),
+                       WithinRel(peak_activation_bytes(order[static_cast<size_t>(r)], held, held), 1e-12));
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("Eager PyTorch moves more bytes through a Llama block's memory-bound ops than fused kernels, by hand") {

@@ -598,9 +598,23 @@ TEST_CASE("Strategies: simulated peak memory matches the closed form per stage",
   Plan titan_v = pipeline_plan(Schedule::kInterleaved, 4, 8, 2);
   titan_v.framework = Framework::kTorchtitan;
   titan_v.recompute = Recompute::kSelective;
+  // With m == p Megatron's interleaved schedule runs every forward first
+  // (schedules.py: num_microbatches == pipeline_parallel_size -> all
+  // warm-up), so the last stage holds all m losses, not one.
+  // A short last stage (4 layers against 5) counts the loss as a layer's
+  // place: its chunks are [3, 1 + loss] (chunk_layers).
+  Plan short_last = pipeline_plan(Schedule::kInterleaved, 4, 8, 2);
+  short_last.stage_layers = {3, 5, 4, 4};
+  // 2 layers and the loss over 2 chunks: [2, 0 + loss], a chunk of only the
+  // loss, and one of only the embedding ([0 + embedding, 2]).
+  Plan loss_only = pipeline_plan(Schedule::kInterleaved, 4, 8, 2);
+  loss_only.stage_layers = {2, 6, 6, 2};
   const Case cases[] = {{"1F1B", pipeline_plan(Schedule::k1F1B, 4, 8)},
                         {"GPipe", pipeline_plan(Schedule::kGpipe, 4, 8)},
                         {"interleaved v=2", pipeline_plan(Schedule::kInterleaved, 4, 8, 2)},
+                        {"interleaved v=2, m = p", pipeline_plan(Schedule::kInterleaved, 4, 4, 2)},
+                        {"interleaved v=2, short first and last stages", short_last},
+                        {"interleaved v=2, chunks of only the embedding and only the loss", loss_only},
                         {"1F1B + full recompute", full},
                         {"1F1B + full recompute of 2 layers per chunk", partial},
                         {"interleaved + full recompute of 1 layer per chunk", partial_v},

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include "simulator/core/error.h"
+#include "tests/simulator/fixtures.h"
 
 namespace trainplan {
 namespace {
@@ -272,6 +273,117 @@ TEST_CASE("Plan: the interleaved schedule needs vp to divide each stage's layers
     p.schedule = Schedule::k1F1B;
     p.schedule_given = true;
     CHECK(has_reason(resolve_plan(m, c, 8, p), "vp=2 needs the interleaved schedule, not 1f1b"));
+  }
+}
+
+// Layers per model chunk, [stage][chunk], and the chunks' layer ranges
+// contiguous in virtual-stage order (chunk c of rank r is stage c*pp + r).
+std::vector<std::vector<int>> chunk_counts_of(const Layout& l) {
+  std::vector<std::vector<int>> out;
+  for (const std::vector<ChunkLayers>& stage : chunk_layers(l)) {
+    out.emplace_back();
+    for (const ChunkLayers& ch : stage) out.back().push_back(ch.count);
+  }
+  const int pp = l.plan.pp, v = static_cast<int>(out.front().size());
+  const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(l);
+  int at = 0;
+  for (int vs = 0; vs < pp * v; ++vs) {
+    const ChunkLayers& ch = chunks[static_cast<size_t>(vs % pp)][static_cast<size_t>(vs / pp)];
+    CHECK(ch.first == at);
+    at += ch.count;
+  }
+  CHECK(at == std::accumulate(l.stage_layers.begin(), l.stage_layers.end(), 0));
+  return out;
+}
+
+// [rank][chunk] from layers per virtual stage in model order (looped).
+std::vector<std::vector<int>> by_rank(const std::vector<int>& virtual_stages, int pp) {
+  const int v = static_cast<int>(virtual_stages.size()) / pp;
+  std::vector<std::vector<int>> out(static_cast<size_t>(pp), std::vector<int>(static_cast<size_t>(v)));
+  for (int vs = 0; vs < pp * v; ++vs) out[static_cast<size_t>(vs % pp)][static_cast<size_t>(vs / pp)] = virtual_stages[static_cast<size_t>(vs)];
+  return out;
+}
+
+// The interleaved plan of `gpus` GPUs (tp x pp, dp 1, pp micro-batches).
+Layout interleaved(const ModelSpec& m, int gpus, int tp, int pp, int vp, const std::vector<int>& stage_layers = {}) {
+  Plan p;
+  p.tp = tp;
+  p.pp = pp;
+  p.vp = vp;
+  p.gbs = pp;
+  p.stage_layers = stage_layers;
+  const Layout l = resolve_plan(m, load_cluster("dgx-h100"), gpus, p);
+  INFO(all_reasons(l));
+  REQUIRE(l.feasible);
+  return l;
+}
+
+TEST_CASE("Plan: chunk_layers counts a short end stage's embedding or loss as a layer's place", "[sim][spec]") {
+  SECTION("Llama 3 405B over pp 8, vp 2: Megatron-Core's account_for_embedding/loss split") {
+    // megatron/core/transformer/transformer_block.py get_num_layers_to_build
+    // with --account-for-embedding-in-pipeline-split and
+    // --account-for-loss-in-pipeline-split: (126 + 2) / 8 = 16 places per
+    // rank, 16 / 2 = 8 per virtual stage, one fewer layer built in the first
+    // virtual stage of the first rank and in the last of the last.
+    const Layout l = interleaved(load_model("llama3-405b"), 64, 8, 8, 2);
+    std::vector<int> megatron(16, (126 + 2) / 8 / 2);
+    megatron.front() -= 1;
+    megatron.back() -= 1;
+    CHECK(chunk_counts_of(l) == by_rank(megatron, 8));
+    CHECK(largest_chunk_layers(l.plan, l.stage_layers) == 8);
+  }
+  SECTION("DeepSeek-V3 over pp 8, vp 4: the Megatron-MoE-ModelZoo run's own layout") {
+    // Its GB200 MXFP8 baseline (published_moe_dev.json, pp_layout) ran
+    // --pipeline-model-parallel-layout "Et|(tt|)*30L": the embedding with one
+    // layer, 30 virtual stages of 2, the loss alone.
+    const Layout l = interleaved(load_model("deepseek-v3"), 8, 1, 8, 4);  // 61 layers
+    std::vector<int> published(32, 2);
+    published.front() = 1;
+    published.back() = 0;
+    CHECK(chunk_counts_of(l) == by_rank(published, 8));
+  }
+  SECTION("Zero Bubble's 22 layers over pp 8 at one layer per chunk: the fork's padding") {
+    // sail-sg/zero-bubble-pipeline-parallelism megatron/legacy/model/
+    // transformer.py get_offset with --allow-padding-num-layers: 22 layers
+    // padded to 24 over pp 8 x vp 3 chunks of one layer, the two padded
+    // layers dropped from chunk_sizes[-1] and chunk_sizes[0]: the first
+    // virtual stage holds only the embedding, the last only the loss.
+    const ModelSpec m = testing::small_gpt(22);
+    const std::vector<int> stages = {2, 3, 3, 3, 3, 3, 3, 2};
+    std::vector<int> fork(24, 1);
+    fork.front() = 0;
+    fork.back() = 0;
+    CHECK(chunk_counts_of(interleaved(m, 8, 1, 8, 3, stages)) == by_rank(fork, 8));
+    SECTION("vp 2 (ACCURACY.md L7's smallest stage): the embedding's and the loss's chunks are the short ones") {
+      // Three places over two chunks on the end ranks (2 layers + embedding,
+      // 2 layers + loss): the chunk holding the embedding (loss) takes one
+      // place, the other two; the inner ranks' 3 layers split 1 + 2 (the
+      // later chunk takes the extra).
+      const Layout l2 = interleaved(m, 8, 1, 8, 2, stages);
+      const std::vector<std::vector<int>> counts = chunk_counts_of(l2);
+      CHECK(counts.front() == std::vector<int>{0, 2});
+      CHECK(counts.back() == std::vector<int>{2, 0});
+      for (int r = 1; r < 7; ++r) CHECK(counts[static_cast<size_t>(r)] == std::vector<int>{1, 2});
+      CHECK(largest_chunk_layers(l2.plan, l2.stage_layers) == 2);
+    }
+  }
+  SECTION("equal stages keep Megatron's default even split (no places for the ends)") {
+    const Layout l = interleaved(load_model("llama2-7b"), 4, 1, 4, 2);  // 32 layers
+    CHECK(chunk_counts_of(l) == std::vector<std::vector<int>>(4, std::vector<int>{4, 4}));
+  }
+  SECTION("the V placement keeps both ends on rank 0 and splits its layers evenly") {
+    const ModelSpec m = testing::small_gpt(22);
+    Plan p;
+    p.pp = 4;
+    p.gbs = 16;
+    p.schedule = Schedule::kZbv;
+    p.schedule_given = true;
+    const Layout l = resolve_plan(m, load_cluster("dgx-h100"), 4, p);
+    REQUIRE(l.feasible);
+    REQUIRE(l.stage_layers == std::vector<int>{4, 6, 6, 6});
+    const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(l);
+    CHECK(chunks[0][0].count == 2);
+    CHECK(chunks[0][1].count == 2);
   }
 }
 

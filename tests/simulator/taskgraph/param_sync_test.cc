@@ -240,6 +240,42 @@ TEST_CASE("ParamSync: the interleaved schedule gathers chunks 0 and 1 at its sta
   }
 }
 
+TEST_CASE("ParamSync: a model chunk of only the loss gathers and reduces the output layer", "[sim][paramsync]") {
+  // Llama 3 8B over pp 2, vp 2 with stages of 30 and 2 layers: the short
+  // last stage counts the loss as a layer's place (chunk_layers, as
+  // Megatron-Core's --account-for-loss-in-pipeline-split builds it), so its
+  // chunks hold 2 layers and none, the second only the final norm and the
+  // output matrix.  dp 16: the chunk's parameters are gathered in bf16 and
+  // its fp32 gradients reduce-scattered, (dp - 1) / dp of each through a
+  // member's port.
+  Plan p = megatron_core(2, 16, 64);
+  p.vp = 2;
+  p.stage_layers = {30, 2};
+  const Run run(p, 32);
+  const TaskGraph& g = run.step.graph;
+  std::map<int, double> gathered;
+  for (int32_t ag : run.tasks(TaskLabel::kDpAllGather, 1)) {
+    gathered[g.task(static_cast<int32_t>(g.successors(g.task(ag))[0])).chunk] += g.task(ag).wire_bytes;
+  }
+  REQUIRE(gathered.size() == 2);
+  CHECK_THAT(gathered[0], WithinRel(2 * kLayer * 2 * 15 / 16, 1e-3));
+  CHECK_THAT(gathered[1], WithinRel((kVocab + 4096) * 2 * 15 / 16, 1e-3));
+  double reduced = 0;
+  for (int32_t rs : run.tasks(TaskLabel::kDpReduceScatter, 1)) reduced += g.task(rs).wire_bytes;
+  CHECK_THAT(reduced, WithinRel((2 * kLayer + kVocab + 4096) * 4 * 15 / 16, 1e-3));
+  // Every micro-batch runs the loss chunk's forward and backward once.
+  int forwards = 0, backwards = 0;
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    if (t.type != TaskType::kCompute || t.chunk != 1 || run.step.ranks[static_cast<size_t>(t.rank)].pp != 1) continue;
+    CHECK(t.layer_count == 0);
+    forwards += t.label == TaskLabel::kForward;
+    backwards += t.label == TaskLabel::kBackward;
+  }
+  CHECK(forwards == 4);
+  CHECK(backwards == 4);
+}
+
 TEST_CASE("ZeRO-3: a layer's reduce-scatter queues behind the next layer's prefetched all-gather", "[sim][paramsync]") {
   // FSDP2 issues its collectives on one communicator in this order: layer
   // L's pre-backward hook prefetches L-1's all-gather, then L's
