@@ -91,23 +91,30 @@ bool all_equal(const std::vector<int>& v) {
 
 // How a Megatron-LM script states the plan's layers per pipeline stage (and
 // per model chunk): the default even split (layers % pp == 0, each rank's
-// share % vp == 0); --decoder-first/last-pipeline-num-layers with the rest
-// even over the middle stages (transformer_config.py "Uneven PP": first and
-// last > 0, each stage's share % vp == 0); else an explicit
-// --pipeline-model-parallel-layout (Megatron-Core 0.13+), which places any
-// split, chunk by chunk.
+// share split evenly over its vp chunks); --decoder-first/last-pipeline-
+// num-layers with the rest even over the middle stages (transformer_config.py
+// "Uneven PP": first and last > 0, each stage's share split evenly over its
+// chunks); else an explicit --pipeline-model-parallel-layout (Megatron-Core
+// 0.13+), which places any split, chunk by chunk (as chunk_layers placed it,
+// e.g. a short end stage's chunks with the embedding or the loss in a
+// layer's place).
 enum class MegatronStageSplit { kEven, kFirstLast, kLayout };
 
 MegatronStageSplit megatron_stage_split(const Layout& L) {
   const Plan& p = L.plan;
   const std::vector<int>& sl = L.stage_layers;
-  auto chunks_even = [&](int n) { return p.vp <= 1 || n % p.vp == 0; };
-  if (all_equal(sl) && chunks_even(sl.front())) return MegatronStageSplit::kEven;
-  if (p.pp >= 2 && sl.front() > 0 && sl.back() > 0 && chunks_even(sl.front()) && chunks_even(sl.back())) {
+  const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(L);
+  auto chunks_even = [&](size_t s) {
+    return std::all_of(chunks[s].begin(), chunks[s].end(),
+                       [&](const ChunkLayers& ch) { return ch.count == chunks[s].front().count; });
+  };
+  bool middle_even = true;
+  for (size_t s = 1; s + 1 < sl.size(); ++s) middle_even = middle_even && chunks_even(s);
+  const bool ends_even = chunks_even(0) && chunks_even(sl.size() - 1);
+  if (all_equal(sl) && ends_even && middle_even) return MegatronStageSplit::kEven;
+  if (p.pp >= 2 && sl.front() > 0 && sl.back() > 0 && ends_even && middle_even) {
     const std::vector<int> middle(sl.begin() + 1, sl.end() - 1);
-    if (middle.empty() || (all_equal(middle) && middle.front() > 0 && chunks_even(middle.front()))) {
-      return MegatronStageSplit::kFirstLast;
-    }
+    if (middle.empty() || (all_equal(middle) && middle.front() > 0)) return MegatronStageSplit::kFirstLast;
   }
   return MegatronStageSplit::kLayout;
 }

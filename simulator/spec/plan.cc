@@ -271,7 +271,7 @@ namespace {
 // Layers of each stage's chunks, [stage][chunk] (chunk_layers, plan.h).  A
 // stage's layers split as evenly as they go, the later chunks taking the
 // extra.  Where the first (last) stage holds fewer layers than the fullest
-// one, the embedding (loss) stood in for a layer when the stages were cut
+// middle one, the embedding (loss) stood in for a layer when the stages were cut
 // (balance_stage_layers; Megatron-Core's --account-for-embedding-in-pipeline-
 // split and --account-for-loss-in-pipeline-split, transformer_block.py
 // get_num_layers_to_build; the Zero Bubble fork's --allow-padding-num-layers,
@@ -294,10 +294,14 @@ struct EndPlaces {
 EndPlaces end_places(const Plan& p, const std::vector<int>& stage_layers) {
   const int v = chunks_per_rank(p);
   const int pp = static_cast<int>(stage_layers.size());
-  if (stage_layers.empty()) return {};
-  const int fullest = *std::max_element(stage_layers.begin(), stage_layers.end());
   const bool looped = v > 1 && pp > 1 && !v_shape(p.schedule) && p.schedule != Schedule::kDualPipe;
-  return EndPlaces{looped && stage_layers.front() < fullest, looped && stage_layers.back() < fullest};
+  if (!looped) return {};
+  // An end stage is short against the fullest middle stage (with two
+  // stages, against the other end).
+  const int middle = pp > 2 ? *std::max_element(stage_layers.begin() + 1, stage_layers.end() - 1) : 0;
+  const int first_ref = pp > 2 ? middle : stage_layers.back();
+  const int last_ref = pp > 2 ? middle : stage_layers.front();
+  return EndPlaces{stage_layers.front() < first_ref, stage_layers.back() < last_ref};
 }
 
 std::vector<std::vector<int>> chunk_counts(const Plan& p, const std::vector<int>& stage_layers) {

@@ -458,7 +458,8 @@ StageCoord stage_coord(const Plan& plan, int local);
 // layer (the later ones take the extra) and the layers go to virtual stages
 // in model order (virtual_stage), as Megatron and torchtitan assign them.
 // With the looped placement, a first (last) stage holding fewer layers than
-// the fullest one counts the embedding (loss) as a layer's place in its
+// the fullest middle one (with pp 2, than the other end) counts the
+// embedding (loss) as a layer's place in its
 // first (last) chunk, which is left the short one: 2 layers and the loss
 // over 2 chunks are [2, 0] (Megatron-Core's account_for_*_in_pipeline_split;
 // plan.cc chunk_counts).  A chunk may so hold no layer, only the embedding

@@ -105,15 +105,18 @@ def virtual_stage_layers(stage_layers: list[int], pp: int, vp: int, v_style: boo
     later chunks taking the extra ones; chunk v of pipeline rank r is virtual
     stage v*pp + r, or with the V placement (zb-v, vp = 2) stage r for chunk 0
     and 2*pp-1-r for chunk 1.  With the looped placement a first (last) rank
-    holding fewer layers than the fullest one counts the embedding (loss) as
-    a layer's place in its first (last) chunk, which is left the short one.
+    holding fewer layers than the fullest middle one (with pp 2, the other
+    end) counts the embedding (loss) as a layer's place in its first (last)
+    chunk, which is left the short one.
     """
     out = [0] * (pp * vp)
-    fullest = max(stage_layers)
     looped = vp > 1 and pp > 1 and not v_style
+    middle = max(stage_layers[1:-1]) if pp > 2 else 0
+    first_ref = middle if pp > 2 else stage_layers[-1]
+    last_ref = middle if pp > 2 else stage_layers[0]
     for r in range(pp):
-        embedding = looped and r == 0 and stage_layers[0] < fullest
-        loss = looped and r == pp - 1 and stage_layers[-1] < fullest
+        embedding = looped and r == 0 and stage_layers[0] < first_ref
+        loss = looped and r == pp - 1 and stage_layers[-1] < last_ref
         places = stage_layers[r] + int(embedding) + int(loss)
         counts = []
         for v in range(vp):

@@ -321,17 +321,21 @@ TEST_CASE("Export: Megatron-LM layouts beyond the golden file", "[planner][expor
     CHECK(distributed.at("--node_rank") == "\"${NODE_RANK:?set NODE_RANK to the index of this node, 0..15}\"");
   }
   SECTION("uneven stages with vp use the virtual stage count") {
+    // Long end stages (20 and 22 layers around 14 of 6) split evenly over
+    // their chunks, as Megatron's uneven PP builds them.
     Plan p;
     p.tp = 8;
     p.pp = 16;
     p.vp = 2;
     p.gbs = 32;
-    p.stage_layers = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 6};
+    p.stage_layers = std::vector<int>(16, 6);
+    p.stage_layers.front() = 20;
+    p.stage_layers.back() = 22;
     const Job j = job("llama3-405b", "dgx-h100", 128, p);
     const auto parallel = bash_args(exported(ExportTarget::kMegatron, j), "PARALLEL_ARGS");
     CHECK(int_arg(parallel, "--num-virtual-stages-per-pipeline-rank") == 2);
-    CHECK(int_arg(parallel, "--decoder-first-pipeline-num-layers") == 8);
-    CHECK(int_arg(parallel, "--decoder-last-pipeline-num-layers") == 6);
+    CHECK(int_arg(parallel, "--decoder-first-pipeline-num-layers") == 20);
+    CHECK(int_arg(parallel, "--decoder-last-pipeline-num-layers") == 22);
     CHECK(parallel.count("--num-layers-per-virtual-pipeline-stage") == 0);
   }
   SECTION("splits first/last cannot state take an explicit pipeline layout") {
@@ -388,6 +392,23 @@ TEST_CASE("Export: Megatron-LM layouts beyond the golden file", "[planner][expor
     parallel = bash_args(exported(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, vp)), "PARALLEL_ARGS");
     CHECK(unrolled(parallel.at("--pipeline-model-parallel-layout")) ==
           "Ettttttt|tttttttt|tttttttt|tttttttttL");
+    // A short last stage (6 layers against 8) counts the loss as a layer's
+    // place among its chunks (chunk_layers): [4, 2 + loss], which Megatron's
+    // --decoder-last-pipeline-num-layers 6 with 2 virtual stages would build
+    // as [3, 3], so the split goes out as a layout.
+    Plan short_last;
+    short_last.tp = 8;
+    short_last.pp = 16;
+    short_last.vp = 2;
+    short_last.gbs = 32;
+    short_last.stage_layers = std::vector<int>(16, 8);
+    short_last.stage_layers.back() = 6;
+    parallel = bash_args(exported(ExportTarget::kMegatron, job("llama3-405b", "dgx-h100", 128, short_last)),
+                         "PARALLEL_ARGS");
+    CHECK(parallel.count("--decoder-last-pipeline-num-layers") == 0);
+    std::string want = "E";
+    for (int vs = 0; vs < 31; ++vs) want += "tttt|";
+    CHECK(unrolled(parallel.at("--pipeline-model-parallel-layout")) == want + "ttL");
     // DeepSeek-V3's 61 layers over pp 32 as 1, 2 x 29, 1, 1: a run of equal
     // stages is written once with its count.
     Plan ds;
