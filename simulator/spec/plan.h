@@ -454,16 +454,16 @@ struct StageCoord {
 StageCoord stage_coord(const Plan& plan, int local);
 
 // [stage][chunk] for a resolved layout: one chunk per stage, vp with the
-// interleaved schedule, two with zb-v; a stage's chunks differ by at most one
-// layer (the later ones take the extra) and the layers go to virtual stages
-// in model order (virtual_stage), as Megatron and torchtitan assign them.
-// With the looped placement, a first (last) stage holding fewer layers than
-// the fullest middle one (with pp 2, than the other end) counts the
-// embedding (loss) as a layer's place in its
-// first (last) chunk, which is left the short one: 2 layers and the loss
-// over 2 chunks are [2, 0] (Megatron-Core's account_for_*_in_pipeline_split;
-// plan.cc chunk_counts).  A chunk may so hold no layer, only the embedding
-// or the loss.
+// interleaved schedule, two with zb-v; a stage's chunks differ by at most
+// one layer's place (the later ones take the extra) and the layers go to
+// virtual stages in model order (virtual_stage), as Megatron and torchtitan
+// assign them.  With the looped placement, a first (last) stage holding
+// fewer layers than the fullest middle one (with pp 2, than the other end)
+// counts the embedding (loss) as a layer's place in its first (last) chunk,
+// which is left the short one: 2 layers and the loss over 2 chunks are
+// [2, 0] (Megatron-Core's account_for_*_in_pipeline_split; plan.cc
+// chunk_counts).  A chunk may so hold no layer, only the embedding or the
+// loss.
 // REQUIRES: not dualpipe (fold it with execution_layout first).
 std::vector<std::vector<ChunkLayers>> chunk_layers(const Layout& layout);
 
