@@ -267,6 +267,10 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     sums[0].chunk_kept[0] += emb.weight_grad_saved_bytes;
     sums[static_cast<size_t>(out_at.rank)].chunk_saved[static_cast<size_t>(out_at.chunk)] += out.saved_bytes;
     sums[static_cast<size_t>(out_at.rank)].chunk_kept[static_cast<size_t>(out_at.chunk)] += out.weight_grad_saved_bytes;
+  } else if (p.schedule == Schedule::kInterleaved) {
+    // The embedding is in chunk 0 of rank 0 (interleaved_peak_activations);
+    // the loss is counted apart (one micro-batch's, or m with m == p).
+    sums[0].chunk_saved[0] += emb.saved_bytes;
   }
 
   MemoryReport r;
@@ -384,9 +388,7 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // steady state's peak (chunks of unequal layers hold unequal
     // activations; the embedding is in chunk 0 of rank 0).
     if (p.schedule == Schedule::kInterleaved) {
-      std::vector<double> saved = ss.chunk_saved;
-      if (i == 0) saved[0] += emb.saved_bytes;
-      act = interleaved_peak_activations(p.pp, p.vp, chunks, layout.microbatches, saved);
+      act = interleaved_peak_activations(p.pp, p.vp, chunks, layout.microbatches, ss.chunk_saved);
     } else if (i == 0) {
       act += static_cast<double>(chunks) * emb.saved_bytes;
     }

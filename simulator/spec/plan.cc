@@ -328,9 +328,14 @@ std::vector<std::vector<int>> chunk_counts(const Plan& p, const std::vector<int>
 }  // namespace
 
 int largest_chunk_layers(const Plan& plan, const std::vector<int>& stage_layers) {
+  // chunk_counts' largest chunk of a stage, without building them: its
+  // places over its chunks, rounded up (an end's place is taken from a
+  // chunk the extra places skip).
+  const int v = chunks_per_rank(plan);
+  const EndPlaces ends = end_places(plan, stage_layers);
   int largest = 0;
-  for (const std::vector<int>& stage : chunk_counts(plan, stage_layers)) {
-    for (int n : stage) largest = std::max(largest, n);
+  for (int s = 0; s < static_cast<int>(stage_layers.size()); ++s) {
+    largest = std::max(largest, (ends.places(stage_layers, s) + v - 1) / v);
   }
   return largest;
 }
