@@ -616,6 +616,14 @@ int run_recommend(const RecommendFlags& f) {
       if (q.recompute == Recompute::kSelective && q.recompute_modules != 0 && q.recompute_modules != kRcCoreAttn) {
         std::printf("       recompute modules: %s\n", recompute_modules_name(q.recompute_modules).c_str());
       }
+      if (!q.stage_layers.empty()) {
+        // The search's work-balanced split (work_balanced_stage_layers).
+        std::string layers;
+        for (int n : q.stage_layers) layers += (layers.empty() ? "" : ",") + std::to_string(n);
+        std::printf("       pipeline stages of %s layers, balanced by their work: the embedding, the output layer "
+                    "and the loss at their simulated time (Megatron-Core --pipeline-model-parallel-layout)\n",
+                    layers.c_str());
+      }
       if (q.tp_comm_overlap) {
         std::printf("       TP communication overlapped with the GEMMs (%s)\n",
                     q.framework == Framework::kTorchtitan

@@ -285,6 +285,54 @@ struct Scored {
   AsyncConvergence convergence;
 };
 
+// The costliest stage of a split: its layers' forward and backward time
+// plus the embedding on the first stage and the output layer on the last.
+double costliest_stage_ps(const std::vector<double>& work, const std::vector<int>& stages, double first, double last) {
+  double worst = 0;
+  size_t at = 0;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    double sum = (s == 0 ? first : 0.0) + (s + 1 == stages.size() ? last : 0.0);
+    for (int k = 0; k < stages[s] && at < work.size(); ++k) sum += work[at++];
+    worst = std::max(worst, sum);
+  }
+  return worst;
+}
+
+// The stage split balanced by work (work_balanced_stage_layers) of a plan
+// cut by the default rule (balance_stage_layers), when its costliest stage
+// is at least 0.5% lighter than the default's and the plan stays valid and
+// runnable by `framework` (its exporter's rules: Megatron-DeepSpeed splits
+// evenly); empty otherwise.  The layers' work is their simulated time per
+// micro-batch, so a large vocabulary's output layer (GPT-OSS 120B: about
+// 4.6 layers) and MoE or dense layers each weigh what they cost.  Only the
+// looped schedules: the V schedules and DualPipe place both ends on rank 0.
+std::vector<int> work_balanced_split_to_try(const ModelSpec& m, const ClusterSpec& c, int world, const Plan& plan,
+                                            const Layout& L, const StepCosts& sc) {
+  const Plan& p = L.plan;
+  if (!plan.stage_layers.empty() || p.pp < 2 || p.recompute_layers > 0 || v_shape(p.schedule) ||
+      p.schedule == Schedule::kDualPipe || p.dp_mode != DpMode::kSync) {
+    return {};
+  }
+  std::vector<double> work(static_cast<size_t>(m.layers));
+  for (int64_t i = 0; i < m.layers; ++i) {
+    const LayerTimes& t = sc.times_of(i);
+    work[static_cast<size_t>(i)] = static_cast<double>(t.forward_ps + t.backward_ps);
+  }
+  const double first = static_cast<double>(sc.embedding_forward_ps + sc.embedding_backward_ps);
+  const double last = static_cast<double>(sc.output_forward_ps + sc.output_backward_ps);
+  std::vector<int> split = work_balanced_stage_layers(work, p.pp, first, last);
+  if (split.empty() || split == L.stage_layers) return {};
+  if (costliest_stage_ps(work, split, first, last) > 0.995 * costliest_stage_ps(work, L.stage_layers, first, last)) {
+    return {};
+  }
+  Plan q = plan;
+  q.stage_layers = split;
+  const Layout variant = resolve_plan(m, c, world, q);
+  if (!variant.feasible) return {};
+  if (plan.framework != Framework::kGeneric && framework_refusal(m, c, variant)) return {};
+  return split;
+}
+
 std::string limit_of(const StepReport& r) {
   const TimeBreakdown& b = r.breakdown;
   const std::pair<double, const char*> parts[] = {{b.bubble, "pipeline bubble"},
@@ -352,7 +400,8 @@ bool simpler(const Plan& a, const Plan& b) {
   auto key = [](const Plan& p) {
     const int features = (p.tp > 1) + (p.pp > 1) + (p.cp > 1) + (p.vp > 1) + (p.zero > 0) + (p.shard_group > 0) +
                          (p.offload != Offload::kNone) + (p.recompute != Recompute::kNone) + (p.sp ? 1 : 0) +
-                         (p.dp_mode != DpMode::kSync) + (p.tp_comm_overlap ? 1 : 0) + (p.ep_overlap ? 1 : 0);
+                         (p.dp_mode != DpMode::kSync) + (p.tp_comm_overlap ? 1 : 0) + (p.ep_overlap ? 1 : 0) +
+                         (p.stage_layers.empty() ? 0 : 1);
     return std::make_tuple(features, p.zero, p.cp, p.tp, p.pp, p.vp, static_cast<int>(p.recompute),
                            static_cast<int>(p.offload), p.shard_group, p.mbs);
   };
@@ -474,9 +523,9 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
 
   // Step costs depend on the plan's layer shape only (step_costs.h): cached by it.
   // Partial full recompute also depends on which layers of each chunk are
-  // recomputed: the count and the plan's chunking (pp, vp, schedule).
+  // recomputed: the count and the plan's chunking (pp, vp, schedule, stage split).
   using ShapeKey = std::tuple<int, int, bool, int64_t, int64_t, int, int, int, uint16_t, int, bool, int, int, double, int,
-                              int, int, int, bool, bool, int, bool>;
+                              int, int, int, bool, bool, int, bool, std::vector<int>>;
   // Whether the framework's ZeRO-3 costs differ from its other stages' (FSDP2's copies).
   const bool zero3_costs = [&] {
     Plan z;
@@ -490,7 +539,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
                     static_cast<int>(x.recompute), x.recompute_modules, static_cast<int>(x.fp8_recipe),
                     x.fp8_saved_inputs, x.ep, x.etp, x.moe_load, p.recompute_layers, partial ? p.pp : 0,
                     partial ? p.vp : 0, partial ? static_cast<int>(p.schedule) : 0, p.tp_comm_overlap,
-                    zero3_costs && p.zero == 3, static_cast<int>(x.dispatcher), x.pad_to_capacity};
+                    zero3_costs && p.zero == 3, static_cast<int>(x.dispatcher), x.pad_to_capacity,
+                    partial ? p.stage_layers : std::vector<int>{}};
   };
   std::map<ShapeKey, StepCosts> cost_cache;  // entries stay put (std::map): references to them hold
   std::mutex cost_mu;
@@ -528,6 +578,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     std::string host_memory_reason;          // kNoMemory in host memory: MemoryReport::reason
     std::string family;
     int partial_layers = 0;                  // a partial full recompute that fits: its N (0: none)
+    std::vector<int> balanced_stages;        // the work-balanced stage split to try too (empty: none)
     Candidate candidate;                     // kCandidate
   };
   auto evaluate = [&](size_t i) {
@@ -565,6 +616,12 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       ev.layout = std::move(L);
       return ev;
     }
+    // The same layout with its stages balanced by their work, searched as
+    // one more plan (appended below) where that lightens the costliest stage.
+    // Only where the default split fits: the balanced one moves layers off the
+    // last stage onto the earlier ones, whose in-flight micro-batches set the
+    // peak under 1F1B.
+    ev.balanced_stages = work_balanced_split_to_try(m, c, world_of_plan[i], plan, L, sc);
     // Partial full recompute: where this layout fits only with full
     // recompute, recomputing the first N layers of each chunk (Megatron's
     // block method) with the smallest N that fits trades less recompute for
@@ -655,6 +712,12 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
         continue;
       }
       res.feasible += 1;
+      if (!ev.balanced_stages.empty()) {
+        Plan balanced = plans[i];
+        balanced.stage_layers = std::move(ev.balanced_stages);
+        plans.push_back(std::move(balanced));
+        world_of_plan.push_back(world_of_plan[i]);
+      }
       if (ev.partial_layers > 0) {
         Plan partial = plans[i];
         partial.recompute_layers = ev.partial_layers;

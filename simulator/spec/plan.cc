@@ -1,6 +1,7 @@
 #include "simulator/spec/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <sstream>
@@ -222,6 +223,61 @@ std::vector<int> balance_stage_layers(int64_t layers, int pp) {
   for (int64_t k = 0; k < layers % pp; ++k) even[order[k]] += 1;
   if (*std::min_element(even.begin(), even.end()) < 1) return {};
   return even;
+}
+
+namespace {
+
+// Fills the stages from the last with as many layers as `cap` allows (each
+// stage leaving one layer for every stage before it); `stages` gets the
+// split.  True when the first stage, which takes what is left, fits too.
+bool fill_stages_from_last(const std::vector<double>& work, int pp, double first_extra, double last_extra, double cap,
+                           std::vector<int>* stages) {
+  stages->assign(static_cast<size_t>(pp), 0);
+  int end = static_cast<int>(work.size());
+  for (int s = pp - 1; s >= 1; --s) {
+    const double room = cap - (s == pp - 1 ? last_extra : 0.0);
+    int start = end;
+    double sum = 0;
+    while (start - 1 >= s && sum + work[static_cast<size_t>(start - 1)] <= room) sum += work[static_cast<size_t>(--start)];
+    if (start == end) return false;
+    (*stages)[static_cast<size_t>(s)] = end - start;
+    end = start;
+  }
+  double first = first_extra + (pp == 1 ? last_extra : 0.0);
+  for (int i = 0; i < end; ++i) first += work[static_cast<size_t>(i)];
+  (*stages)[0] = end;
+  return first <= cap;
+}
+
+}  // namespace
+
+std::vector<int> work_balanced_stage_layers(const std::vector<double>& layer_work, int pp, double first_extra,
+                                            double last_extra) {
+  const int layers = static_cast<int>(layer_work.size());
+  if (pp < 1 || pp > layers) return {};
+  auto bad = [](double x) { return !std::isfinite(x) || x < 0; };
+  if (bad(first_extra) || bad(last_extra) || std::any_of(layer_work.begin(), layer_work.end(), bad)) return {};
+  if (pp == 1) return {layers};
+  // Bisection on the costliest stage's cost: the fill from the last stage
+  // succeeds at a cap exactly when some split has no stage above it (each
+  // of its stages starts no later than that split's).
+  double total = first_extra + last_extra;
+  double lo = std::max(first_extra + layer_work.front(), last_extra + layer_work.back());
+  for (double w : layer_work) {
+    total += w;
+    lo = std::max(lo, w);
+  }
+  lo = std::max(lo, total / pp);
+  double hi = total;
+  std::vector<int> stages;
+  if (fill_stages_from_last(layer_work, pp, first_extra, last_extra, lo, &stages)) return stages;
+  for (int it = 0; it < 100 && hi > lo * (1 + 1e-12); ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (fill_stages_from_last(layer_work, pp, first_extra, last_extra, mid, &stages) ? hi : lo) = mid;
+  }
+  TRAINPLAN_CHECK(fill_stages_from_last(layer_work, pp, first_extra, last_extra, hi, &stages),
+                  "work_balanced_stage_layers: the whole model must fit one stage's cap");
+  return stages;
 }
 
 bool layer_recomputed(const Plan& plan, int index_in_chunk) {

@@ -385,6 +385,25 @@ int gpus_of_nodes(const ClusterSpec& cluster, int64_t nodes);
 // 126 layers over 16 stages give 7, 8 x 14, 7), the remainder going to the
 // middle stages first.  Returns an empty vector if some stage would get none.
 std::vector<int> balance_stage_layers(int64_t layers, int pp);
+// The contiguous split of a model's layers over `pp` stages whose costliest
+// stage is least, every stage holding at least one layer: layer i costs
+// `layer_work[i]` (its forward and backward time per micro-batch), and the
+// first stage also carries `first_extra` (the embedding), the last
+// `last_extra` (the output layer and the loss, with any multi-token
+// prediction depths).  Among the splits of least cost, the later stages are
+// filled first, which leaves the first stage, the one holding the most
+// micro-batches' activations under 1F1B, the lightest.  With equal layers and
+// one layer's cost each for the embedding and the loss this is Megatron-Core's
+// --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-
+// split where (layers + 2) % pp == 0 (Llama 3 405B, 126 layers over 16
+// stages: 7, 8 x 14, 7); a large vocabulary's output layer weighs more than a
+// layer (GPT-OSS 120B: 201,088 x 2,880 against 5.1B active parameters over 36
+// layers, about 4.6 layers' GEMM work) and leaves the last stage shorter.
+// Megatron-Core runs any such split (--pipeline-model-parallel-layout).
+// Empty if pp < 1, pp > layers or a cost is negative or not finite.
+std::vector<int> work_balanced_stage_layers(const std::vector<double>& layer_work, int pp, double first_extra,
+                                            double last_extra);
+
 // Transformer layers per pipeline rank for the V schedules, whose rank 0 holds both the
 // embedding and the loss: layers % pp == 0, an even split (as above);
 // otherwise those two count as a layer each (as above), the units

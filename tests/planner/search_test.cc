@@ -3,6 +3,7 @@
 // and it explains infeasibility.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <set>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "simulator/memory/memory_model.h"
 #include "simulator/report/step_report.h"
 #include "simulator/taskgraph/step_costs.h"
+#include "tests/simulator/fixtures.h"
 
 using namespace trainplan;
 
@@ -466,3 +468,51 @@ TEST_CASE("Search: a layout that fits only with full recompute also runs with th
 }
 
 
+
+TEST_CASE("Search: a large vocabulary's output layer gets its stage fewer layers", "[planner][search]") {
+  // GPT-OSS 120B on 64 H100 under Megatron-Core (Megatron-Bridge's GBS
+  // 1280): its output layer (201,088 x 2,880) is about 4.6 layers' GEMM
+  // work, so the even split leaves the last stage the bottleneck.  Oracles:
+  // the listed plans with their own stage split have the least costliest
+  // stage of every split of their 36 layers (a brute force over each
+  // plan's per-layer, embedding and output times), simulate faster than the
+  // same layout split evenly, and keep the lower bound below the simulated
+  // time; a search for DeepSpeed, whose pipeline splits evenly, lists none.
+  const ModelSpec m = load_model("gpt-oss-120b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  SearchOptions o;
+  o.gbs = 1280;
+  o.top_k = 5;
+  o.framework = Framework::kMegatronCore;
+  const SearchResult r = search_plans(m, c, 64, o);
+  int balanced = 0;
+  for (const RankedPlan& rp : r.plans) {
+    const Plan& q = rp.layout.plan;
+    if (q.stage_layers.empty()) continue;
+    balanced += 1;
+    INFO(describe_plan(q));
+    const StepCosts sc = step_costs(m, c, q);
+    std::vector<double> work;
+    for (int64_t i = 0; i < m.layers; ++i) {
+      work.push_back(static_cast<double>(sc.times_of(i).forward_ps + sc.times_of(i).backward_ps));
+    }
+    const double first = static_cast<double>(sc.embedding_forward_ps + sc.embedding_backward_ps);
+    const double last = static_cast<double>(sc.output_forward_ps + sc.output_backward_ps);
+    auto costliest = [&](const std::vector<int>& stages) { return testing::costliest_stage(work, stages, first, last); };
+    REQUIRE(q.pp <= 4);  // the brute force below enumerates C(35, pp - 1) splits
+    double best = std::numeric_limits<double>::infinity();
+    testing::for_each_split(static_cast<int>(m.layers), q.pp,
+                            [&](const std::vector<int>& split) { best = std::min(best, costliest(split)); });
+    CHECK(costliest(q.stage_layers) == Approx(best).epsilon(1e-12));
+    Plan even = q;
+    even.stage_layers.clear();
+    const Layout even_layout = resolve_plan(m, c, rp.layout.gpus, even);
+    REQUIRE(even_layout.feasible);
+    CHECK(costliest(even_layout.stage_layers) > costliest(q.stage_layers));
+    CHECK(simulate_step(m, c, even_layout, SimulateOptions{}).step_time_s > rp.report.step_time_s);
+    CHECK(lower_bound_s(m, c, rp.layout) <= rp.report.step_time_s * (1 + 1e-9));
+  }
+  CHECK(balanced >= 1);
+  o.framework = Framework::kDeepSpeed;
+  for (const RankedPlan& rp : search_plans(m, c, 64, o).plans) CHECK(rp.layout.plan.stage_layers.empty());
+}

@@ -3,7 +3,10 @@
 #ifndef TRAINPLAN_TESTS_SIMULATOR_FIXTURES_H_
 #define TRAINPLAN_TESTS_SIMULATOR_FIXTURES_H_
 
+#include <algorithm>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
@@ -66,6 +69,39 @@ inline ModelSpec small_gpt(int64_t layers) {
   m.seq_len = 1024;
   m.mlp = MlpKind::kGelu;
   return m;
+}
+
+// The costliest stage of a pipeline split: its layers' work, the first stage
+// also `first`, the last also `last` (work_balanced_stage_layers' objective,
+// written out for the brute forces).
+inline double costliest_stage(const std::vector<double>& work, const std::vector<int>& stages, double first,
+                              double last) {
+  double worst = 0;
+  size_t at = 0;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    double sum = (s == 0 ? first : 0.0) + (s + 1 == stages.size() ? last : 0.0);
+    for (int k = 0; k < stages[s]; ++k) sum += work[at++];
+    worst = std::max(worst, sum);
+  }
+  return worst;
+}
+
+// Calls fn with every split of `layers` into `pp` non-empty stages (a brute
+// force: C(layers - 1, pp - 1) splits).
+inline void for_each_split(int layers, int pp, const std::function<void(const std::vector<int>&)>& fn) {
+  std::vector<int> split(static_cast<size_t>(pp), 0);
+  std::function<void(int, int)> place = [&](int s, int left) {
+    if (s == pp - 1) {
+      split[static_cast<size_t>(s)] = left;
+      fn(split);
+      return;
+    }
+    for (int n = 1; n <= left - (pp - 1 - s); ++n) {
+      split[static_cast<size_t>(s)] = n;
+      place(s + 1, left - n);
+    }
+  };
+  if (pp >= 1 && layers >= pp) place(0, layers);
 }
 
 }  // namespace testing

@@ -3,6 +3,8 @@
 #include "simulator/spec/plan.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -207,6 +209,63 @@ TEST_CASE("Plan: balance_stage_layers splits layers over pipeline stages", "[sim
         CHECK(*std::min_element(got.begin(), got.end()) >= 1);
       }
     }
+  }
+}
+
+TEST_CASE("Plan: work_balanced_stage_layers finds the split whose costliest stage is least", "[sim][spec]") {
+  SECTION("equal layers, the embedding and the loss a layer each: Megatron's account-for split") {
+    // Megatron-Core --account-for-embedding-in-pipeline-split
+    // --account-for-loss-in-pipeline-split (transformer_block.py
+    // get_num_layers_to_build): (126 + 2) / 16 = 8 places a stage, the end
+    // stages one layer fewer: 7, 8 x 14, 7 (Llama 3 405B).
+    std::vector<int> expected(16, 8);
+    expected.front() = 7;
+    expected.back() = 7;
+    CHECK(work_balanced_stage_layers(std::vector<double>(126, 1.0), 16, 1.0, 1.0) == expected);
+  }
+  SECTION("a heavy output layer leaves the last stage short") {
+    // GPT-OSS 120B shape: 36 equal layers, the output layer and loss about
+    // 4.6 layers, the embedding 0.05.  Best: 10, 10, 10, 6 (the last stage
+    // 6 + 4.6 = 10.6); the even 9 x 4 peaks at 13.6, 11, 10, 10, 5 at 11.05.
+    const std::vector<int> got = work_balanced_stage_layers(std::vector<double>(36, 1.0), 4, 0.05, 4.6);
+    CHECK(got == std::vector<int>{10, 10, 10, 6});
+  }
+  SECTION("against a brute force over every split") {
+    // Oracle: every composition of the layers into pp non-empty stages; the
+    // returned split's costliest stage equals the least of them, and among
+    // the splits that reach it, none holds fewer layers on the first stage
+    // (the later stages are filled first).
+    const std::vector<double> work = {1.0, 0.6, 1.4, 1.0, 1.0, 2.2, 0.3, 1.0, 1.1, 0.9, 1.0, 1.7};
+    for (int layers : {3, 7, 12}) {
+      const std::vector<double> w(work.begin(), work.begin() + layers);
+      for (int pp = 1; pp <= layers; ++pp) {
+        for (auto [first, last] : {std::pair{0.0, 0.0}, std::pair{0.05, 2.5}, std::pair{1.0, 1.0}, std::pair{3.0, 0.2}}) {
+          INFO("layers " << layers << " pp " << pp << " first " << first << " last " << last);
+          const std::vector<int> got = work_balanced_stage_layers(w, pp, first, last);
+          REQUIRE(static_cast<int>(got.size()) == pp);
+          CHECK(std::accumulate(got.begin(), got.end(), 0) == layers);
+          CHECK(*std::min_element(got.begin(), got.end()) >= 1);
+          double best = std::numeric_limits<double>::infinity();
+          testing::for_each_split(layers, pp, [&](const std::vector<int>& s) {
+            best = std::min(best, testing::costliest_stage(w, s, first, last));
+          });
+          const double cost = testing::costliest_stage(w, got, first, last);
+          CHECK(cost == Approx(best).epsilon(1e-9));
+          int lightest_first = layers;
+          testing::for_each_split(layers, pp, [&](const std::vector<int>& s) {
+            if (testing::costliest_stage(w, s, first, last) <= best * (1 + 1e-9)) {
+              lightest_first = std::min(lightest_first, s[0]);
+            }
+          });
+          CHECK(got.front() == lightest_first);
+        }
+      }
+    }
+  }
+  SECTION("no split") {
+    CHECK(work_balanced_stage_layers(std::vector<double>(4, 1.0), 5, 0, 0).empty());
+    CHECK(work_balanced_stage_layers({1.0, -1.0}, 2, 0, 0).empty());
+    CHECK(work_balanced_stage_layers({1.0, 1.0}, 2, std::nan(""), 0).empty());
   }
 }
 
