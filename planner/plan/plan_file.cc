@@ -174,7 +174,10 @@ PlanJob load_plan_job(const std::string& path, const std::string& calibration_pa
 
 std::string describe_plan(const Plan& p) {
   std::ostringstream s;
-  s << "tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " cp=" << p.cp << " vp=" << p.vp << " zero=" << p.zero;
+  s << "tp=" << p.tp << " pp=" << p.pp << " dp=" << p.dp << " cp=" << p.cp << " vp=" << p.vp;
+  // An explicit stage split (the default one, balance_stage_layers, is not written).
+  for (size_t i = 0; i < p.stage_layers.size(); ++i) s << (i == 0 ? " stage_layers=" : ",") << p.stage_layers[i];
+  s << " zero=" << p.zero;
   if (p.shard_group) s << " shard_group=" << p.shard_group;
   s << " mbs=" << p.mbs << " gbs=" << p.gbs << " seq=" << p.seq << " recompute=" << to_string(p.recompute);
   if (p.recompute == Recompute::kSelective && p.recompute_modules != 0 && p.recompute_modules != kRcCoreAttn) {
