@@ -62,6 +62,10 @@ constexpr int kWarmupIters = 100;
 
 std::string str(int64_t v) { return std::to_string(v); }
 
+// Whether an exporter writes its text or only applies its framework's rules
+// (framework_refusal: the search asks it of every plan).
+enum class Render { kText, kCheckOnly };
+
 ExportResult refuse(const std::string& reason) {
   ExportResult r;
   r.ok = false;
@@ -344,7 +348,7 @@ std::string launch_note(const Layout& L, const char* checkout) {
 
 // ---- Megatron-LM ------------------------------------------------------------
 
-ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Layout& L, Render render) {
   const Plan& p = L.plan;
   if (auto r = async_refusal("Megatron-LM", p)) return refuse(*r);
   if (p.pp > 1 && p.schedule == Schedule::kNaive) {
@@ -439,6 +443,7 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
         "is documented with tensor, context and expert parallelism but not pipeline parallelism; its distributed "
         "optimizer (--use-distributed-optimizer) is ZeRO-1 (use zero 1 with pp > 1)");
   }
+  if (render == Render::kCheckOnly) return accept("");
   const MegatronStageSplit split = megatron_stage_split(L);
 
   BashArgs model;
@@ -780,7 +785,7 @@ std::optional<std::string> partial_recompute_refusal(const std::string& framewor
          "of every layer)";
 }
 
-ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const Layout& L, Render render) {
   const Plan& p = L.plan;
   if (auto r = async_refusal("DeepSpeed", p)) return refuse(*r);
   if (auto r = attention_kernel_refusal("Megatron-DeepSpeed", p, AttentionKernel::kFa2,
@@ -846,7 +851,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
         "pp 1 or no offload");
   }
   const bool model_parallel = p.tp > 1 || p.pp > 1;
-  if (!model_parallel) return accept(deepspeed_config(L, false).dump(2) + "\n");
+  if (!model_parallel) return render == Render::kCheckOnly ? accept("") : accept(deepspeed_config(L, false).dump(2) + "\n");
 
   // Tensor and pipeline parallelism: Megatron-DeepSpeed's pretrain_gpt.py.
   if (m.has_sliding_window) {
@@ -859,6 +864,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
         "DeepSpeed gets tensor and pipeline parallelism from Megatron-DeepSpeed, which has no ALiBi position "
         "embedding (rotary or learned positions)");
   }
+  if (render == Render::kCheckOnly) return accept("");
   BashArgs model;
   model.opt("--num-layers", m.layers);
   model.opt("--hidden-size", m.hidden);
@@ -1218,10 +1224,11 @@ const char* titan_schedule(Schedule s) {
   return "1F1B";
 }
 
-ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const Layout& L, Render render) {
   const Plan& p = L.plan;
   TitanModel model;
   if (auto r = titan_refusal(m, L, &model, false)) return refuse(*r);
+  if (render == Render::kCheckOnly) return accept("");
 
   const auto [dp_replicate, dp_shard] = titan_dp_degrees(L);
   const char* schedule = titan_schedule(p.schedule);
@@ -1400,7 +1407,7 @@ std::string titan_hf_assets(const TitanModel& model) {
   return "./assets/hf/gpt-oss-" + model.flavor;
 }
 
-ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, const Layout& L, Render render) {
   const Plan& p = L.plan;
   TitanModel model;
   if (auto r = titan_refusal(m, L, &model, true)) return refuse(*r);
@@ -1409,6 +1416,7 @@ ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, cons
         "the torchtitan head export writes no float8 converter (Float8LinearConverter.Config at head is not among "
         "the checked config facts); export FP8 plans with --to torchtitan (v0.2.2 TOML)");
   }
+  if (render == Render::kCheckOnly) return accept("");
   const auto [dp_replicate, dp_shard] = titan_dp_degrees(L);
   const std::string ind = "        ";
   std::string s = header_comment("# ", "torchtitan head Python config (Trainer.Config)", m, c, L);
@@ -1849,7 +1857,7 @@ if __name__ == "__main__":
 
 std::string py_bool(bool b) { return b ? "True" : "False"; }
 
-ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
+ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout& L, Render render) {
   const Plan& p = L.plan;
   if (auto r = async_refusal("PyTorch DDP/FSDP2", p)) return refuse(*r);
   if (auto r = attention_kernel_refusal("the PyTorch script", p, AttentionKernel::kFa2,
@@ -1916,6 +1924,7 @@ ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout&
         "the FSDP2 script converts linears to torchao float8 without tensor parallelism (FP8 TP needs "
         "Float8ColwiseParallel/Float8RowwiseParallel plans); export FP8 with tp > 1 with --to torchtitan");
   }
+  if (render == Render::kCheckOnly) return accept("");
 
   const int shard = fsdp ? L.shard_degree : 1;
   std::string s = "#!/usr/bin/env python3\n";
@@ -1995,41 +2004,10 @@ std::optional<ExportTarget> export_target_of(Framework f) {
   return std::nullopt;
 }
 
-std::optional<std::string> framework_refusal(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout) {
-  const std::optional<ExportTarget> target = export_target_of(layout.plan.framework);
-  if (!target) return std::nullopt;
-  const Plan& p = layout.plan;
-  if (p.framework == Framework::kMegatronLM) {
-    // Megatron-LM as of the 2021-22 papers had none of what came with
-    // Megatron-Core: context parallelism (Megatron-Core 0.5, 2024),
-    // Transformer Engine FP8 (2023), Megatron FSDP (ZeRO-2/3, 2025).
-    if (p.cp > 1) return std::string("Megatron-LM before Megatron-Core has no context parallelism; use --framework megatron-core");
-    if (p.fp8_recipe != Fp8Recipe::kNone) {
-      return std::string("Megatron-LM before Megatron-Core has no FP8 training (Transformer Engine); use --framework "
-                         "megatron-core");
-    }
-    if (p.zero >= 2) {
-      return std::string("Megatron-LM before Megatron-Core has no gradient or parameter sharding (Megatron FSDP); use "
-                         "--framework megatron-core");
-    }
-    if (model.has_moe || model.attention == AttentionKind::kMla || model.has_sliding_window) {
-      return std::string("Megatron-LM before Megatron-Core has no Mixture-of-Experts layers, latent attention or "
-                         "sliding-window attention; use --framework megatron-core");
-    }
-  }
-  PlanFile f;
-  f.model = model.name;
-  f.cluster = cluster.name;
-  f.gpus = layout.gpus;
-  f.plan = layout.plan;
-  const ExportResult r = export_plan(*target, f, model, cluster, layout);
-  if (r.ok) return std::nullopt;
-  return r.reason;
-}
+namespace {
 
-ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelSpec& model,
-                         const ClusterSpec& cluster, const Layout& layout) {
-  (void)file;
+ExportResult export_or_check(ExportTarget target, const ModelSpec& model, const ClusterSpec& cluster,
+                             const Layout& layout, Render render) {
   TRAINPLAN_CHECK(layout.feasible, "export_plan needs a feasible layout");
   TRAINPLAN_CHECK(static_cast<int>(layout.stage_layers.size()) == layout.plan.pp,
                   "export_plan needs one layer count per pipeline stage");
@@ -2080,13 +2058,48 @@ ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelS
                   "--to megatron or a torchtitan target");
   }
   switch (target) {
-    case ExportTarget::kMegatron: return export_megatron(model, cluster, layout);
-    case ExportTarget::kDeepSpeed: return export_deepspeed(model, cluster, layout);
-    case ExportTarget::kTorchtitan: return export_torchtitan(model, cluster, layout);
-    case ExportTarget::kFsdp: return export_fsdp(model, cluster, layout);
-    case ExportTarget::kTorchtitanPy: return export_torchtitan_py(model, cluster, layout);
+    case ExportTarget::kMegatron: return export_megatron(model, cluster, layout, render);
+    case ExportTarget::kDeepSpeed: return export_deepspeed(model, cluster, layout, render);
+    case ExportTarget::kTorchtitan: return export_torchtitan(model, cluster, layout, render);
+    case ExportTarget::kFsdp: return export_fsdp(model, cluster, layout, render);
+    case ExportTarget::kTorchtitanPy: return export_torchtitan_py(model, cluster, layout, render);
   }
   return refuse("unknown export target");
+}
+
+}  // namespace
+
+ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelSpec& model,
+                         const ClusterSpec& cluster, const Layout& layout) {
+  (void)file;
+  return export_or_check(target, model, cluster, layout, Render::kText);
+}
+
+std::optional<std::string> framework_refusal(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout) {
+  const std::optional<ExportTarget> target = export_target_of(layout.plan.framework);
+  if (!target) return std::nullopt;
+  const Plan& p = layout.plan;
+  if (p.framework == Framework::kMegatronLM) {
+    // Megatron-LM as of the 2021-22 papers had none of what came with
+    // Megatron-Core: context parallelism (Megatron-Core 0.5, 2024),
+    // Transformer Engine FP8 (2023), Megatron FSDP (ZeRO-2/3, 2025).
+    if (p.cp > 1) return std::string("Megatron-LM before Megatron-Core has no context parallelism; use --framework megatron-core");
+    if (p.fp8_recipe != Fp8Recipe::kNone) {
+      return std::string("Megatron-LM before Megatron-Core has no FP8 training (Transformer Engine); use --framework "
+                         "megatron-core");
+    }
+    if (p.zero >= 2) {
+      return std::string("Megatron-LM before Megatron-Core has no gradient or parameter sharding (Megatron FSDP); use "
+                         "--framework megatron-core");
+    }
+    if (model.has_moe || model.attention == AttentionKind::kMla || model.has_sliding_window) {
+      return std::string("Megatron-LM before Megatron-Core has no Mixture-of-Experts layers, latent attention or "
+                         "sliding-window attention; use --framework megatron-core");
+    }
+  }
+  const ExportResult r = export_or_check(*target, model, cluster, layout, Render::kCheckOnly);
+  if (r.ok) return std::nullopt;
+  return r.reason;
 }
 
 }  // namespace trainplan

@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <queue>
 #include <thread>
@@ -300,14 +301,15 @@ double costliest_stage_ps(const std::vector<double>& work, const std::vector<int
 
 // The stage split balanced by work (work_balanced_stage_layers) of a plan
 // cut by the default rule (balance_stage_layers), when its costliest stage
-// is at least 0.5% lighter than the default's and the plan stays valid and
-// runnable by `framework` (its exporter's rules: Megatron-DeepSpeed splits
-// evenly); empty otherwise.  The layers' work is their simulated time per
-// micro-batch, so a large vocabulary's output layer (GPT-OSS 120B: about
-// 4.6 layers) and MoE or dense layers each weigh what they cost.  Only the
-// looped schedules: the V schedules and DualPipe place both ends on rank 0.
-std::vector<int> work_balanced_split_to_try(const ModelSpec& m, const ClusterSpec& c, int world, const Plan& plan,
-                                            const Layout& L, const StepCosts& sc) {
+// is at least 0.5% lighter than the default's; empty otherwise.  The layers'
+// work is their simulated time per micro-batch, so a large vocabulary's
+// output layer (GPT-OSS 120B: about 4.6 layers) and MoE or dense layers each
+// weigh what they cost.  Only the looped schedules: the V schedules and
+// DualPipe place both ends on rank 0.  Whether the variant is valid and its
+// framework runs it (Megatron-DeepSpeed splits evenly) is its own
+// evaluation's question.
+std::vector<int> work_balanced_split_to_try(const ModelSpec& m, const Plan& plan, const Layout& L,
+                                            const StepCosts& sc) {
   const Plan& p = L.plan;
   if (!plan.stage_layers.empty() || p.pp < 2 || p.recompute_layers > 0 || v_shape(p.schedule) ||
       p.schedule == Schedule::kDualPipe || p.dp_mode != DpMode::kSync) {
@@ -320,16 +322,14 @@ std::vector<int> work_balanced_split_to_try(const ModelSpec& m, const ClusterSpe
   }
   const double first = static_cast<double>(sc.embedding_forward_ps + sc.embedding_backward_ps);
   const double last = static_cast<double>(sc.output_forward_ps + sc.output_backward_ps);
+  // No split beats an equal share of the whole work (nor the heaviest layer).
+  double least = std::accumulate(work.begin(), work.end(), first + last) / p.pp;
+  least = std::max({least, *std::max_element(work.begin(), work.end()), first + work.front(), last + work.back()});
+  const double current = costliest_stage_ps(work, L.stage_layers, first, last);
+  if (least > 0.995 * current) return {};
   std::vector<int> split = work_balanced_stage_layers(work, p.pp, first, last);
   if (split.empty() || split == L.stage_layers) return {};
-  if (costliest_stage_ps(work, split, first, last) > 0.995 * costliest_stage_ps(work, L.stage_layers, first, last)) {
-    return {};
-  }
-  Plan q = plan;
-  q.stage_layers = split;
-  const Layout variant = resolve_plan(m, c, world, q);
-  if (!variant.feasible) return {};
-  if (plan.framework != Framework::kGeneric && framework_refusal(m, c, variant)) return {};
+  if (costliest_stage_ps(work, split, first, last) > 0.995 * current) return {};
   return split;
 }
 
@@ -621,7 +621,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     // Only where the default split fits: the balanced one moves layers off the
     // last stage onto the earlier ones, whose in-flight micro-batches set the
     // peak under 1F1B.
-    ev.balanced_stages = work_balanced_split_to_try(m, c, world_of_plan[i], plan, L, sc);
+    ev.balanced_stages = work_balanced_split_to_try(m, plan, L, sc);
     // Partial full recompute: where this layout fits only with full
     // recompute, recomputing the first N layers of each chunk (Megatron's
     // block method) with the smallest N that fits trades less recompute for
@@ -676,6 +676,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   // takes them.
   constexpr size_t kBlock = 4096;
   std::vector<Evaluation> evaluations;
+  int64_t dropped_variants = 0;  // work-balanced variants refused: not counted as evaluated
   for (size_t begin = 0, n = 0; begin < plans.size(); begin += n) {
     if (o.progress) o.progress("evaluating", static_cast<int64_t>(begin), res.evaluated);
     n = std::min(kBlock, plans.size() - begin);
@@ -686,6 +687,13 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       const size_t i = begin + k;
       using Outcome = Evaluation::Outcome;
       if (ev.outcome == Outcome::kInvalid || ev.outcome == Outcome::kRefused) {
+        // A work-balanced variant (the only plans the search gives a stage
+        // split) that the plan rules or the framework refuse is one try less,
+        // not a layout the user asked about.
+        if (!plans[i].stage_layers.empty()) {
+          dropped_variants += 1;
+          continue;
+        }
         if (res.rejected[ev.reject_key]++ == 0) res.rejected_example[ev.reject_key] = ev.reject_example;
         continue;
       }
@@ -731,7 +739,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       candidates.push_back(std::move(ev.candidate));
     }
   }
-  res.evaluated = static_cast<int64_t>(plans.size());  // with the partial-recompute plans added
+  // With the partial-recompute and work-balanced plans added.
+  res.evaluated = static_cast<int64_t>(plans.size()) - dropped_variants;
   res.min_peak_bytes = std::isfinite(min_peak) ? min_peak : 0;
   res.evaluate_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

@@ -271,7 +271,7 @@ std::vector<int> work_balanced_stage_layers(const std::vector<double>& layer_wor
   double hi = total;
   std::vector<int> stages;
   if (fill_stages_from_last(layer_work, pp, first_extra, last_extra, lo, &stages)) return stages;
-  for (int it = 0; it < 100 && hi > lo * (1 + 1e-12); ++it) {
+  for (int it = 0; it < 100 && hi > lo * (1 + 1e-10); ++it) {
     const double mid = 0.5 * (lo + hi);
     (fill_stages_from_last(layer_work, pp, first_extra, last_extra, mid, &stages) ? hi : lo) = mid;
   }
