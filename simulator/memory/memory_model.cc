@@ -268,9 +268,11 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     sums[static_cast<size_t>(out_at.rank)].chunk_saved[static_cast<size_t>(out_at.chunk)] += out.saved_bytes;
     sums[static_cast<size_t>(out_at.rank)].chunk_kept[static_cast<size_t>(out_at.chunk)] += out.weight_grad_saved_bytes;
   } else if (p.schedule == Schedule::kInterleaved) {
-    // The embedding is in chunk 0 of rank 0 (interleaved_peak_activations);
-    // the loss is counted apart (one micro-batch's, or m with m == p).
+    // The embedding is in chunk 0 of rank 0 and the loss in the last chunk of
+    // the last rank (interleaved_peak_activations): a micro-batch's loss lives
+    // from that chunk's forward to its backward, as the chunk's activations do.
     sums[0].chunk_saved[0] += emb.saved_bytes;
+    sums[static_cast<size_t>(out_at.rank)].chunk_saved[static_cast<size_t>(out_at.chunk)] += out.saved_bytes;
   }
 
   MemoryReport r;
@@ -392,20 +394,8 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     } else if (i == 0) {
       act += static_cast<double>(chunks) * emb.saved_bytes;
     }
-    if (i == p.pp - 1) {
-      // Interleaved: the last rank runs each output chunk's backward right
-      // after its forward, so one micro-batch's loss is held; the combined
-      // 1F1B's extra warm-up forward there is an output chunk (virtual
-      // micro-batch (v - 1) p), so it holds two.  With m == p every rank
-      // runs all its forwards first (inflight_chunks), the m losses among
-      // them.
-      int64_t mb = chunks;
-      if (p.schedule == Schedule::kInterleaved) {
-        mb = layout.microbatches == p.pp ? layout.microbatches
-                                         : std::min<int64_t>(1 + (p.ep_overlap ? 1 : 0), chunks);
-      }
-      act += static_cast<double>(mb) * out.saved_bytes;
-    }
+    // The loss (interleaved: in the last chunk's sums above).
+    if (i == p.pp - 1 && p.schedule != Schedule::kInterleaved) act += static_cast<double>(chunks) * out.saved_bytes;
     if (ordered) {
       act = peak_activation_bytes(fixed_order[static_cast<size_t>(i)], ss.chunk_saved, ss.chunk_kept);
     } else if (zero_bubble(p.schedule)) {

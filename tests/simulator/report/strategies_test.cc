@@ -632,6 +632,22 @@ TEST_CASE("Strategies: simulated peak memory matches the closed form per stage",
       }
     }
   }
+  // A loss that outweighs a chunk (a 64k vocabulary against the small GPT's
+  // layers) on an uneven split: the last rank's peak comes where its larger
+  // chunk's forwards pile up, not where a loss is held, so the loss counts
+  // with its chunk (it lives from that chunk's forward to its backward) and
+  // the closed form is the walk's figure exactly.
+  ModelSpec big_vocab = m;
+  big_vocab.vocab = 65536;
+  for (const std::vector<int>& split : {std::vector<int>{5, 4, 4, 3}, std::vector<int>{3, 4, 4, 5}, std::vector<int>{4, 4, 4, 4}}) {
+    Plan uneven = pipeline_plan(Schedule::kInterleaved, 4, 8, 2);
+    uneven.stage_layers = split;
+    const StepReport r = simulate_step(big_vocab, c, resolved(big_vocab, c, 4, uneven), SimulateOptions{});
+    for (const StageResult& st : r.stages) {
+      INFO("split " << split[0] << "," << split[1] << "," << split[2] << "," << split[3] << " stage " << st.stage);
+      CHECK_THAT(st.simulated_peak_bytes, WithinRel(st.closed_form_peak_bytes, 1e-9));
+    }
+  }
 }
 
 TEST_CASE("Strategies: async DP with k equal workers has staleness k-1", "[sim][strategies][async]") {
