@@ -163,6 +163,21 @@ PY
   done
 done
 
+# A large vocabulary's output layer (GPT-OSS 120B: about 4.6 layers' work):
+# the search's best plan splits its stages by their work (docs/frameworks.md),
+# saved as stage_layers and exported as Megatron-Core's layout string, which
+# the oracle parses and checks against the plan.
+"$T" recommend --model gpt-oss-120b --cluster dgx-h100 --nodes 8 --framework megatron-core --gbs 1280 --top 1 \
+  --save "$work/oss.json" > "$work/oss.txt" 2>&1 || fail "recommend gpt-oss-120b: $(cat "$work/oss.txt")"
+grep -q "balanced by their work" "$work/oss.txt" || fail "gpt-oss-120b: the best plan does not say its stages are balanced"
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); sys.exit(0 if p["stage_layers"] and len(set(p["stage_layers"])) > 1 else 1)' \
+  "$work/oss.json" || fail "gpt-oss-120b: the saved plan has no uneven stage_layers"
+"$T" export --plan "$work/oss.json" --to megatron > "$work/oss.sh" 2> "$work/oss.err" ||
+  fail "gpt-oss-120b export: $(cat "$work/oss.err")"
+grep -q -- "--pipeline-model-parallel-layout" "$work/oss.sh" || fail "gpt-oss-120b: no layout string in the export"
+python3 "$ORACLE" --target megatron --plan "$work/oss.json" --file "$work/oss.sh" --nodes 8 > "$work/oracle" 2>&1 ||
+  fail "gpt-oss-120b balanced plan: $(cat "$work/oracle")"
+
 # recommend --framework F lists only plans F runs: each of them (top 3, on
 # three model/cluster pairs) exports to F's target without a refusal, passes
 # the oracle, and carries the overlaps F was simulated with.
@@ -229,6 +244,7 @@ done <<'FRAMEWORKS'
 megatron-core megatron llama3-8b dgx-h100 1
 megatron-core megatron gpt3-1.3b dgx-a100 2
 megatron-core megatron llama3-70b dgx-h100 4
+megatron-core megatron gpt-oss-120b dgx-h100 8 --gbs 1280
 megatron-lm megatron gpt3-1.3b dgx-a100 2
 megatron-lm megatron gpt-18b dgx-a100 4
 megatron-lm megatron gpt3-175b dgx-a100 16
