@@ -239,7 +239,9 @@ TEST_CASE("Plan: work_balanced_stage_layers finds the split whose costliest stag
     for (int layers : {3, 7, 12}) {
       const std::vector<double> w(work.begin(), work.begin() + layers);
       for (int pp = 1; pp <= layers; ++pp) {
-        for (auto [first, last] : {std::pair{0.0, 0.0}, std::pair{0.05, 2.5}, std::pair{1.0, 1.0}, std::pair{3.0, 0.2}}) {
+        for (const std::pair<double, double>& ends :
+             {std::pair{0.0, 0.0}, std::pair{0.05, 2.5}, std::pair{1.0, 1.0}, std::pair{3.0, 0.2}}) {
+          const double first = ends.first, last = ends.second;  // plain names: lambdas below capture them
           INFO("layers " << layers << " pp " << pp << " first " << first << " last " << last);
           const std::vector<int> got = work_balanced_stage_layers(w, pp, first, last);
           REQUIRE(static_cast<int>(got.size()) == pp);
