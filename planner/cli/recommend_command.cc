@@ -414,6 +414,12 @@ int run_recommend(const RecommendFlags& f) {
   for (const RankedPlan& p : r.plans) {
     nlohmann::json j = plan_to_json(p.layout.plan);
     j["stage_layers"] = p.layout.stage_layers;
+    if (!p.default_split.empty()) {
+      // Stages balanced by their work: the same plan at the default split.
+      j["default_split"] = {{"stage_layers", p.default_split}, {"fits", p.default_split_fits}};
+      j["default_split"]["step_time_s"] =
+          p.default_split_fits ? nlohmann::json(rounded(p.default_split_step_s, 6)) : nlohmann::json(nullptr);
+    }
     j["family"] = p.family;
     const std::string note = execution_profile(p.layout.plan).version_note;
     if (!note.empty()) j["framework_note"] = note;
@@ -617,12 +623,23 @@ int run_recommend(const RecommendFlags& f) {
         std::printf("       recompute modules: %s\n", recompute_modules_name(q.recompute_modules).c_str());
       }
       if (!q.stage_layers.empty()) {
-        // The search's work-balanced split (work_balanced_stage_layers).
-        std::string layers;
-        for (int n : q.stage_layers) layers += (layers.empty() ? "" : ",") + std::to_string(n);
-        std::printf("       pipeline stages of %s layers, balanced by their work: the embedding, the output layer "
-                    "and the loss at their simulated time (Megatron-Core --pipeline-model-parallel-layout)\n",
-                    layers.c_str());
+        // The search's work-balanced split (work_balanced_stage_layers),
+        // against the same plan at the default split.
+        auto list = [](const std::vector<int>& v) {
+          std::string text;
+          for (int n : v) text += (text.empty() ? "" : ",") + std::to_string(n);
+          return text;
+        };
+        std::string against;
+        if (!p.default_split.empty()) {
+          char took[64];
+          std::snprintf(took, sizeof took, "takes %.4f s (%+.1f%%)", p.default_split_step_s,
+                        100 * (p.default_split_step_s / p.report.step_time_s - 1));
+          against = "; split " + list(p.default_split) + " it " + (p.default_split_fits ? took : "does not fit");
+        }
+        std::printf("       pipeline stages of %s layers, balanced by their work (the embedding, the output layer "
+                    "and the loss at their simulated time)%s\n",
+                    list(q.stage_layers).c_str(), against.c_str());
       }
       if (q.tp_comm_overlap) {
         std::printf("       TP communication overlapped with the GEMMs (%s)\n",

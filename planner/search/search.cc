@@ -965,6 +965,18 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     rp.score_s = sc.score_s;
     rp.has_convergence = sc.has_convergence;
     rp.convergence = sc.convergence;
+    // A work-balanced plan against its own layout at the default split: what
+    // the balance gained (one simulation per listed plan).
+    if (!rp.layout.plan.stage_layers.empty()) {
+      Plan even = rp.layout.plan;
+      even.stage_layers.clear();
+      const Layout at_default = resolve_plan(m, c, rp.layout.gpus, even);
+      if (at_default.feasible) {
+        rp.default_split = at_default.stage_layers;
+        rp.default_split_fits = estimate_memory(m, c, at_default).fits;
+        if (rp.default_split_fits) rp.default_split_step_s = simulate_step(m, c, at_default, so).step_time_s;
+      }
+    }
     return rp;
   };
   // One entry per tie group: the simplest plan, the others as its ties.

@@ -99,6 +99,13 @@ struct RankedPlan {
   // Plans with exactly the same score, simpler first; this plan is the
   // simplest of its group (fewest features, lowest ZeRO, cp 1).
   std::vector<Layout> ties;
+  // A plan whose stages the search balanced by their work
+  // (Plan::stage_layers set): the same plan at the default split
+  // (balance_stage_layers), whether that fits, and its simulated step time
+  // (0 when it does not fit or is not valid).
+  std::vector<int> default_split;
+  bool default_split_fits = false;
+  double default_split_step_s = 0;
 };
 
 struct FamilyVerdict {

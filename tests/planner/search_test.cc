@@ -509,7 +509,12 @@ TEST_CASE("Search: a large vocabulary's output layer gets its stage fewer layers
     const Layout even_layout = resolve_plan(m, c, rp.layout.gpus, even);
     REQUIRE(even_layout.feasible);
     CHECK(costliest(even_layout.stage_layers) > costliest(q.stage_layers));
-    CHECK(simulate_step(m, c, even_layout, SimulateOptions{}).step_time_s > rp.report.step_time_s);
+    const double even_step_s = simulate_step(m, c, even_layout, SimulateOptions{}).step_time_s;
+    CHECK(even_step_s > rp.report.step_time_s);
+    // What recommend prints beside it: the same plan at the default split.
+    CHECK(rp.default_split == even_layout.stage_layers);
+    CHECK(rp.default_split_fits == estimate_memory(m, c, even_layout).fits);
+    if (rp.default_split_fits) CHECK(rp.default_split_step_s == even_step_s);
     CHECK(lower_bound_s(m, c, rp.layout) <= rp.report.step_time_s * (1 + 1e-9));
   }
   CHECK(balanced >= 1);
