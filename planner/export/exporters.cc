@@ -348,9 +348,42 @@ std::string launch_note(const Layout& L, const char* checkout) {
 
 // ---- Megatron-LM ------------------------------------------------------------
 
+// What a plan simulated for Megatron-LM as of the 2021-22 papers (the
+// megatron-lm profile) uses that only came with Megatron-Core: context
+// parallelism (Megatron-Core 0.5, 2024), Transformer Engine FP8 (2023),
+// Megatron FSDP (ZeRO-2/3, 2025), MoE, latent or sliding-window attention, and
+// pipeline stages of unequal layers (mpu.get_num_layers at the end of 2021,
+// 9da6e975de: "num_layers must be divisible by pipeline_model_parallel_size";
+// --decoder-first/last-pipeline-num-layers and the layout string came later).
+std::optional<std::string> megatron_lm_refusal(const ModelSpec& m, const Layout& L) {
+  const Plan& p = L.plan;
+  if (p.cp > 1) return std::string("Megatron-LM before Megatron-Core has no context parallelism; use --framework megatron-core");
+  if (p.fp8_recipe != Fp8Recipe::kNone) {
+    return std::string("Megatron-LM before Megatron-Core has no FP8 training (Transformer Engine); use --framework "
+                       "megatron-core");
+  }
+  if (p.zero >= 2) {
+    return std::string("Megatron-LM before Megatron-Core has no gradient or parameter sharding (Megatron FSDP); use "
+                       "--framework megatron-core");
+  }
+  if (m.has_moe || m.attention == AttentionKind::kMla || m.has_sliding_window) {
+    return std::string("Megatron-LM before Megatron-Core has no Mixture-of-Experts layers, latent attention or "
+                       "sliding-window attention; use --framework megatron-core");
+  }
+  if (p.pp > 1 && !all_equal(L.stage_layers)) {
+    return "Megatron-LM before Megatron-Core splits the layers evenly over pipeline stages (\"num_layers must be "
+           "divisible by pipeline_model_parallel_size\"); it cannot place stage layers " +
+           join(L.stage_layers, ",") + " (use --framework megatron-core)";
+  }
+  return std::nullopt;
+}
+
 ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Layout& L, Render render) {
   const Plan& p = L.plan;
   if (auto r = async_refusal("Megatron-LM", p)) return refuse(*r);
+  if (p.framework == Framework::kMegatronLM) {
+    if (auto r = megatron_lm_refusal(m, L)) return refuse(*r);
+  }
   if (p.pp > 1 && p.schedule == Schedule::kNaive) {
     return refuse(
         "Megatron-LM has no naive pipeline schedule (one micro-batch in flight); its pipeline schedules are 1F1B and "
@@ -2078,25 +2111,6 @@ ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelS
 std::optional<std::string> framework_refusal(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout) {
   const std::optional<ExportTarget> target = export_target_of(layout.plan.framework);
   if (!target) return std::nullopt;
-  const Plan& p = layout.plan;
-  if (p.framework == Framework::kMegatronLM) {
-    // Megatron-LM as of the 2021-22 papers had none of what came with
-    // Megatron-Core: context parallelism (Megatron-Core 0.5, 2024),
-    // Transformer Engine FP8 (2023), Megatron FSDP (ZeRO-2/3, 2025).
-    if (p.cp > 1) return std::string("Megatron-LM before Megatron-Core has no context parallelism; use --framework megatron-core");
-    if (p.fp8_recipe != Fp8Recipe::kNone) {
-      return std::string("Megatron-LM before Megatron-Core has no FP8 training (Transformer Engine); use --framework "
-                         "megatron-core");
-    }
-    if (p.zero >= 2) {
-      return std::string("Megatron-LM before Megatron-Core has no gradient or parameter sharding (Megatron FSDP); use "
-                         "--framework megatron-core");
-    }
-    if (model.has_moe || model.attention == AttentionKind::kMla || model.has_sliding_window) {
-      return std::string("Megatron-LM before Megatron-Core has no Mixture-of-Experts layers, latent attention or "
-                         "sliding-window attention; use --framework megatron-core");
-    }
-  }
   const ExportResult r = export_or_check(*target, model, cluster, layout, Render::kCheckOnly);
   if (r.ok) return std::nullopt;
   return r.reason;

@@ -1039,6 +1039,23 @@ TEST_CASE("Export: a plan simulated for a framework exports what that framework 
     CHECK(*framework_refusal(k.model, k.cluster, k.layout) ==
           "Megatron-LM before Megatron-Core has no gradient or parameter sharding (Megatron FSDP); use --framework "
           "megatron-core");
+    // The export refuses what the search refuses (one place: export_megatron).
+    CHECK(refusal(ExportTarget::kMegatron, k) == *framework_refusal(k.model, k.cluster, k.layout));
+    // Stages of unequal layers: Megatron-LM at the end of 2021 (9da6e975de,
+    // mpu.get_num_layers) asserts num_layers % pp == 0.  Llama 3 8B's 32
+    // layers over 3 stages split 10, 11, 11 by default; Megatron-Core runs it.
+    Plan uneven;
+    uneven.pp = 3;
+    uneven.framework = Framework::kMegatronLM;
+    const Job lm = job("llama3-8b", "dgx-h100", 3, uneven);
+    REQUIRE(lm.layout.stage_layers.size() == 3);
+    CHECK(refusal(ExportTarget::kMegatron, lm) ==
+          "Megatron-LM before Megatron-Core splits the layers evenly over pipeline stages (\"num_layers must be "
+          "divisible by pipeline_model_parallel_size\"); it cannot place stage layers " +
+          std::to_string(lm.layout.stage_layers[0]) + "," + std::to_string(lm.layout.stage_layers[1]) + "," +
+          std::to_string(lm.layout.stage_layers[2]) + " (use --framework megatron-core)");
+    uneven.framework = Framework::kMegatronCore;
+    CHECK_FALSE(framework_refusal(lm.model, lm.cluster, job("llama3-8b", "dgx-h100", 3, uneven).layout).has_value());
   }
   SECTION("another framework's target is refused") {
     CHECK(refusal(ExportTarget::kTorchtitan, with(Framework::kMegatronCore)) ==
