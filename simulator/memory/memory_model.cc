@@ -259,20 +259,21 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
   const RankChunk out_at = rank_chunk_of(p.schedule, p.pp, p.pp * chunks_per_rank(p) - 1);
   const int output_rank = out_at.rank;
   PipelineSchedule fixed_order;
+  // Where a rank's chunks are walked (a fixed pass order, or the interleaved
+  // steady state: interleaved_peak_activations), the embedding counts in
+  // chunk 0 of rank 0 and the loss in the last virtual stage's chunk: a
+  // micro-batch's loss lives from that chunk's forward to its backward, as
+  // the chunk's activations do.
+  if (ordered || p.schedule == Schedule::kInterleaved) {
+    sums[0].chunk_saved[0] += emb.saved_bytes;
+    sums[static_cast<size_t>(out_at.rank)].chunk_saved[static_cast<size_t>(out_at.chunk)] += out.saved_bytes;
+  }
   if (ordered) {
     fixed_order = automatic ? *automatic_order
                             : build_pipeline_schedule(p.schedule, p.pp, static_cast<int>(layout.microbatches),
                                                       chunks_per_rank(p));
-    sums[0].chunk_saved[0] += emb.saved_bytes;
     sums[0].chunk_kept[0] += emb.weight_grad_saved_bytes;
-    sums[static_cast<size_t>(out_at.rank)].chunk_saved[static_cast<size_t>(out_at.chunk)] += out.saved_bytes;
     sums[static_cast<size_t>(out_at.rank)].chunk_kept[static_cast<size_t>(out_at.chunk)] += out.weight_grad_saved_bytes;
-  } else if (p.schedule == Schedule::kInterleaved) {
-    // The embedding is in chunk 0 of rank 0 and the loss in the last chunk of
-    // the last rank (interleaved_peak_activations): a micro-batch's loss lives
-    // from that chunk's forward to its backward, as the chunk's activations do.
-    sums[0].chunk_saved[0] += emb.saved_bytes;
-    sums[static_cast<size_t>(out_at.rank)].chunk_saved[static_cast<size_t>(out_at.chunk)] += out.saved_bytes;
   }
 
   MemoryReport r;
