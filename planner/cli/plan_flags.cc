@@ -82,6 +82,11 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
                 "MoE with a capacity factor: pad every expert's input to its capacity, so each runs "
                 "capacity_factor x its mean load whatever the routing (Megatron-Core "
                 "--moe-pad-expert-input-to-capacity)");
+  app->add_option("--cuda-graph", f->cuda_graph,
+                  "per-layer CUDA graphs, Megatron-Core --cuda-graph-impl transformer_engine: \"layer\" (the whole "
+                  "layer) or modules of attn,mlp,moe,moe_router,moe_preprocess (--cuda-graph-modules): the captured "
+                  "ops cost the host one graph replay per layer and pass, and each graphed layer keeps static input "
+                  "buffers per micro-batch in flight (default: eager)");
   app->add_option("--mtp-layers", f->mtp_layers,
                   "multi-token prediction depths after the output layer, each a transformer layer of the last "
                   "layer's kind plus the logits and loss again, on the loss's pipeline stage (Megatron-Core "
@@ -124,6 +129,17 @@ uint16_t parse_recompute_modules(const std::string& text) {
     bits |= static_cast<uint16_t>(1u << pick("--recompute-modules", item, names));
   }
   if (bits == 0) throw_input_error("--recompute-modules", "", "empty list", "e.g. layernorm,moe_act");
+  return bits;
+}
+
+uint8_t parse_cuda_graph(const std::string& text) {
+  uint8_t bits = 0;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    bits |= static_cast<uint8_t>(1u << pick("--cuda-graph", item, cuda_graph_module_names()));
+  }
+  if (bits == 0) throw_input_error("--cuda-graph", "", "empty list", "e.g. attn,moe_router,moe_preprocess or layer");
   return bits;
 }
 
@@ -235,6 +251,7 @@ Job to_job(const PlanFlags& f) {
   p.delay_wgrad = f.delay_wgrad;
   p.moe_dispatcher = static_cast<MoeDispatcher>(pick("--moe-dispatcher", f.moe_dispatcher, moe_dispatcher_names()));
   p.moe_pad_to_capacity = f.moe_pad_to_capacity;
+  if (given("--cuda-graph")) p.cuda_graph = parse_cuda_graph(f.cuda_graph);
   p.mtp_layers = static_cast<int>(in_range("--mtp-layers", f.mtp_layers, 0, kMaxMtpLayers));
   p.ep = static_cast<int>(in_range("--ep", f.ep, 1, kMaxDegree));
   p.etp = static_cast<int>(derived("--etp", f.etp, kMaxDegree));

@@ -54,6 +54,7 @@ struct PlanFlags {
   bool delay_wgrad = false;
   std::string moe_dispatcher = "alltoall";
   bool moe_pad_to_capacity = false;
+  std::string cuda_graph;
   int64_t mtp_layers = 0;
   int64_t ep = 1, etp = 0;
   double moe_imbalance = 0;

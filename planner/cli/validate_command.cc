@@ -85,6 +85,14 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
                         "validate the same layout without it");
     }
   }
+  if (layout.plan.cuda_graph != 0) {
+    // The executors issue every kernel from the host as it comes; a graph's
+    // replay is what the simulation charges the host for the captured ops.
+    throw_input_error("--plan", "",
+                      "validate cannot replay CUDA graphs (cuda_graph " + cuda_graph_modules_name(layout.plan.cuda_graph) +
+                          "): the executors launch each kernel from the host, so they would measure another plan",
+                      "validate the same layout without cuda_graph");
+  }
   if (layout.plan.schedule == Schedule::kDualPipe) {
     throw_input_error("--plan", "",
                       "validate cannot execute the dualpipe schedule: its mirrored ranks hand each micro-batch over at "

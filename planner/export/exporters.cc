@@ -632,6 +632,17 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
   // alltoall dispatcher above, as TransformerConfig requires).
   if (p.ep_overlap) parallel.flag("--overlap-moe-expert-parallel-comm");
   if (p.delay_wgrad) parallel.flag("--delay-wgrad-compute");
+  // Per-layer CUDA graphs (Plan::cuda_graph; resolve_plan holds
+  // TransformerConfig's rules): Transformer Engine's graphs of the captured
+  // modules, the whole layer with no module list (arguments.py
+  // --cuda-graph-modules); graphs need TE's RNG tracker, which validate_args
+  // would otherwise switch on with a warning.
+  if (p.cuda_graph != 0) {
+    parallel.opt("--cuda-graph-impl", "transformer_engine");
+    if ((p.cuda_graph & kCgLayer) == 0)
+      parallel.opt_list("--cuda-graph-modules", set_bit_names(p.cuda_graph, cuda_graph_module_names()));
+    parallel.flag("--te-rng-tracker");
+  }
   if (p.offload == Offload::kOptimizer) {
     parallel.flag("--optimizer-cpu-offload");
     parallel.flag("--use-precision-aware-optimizer");
@@ -673,12 +684,7 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
   } else if (p.recompute == Recompute::kSelective) {
     training.opt("--recompute-granularity", "selective");
     if (p.recompute_modules != 0 && p.recompute_modules != kRcCoreAttn) {
-      std::vector<std::string> mods;
-      const std::vector<std::string>& names = recompute_module_names();
-      for (size_t i = 0; i < names.size(); ++i) {
-        if (p.recompute_modules & (1u << i)) mods.push_back(names[i]);
-      }
-      training.opt_list("--recompute-modules", mods);
+      training.opt_list("--recompute-modules", set_bit_names(p.recompute_modules, recompute_module_names()));
     }
   }
   add_optimizer_schedule(&training);
@@ -2074,6 +2080,11 @@ ExportResult export_or_check(ExportTarget target, const ModelSpec& model, const 
     return refuse("the plan runs Megatron-Core's combined 1F1B schedule, each forward merged with another "
                   "micro-batch's backward to hide the expert-parallel all-to-alls (--ep-overlap), which only "
                   "Megatron-Core runs; export it with --to megatron");
+  }
+  if (layout.plan.cuda_graph != 0 && runs != ExportTarget::kMegatron) {
+    return refuse("the plan captures its layers in CUDA graphs (--cuda-graph " +
+                  cuda_graph_modules_name(layout.plan.cuda_graph) +
+                  "), as Megatron-Core runs them (--cuda-graph-impl transformer_engine); export it with --to megatron");
   }
   if (layout.plan.moe_pad_to_capacity && runs != ExportTarget::kMegatron) {
     return refuse("the plan pads every expert's input to its capacity (--moe-pad-to-capacity), which only "

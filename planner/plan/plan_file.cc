@@ -12,6 +12,31 @@
 
 namespace trainplan {
 
+namespace {
+
+// The bits a JSON array of names sets (names[i] sets bit i); bad input names
+// `where` and the element's pointer under `pointer`.
+uint32_t name_bits(const nlohmann::json& v, const std::string& where, const std::string& pointer,
+                   const std::vector<std::string>& names, const std::string& what) {
+  uint32_t bits = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string ptr = pointer + "/" + std::to_string(i);
+    if (!v[i].is_string()) throw_input_error(where, ptr, "must be a string", "a " + what + " name");
+    const std::string name = v[i].get<std::string>();
+    size_t k = 0;
+    while (k < names.size() && names[k] != name) ++k;
+    if (k == names.size()) {
+      std::string list;
+      for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+      throw_input_error(where, ptr, "unknown " + what + " \"" + name + "\"", "allowed: " + list);
+    }
+    bits |= 1u << k;
+  }
+  return bits;
+}
+
+}  // namespace
+
 nlohmann::json plan_to_json(const Plan& p) {
   nlohmann::json j;
   j["tp"] = p.tp;
@@ -26,12 +51,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["seq"] = p.seq;
   j["recompute"] = to_string(p.recompute);
   if (p.recompute == Recompute::kSelective && p.recompute_modules != 0 && p.recompute_modules != kRcCoreAttn) {
-    nlohmann::json mods = nlohmann::json::array();
-    const std::vector<std::string>& names = recompute_module_names();
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (p.recompute_modules & (1u << i)) mods.push_back(names[i]);
-    }
-    j["recompute_modules"] = mods;
+    j["recompute_modules"] = set_bit_names(p.recompute_modules, recompute_module_names());
   }
   if (p.recompute_layers > 0) j["recompute_layers"] = p.recompute_layers;
   j["sp"] = p.sp;
@@ -52,6 +72,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   if (p.delay_wgrad) j["delay_wgrad"] = true;
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) j["moe_dispatcher"] = to_string(p.moe_dispatcher);
   if (p.moe_pad_to_capacity) j["moe_pad_to_capacity"] = true;
+  if (p.cuda_graph != 0) j["cuda_graph"] = set_bit_names(p.cuda_graph, cuda_graph_module_names());
   if (p.mtp_layers > 0) j["mtp_layers"] = p.mtp_layers;
   if (p.ep > 1 || p.etp > 1) {
     j["ep"] = p.ep;
@@ -92,21 +113,8 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.recompute = static_cast<Recompute>(o.choice("recompute", {"none", "selective", "full"}));
   o.allow("recompute_modules");
   if (o.has("recompute_modules")) {
-    const nlohmann::json& v = o.array("recompute_modules");
-    const std::vector<std::string>& names = recompute_module_names();
-    for (size_t i = 0; i < v.size(); ++i) {
-      const std::string ptr = "/recompute_modules/" + std::to_string(i);
-      if (!v[i].is_string()) throw_input_error(where, ptr, "must be a string", "a recompute module name");
-      const std::string name = v[i].get<std::string>();
-      size_t k = 0;
-      while (k < names.size() && names[k] != name) ++k;
-      if (k == names.size()) {
-        std::string list;
-        for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-        throw_input_error(where, ptr, "unknown recompute module \"" + name + "\"", "allowed: " + list);
-      }
-      p.recompute_modules |= static_cast<uint16_t>(1u << k);
-    }
+    p.recompute_modules = static_cast<uint16_t>(
+        name_bits(o.array("recompute_modules"), where, "/recompute_modules", recompute_module_names(), "recompute module"));
     if (p.recompute != Recompute::kSelective) {
       throw_input_error(where, "/recompute_modules", "needs \"recompute\": \"selective\"", "");
     }
@@ -138,6 +146,12 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.delay_wgrad = o.optional_boolean("delay_wgrad").value_or(false);
   p.moe_dispatcher = static_cast<MoeDispatcher>(o.optional_choice("moe_dispatcher", moe_dispatcher_names()).value_or(0));
   p.moe_pad_to_capacity = o.optional_boolean("moe_pad_to_capacity").value_or(false);
+  o.allow("cuda_graph");
+  if (o.has("cuda_graph")) {
+    p.cuda_graph = static_cast<uint8_t>(
+        name_bits(o.array("cuda_graph"), where, "/cuda_graph", cuda_graph_module_names(), "cuda graph module"));
+    if (p.cuda_graph == 0) throw_input_error(where, "/cuda_graph", "empty list", "e.g. [\"attn\", \"moe_router\"] or [\"layer\"]");
+  }
   p.mtp_layers = static_cast<int>(o.optional_integer("mtp_layers", 0, kMaxMtpLayers).value_or(0));
   p.ep = static_cast<int>(o.optional_integer("ep", 1, kMaxDegree).value_or(1));
   p.etp = static_cast<int>(o.optional_integer("etp", 1, kMaxDegree).value_or(0));
@@ -195,6 +209,7 @@ std::string describe_plan(const Plan& p) {
   if (p.delay_wgrad) s << " delay_wgrad=on";
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) s << " moe_dispatcher=" << to_string(p.moe_dispatcher);
   if (p.moe_pad_to_capacity) s << " moe_pad_to_capacity=on";
+  if (p.cuda_graph != 0) s << " cuda_graph=" << cuda_graph_modules_name(p.cuda_graph);
   if (p.mtp_layers > 0) s << " mtp_layers=" << p.mtp_layers;
   s << " grad_dtype=" << to_string(p.grad_dtype)
     << " attention=" << attention_name(p);

@@ -28,6 +28,7 @@ LayerShape layer_shape(const Plan& p) {
   s.etp = p.etp;
   s.moe_load = p.moe_imbalance;
   s.pad_to_capacity = p.moe_pad_to_capacity;
+  s.cuda_graph = p.cuda_graph;
   const ExecutionProfile fw = execution_profile(p);
   s.per_op_sac = fw.per_op_selective_recompute && p.recompute == Recompute::kSelective;
   s.pytorch_loss = fw.pytorch_cross_entropy;
@@ -334,6 +335,57 @@ void assign_host_calls(LayerCost* c, const ModelSpec& m, const LayerShape& s) {
     }
     if (op.name == "router_topk") op.host_calls = kMcoreRouterKernels - 1;
   }
+}
+
+// Per-layer CUDA graphs (Megatron-Core --cuda-graph-impl transformer_engine,
+// d98e8a64dd).  transformer_layer.py _te_cuda_graph_capture runs the
+// captured attention part (_forward_attention: input norm, self-attention,
+// its bias-dropout-add) and MLP part (_forward_mlp: the pre-MLP norm and the
+// MLP or MoE block with its bias-dropout-add; for moe_router only the norm,
+// the router and the shared experts, _get_submodules_under_cudagraphs; for
+// moe_preprocess the dispatcher's preprocessing) as one callable, which
+// Transformer Engine's make_graphed_callables graphs once per micro-batch:
+// the layer's captured ops cost the host one replay per pass instead of
+// their calls.  Static inputs per graph (get_layer_static_inputs): the
+// hidden states, and with attention captured a bool attention mask of
+// mbs x seq/cp x seq; cuda_graphs.py _get_sample_arguments reuses a
+// micro-batch's buffers only once its backward is done, so the layer holds
+// them per micro-batch in flight, like its saved activations.
+void capture_in_cuda_graph(LayerCost* c, const ModelSpec& m, const LayerShape& s, bool moe) {
+  const uint8_t g = s.cuda_graph;
+  if (g == 0) return;
+  enum Region { kAttn, kRouter, kPreprocess, kMlpRest };
+  bool after_ln2 = false;
+  bool graphed = false, attention = false;
+  double* first = nullptr;
+  for (OpCost& op : c->ops) {
+    if (op.name == "ln2") after_ln2 = true;
+    const std::string base = op.name.rfind("fp8_cast_", 0) == 0 ? op.name.substr(9) : op.name;
+    Region r = kAttn;
+    if (after_ln2) {
+      r = kMlpRest;
+      if (moe && (base == "ln2" || base == "tp_gather_copy_mlp" || base == "router" || base == "router_topk" ||
+                  base.rfind("shared_", 0) == 0))
+        r = kRouter;
+      if (moe && (base == "token_counts" || base == "score_dispatch")) r = kPreprocess;
+    }
+    bool captured = (g & kCgLayer) != 0;
+    if (r == kAttn) captured |= (g & kCgAttn) != 0;
+    else if (!moe) captured |= (g & kCgMlp) != 0;
+    else captured |= (g & kCgMoe) != 0 || (r == kRouter && (g & kCgMoeRouter)) ||
+                     (r == kPreprocess && (g & kCgMoePreprocess));
+    if (!captured) continue;
+    if (first == nullptr) first = &op.host_calls;
+    op.host_calls = 0;
+    graphed = true;
+    attention |= r == kAttn;
+  }
+  if (!graphed) return;
+  *first = 1;  // the graph's replay
+  const double mask = attention ? static_cast<double>(s.mbs) * static_cast<double>(s.seq) / s.cp *
+                                      static_cast<double>(s.seq)
+                                : 0.0;
+  c->cuda_graph_static_bytes = layer_input_bytes(m, s) + mask;
 }
 
 }  // namespace
@@ -804,6 +856,8 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     case Recompute::kFull: c.recompute_flops = c.fwd_flops; break;
   }
   c.saved_bytes = saved_activation_bytes(c, m, s);
+  capture_in_cuda_graph(&c, m, s, moe);
+  c.saved_bytes += c.cuda_graph_static_bytes;
   // What the backward re-materialises on top (one layer at a time): the
   // whole layer for full recompute (only its input was kept), the tensors
   // per-op SAC did not save.

@@ -70,6 +70,11 @@ struct LayerShape {
   // Every expert's input padded to its capacity (Plan::moe_pad_to_capacity):
   // the load is the model's capacity_factor, whatever the routing.
   bool pad_to_capacity = false;
+  // Per-layer CUDA graphs (Plan::cuda_graph, CudaGraphModule bits): the
+  // captured ops' host calls become one graph replay per layer and pass,
+  // and the layer keeps its graph's static inputs (layer_cost.cc
+  // capture_in_cuda_graph).
+  uint8_t cuda_graph = 0;
 };
 
 LayerShape layer_shape(const Plan& resolved_plan);
@@ -183,6 +188,9 @@ struct LayerCost {
   // the re-materialised tensors of full or per-op selective recompute, and
   // for the output layer the loss's gradient buffers (output_cost).
   double backward_transient_bytes = 0;
+  // Per-layer CUDA graphs: the static input buffers the layer's graph keeps
+  // per micro-batch in flight (included in saved_bytes; 0: not graphed).
+  double cuda_graph_static_bytes = 0;
 };
 
 // Bytes of HBM traffic per element to quantize one bf16 tensor to FP8 for

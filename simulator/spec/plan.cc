@@ -41,14 +41,33 @@ const std::vector<std::string>& recompute_module_names() {
   return names;
 }
 
-std::string recompute_modules_name(uint16_t modules) {
-  std::string s;
-  const std::vector<std::string>& names = recompute_module_names();
+std::vector<std::string> set_bit_names(uint32_t bits, const std::vector<std::string>& names) {
+  std::vector<std::string> out;
   for (size_t i = 0; i < names.size(); ++i) {
-    if (modules & (1u << i)) s += (s.empty() ? "" : ",") + names[i];
+    if (bits & (1u << i)) out.push_back(names[i]);
   }
+  return out;
+}
+
+namespace {
+
+// The names of the set bits of `bits`, comma-separated.
+std::string bit_names(uint32_t bits, const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : set_bit_names(bits, names)) s += (s.empty() ? "" : ",") + n;
   return s;
 }
+
+}  // namespace
+
+std::string recompute_modules_name(uint16_t modules) { return bit_names(modules, recompute_module_names()); }
+
+const std::vector<std::string>& cuda_graph_module_names() {
+  static const std::vector<std::string> names = {"layer", "attn", "mlp", "moe", "moe_router", "moe_preprocess"};
+  return names;
+}
+
+std::string cuda_graph_modules_name(uint8_t modules) { return bit_names(modules, cuda_graph_module_names()); }
 
 const std::vector<std::string>& schedule_names() {
   static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "naive", "zb-1p", "zb-2p", "zb-v", "dualpipe-v",
@@ -533,6 +552,62 @@ void set_attention(Plan* p, const std::string& name) {
                                           : AttentionKernel::kDefault;
 }
 
+std::vector<std::string> cuda_graph_conflicts(const ModelSpec& m, const Plan& p) {
+  // megatron/core/transformer/transformer_config.py __post_init__ (d98e8a64dd)
+  // for cuda_graph_impl "transformer_engine", and arguments.py's
+  // --cuda-graph-modules (an empty list captures the whole layer, so it
+  // takes no other module).
+  std::vector<std::string> why;
+  const uint8_t g = p.cuda_graph;
+  if (g == 0) return why;
+  if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
+    why.push_back("cuda graphs per layer are Megatron-Core's (--cuda-graph-impl transformer_engine); use --framework "
+                  "megatron-core, or drop --cuda-graph");
+  if ((g & kCgLayer) && g != kCgLayer)
+    why.push_back("cuda graph \"layer\" captures the whole layer (Megatron's empty --cuda-graph-modules) and takes no "
+                  "other module");
+  if ((g & kCgMoe) && (g & kCgMoeRouter))
+    why.push_back("cuda graph modules must not contain both moe and moe_router (Megatron-Core)");
+  if ((g & kCgMoePreprocess) && !(g & kCgMoeRouter))
+    why.push_back("the moe_preprocess cuda graph is only supported with the moe_router one (Megatron-Core)");
+  if (!m.has_moe && (g & (kCgMoe | kCgMoeRouter | kCgMoePreprocess)))
+    why.push_back("moe cuda graphs are only supported for MoE models (Megatron-Core); capture attn or mlp");
+  bool any_dense = !m.has_moe;
+  for (int64_t i = 0; i < m.layers && !any_dense; ++i) any_dense = !m.is_moe_layer(i);
+  if (m.has_moe && !any_dense && (g & kCgMlp))
+    why.push_back("the mlp cuda graph is only supported for dense layers, and every layer of this model is MoE "
+                  "(Megatron-Core); capture moe_router,moe_preprocess");
+  const bool drop_and_pad = m.has_moe && m.moe.capacity_factor > 0 && p.moe_pad_to_capacity;
+  if (m.has_moe && !drop_and_pad && (g & (kCgMoe | kCgLayer)))
+    why.push_back(std::string("the ") + ((g & kCgMoe) ? "moe" : "whole-layer") +
+                  " cuda graph is only supported with drop-padding MoE (Megatron-Core: a dropless layer's token counts "
+                  "set its shapes); give the model a capacity factor with --moe-pad-to-capacity, or capture "
+                  "attn,moe_router,moe_preprocess");
+  if ((g & kCgMoePreprocess) && p.moe_dispatcher == MoeDispatcher::kAllToAll && m.has_moe &&
+      m.moe.capacity_factor > 0)
+    why.push_back("the moe_preprocess cuda graph is not supported when the preprocess step copies to the host "
+                  "(Megatron-Core: the alltoall dispatcher with a capacity factor)");
+  if (p.recompute == Recompute::kFull)
+    why.push_back("full recompute is only supported with the full-iteration cuda graph (Megatron-Core); use "
+                  "selective recompute with per-layer graphs");
+  if (p.recompute == Recompute::kSelective && (p.recompute_modules & kRcMoe) && (g & kCgMoeRouter))
+    why.push_back("moe recompute is not supported with the moe_router cuda graph (Megatron-Core); recompute moe_act");
+  if (p.recompute == Recompute::kSelective && m.dropout) {
+    // Graphed recompute cannot draw random numbers: "attention dropout is
+    // not supported with graphed attention recomputation", "hidden dropout
+    // is not supported with graphed MLP/MoE recomputation".
+    const uint16_t rc = p.recompute_modules != 0 ? p.recompute_modules : static_cast<uint16_t>(kRcCoreAttn);
+    if ((rc & kRcCoreAttn) && (g & (kCgLayer | kCgAttn)))
+      why.push_back("attention dropout is not supported with graphed attention recomputation (Megatron-Core)");
+    if (((rc & kRcMlp) && (g & (kCgLayer | kCgMlp))) || ((rc & kRcMoe) && (g & (kCgLayer | kCgMoe))))
+      why.push_back("hidden dropout is not supported with graphed MLP/MoE recomputation (Megatron-Core)");
+  }
+  if (p.ep_overlap && (g & (kCgMoe | kCgMlp | kCgLayer)))
+    why.push_back("cuda graphs on moe and mlp are not supported with ep overlap (Megatron-Core: "
+                  "overlap_moe_expert_parallel_comm)");
+  return why;
+}
+
 std::vector<std::string> ep_overlap_conflicts(const Plan& p) {
   // megatron/core/transformer/transformer_config.py __post_init__, under
   // overlap_moe_expert_parallel_comm: "only supported with expert model
@@ -896,6 +971,7 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (p.ep_overlap) {
     for (const std::string& why : ep_overlap_conflicts(p)) fail(why);
   }
+  for (const std::string& why : cuda_graph_conflicts(model, p)) fail(why);
   if (p.framework == Framework::kDeepSpeed) {
     const std::string why = deepspeed_pipeline_zero_conflict(p);
     if (!why.empty()) fail(why);

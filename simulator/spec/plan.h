@@ -38,6 +38,32 @@ enum RecomputeModule : uint16_t {
 const std::vector<std::string>& recompute_module_names();
 // "core_attn,layernorm": the names of the set bits, comma-separated.
 std::string recompute_modules_name(uint16_t modules);
+// What Megatron-Core captures in per-layer CUDA graphs (--cuda-graph-impl
+// transformer_engine --cuda-graph-modules ...; bits of Plan::cuda_graph).
+// Each graphed layer is one graph per micro-batch (Transformer Engine's
+// make_graphed_callables; transformer_layer.py _te_cuda_graph_capture runs
+// the captured attention and MLP parts in one callable), replayed with one
+// host call per pass instead of one per op.  kCgLayer: the whole layer
+// (Megatron's empty module list); attn: input norm and self-attention;
+// mlp: a dense layer's MLP; moe: a whole MoE block (drop-and-pad only);
+// moe_router: the MoE block's norm, router (and shared experts) only;
+// moe_preprocess: the dispatcher's preprocessing (with moe_router).
+enum CudaGraphModule : uint8_t {
+  kCgLayer = 1,
+  kCgAttn = 2,
+  kCgMlp = 4,
+  kCgMoe = 8,
+  kCgMoeRouter = 16,
+  kCgMoePreprocess = 32,
+};
+// The names of the set bits of `bits`, bit i naming names[i], in bit order
+// (recompute and cuda graph modules).
+std::vector<std::string> set_bit_names(uint32_t bits, const std::vector<std::string>& names);
+// The module names, in bit order (layer, attn, mlp, moe, moe_router,
+// moe_preprocess).
+const std::vector<std::string>& cuda_graph_module_names();
+// "attn,moe_router": the names of the set bits, comma-separated.
+std::string cuda_graph_modules_name(uint8_t modules);
 // Pipeline schedules (simulator/schedule/pipeline_schedule.h).  kZb1p and
 // kZb2p are Zero Bubble's automatic schedules (Qi et al., ICLR 2024): the
 // backward split into input-gradient (B) and weight-gradient (W) passes, W
@@ -208,6 +234,12 @@ struct Plan {
   // shared output layer (output_block_cost), on the loss's pipeline stage.
   // 0: none.
   int mtp_layers = 0;
+  // Per-layer CUDA graphs (CudaGraphModule bits; 0: eager), Megatron-Core's
+  // --cuda-graph-impl transformer_engine: the captured ops cost the host one
+  // graph replay per layer and pass instead of their op calls, and each
+  // graphed layer keeps static input buffers per micro-batch in flight.
+  // Rules in cuda_graph_conflicts.
+  uint8_t cuda_graph = 0;
   GradDtype grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
   Attention attention = Attention::kFlash;
   AttentionKernel attention_kernel = AttentionKernel::kDefault;  // kFlash only
@@ -293,6 +325,11 @@ Layout execution_layout(const ModelSpec& model, const ClusterSpec& cluster, cons
 // them, the search asks before it adds a plan's overlapped variant.
 // `plan` has its schedule and recompute modules resolved.
 std::vector<std::string> ep_overlap_conflicts(const Plan& plan);
+// Why Megatron-Core refuses `plan`'s CUDA graphs (Plan::cuda_graph) on
+// `model`: TransformerConfig.__post_init__'s rules for the
+// transformer_engine implementation, in the order checked; empty when it
+// takes them.  `plan` has its recompute modules resolved.
+std::vector<std::string> cuda_graph_conflicts(const ModelSpec& model, const Plan& plan);
 // Why DeepSpeed's pipeline engine refuses `plan`'s ZeRO stage: ZeRO-2 and
 // ZeRO-3 with pp > 1 (deepspeed/runtime/pipe/engine.py PipelineEngine
 // __init__: "ZeRO-2 and ZeRO-3 are incompatible with pipeline

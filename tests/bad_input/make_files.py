@@ -56,6 +56,8 @@ edit(PLAN, '"zero": 1', '"zero": 4', "plan_zero_4.json")
 edit(PLAN, '"seq": 8192', '"seq": 0', "plan_seq_0.json")
 edit(PLAN, '"zero": 1', '"zero": 1, "ep_overlap": "yes"', "plan_ep_overlap_string.json")
 edit(PLAN, '"zero": 1', '"zero": 1, "mtp_layers": 17', "plan_mtp_layers_17.json")
+edit(PLAN, '"zero": 1', '"zero": 1, "cuda_graph": ["attn", "full_iteration"]', "plan_cuda_graph_unknown.json")
+edit(PLAN, '"zero": 1', '"zero": 1, "framework": "megatron-core", "cuda_graph": ["attn"]', "plan_cuda_graph.json")
 # Plans whose overlaps validate's executors cannot reproduce.
 edit(PLAN, '"zero": 1', '"zero": 1, "framework": "megatron-core", "tp_comm_overlap": true', "plan_tp_comm_overlap.json")
 edit("tests/data/export/plan_qwen3-30b-a3b_ep8.json", '"framework": "torchtitan"',

@@ -360,6 +360,54 @@ JSON
     grep -q "the plan's ep_overlap is True" || fail "oracle accepted a script without the plan's ep overlap"
 done
 
+# Per-layer CUDA graphs (--cuda-graph): exported as --cuda-graph-impl
+# transformer_engine with the plan's --cuda-graph-modules and --te-rng-tracker,
+# passing the oracle's TransformerConfig rules, for an MoE plan on one GB200
+# node (attn, moe_router, moe_preprocess) and a dense one on two H100 nodes
+# (the whole layer: no module list); the other targets refuse it; the oracle
+# rejects moe_preprocess without moe_router and a script without the graphs.
+for nodes in 1 2; do
+  plan="$work/cg$nodes.json"
+  if [ "$nodes" = 1 ]; then
+    cat > "$plan" <<JSON
+{"model": "qwen3-30b-a3b", "cluster": "gb200-nvl72", "gpus": 8, "tp": 1, "pp": 1, "dp": 8, "cp": 1, "vp": 1,
+ "ep": 8, "etp": 1, "zero": 1, "mbs": 4, "gbs": 512, "seq": 4096, "sp": false, "recompute": "none",
+ "schedule": "1f1b", "precision": "fp8", "grad_dtype": "fp32", "attention": "flash", "framework": "megatron-core",
+ "cuda_graph": ["attn", "moe_router", "moe_preprocess"]}
+JSON
+  else
+    cat > "$plan" <<JSON
+{"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 16, "tp": 2, "pp": 2, "dp": 4, "cp": 1, "vp": 1,
+ "zero": 1, "mbs": 1, "gbs": 128, "seq": 8192, "sp": true, "recompute": "none", "schedule": "1f1b",
+ "precision": "bf16", "grad_dtype": "fp32", "attention": "flash", "framework": "megatron-core", "cuda_graph": ["layer"]}
+JSON
+  fi
+  "$T" simulate --plan "$plan" > "$work/cg.txt" 2>&1 || { fail "cuda graph ($nodes nodes) does not simulate: $(cat "$work/cg.txt")"; continue; }
+  grep -q "cuda_graph=" "$work/cg.txt" || fail "cuda graph ($nodes nodes): the plan line lacks cuda_graph="
+  export_and_check "$plan" "$nodes" "cuda graph ($nodes nodes)"
+  "$T" export --plan "$plan" --to megatron > "$work/cg.sh" 2> /dev/null || { fail "cuda graph: no Megatron export"; continue; }
+  grep -q -- "--cuda-graph-impl transformer_engine" "$work/cg.sh" || fail "cuda graph ($nodes nodes): no --cuda-graph-impl"
+  grep -q -- "--te-rng-tracker" "$work/cg.sh" || fail "cuda graph ($nodes nodes): no --te-rng-tracker"
+  if [ "$nodes" = 1 ]; then
+    grep -q -- "--cuda-graph-modules attn moe_router moe_preprocess" "$work/cg.sh" ||
+      fail "cuda graph: the modules are not the plan's"
+    sed 's/--cuda-graph-modules attn moe_router moe_preprocess/--cuda-graph-modules attn moe_preprocess/' \
+      "$work/cg.sh" > "$work/cg_bad.sh"
+    python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/cg_bad.sh" --nodes "$nodes" 2>&1 |
+      grep -q "moe_preprocess cuda graph is only supported with moe_router" ||
+      fail "oracle accepted moe_preprocess without moe_router"
+  elif grep -q -- "--cuda-graph-modules" "$work/cg.sh"; then
+    fail "cuda graph: a whole-layer graph exported with a module list"
+  fi
+  for target in deepspeed torchtitan fsdp; do
+    "$T" export --plan "$plan" --to "$target" > /dev/null 2> "$work/cg.err"
+    [ $? = 2 ] || fail "cuda graph exported to $target"
+  done
+  grep -v -- "--cuda-graph-impl" "$work/cg.sh" > "$work/cg_off.sh"
+  python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/cg_off.sh" --nodes "$nodes" 2>&1 |
+    grep -q "but --cuda-graph-impl is none" || fail "oracle accepted a script without the plan's CUDA graphs"
+done
+
 # Megatron-Core's flex dispatcher (--moe-dispatcher deepep|hybridep): exported
 # as --moe-token-dispatcher-type flex with the plan's backend, passing the
 # oracle, on one node (DeepEP, ep 8) and two (HybridEP, ep 16); the other

@@ -76,6 +76,7 @@ def load_plan(path: str) -> dict:
         "delay_wgrad": bool(p.get("delay_wgrad", False)),
         "moe_dispatcher": p.get("moe_dispatcher", "alltoall"),
         "moe_pad_to_capacity": bool(p.get("moe_pad_to_capacity", False)),
+        "cuda_graph": list(p.get("cuda_graph") or []),
     }
     out["etp"] = int(p.get("etp", out["tp"]))
     tp, pp, cp = out["tp"], out["pp"], out["cp"]
@@ -887,6 +888,79 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
     if bool(ns.get("overlap_moe_expert_parallel_comm")) != plan.get("ep_overlap", False):
         P.add(f"megatron: --overlap-moe-expert-parallel-comm is {bool(ns.get('overlap_moe_expert_parallel_comm'))}, "
               f"the plan's ep_overlap is {plan.get('ep_overlap', False)}")
+    megatron_cuda_graph_rules(ns, plan, ln, P)
+
+
+def megatron_cuda_graph_rules(ns: dict, plan: dict, ln, P) -> None:
+    """Per-layer CUDA graphs (Megatron-LM d98e8a64dd): arguments.py --cuda-graph-modules (an empty list
+    captures the whole layer) and validate_args (TE's RNG tracker), transformer_config.py __post_init__ for
+    cuda_graph_impl transformer_engine; and the plan's modules."""
+    impl = ns.get("cuda_graph_impl") or "none"
+    mods = list(ns.get("cuda_graph_modules") or [])
+    want = plan.get("cuda_graph") or []
+    if impl == "none":
+        if want:
+            P.add(f"megatron: the plan captures CUDA graphs ({want}) but --cuda-graph-impl is none")
+        if mods:
+            P.add("megatron: --cuda-graph-modules without --cuda-graph-impl has no effect")
+        return
+    where = ln("cuda_graph_impl")
+    if impl != "transformer_engine":
+        P.add(f"megatron: --cuda-graph-impl {impl}: trainplan plans Transformer Engine's per-layer graphs", where)
+    got = ["layer"] if not mods else mods
+    if sorted(got) != sorted(want):
+        P.add(f"megatron: CUDA graph modules {got}, the plan has {want}", where)
+    experts = int(ns.get("num_experts") or 0)
+    if "moe" in mods and "moe_router" in mods:
+        P.add("megatron: cuda_graph_modules must not contain both moe and moe_router (transformer_config.py)", where)
+    if "moe_preprocess" in mods and "moe_router" not in mods:
+        P.add("megatron: moe_preprocess cuda graph is only supported with moe_router cuda graph "
+              "(transformer_config.py)", where)
+    if experts <= 1 and ("moe" in mods or "moe_router" in mods):
+        P.add("megatron: moe cuda graph is only supported for MoE (transformer_config.py)", where)
+    freq = ns.get("moe_layer_freq")
+    every_moe = experts > 1 and (freq in (None, 1, "1") or (isinstance(freq, str) and "0" not in freq))
+    if every_moe and "mlp" in mods:
+        P.add("megatron: mlp cuda graph is only supported for dense layers, but not found in the model "
+              "(transformer_config.py)", where)
+    cf = ns.get("moe_expert_capacity_factor")
+    padded = cf is not None and bool(ns.get("moe_pad_expert_input_to_capacity"))
+    if experts > 1 and not padded:
+        if "moe" in mods:
+            P.add("megatron: moe cuda graph is only supported with drop-padding MoE (transformer_config.py)", where)
+        if not mods:
+            P.add("megatron: a whole-layer graph of a dropless MoE layer captures its host synchronization "
+                  "(transformer_config.py allows moe graphs only with drop-padding MoE)", where)
+        if (ns.get("moe_token_dispatcher_type") or "allgather") == "alltoall" and \
+                (cf is not None or ns.get("moe_router_padding_for_fp8")) and "moe_preprocess" in mods:
+            P.add("megatron: moe_preprocess cuda graph is not supported when there are DtoH copies and "
+                  "synchronizations in the preprocess step (transformer_config.py)", where)
+    gran = ns.get("recompute_granularity")
+    rc = ns.get("recompute_modules") or ["core_attn"]
+    if gran == "full":
+        P.add("megatron: full recompute is only supported with full iteration CUDA graph (transformer_config.py)",
+              where)
+    if gran == "selective":
+        if "moe" in rc and "moe_router" in mods:
+            P.add("megatron: moe recompute is not supported with moe_router CUDA graph (transformer_config.py)",
+                  where)
+        full = not mods
+        attn_dropout = float(ns.get("attention_dropout") if ns.get("attention_dropout") is not None else 0.1)
+        hidden_dropout = float(ns.get("hidden_dropout") if ns.get("hidden_dropout") is not None else 0.1)
+        if attn_dropout != 0.0 and (full or "attn" in mods) and "core_attn" in rc:
+            P.add("megatron: attention dropout is not supported with graphed attention recomputation "
+                  "(transformer_config.py)", where)
+        if hidden_dropout != 0.0 and (((full or "mlp" in mods) and "mlp" in rc) or ((full or "moe" in mods) and "moe" in rc)):
+            P.add("megatron: hidden dropout is not supported with graphed MLP/MoE recomputation "
+                  "(transformer_config.py)", where)
+    if ns.get("cpu_offloading"):
+        P.add("megatron: CUDA graphs not supported with CPU offloading (transformer_config.py)", where)
+    if ns.get("overlap_moe_expert_parallel_comm") and ("moe" in mods or "mlp" in mods):
+        P.add("megatron: CUDA graph scope on moe and mlp is not supported with overlap_moe_expert_parallel_comm "
+              "(transformer_config.py)", where)
+    if not ns.get("te_rng_tracker"):
+        P.add("megatron: CUDA graphs need --te-rng-tracker (arguments.py validate_args switches it on with a "
+              "warning)", where)
 
 
 def megatron_moe_rules(ns: dict, given: dict, plan: dict, world: int, tp: int, pp: int, cp: int, layers, P) -> None:

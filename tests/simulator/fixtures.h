@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "simulator/cost/layer_cost.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
@@ -21,6 +22,31 @@ inline bool reasons_mention(const Layout& layout, const std::string& part) {
     if (r.find(part) != std::string::npos) return true;
   }
   return false;
+}
+
+// Megatron-Bridge's Qwen3-30B-A3B layout on 8 GPUs (shared/reference
+// published_moe_dev.json, the mbridge_*_Qwen3_30B_A3B_8gpu_mxfp8 rows): ep 8,
+// mbs 4, 4,096 tokens, FP8 (MXFP8, the default recipe on Blackwell), ZeRO-1,
+// Megatron-Core.
+inline Plan qwen3_30b_8gpu_fp8_layout() {
+  Plan p;
+  p.framework = Framework::kMegatronCore;
+  p.ep = 8;
+  p.etp = 1;
+  p.mbs = 4;
+  p.gbs = 512;
+  p.seq = 4096;
+  p.zero = 1;
+  set_precision("fp8", &p);
+  p.attention = Attention::kFlash;
+  return p;
+}
+
+// A layer's host calls (OpCost::host_calls summed over its ops).
+inline double layer_host_calls(const LayerCost& c) {
+  double n = 0;
+  for (const OpCost& op : c.ops) n += op.host_calls;
+  return n;
 }
 
 // 1e15 B/s links with zero latency and a slow (10 TFLOP/s) GPU: NCCL's fixed

@@ -11,34 +11,12 @@
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
 #include "simulator/taskgraph/step_costs.h"
+#include "tests/simulator/fixtures.h"
 
 namespace trainplan {
 namespace {
 
 using Catch::Matchers::WithinRel;
-
-// Megatron-Bridge 25.11 performance table (shared/reference
-// published_moe_dev.json, the mbridge_*_Qwen3_30B_A3B_8gpu_mxfp8 rows): the
-// same layout on 8 GPUs, ep 8, mbs 4, 4,096 tokens, MXFP8.
-Plan qwen3_layout() {
-  Plan p;
-  p.framework = Framework::kMegatronCore;
-  p.ep = 8;
-  p.etp = 1;
-  p.mbs = 4;
-  p.gbs = 512;
-  p.seq = 4096;
-  p.zero = 1;
-  REQUIRE(set_precision("fp8", &p));  // the rows' MXFP8 (the default recipe on Blackwell)
-  p.attention = Attention::kFlash;
-  return p;
-}
-
-double host_calls(const LayerCost& c) {
-  double n = 0;
-  for (const OpCost& op : c.ops) n += op.host_calls;
-  return n;
-}
 
 TEST_CASE("HostBound: a layer's host time is its ops' calls times the CPU's op time, forward and backward",
           "[sim][taskgraph][host]") {
@@ -46,12 +24,12 @@ TEST_CASE("HostBound: a layer's host time is its ops' calls times the CPU's op t
   const ClusterSpec c = load_cluster("gb200-nvl72");
   REQUIRE(c.host.op_overhead.us() == Approx(37.08));  // TE#2053, one torch.nn.Linear forward on GB200's Grace
   for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
-    Plan q = qwen3_layout();
+    Plan q = testing::qwen3_30b_8gpu_fp8_layout();
     q.recompute = r;
     const Layout L = resolve_plan(model, c, 8, q);
     REQUIRE(L.feasible);
     const StepCosts sc = step_costs(model, c, L.plan);
-    const double calls = host_calls(sc.moe_layer);
+    const double calls = testing::layer_host_calls(sc.moe_layer);
     // Megatron-Core runs TE modules: a linear layer is 2.71 calls' worth
     // (TE#2053: TE Linear 99.66 vs torch 37.08 us on GB200, 90.53 vs 33.17
     // on GH200), its router 72 kernels before --moe-router-fusion; so the
@@ -76,7 +54,7 @@ TEST_CASE("HostBound: without a host figure nothing changes; with one, only what
   ClusterSpec none = load_cluster("gb200-nvl72");
   none.host.op_overhead = Duration();
   const ClusterSpec grace = load_cluster("gb200-nvl72");
-  const Layout L = resolve_plan(model, grace, 8, qwen3_layout());
+  const Layout L = resolve_plan(model, grace, 8, testing::qwen3_30b_8gpu_fp8_layout());
   REQUIRE(L.feasible);
   const StepCosts gpu = step_costs(model, none, L.plan);
   const StepCosts host = step_costs(model, grace, L.plan);
@@ -106,7 +84,7 @@ TEST_CASE("HostBound: the same Qwen3-30B-A3B layout runs slower on GB200 than on
   ClusterSpec gb200_no_host = gb200;
   gb200_no_host.host.op_overhead = Duration();
   auto step_s = [&](const ClusterSpec& c) {
-    const Layout L = resolve_plan(model, c, 8, qwen3_layout());
+    const Layout L = resolve_plan(model, c, 8, testing::qwen3_30b_8gpu_fp8_layout());
     REQUIRE(L.feasible);
     return simulate_step(model, c, L, SimulateOptions{}).step_time_s;
   };
@@ -114,7 +92,7 @@ TEST_CASE("HostBound: the same Qwen3-30B-A3B layout runs slower on GB200 than on
   CHECK(step_s(gb200_no_host) < on_b200);
   CHECK(step_s(gb200) > on_b200);
   // The x86 host does not bound this layer on B200.
-  const Layout Lb = resolve_plan(model, b200, 8, qwen3_layout());
+  const Layout Lb = resolve_plan(model, b200, 8, testing::qwen3_30b_8gpu_fp8_layout());
   CHECK(step_costs(model, b200, Lb.plan).moe_layer_times.host_bound_ps == 0);
 }
 
@@ -131,10 +109,10 @@ TEST_CASE("HostBound: torchtitan's eager ops issue one call per kernel of their 
   p.seq = 8192;
   p.attention = Attention::kFlash;
   const LayerCost eager = transformer_layer_cost(model, layer_shape(p));
-  CHECK(host_calls(eager) == Approx(static_cast<double>(eager.ops.size()) + 2 * 5 + 5 + 1 + 1));
+  CHECK(testing::layer_host_calls(eager) == Approx(static_cast<double>(eager.ops.size()) + 2 * 5 + 5 + 1 + 1));
   p.framework = Framework::kPytorch;
   const LayerCost also = transformer_layer_cost(model, layer_shape(p));
-  CHECK(host_calls(also) == Approx(static_cast<double>(also.ops.size()) + 17));
+  CHECK(testing::layer_host_calls(also) == Approx(static_cast<double>(also.ops.size()) + 17));
 }
 
 TEST_CASE("HostBound: a dense Megatron-Core layer on H100's x86 host stays GPU-bound", "[sim][taskgraph][host]") {
