@@ -286,44 +286,6 @@ CompileHint compile_hint(const ModelSpec& model, const ClusterSpec& cluster, con
   return h;
 }
 
-// What per-layer CUDA graphs would do for the best plan when its layers are
-// host-bound (LayerTimes::host_bound_ps): the same layout with Transformer
-// Engine's graphs of the attention and the MoE router and preprocessing
-// (MoE; Megatron-Bridge's cuda-graphs guide: "dropless MoE: attn moe_router
-// moe_preprocess") or of attention and MLP (dense), if Megatron-Core takes
-// them (cuda_graph_conflicts), with its memory.  Not ranked: the graphs'
-// capture and their private memory pool beyond the static inputs are not
-// modelled, and graphs constrain the run (static shapes).
-struct CudaGraphHint {
-  bool valid = false;
-  uint8_t modules = 0;
-  double step_s = 0, base_step_s = 0;
-  double peak_gib = 0;
-  bool fits = false;
-};
-
-CudaGraphHint cuda_graph_hint(const ModelSpec& model, const ClusterSpec& cluster, const RankedPlan& best) {
-  CudaGraphHint h;
-  Plan graphed = best.layout.plan;
-  if (graphed.cuda_graph != 0 ||
-      best.report.layer.host_bound_ps + best.report.moe_layer.host_bound_ps <= 0) {
-    return h;
-  }
-  graphed.cuda_graph = model.has_moe ? static_cast<uint8_t>(kCgAttn | kCgMoeRouter | kCgMoePreprocess)
-                                     : static_cast<uint8_t>(kCgAttn | kCgMlp);
-  if (model.has_moe && !cuda_graph_conflicts(model, graphed).empty()) graphed.cuda_graph = kCgAttn;
-  const Layout L = resolve_plan(model, cluster, best.layout.gpus, graphed);
-  if (!L.feasible) return h;
-  const MemoryReport mem = estimate_memory(model, cluster, L);
-  h.valid = true;
-  h.modules = graphed.cuda_graph;
-  h.step_s = simulate_step(model, cluster, L, SimulateOptions{}).step_time_s;
-  h.base_step_s = best.report.step_time_s;
-  h.peak_gib = to_gib(mem.peak_bytes);
-  h.fits = mem.fits;
-  return h;
-}
-
 int run_recommend(const RecommendFlags& f) {
   if (!f.save.empty()) check_output_path(f.save, "--save");
   if (!f.html.empty()) check_output_path(f.html, f.report_only ? "--out" : "--html");
@@ -525,14 +487,6 @@ int run_recommend(const RecommendFlags& f) {
                                         {"alltoall_step_time_s", rounded(hint.base_step_s, 6)},
                                         {"alltoall_ep_comm_forward_ms", rounded(hint.base_a2a_ms, 4)}};
   }
-  const CudaGraphHint graphs = r.plans.empty() ? CudaGraphHint{} : cuda_graph_hint(model, cluster, r.plans.front());
-  if (graphs.valid) {
-    out["best_with_cuda_graphs"] = {{"cuda_graph", set_bit_names(graphs.modules, cuda_graph_module_names())},
-                                    {"step_time_s", rounded(graphs.step_s, 6)},
-                                    {"eager_step_time_s", rounded(graphs.base_step_s, 6)},
-                                    {"peak_gib", rounded(graphs.peak_gib, 3)},
-                                    {"fits", graphs.fits}};
-  }
   nlohmann::json worlds = nlohmann::json::array();
   for (const WorldBest& w : r.worlds) {
     const FaultReport& fr = w.best.faults;
@@ -705,6 +659,11 @@ int run_recommend(const RecommendFlags& f) {
                     "--overlap-moe-expert-parallel-comm%s)\n",
                     q.delay_wgrad ? " --delay-wgrad-compute" : "");
       }
+      if (q.cuda_graph != 0) {
+        std::printf("       layers captured in CUDA graphs: %s (Megatron-Core --cuda-graph-impl transformer_engine; "
+                    "searched because the eager layers are host-bound)\n",
+                    cuda_graph_modules_name(q.cuda_graph).c_str());
+      }
       if (o.framework == Framework::kGeneric) {
         const std::vector<FrameworkLabel> fws = frameworks_running(model, cluster, p.layout);
         std::string list;
@@ -769,13 +728,6 @@ int run_recommend(const RecommendFlags& f) {
                 "ranked: the dispatch kernels' SMs are not modelled\n",
                 to_string(hint.dispatcher), hint.base_a2a_ms, hint.a2a_ms, hint.step_s,
                 100 * (hint.step_s / hint.base_step_s - 1));
-  }
-  if (graphs.valid && graphs.step_s < graphs.base_step_s) {
-    std::printf("the best plan's layers are host-bound: with --cuda-graph %s (Megatron-Core's Transformer Engine graphs, "
-                "one replay per layer and pass) its step falls from %.4f to %.4f s (%+.1f%%), %.1f GiB per GPU (%s); "
-                "not ranked: graph capture and the graphs' memory pool beyond their static inputs are not modelled\n",
-                cuda_graph_modules_name(graphs.modules).c_str(), graphs.base_step_s, graphs.step_s,
-                100 * (graphs.step_s / graphs.base_step_s - 1), graphs.peak_gib, graphs.fits ? "fits" : "does not fit");
   }
   std::printf("why the others lose:\n");
   // A kind of reason with numbers in it ("tp=N does not divide ...") is

@@ -333,6 +333,29 @@ std::vector<int> work_balanced_split_to_try(const ModelSpec& m, const Plan& plan
   return split;
 }
 
+// The per-layer CUDA graphs to search a plan with too: where its dense or
+// MoE layers are host-bound (LayerTimes::host_bound_ps), the modules
+// Megatron-Bridge's CUDA-graph guide starts from ("dense models: attn, then
+// optionally mlp"; "dropless MoE: attn moe_router moe_preprocess"), attention
+// alone where Megatron-Core refuses those (cuda_graph_conflicts); 0 where
+// the layers are not host-bound, the plan already names graphs or a stage
+// split (its variants are searched from the plan without one), or
+// Megatron-Core takes none.  The graphs' static inputs cost memory, so the
+// variant is evaluated and simulated like any plan.
+uint8_t cuda_graphs_to_try(const ModelSpec& m, const Plan& plan, const Layout& L, const StepCosts& sc) {
+  if (plan.cuda_graph != 0 || !plan.stage_layers.empty()) return 0;
+  const bool dense_bound = sc.layer_times.host_bound_ps > 0 && (!m.has_moe || m.moe.dense_layers > 0 || m.moe.layer_freq > 1);
+  const bool moe_bound = m.has_moe && sc.moe_layer_times.host_bound_ps > 0;
+  if (!dense_bound && !moe_bound) return 0;
+  Plan q = L.plan;
+  for (uint8_t g : {static_cast<uint8_t>(m.has_moe ? kCgAttn | kCgMoeRouter | kCgMoePreprocess : kCgAttn | kCgMlp),
+                    static_cast<uint8_t>(kCgAttn)}) {
+    q.cuda_graph = g;
+    if (cuda_graph_conflicts(m, q).empty()) return g;
+  }
+  return 0;
+}
+
 std::string limit_of(const StepReport& r) {
   const TimeBreakdown& b = r.breakdown;
   const std::pair<double, const char*> parts[] = {{b.bubble, "pipeline bubble"},
@@ -401,7 +424,7 @@ bool simpler(const Plan& a, const Plan& b) {
     const int features = (p.tp > 1) + (p.pp > 1) + (p.cp > 1) + (p.vp > 1) + (p.zero > 0) + (p.shard_group > 0) +
                          (p.offload != Offload::kNone) + (p.recompute != Recompute::kNone) + (p.sp ? 1 : 0) +
                          (p.dp_mode != DpMode::kSync) + (p.tp_comm_overlap ? 1 : 0) + (p.ep_overlap ? 1 : 0) +
-                         (p.stage_layers.empty() ? 0 : 1);
+                         (p.stage_layers.empty() ? 0 : 1) + (p.cuda_graph != 0 ? 1 : 0);
     return std::make_tuple(features, p.zero, p.cp, p.tp, p.pp, p.vp, static_cast<int>(p.recompute),
                            static_cast<int>(p.offload), p.shard_group, p.mbs);
   };
@@ -525,7 +548,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   // Partial full recompute also depends on which layers of each chunk are
   // recomputed: the count and the plan's chunking (pp, vp, schedule, stage split).
   using ShapeKey = std::tuple<int, int, bool, int64_t, int64_t, int, int, int, uint16_t, int, bool, int, int, double, int,
-                              int, int, int, bool, bool, int, bool, std::vector<int>>;
+                              int, int, int, bool, bool, int, bool, std::vector<int>, int>;
   // Whether the framework's ZeRO-3 costs differ from its other stages' (FSDP2's copies).
   const bool zero3_costs = [&] {
     Plan z;
@@ -540,7 +563,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
                     x.fp8_saved_inputs, x.ep, x.etp, x.moe_load, p.recompute_layers, partial ? p.pp : 0,
                     partial ? p.vp : 0, partial ? static_cast<int>(p.schedule) : 0, p.tp_comm_overlap,
                     zero3_costs && p.zero == 3, static_cast<int>(x.dispatcher), x.pad_to_capacity,
-                    partial ? p.stage_layers : std::vector<int>{}};
+                    partial ? p.stage_layers : std::vector<int>{}, static_cast<int>(x.cuda_graph)};
   };
   std::map<ShapeKey, StepCosts> cost_cache;  // entries stay put (std::map): references to them hold
   std::mutex cost_mu;
@@ -579,6 +602,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     std::string family;
     int partial_layers = 0;                  // a partial full recompute that fits: its N (0: none)
     std::vector<int> balanced_stages;        // the work-balanced stage split to try too (empty: none)
+    uint8_t cuda_graph = 0;                  // the CUDA graphs to try too (0: none)
     Candidate candidate;                     // kCandidate
   };
   auto evaluate = [&](size_t i) {
@@ -622,6 +646,9 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     // last stage onto the earlier ones, whose in-flight micro-batches set the
     // peak under 1F1B.
     ev.balanced_stages = work_balanced_split_to_try(m, plan, L, sc);
+    // Under Megatron-Core, a layout whose layers are host-bound is searched
+    // with per-layer CUDA graphs too (cuda_graphs_to_try).
+    if (o.framework == Framework::kMegatronCore) ev.cuda_graph = cuda_graphs_to_try(m, plan, L, sc);
     // Partial full recompute: where this layout fits only with full
     // recompute, recomputing the first N layers of each chunk (Megatron's
     // block method) with the smallest N that fits trades less recompute for
@@ -687,10 +714,10 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       const size_t i = begin + k;
       using Outcome = Evaluation::Outcome;
       if (ev.outcome == Outcome::kInvalid || ev.outcome == Outcome::kRefused) {
-        // A work-balanced variant (the only plans the search gives a stage
-        // split) that the plan rules or the framework refuse is one try less,
-        // not a layout the user asked about.
-        if (!plans[i].stage_layers.empty()) {
+        // A work-balanced or graphed variant (the only plans the search gives
+        // a stage split or CUDA graphs) that the plan rules or the framework
+        // refuse is one try less, not a layout the user asked about.
+        if (!plans[i].stage_layers.empty() || plans[i].cuda_graph != 0) {
           dropped_variants += 1;
           continue;
         }
@@ -726,6 +753,12 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
         plans.push_back(std::move(balanced));
         world_of_plan.push_back(world_of_plan[i]);
       }
+      if (ev.cuda_graph != 0) {
+        Plan graphed = plans[i];
+        graphed.cuda_graph = ev.cuda_graph;
+        plans.push_back(std::move(graphed));
+        world_of_plan.push_back(world_of_plan[i]);
+      }
       if (ev.partial_layers > 0) {
         Plan partial = plans[i];
         partial.recompute_layers = ev.partial_layers;
@@ -739,7 +772,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       candidates.push_back(std::move(ev.candidate));
     }
   }
-  // With the partial-recompute and work-balanced plans added.
+  // With the partial-recompute, work-balanced and graphed plans added.
   res.evaluated = static_cast<int64_t>(plans.size()) - dropped_variants;
   res.min_peak_bytes = std::isfinite(min_peak) ? min_peak : 0;
   res.evaluate_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

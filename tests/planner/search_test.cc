@@ -521,3 +521,49 @@ TEST_CASE("Search: a large vocabulary's output layer gets its stage fewer layers
   o.framework = Framework::kDeepSpeed;
   for (const RankedPlan& rp : search_plans(m, c, 64, o).plans) CHECK(rp.layout.plan.stage_layers.empty());
 }
+
+TEST_CASE("Search: host-bound layers are searched with CUDA graphs, GPU-bound ones are not", "[planner][search]") {
+  // Qwen3-30B-A3B on one GB200 node (Grace issues an op call in 37 us,
+  // TE#2053) under Megatron-Core, FP8, GBS 512: its MoE layers are
+  // host-bound eager, so the search also tries them with Megatron-Bridge's
+  // MoE graph modules.  Oracles: a listed graphed plan simulates faster
+  // than the same plan eager, and eager its layers are host-bound (the
+  // condition that put it in the search); the lower bound stays below its
+  // simulated time.  On H100 (x86 host, 13.5 us a call) the same search's
+  // layers are GPU-bound and no listed plan is graphed; DeepSpeed runs no
+  // graphs.
+  const ModelSpec m = load_model("qwen3-30b-a3b");
+  const ClusterSpec gb200 = load_cluster("gb200-nvl72");
+  SearchOptions o;
+  o.gbs = 512;
+  o.top_k = 5;
+  o.framework = Framework::kMegatronCore;
+  Plan fp8;
+  REQUIRE(set_precision("fp8", &fp8));
+  o.precision = fp8.precision;
+  o.fp8_recipe = fp8.fp8_recipe;  // the GPU's default recipe (MXFP8 on Blackwell)
+  const SearchResult r = search_plans(m, gb200, 8, o);
+  int graphed = 0;
+  for (const RankedPlan& rp : r.plans) {
+    const Plan& q = rp.layout.plan;
+    if (q.cuda_graph == 0) continue;
+    graphed += 1;
+    INFO(describe_plan(q));
+    CHECK(q.cuda_graph == (kCgAttn | kCgMoeRouter | kCgMoePreprocess));
+    Plan eager = q;
+    eager.cuda_graph = 0;
+    const Layout eager_layout = resolve_plan(m, gb200, rp.layout.gpus, eager);
+    REQUIRE(eager_layout.feasible);
+    const StepReport eager_report = simulate_step(m, gb200, eager_layout, SimulateOptions{});
+    CHECK(eager_report.moe_layer.host_bound_ps > 0);
+    CHECK(eager_report.step_time_s > rp.report.step_time_s);
+    CHECK(lower_bound_s(m, gb200, rp.layout) <= rp.report.step_time_s * (1 + 1e-9));
+  }
+  CHECK(graphed >= 1);
+  CHECK(r.plans.front().layout.plan.cuda_graph != 0);
+  const ClusterSpec h100 = load_cluster("dgx-h100");
+  for (const RankedPlan& rp : search_plans(m, h100, 8, o).plans) CHECK(rp.layout.plan.cuda_graph == 0);
+  o.framework = Framework::kDeepSpeed;
+  o.fp8_recipe = Fp8Recipe::kNone;
+  for (const RankedPlan& rp : search_plans(m, gb200, 8, o).plans) CHECK(rp.layout.plan.cuda_graph == 0);
+}
