@@ -224,11 +224,13 @@ std::string days(double s) {
   return buf;
 }
 
-// What the deduplicating dispatcher would do for the best plan when it was
-// searched with the all-to-all one: the same layout with DeepEP (HybridEP on
-// an NVLink domain of more than 8 GPUs), if its framework runs it
-// (resolve_plan's rules).  Not ranked: the kernels' SM occupancy is not
-// modelled, so the flex plan would always win (docs/moe.md).
+// What the deduplicating dispatcher would do for the best plan when the
+// search did not try it (a generic search, whose plans export to targets
+// without it; --moe-dispatcher alltoall named; an expert group inside one
+// NVLink domain, search.cc flex_dispatcher_to_try): the same layout with
+// DeepEP (HybridEP on an NVLink domain of more than 8 GPUs), if its framework
+// runs it (resolve_plan's rules).  A Megatron-Core or torchtitan search with
+// no dispatcher named ranks it itself (search.cc flex_dispatcher_to_try).
 constexpr const char* kMoeDispatcherHelp =
     "MoE token dispatcher of every plan whose tokens cross GPUs: alltoall (default), deepep or hybridep "
     "(Megatron-Core's flex dispatcher, torchtitan's DeepEP/HybridEP backends)";
@@ -240,10 +242,14 @@ struct DispatcherHint {
   double a2a_ms = 0, base_a2a_ms = 0;  // an MoE layer's forward all-to-alls
 };
 
-DispatcherHint dispatcher_hint(const ModelSpec& model, const ClusterSpec& cluster, const RankedPlan& best) {
+DispatcherHint dispatcher_hint(const ModelSpec& model, const ClusterSpec& cluster, const SearchOptions& o,
+                               const RankedPlan& best) {
   DispatcherHint h;
   const Plan& q = best.layout.plan;
-  if (!model.has_moe || q.moe_dispatcher != MoeDispatcher::kAllToAll || int64_t{q.ep} * std::max(1, q.etp) < 2) {
+  const bool searched = !o.moe_dispatcher_given &&
+                        (o.framework == Framework::kMegatronCore || o.framework == Framework::kTorchtitan) &&
+                        int64_t{q.ep} * std::max(1, q.etp) > cluster.gpus_per_node;
+  if (searched || !model.has_moe || q.moe_dispatcher != MoeDispatcher::kAllToAll || int64_t{q.ep} * std::max(1, q.etp) < 2) {
     return h;
   }
   Plan flex = q;
@@ -319,6 +325,7 @@ int run_recommend(const RecommendFlags& f) {
     o.mtp_layers = static_cast<int>(in_range("--mtp-layers", f.mtp_layers, 0, kMaxMtpLayers));
     o.moe_dispatcher =
         static_cast<MoeDispatcher>(pick("--moe-dispatcher", f.moe_dispatcher, moe_dispatcher_names()));
+    o.moe_dispatcher_given = given("--moe-dispatcher");
   }
   if (!f.framework.empty()) o.framework = static_cast<Framework>(pick("--framework", f.framework, framework_names()));
   if (f.compile && o.framework != Framework::kTorchtitan && o.framework != Framework::kPytorch) {
@@ -479,7 +486,7 @@ int run_recommend(const RecommendFlags& f) {
     out["best_compiled"] = {{"step_time_s", rounded(compiled.step_s, 6)},
                             {"eager_step_time_s", rounded(compiled.base_step_s, 6)}};
   }
-  const DispatcherHint hint = r.plans.empty() ? DispatcherHint{} : dispatcher_hint(model, cluster, r.plans.front());
+  const DispatcherHint hint = r.plans.empty() ? DispatcherHint{} : dispatcher_hint(model, cluster, o, r.plans.front());
   if (hint.valid) {
     out["best_with_flex_dispatcher"] = {{"moe_dispatcher", to_string(hint.dispatcher)},
                                         {"step_time_s", rounded(hint.step_s, 6)},
@@ -659,6 +666,11 @@ int run_recommend(const RecommendFlags& f) {
                     "--overlap-moe-expert-parallel-comm%s)\n",
                     q.delay_wgrad ? " --delay-wgrad-compute" : "");
       }
+      if (q.moe_dispatcher != MoeDispatcher::kAllToAll) {
+        std::printf("       tokens dispatched by %s (each token once per destination rank and node%s)\n",
+                    to_string(q.moe_dispatcher),
+                    q.framework == Framework::kMegatronCore ? ": Megatron-Core's flex dispatcher" : "");
+      }
       if (q.cuda_graph != 0) {
         std::printf("       layers captured in CUDA graphs: %s (Megatron-Core --cuda-graph-impl transformer_engine; "
                     "searched because the eager layers are host-bound)\n",
@@ -725,9 +737,14 @@ int run_recommend(const RecommendFlags& f) {
   if (hint.valid && hint.step_s < hint.base_step_s) {
     std::printf("with --moe-dispatcher %s (each token once per destination rank and node) the best plan's expert "
                 "all-to-alls fall from %.3f to %.3f ms per MoE layer forward and its step to %.4f s (%+.1f%%); not "
-                "ranked: the dispatch kernels' SMs are not modelled\n",
+                "ranked: %s\n",
                 to_string(hint.dispatcher), hint.base_a2a_ms, hint.a2a_ms, hint.step_s,
-                100 * (hint.step_s / hint.base_step_s - 1));
+                100 * (hint.step_s / hint.base_step_s - 1),
+                o.moe_dispatcher_given ? "--moe-dispatcher alltoall was asked for"
+                : o.framework == Framework::kGeneric
+                    ? "a generic plan exports to targets without it (recommend --framework megatron-core or "
+                      "torchtitan searches it where the expert group spans NVLink domains)"
+                    : "the search tries it where the expert group spans NVLink domains, and this one's does not");
   }
   std::printf("why the others lose:\n");
   // A kind of reason with numbers in it ("tp=N does not divide ...") is

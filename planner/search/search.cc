@@ -356,6 +356,27 @@ uint8_t cuda_graphs_to_try(const ModelSpec& m, const Plan& plan, const Layout& L
   return 0;
 }
 
+// The token dispatcher to search a fitting MoE layout with too, where the
+// user named none: the deduplicating one (DeepEP; HybridEP on an NVLink
+// domain of more than 8 GPUs, DeepEP's NUM_MAX_NVL_PEERS) for a layout whose
+// expert group (ep x etp ranks) spans NVLink domains -- where a token goes
+// to another node once instead of once per expert there (DeepSeek-V3 report
+// Sec. 3.2.2), the NIC traffic the deduplication saves -- and that runs the
+// all-to-all one, has no stage split and no graphs (its variants are
+// searched from the plan without them).  Inside one domain the search keeps
+// the all-to-all dispatcher (every fitting MoE layout again would double a
+// GB200 search) and recommend says what the flex one would do for its best
+// plan.  kAllToAll: none.  Its kernels' SMs are charged where they
+// run beside compute (StepCosts::ep_comm_sm_share); the framework's rules
+// (resolve_plan, framework_refusal) drop the variants it does not run.
+MoeDispatcher flex_dispatcher_to_try(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
+  if (!m.has_moe || plan.moe_dispatcher != MoeDispatcher::kAllToAll || !plan.stage_layers.empty() ||
+      plan.cuda_graph != 0 || int64_t{plan.ep} * std::max(1, plan.etp) <= c.gpus_per_node) {
+    return MoeDispatcher::kAllToAll;
+  }
+  return c.gpus_per_node > 8 ? MoeDispatcher::kHybridEp : MoeDispatcher::kDeepEp;
+}
+
 std::string limit_of(const StepReport& r) {
   const TimeBreakdown& b = r.breakdown;
   const std::pair<double, const char*> parts[] = {{b.bubble, "pipeline bubble"},
@@ -424,7 +445,8 @@ bool simpler(const Plan& a, const Plan& b) {
     const int features = (p.tp > 1) + (p.pp > 1) + (p.cp > 1) + (p.vp > 1) + (p.zero > 0) + (p.shard_group > 0) +
                          (p.offload != Offload::kNone) + (p.recompute != Recompute::kNone) + (p.sp ? 1 : 0) +
                          (p.dp_mode != DpMode::kSync) + (p.tp_comm_overlap ? 1 : 0) + (p.ep_overlap ? 1 : 0) +
-                         (p.stage_layers.empty() ? 0 : 1) + (p.cuda_graph != 0 ? 1 : 0);
+                         (p.stage_layers.empty() ? 0 : 1) + (p.cuda_graph != 0 ? 1 : 0) +
+                         (p.moe_dispatcher != MoeDispatcher::kAllToAll ? 1 : 0);
     return std::make_tuple(features, p.zero, p.cp, p.tp, p.pp, p.vp, static_cast<int>(p.recompute),
                            static_cast<int>(p.offload), p.shard_group, p.mbs);
   };
@@ -603,6 +625,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     int partial_layers = 0;                  // a partial full recompute that fits: its N (0: none)
     std::vector<int> balanced_stages;        // the work-balanced stage split to try too (empty: none)
     uint8_t cuda_graph = 0;                  // the CUDA graphs to try too (0: none)
+    MoeDispatcher dispatcher = MoeDispatcher::kAllToAll;  // the dispatcher to try too (kAllToAll: none)
     Candidate candidate;                     // kCandidate
   };
   auto evaluate = [&](size_t i) {
@@ -649,6 +672,9 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     // Under Megatron-Core, a layout whose layers are host-bound is searched
     // with per-layer CUDA graphs too (cuda_graphs_to_try).
     if (o.framework == Framework::kMegatronCore) ev.cuda_graph = cuda_graphs_to_try(m, plan, L, sc);
+    // And, where the user named no dispatcher, with the deduplicating one.
+    if (!o.moe_dispatcher_given && (o.framework == Framework::kMegatronCore || o.framework == Framework::kTorchtitan))
+      ev.dispatcher = flex_dispatcher_to_try(m, c, plan);
     // Partial full recompute: where this layout fits only with full
     // recompute, recomputing the first N layers of each chunk (Megatron's
     // block method) with the smallest N that fits trades less recompute for
@@ -714,10 +740,12 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       const size_t i = begin + k;
       using Outcome = Evaluation::Outcome;
       if (ev.outcome == Outcome::kInvalid || ev.outcome == Outcome::kRefused) {
-        // A work-balanced or graphed variant (the only plans the search gives
-        // a stage split or CUDA graphs) that the plan rules or the framework
-        // refuse is one try less, not a layout the user asked about.
-        if (!plans[i].stage_layers.empty() || plans[i].cuda_graph != 0) {
+        // A work-balanced, graphed or flex-dispatcher variant (the only plans
+        // the search gives a stage split, CUDA graphs or, unasked, a flex
+        // dispatcher) that the plan rules or the framework refuse is one try
+        // less, not a layout the user asked about.
+        if (!plans[i].stage_layers.empty() || plans[i].cuda_graph != 0 ||
+            (!o.moe_dispatcher_given && plans[i].moe_dispatcher != MoeDispatcher::kAllToAll)) {
           dropped_variants += 1;
           continue;
         }
@@ -753,6 +781,12 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
         plans.push_back(std::move(balanced));
         world_of_plan.push_back(world_of_plan[i]);
       }
+      if (ev.dispatcher != MoeDispatcher::kAllToAll) {
+        Plan flex = plans[i];
+        flex.moe_dispatcher = ev.dispatcher;
+        plans.push_back(std::move(flex));
+        world_of_plan.push_back(world_of_plan[i]);
+      }
       if (ev.cuda_graph != 0) {
         Plan graphed = plans[i];
         graphed.cuda_graph = ev.cuda_graph;
@@ -772,7 +806,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       candidates.push_back(std::move(ev.candidate));
     }
   }
-  // With the partial-recompute, work-balanced and graphed plans added.
+  // With the partial-recompute, work-balanced, graphed and flex-dispatcher plans added.
   res.evaluated = static_cast<int64_t>(plans.size()) - dropped_variants;
   res.min_peak_bytes = std::isfinite(min_peak) ? min_peak : 0;
   res.evaluate_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -62,6 +62,11 @@ struct SearchOptions {
   // The MoE token dispatcher of every plan whose tokens cross GPUs
   // (ep * etp > 1; the others keep alltoall, which they never run).
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // Whether the user named the dispatcher; if not, a Megatron-Core or
+  // torchtitan search also tries the deduplicating one (DeepEP, HybridEP on
+  // an NVLink domain of more than 8 GPUs) for every layout that fits
+  // (search.cc flex_dispatcher_to_try).
+  bool moe_dispatcher_given = false;
   // The fused attention kernel of every plan (Plan::attention_kernel;
   // kDefault: the framework's own).
   AttentionKernel attention_kernel = AttentionKernel::kDefault;

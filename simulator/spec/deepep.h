@@ -34,6 +34,15 @@ namespace trainplan {
 // DeepEP's default SMs for its normal kernels (Buffer.num_sms).
 constexpr int kDeepEpNumSms = 20;
 
+// HybridEP's default SMs for its dispatch and combine kernels
+// (deepseek-ai/DeepEP 098da2a6de deep_ep/hybrid_ep_buffer.py HybridEPBuffer:
+// num_sms_dispatch_api = num_sms_combine_api = 32 inside one NVLink domain,
+// 8 when the group spans several: "Inter-node case should use less SMs").
+// Megatron-Core passes its moe_flex_dispatcher_num_sms, default None (each
+// backend's own default).
+constexpr int kHybridEpNumSms = 32;
+constexpr int kHybridEpInterDomainNumSms = 8;
+
 // Whether DeepEP has a tuned dispatch/combine config for a group of `ranks`.
 bool deepep_supports_group(int64_t ranks);
 // The group sizes it has, for messages ("2, 4, 8, ...").

@@ -888,8 +888,13 @@ class Lowerer {
         }
         if (!micro_batch_end_ps_[static_cast<size_t>(s)].empty()) work += micro_batch_end_ps_[static_cast<size_t>(s)][k];
         if (e.ep_hidden_share > 0 && !is_w) {
+          // The hidden all-to-all is no longer exposed, but its kernels hold
+          // their SMs while the partner pass computes on the rest: that
+          // compute is slower by the hidden time times their share
+          // (StepCosts::ep_comm_sm_share).
           const int64_t hidden = static_cast<int64_t>(static_cast<double>(ep) * e.ep_hidden_share);
-          work -= hidden;
+          const int64_t contention = static_cast<int64_t>(static_cast<double>(hidden) * sc_.ep_comm_sm_share);
+          work -= hidden - contention;
           ep -= hidden;
         }
         if (is_w) {

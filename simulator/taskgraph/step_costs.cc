@@ -16,6 +16,7 @@
 #include "simulator/framework/framework.h"
 #include "simulator/network/collective_model.h"
 #include "simulator/schedule/pipeline_schedule.h"
+#include "simulator/spec/deepep.h"
 
 namespace trainplan {
 
@@ -485,7 +486,18 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
     s.output_ep_backward_ps = k * mt.ep_comm_backward_ps;
   }
   s.comm_slowdown = kNcclChannels / std::max(1, c.gpu.sm_count);
+  s.ep_comm_sm_share = ep_comm_sm_share(c, p);
   return s;
+}
+
+double ep_comm_sm_share(const ClusterSpec& c, const Plan& p) {
+  double sms = kNcclChannels;
+  if (p.moe_dispatcher == MoeDispatcher::kDeepEp) sms = kDeepEpNumSms;
+  if (p.moe_dispatcher == MoeDispatcher::kHybridEp) {
+    const bool spans_domains = int64_t{p.ep} * std::max(1, p.etp) > c.gpus_per_node;
+    sms = spans_domains ? kHybridEpInterDomainNumSms : kHybridEpNumSms;
+  }
+  return std::min(1.0, sms / std::max(1, c.gpu.sm_count));
 }
 
 int64_t StepCosts::layers_work_ps(int64_t first, int64_t count, bool less_ep_comm) const {

@@ -121,7 +121,18 @@ struct StepCosts {
   // Weight-gradient parts of embedding_backward_ps and output_backward_ps.
   int64_t embedding_weight_grad_ps = 0, output_weight_grad_ps = 0;
   double comm_slowdown = 0;  // compute slowdown while NCCL kernels run
+  // The share of the GPU's SMs the expert all-to-all kernels occupy
+  // (ep_comm_sm_share): where the framework runs them beside another
+  // pass's compute (paired passes), that compute runs on the rest.
+  double ep_comm_sm_share = 0;
 };
+
+// The share of a GPU's SMs the plan's expert dispatch and combine kernels
+// occupy while they run: NCCL's all-to-all its channels (kNcclChannels, one
+// SM each), DeepEP's normal kernels kDeepEpNumSms, HybridEP's
+// kHybridEpNumSms (kHybridEpInterDomainNumSms when the ep x etp group spans
+// NVLink domains); at most 1.
+double ep_comm_sm_share(const ClusterSpec& cluster, const Plan& plan);
 
 // Depends only on the model, the cluster and the plan's tp, cp, sp, mbs, seq,
 // precision, attention, recompute, tp_comm_overlap, framework and zero stage (FSDP2's copies) (with recompute_layers also on its

@@ -567,3 +567,39 @@ TEST_CASE("Search: host-bound layers are searched with CUDA graphs, GPU-bound on
   o.fp8_recipe = Fp8Recipe::kNone;
   for (const RankedPlan& rp : search_plans(m, gb200, 8, o).plans) CHECK(rp.layout.plan.cuda_graph == 0);
 }
+
+TEST_CASE("Search: where the expert group spans nodes the flex dispatcher is searched too", "[planner][search]") {
+  // Qwen3-30B-A3B on 4 DGX H100 nodes under Megatron-Core, no dispatcher
+  // named: a layout whose ep x etp group spans nodes is also tried with
+  // DeepEP (NVLink domains of 8 GPUs).  Oracles: every listed DeepEP plan's
+  // expert group spans nodes and it simulates faster than the same plan
+  // with the all-to-all dispatcher (else that one would be listed
+  // instead); the lower bound stays below its time.  Naming the dispatcher
+  // (alltoall) searches none.
+  const ModelSpec m = load_model("qwen3-30b-a3b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  SearchOptions o;
+  o.gbs = 1024;
+  o.top_k = 5;
+  o.framework = Framework::kMegatronCore;
+  int flex = 0;
+  for (const RankedPlan& rp : search_plans(m, c, 32, o).plans) {
+    const Plan& q = rp.layout.plan;
+    if (q.moe_dispatcher == MoeDispatcher::kAllToAll) continue;
+    flex += 1;
+    INFO(describe_plan(q));
+    CHECK(q.moe_dispatcher == MoeDispatcher::kDeepEp);
+    CHECK(int64_t{q.ep} * q.etp > c.gpus_per_node);
+    Plan a2a = q;
+    a2a.moe_dispatcher = MoeDispatcher::kAllToAll;
+    const Layout L = resolve_plan(m, c, rp.layout.gpus, a2a);
+    REQUIRE(L.feasible);
+    CHECK(simulate_step(m, c, L, SimulateOptions{}).step_time_s > rp.report.step_time_s);
+    CHECK(lower_bound_s(m, c, rp.layout) <= rp.report.step_time_s * (1 + 1e-9));
+  }
+  CHECK(flex >= 1);
+  o.moe_dispatcher_given = true;
+  for (const RankedPlan& rp : search_plans(m, c, 32, o).plans) {
+    CHECK(rp.layout.plan.moe_dispatcher == MoeDispatcher::kAllToAll);
+  }
+}
