@@ -811,10 +811,17 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   res.min_peak_bytes = std::isfinite(min_peak) ? min_peak : 0;
   res.evaluate_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  // Branch and bound over the lower bound of the score.
-  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return a.score_bound_s != b.score_bound_s ? a.score_bound_s < b.score_bound_s : a.index < b.index;
+  // Branch and bound over the lower bound of the score.  The candidates stay
+  // where they are (moving a million of them costs more than the sort); rank
+  // k of the (bound, enumeration) order is candidates[order[k]].
+  std::vector<size_t> order(candidates.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&candidates](size_t a, size_t b) {
+    const Candidate& x = candidates[a];
+    const Candidate& y = candidates[b];
+    return x.score_bound_s != y.score_bound_s ? x.score_bound_s < y.score_bound_s : x.index < y.index;
   });
+  auto ranked_candidate = [&candidates, &order](size_t k) -> Candidate& { return candidates[order[k]]; };
   std::vector<Scored> best;  // sorted by (score, index)
   std::map<std::string, Scored> family_best;
   SimulateOptions so;
@@ -896,7 +903,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     }
   };
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> front;
-  for (size_t k = 0; k < candidates.size(); ++k) front.push(Entry{candidates[k].score_bound_s, k, false});
+  for (size_t k = 0; k < candidates.size(); ++k) front.push(Entry{ranked_candidate(k).score_bound_s, k, false});
   std::vector<double> tight(candidates.size(), 0.0);
   // The engine runs of the last few distinct lowered steps, by fingerprint
   // (equivalent plans have equal bounds, so they come out of the heap
@@ -913,7 +920,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
         batch.push_back(e.k);
         continue;
       }
-      Candidate& cand = candidates[e.k];
+      Candidate& cand = ranked_candidate(e.k);
       const int64_t ps =
           pipeline_step_lower_bound(m, c, cand.layout, *cand.costs, cand.stage_params, cand.stage_expert_params);
       tight[e.k] = std::max(cand.score_bound_s, static_cast<double>(ps) * 1e-12 * cand.score_per_step_bound);
@@ -938,7 +945,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     std::vector<uint64_t> prints(n, 0);
     std::vector<std::optional<StepReport>> steady(n);
     in_parallel(all, [&](size_t k) {
-      Candidate& cand = candidates[batch[k]];
+      Candidate& cand = ranked_candidate(batch[k]);
       steady[k] = simulate_steady_state(m, c, cand.layout, so);
       if (steady[k]) return;
       steps[k] = lower_for_simulation(m, c, cand.layout, so);
@@ -979,7 +986,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       if (engine[k] != nullptr || steady[k]) reported.push_back(k);
     }
     in_parallel(reported, [&](size_t k) {
-      Candidate& cand = candidates[batch[k]];
+      Candidate& cand = ranked_candidate(batch[k]);
       results[k] = score_of(cand, steady[k] ? std::move(*steady[k])
                                             : report_lowered(m, c, cand.layout, so, steps[k], *engine[k], wall[k]));
     });
@@ -990,7 +997,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       if (recent_runs.size() > kRecentRuns) recent_runs.pop_front();
     }
     for (size_t k = 0; k < batch.size(); ++k) {
-      Candidate& cand = candidates[batch[k]];
+      Candidate& cand = ranked_candidate(batch[k]);
       // As one at a time: once the K-th score excludes a batch member, it
       // excludes every plan after it.
       if (tight[batch[k]] > kth_score()) {
@@ -1066,7 +1073,10 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   if (fc.failures_given && !res.plans.empty()) {
     // Best per world size: branch and bound restricted to each world.
     std::map<int, std::vector<Candidate*>> by_world;
-    for (Candidate& cand : candidates) by_world[cand.layout.gpus].push_back(&cand);
+    for (size_t k = 0; k < candidates.size(); ++k) {
+      Candidate& cand = ranked_candidate(k);
+      by_world[cand.layout.gpus].push_back(&cand);
+    }
     for (auto it = by_world.rbegin(); it != by_world.rend(); ++it) {
       Scored world_best;
       for (Candidate* cand : it->second) {
@@ -1085,7 +1095,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   // Why the other families lose: their best plan by lower bound, simulated.
   const std::string winner = res.plans.empty() ? "" : plan_family(res.plans.front().layout.plan);
   std::map<std::string, Candidate*> family_first;
-  for (Candidate& cand : candidates) {
+  for (size_t k = 0; k < candidates.size(); ++k) {
+    Candidate& cand = ranked_candidate(k);
     if (!family_first.count(cand.family)) family_first[cand.family] = &cand;
   }
   for (const auto& [family, peak] : family_min_peak) {
