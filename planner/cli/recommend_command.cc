@@ -246,9 +246,12 @@ DispatcherHint dispatcher_hint(const ModelSpec& model, const ClusterSpec& cluste
                                const RankedPlan& best) {
   DispatcherHint h;
   const Plan& q = best.layout.plan;
-  const bool searched = !o.moe_dispatcher_given &&
-                        (o.framework == Framework::kMegatronCore || o.framework == Framework::kTorchtitan) &&
-                        int64_t{q.ep} * std::max(1, q.etp) > cluster.gpus_per_node;
+  // The search tried this layout with the flex dispatcher (from the plan
+  // without the stage split and graphs its variants add).
+  Plan base = q;
+  base.stage_layers.clear();
+  base.cuda_graph = 0;
+  const bool searched = flex_dispatcher_to_try(o, model, cluster, base) != MoeDispatcher::kAllToAll;
   if (searched || !model.has_moe || q.moe_dispatcher != MoeDispatcher::kAllToAll || int64_t{q.ep} * std::max(1, q.etp) < 2) {
     return h;
   }

@@ -344,7 +344,7 @@ std::vector<int> work_balanced_split_to_try(const ModelSpec& m, const Plan& plan
 // variant is evaluated and simulated like any plan.
 uint8_t cuda_graphs_to_try(const ModelSpec& m, const Plan& plan, const Layout& L, const StepCosts& sc) {
   if (plan.cuda_graph != 0 || !plan.stage_layers.empty()) return 0;
-  const bool dense_bound = sc.layer_times.host_bound_ps > 0 && (!m.has_moe || m.moe.dense_layers > 0 || m.moe.layer_freq > 1);
+  const bool dense_bound = sc.layer_times.host_bound_ps > 0 && m.moe_layer_count() < m.layers;
   const bool moe_bound = m.has_moe && sc.moe_layer_times.host_bound_ps > 0;
   if (!dense_bound && !moe_bound) return 0;
   Plan q = L.plan;
@@ -356,26 +356,21 @@ uint8_t cuda_graphs_to_try(const ModelSpec& m, const Plan& plan, const Layout& L
   return 0;
 }
 
-// The token dispatcher to search a fitting MoE layout with too, where the
-// user named none: the deduplicating one (DeepEP; HybridEP on an NVLink
-// domain of more than 8 GPUs, DeepEP's NUM_MAX_NVL_PEERS) for a layout whose
-// expert group (ep x etp ranks) spans NVLink domains -- where a token goes
-// to another node once instead of once per expert there (DeepSeek-V3 report
-// Sec. 3.2.2), the NIC traffic the deduplication saves -- and that runs the
-// all-to-all one, has no stage split and no graphs (its variants are
-// searched from the plan without them).  Inside one domain the search keeps
-// the all-to-all dispatcher (every fitting MoE layout again would double a
-// GB200 search) and recommend says what the flex one would do for its best
-// plan.  kAllToAll: none.  Its kernels' SMs are charged where they
-// run beside compute (StepCosts::ep_comm_sm_share); the framework's rules
-// (resolve_plan, framework_refusal) drop the variants it does not run.
-MoeDispatcher flex_dispatcher_to_try(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
-  if (!m.has_moe || plan.moe_dispatcher != MoeDispatcher::kAllToAll || !plan.stage_layers.empty() ||
+}  // namespace
+
+// search.h says what it tries and why.
+MoeDispatcher flex_dispatcher_to_try(const SearchOptions& o, const ModelSpec& m, const ClusterSpec& c,
+                                     const Plan& plan) {
+  if (o.moe_dispatcher_given || (o.framework != Framework::kMegatronCore && o.framework != Framework::kTorchtitan) ||
+      !m.has_moe || plan.moe_dispatcher != MoeDispatcher::kAllToAll || !plan.stage_layers.empty() ||
       plan.cuda_graph != 0 || int64_t{plan.ep} * std::max(1, plan.etp) <= c.gpus_per_node) {
     return MoeDispatcher::kAllToAll;
   }
   return c.gpus_per_node > 8 ? MoeDispatcher::kHybridEp : MoeDispatcher::kDeepEp;
 }
+
+namespace {
+
 
 std::string limit_of(const StepReport& r) {
   const TimeBreakdown& b = r.breakdown;
@@ -673,8 +668,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     // with per-layer CUDA graphs too (cuda_graphs_to_try).
     if (o.framework == Framework::kMegatronCore) ev.cuda_graph = cuda_graphs_to_try(m, plan, L, sc);
     // And, where the user named no dispatcher, with the deduplicating one.
-    if (!o.moe_dispatcher_given && (o.framework == Framework::kMegatronCore || o.framework == Framework::kTorchtitan))
-      ev.dispatcher = flex_dispatcher_to_try(m, c, plan);
+    ev.dispatcher = flex_dispatcher_to_try(o, m, c, plan);
     // Partial full recompute: where this layout fits only with full
     // recompute, recomputing the first N layers of each chunk (Megatron's
     // block method) with the smallest N that fits trades less recompute for

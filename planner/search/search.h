@@ -169,6 +169,23 @@ std::string plan_label(const Plan& plan);
 // ("rtx4090-pcie", "A100") and is kept.
 std::string rule_of(const std::string& reason);
 
+// The token dispatcher to search a fitting MoE layout with too, where the
+// user named none (o.moe_dispatcher_given false) in a Megatron-Core or
+// torchtitan search: the deduplicating one (DeepEP; HybridEP on an NVLink
+// domain of more than 8 GPUs, DeepEP's NUM_MAX_NVL_PEERS) for a layout whose
+// expert group (ep x etp ranks) spans NVLink domains -- where a token goes
+// to another node once instead of once per expert there (DeepSeek-V3 report
+// Sec. 3.2.2), the NIC traffic the deduplication saves -- and that runs the
+// all-to-all one, has no stage split and no graphs (its variants are
+// searched from the plan without them).  Inside one domain the search keeps
+// the all-to-all dispatcher (every fitting MoE layout again would double a
+// GB200 search) and recommend says what the flex one would do for its best
+// plan.  kAllToAll: none.  Its kernels' SMs are charged where they
+// run beside compute (StepCosts::ep_comm_sm_share); the framework's rules
+// (resolve_plan, framework_refusal) drop the variants it does not run.
+MoeDispatcher flex_dispatcher_to_try(const SearchOptions& o, const ModelSpec& m, const ClusterSpec& c,
+                                     const Plan& plan);
+
 }  // namespace trainplan
 
 #endif  // TRAINPLAN_PLANNER_SEARCH_SEARCH_H_

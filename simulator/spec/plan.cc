@@ -572,9 +572,7 @@ std::vector<std::string> cuda_graph_conflicts(const ModelSpec& m, const Plan& p)
     why.push_back("the moe_preprocess cuda graph is only supported with the moe_router one (Megatron-Core)");
   if (!m.has_moe && (g & (kCgMoe | kCgMoeRouter | kCgMoePreprocess)))
     why.push_back("moe cuda graphs are only supported for MoE models (Megatron-Core); capture attn or mlp");
-  bool any_dense = !m.has_moe;
-  for (int64_t i = 0; i < m.layers && !any_dense; ++i) any_dense = !m.is_moe_layer(i);
-  if (m.has_moe && !any_dense && (g & kCgMlp))
+  if (m.has_moe && m.moe_layer_count() == m.layers && (g & kCgMlp))
     why.push_back("the mlp cuda graph is only supported for dense layers, and every layer of this model is MoE "
                   "(Megatron-Core); capture moe_router,moe_preprocess");
   const bool drop_and_pad = m.has_moe && m.moe.capacity_factor > 0 && p.moe_pad_to_capacity;
