@@ -83,6 +83,25 @@ std::vector<int> world_sizes(const ClusterSpec& c, int gpus, bool failures) {
   return worlds;
 }
 
+// The micro-batch sizes the search tries, in increasing order.
+constexpr int kMicrobatches[] = {1, 2, 4, 8, 16};
+
+// The next micro-batch size after the plan's that divides its share of the
+// global batch (0: none).
+int next_microbatch(const Plan& p) {
+  for (int mbs : kMicrobatches) {
+    if (mbs > p.mbs && p.gbs % (int64_t{mbs} * p.dp) == 0) return mbs;
+  }
+  return 0;
+}
+
+// Every layout of `gpus` GPUs the search considers, at the smallest
+// micro-batch that divides the global batch: the larger ones are proposed
+// one by one as the smaller fits (search_plans), since a plan's memory does
+// not fall as its micro-batch grows (each stage holds
+// min(in-flight, micro-batches) x mbs sequences' activations, and the
+// micro-batches times mbs are the global batch share; search_test.cc checks
+// it on a grid of plans of a dense and an MoE model).
 std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, const SearchOptions& o,
                             std::vector<int>* world_of_plan) {
   std::vector<Plan> plans;
@@ -146,7 +165,9 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
             }
           }
           for (Schedule sched : schedules) {
-            for (int mbs : {1, 2, 4, 8, 16}) {
+            // The smallest micro-batch only: the search tries the next one
+            // where this one does not run out of memory (next_microbatch).
+            for (int mbs : kMicrobatches) {
               if (o.gbs % (int64_t{mbs} * dp) != 0) continue;
               std::vector<std::pair<int, int>> zeros = {{0, 0}, {1, 0}};  // (stage, shard group)
               // MoE: ZeRO-2 (FSDP2 without resharding) and ZeRO-3 (FSDP2,
@@ -215,43 +236,13 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         p.dp_mode = mode;
                         plans.push_back(p);
                         world_of_plan->push_back(gpus);
-                        // Megatron-Core also runs it with --tp-comm-overlap
-                        // (TE userbuffers: TP inside the node, with SP), and
-                        // torchtitan with async TP; whether it pays depends
-                        // on the GEMMs and the SM margin, so both are
-                        // searched (resolve_plan rejects what the framework
-                        // cannot run).
-                        if ((o.framework == Framework::kMegatronCore || o.framework == Framework::kTorchtitan) && sp &&
-                            tp >= 2) {
-                          p.tp_comm_overlap = true;
-                          plans.push_back(p);
-                          world_of_plan->push_back(gpus);
-                        }
-                        // And MoE plans with --overlap-moe-expert-parallel-comm
-                        // (the combined 1F1B): it hides the all-to-alls
-                        // under another micro-batch's compute but holds one
-                        // more micro-batch, so both are searched where
-                        // Megatron-Core allows it (resolve_plan's rules).
-                        if (o.framework == Framework::kMegatronCore) {
-                          Plan q = p;
-                          q.tp_comm_overlap = false;
-                          q.ep_overlap = true;
-                          // With --delay-wgrad-compute, the pair the MoE
-                          // README recommends (never slower: the merged
-                          // backward's own W only adds to what hides its
-                          // all-to-all).
-                          q.delay_wgrad = true;
-                          if (ep_overlap_conflicts(q).empty()) {
-                            plans.push_back(q);
-                            world_of_plan->push_back(gpus);
-                          }
-                        }
                         }
                       }
                     }
                   }
                 }
               }
+              break;
             }
           }
         }
@@ -354,6 +345,37 @@ uint8_t cuda_graphs_to_try(const ModelSpec& m, const Plan& plan, const Layout& L
     if (cuda_graph_conflicts(m, q).empty()) return g;
   }
   return 0;
+}
+
+// The overlapped forms of an enumerated plan that its framework may run,
+// searched beside it:
+// - Megatron-Core with --tp-comm-overlap (TE userbuffers: TP inside the
+//   node, with SP), torchtitan with async TP: whether it pays depends on the
+//   GEMMs and the SM margin;
+// - Megatron-Core MoE plans with --overlap-moe-expert-parallel-comm (the
+//   combined 1F1B) and --delay-wgrad-compute, the pair the MoE README
+//   recommends (never slower: the merged backward's own W only adds to what
+//   hides its all-to-all): it hides the all-to-alls under another
+//   micro-batch's compute but holds one more micro-batch.
+// Each holds at least the memory of the plan it comes from (the userbuffers
+// or SymmetricMemory workspace; one more micro-batch in flight), so the
+// search tries them only where that plan fits (search_test.cc checks the
+// premise on a grid of plans), and the plan rules (resolve_plan,
+// framework_refusal) drop what the framework cannot run.
+std::vector<Plan> overlap_variants_to_try(const SearchOptions& o, const Plan& plan) {
+  std::vector<Plan> out;
+  if ((o.framework == Framework::kMegatronCore || o.framework == Framework::kTorchtitan) && plan.sp && plan.tp >= 2) {
+    Plan p = plan;
+    p.tp_comm_overlap = true;
+    out.push_back(std::move(p));
+  }
+  if (o.framework == Framework::kMegatronCore) {
+    Plan q = plan;
+    q.ep_overlap = true;
+    q.delay_wgrad = true;
+    if (ep_overlap_conflicts(q).empty()) out.push_back(std::move(q));
+  }
+  return out;
 }
 
 }  // namespace
@@ -516,16 +538,16 @@ void run_in_parallel(size_t workers, size_t n, const std::function<void(size_t)>
 // The smallest N (recomputing the first N layers of each model chunk) with
 // which the full-recompute layout `L` still fits, or 0 where none helps:
 // the layout fits without recompute (that plan is searched already), or
-// only recomputing every layer fits.  Memory falls as N grows.
-int smallest_fitting_recompute_layers(const ModelSpec& m, const ClusterSpec& c, const Layout& L, const StepCosts& sc) {
+// only recomputing every layer fits.  Memory falls as N grows.  `sc` and
+// `none`: the step costs of the layout and of its plan without recompute
+// (partial_recompute_part; the embedding and output layer do not depend on
+// recompute).
+int smallest_fitting_recompute_layers(const ModelSpec& m, const ClusterSpec& c, const Layout& L, const StepCosts& sc,
+                                      const StepCosts& none) {
   const int largest = largest_chunk_layers(L.plan, L.stage_layers);
   if (largest < 2) return 0;
-  // The layer costs without recompute, once for every probe (the embedding
-  // and output layer do not depend on recompute).
-  LayerShape none = layer_shape(L.plan);
-  none.recompute = Recompute::kNone;
-  const LayerCost plain = transformer_layer_cost(m, none);
-  const LayerCost plain_moe = m.has_moe ? transformer_layer_cost(m, none, true) : plain;
+  const LayerCost& plain = none.layer;
+  const LayerCost& plain_moe = m.has_moe ? none.moe_layer : none.layer;
   auto fits = [&](int n) {
     Layout t = L;
     t.plan.recompute = n == 0 ? Recompute::kNone : Recompute::kFull;
@@ -647,8 +669,12 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     // An automatic zero-bubble plan is sized by its scheduler's memory limit,
     // an upper bound of what `memory` prints (plan_memory), which would need
     // a lowering (stage times and schedule) for every such candidate.
+    // A partial full recompute's layers without recompute: its costs hold them.
+    const bool partial = p.recompute == Recompute::kFull && p.recompute_layers > 0;
     const MemoryReport mem =
-        estimate_memory(m, c, L, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output);
+        estimate_memory(m, c, L, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output,
+                        partial ? &sc.plain_layer : nullptr,
+                        partial ? (m.has_moe ? &sc.plain_moe_layer : &sc.plain_layer) : nullptr);
     ev.family = plan_family(p);
     ev.peak_bytes = mem.peak_bytes;
     if (!mem.fits) {
@@ -675,7 +701,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     // the memory left; searched as one more plan (its memory falls as N
     // grows, so a bisection finds it).
     if (p.recompute == Recompute::kFull && p.recompute_layers == 0 && p.dp_mode == DpMode::kSync) {
-      ev.partial_layers = smallest_fitting_recompute_layers(m, c, L, sc);
+      ev.partial_layers = smallest_fitting_recompute_layers(m, c, L, sc, costs_of(partial_recompute_part(p, false)));
     }
     std::vector<double> stage_params, stage_expert_params;
     for (const StageMemory& st : mem.stages) {
@@ -723,7 +749,24 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   // takes them.
   constexpr size_t kBlock = 4096;
   std::vector<Evaluation> evaluations;
-  int64_t dropped_variants = 0;  // work-balanced variants refused: not counted as evaluated
+  int64_t dropped_variants = 0;  // variants refused: not counted as evaluated
+  // The plans the loop appends: variants of a plan that fits (a stage
+  // split, graphs, a dispatcher, overlap, partial recompute), and the next
+  // micro-batch of an enumerated plan (a base plan too) that does not run
+  // out of memory.
+  std::vector<uint8_t> base_plan(plans.size(), 1);
+  auto append = [&](Plan p, size_t from, bool base) {
+    plans.push_back(std::move(p));
+    world_of_plan.push_back(world_of_plan[from]);
+    base_plan.push_back(base ? 1 : 0);
+  };
+  auto append_larger_microbatch = [&](size_t i) {
+    if (const int mbs = next_microbatch(plans[i])) {
+      Plan larger = plans[i];
+      larger.mbs = mbs;
+      append(std::move(larger), i, true);
+    }
+  };
   for (size_t begin = 0, n = 0; begin < plans.size(); begin += n) {
     if (o.progress) o.progress("evaluating", static_cast<int64_t>(begin), res.evaluated);
     n = std::min(kBlock, plans.size() - begin);
@@ -734,16 +777,20 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       const size_t i = begin + k;
       using Outcome = Evaluation::Outcome;
       if (ev.outcome == Outcome::kInvalid || ev.outcome == Outcome::kRefused) {
-        // A work-balanced, graphed or flex-dispatcher variant (the only plans
-        // the search gives a stage split, CUDA graphs or, unasked, a flex
-        // dispatcher) that the plan rules or the framework refuse is one try
-        // less, not a layout the user asked about.
-        if (!plans[i].stage_layers.empty() || plans[i].cuda_graph != 0 ||
+        // A work-balanced, graphed, overlapped or flex-dispatcher variant (the
+        // only plans the search gives a stage split, CUDA graphs, TP or EP
+        // overlap or, unasked, a flex dispatcher) that the plan rules or the
+        // framework refuse is one try less, not a layout the user asked about.
+        if (!plans[i].stage_layers.empty() || plans[i].cuda_graph != 0 || plans[i].tp_comm_overlap ||
+            plans[i].ep_overlap ||
             (!o.moe_dispatcher_given && plans[i].moe_dispatcher != MoeDispatcher::kAllToAll)) {
           dropped_variants += 1;
           continue;
         }
         if (res.rejected[ev.reject_key]++ == 0) res.rejected_example[ev.reject_key] = ev.reject_example;
+        // A rule may refuse one micro-batch and not the next (the
+        // interleaved schedule's micro-batch count).
+        if (base_plan[i]) append_larger_microbatch(i);
         continue;
       }
       res.valid += 1;
@@ -769,29 +816,29 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
         continue;
       }
       res.feasible += 1;
+      if (base_plan[i]) {
+        append_larger_microbatch(i);
+        for (Plan& v : overlap_variants_to_try(o, plans[i])) append(std::move(v), i, false);
+      }
       if (!ev.balanced_stages.empty()) {
         Plan balanced = plans[i];
         balanced.stage_layers = std::move(ev.balanced_stages);
-        plans.push_back(std::move(balanced));
-        world_of_plan.push_back(world_of_plan[i]);
+        append(std::move(balanced), i, false);
       }
       if (ev.dispatcher != MoeDispatcher::kAllToAll) {
         Plan flex = plans[i];
         flex.moe_dispatcher = ev.dispatcher;
-        plans.push_back(std::move(flex));
-        world_of_plan.push_back(world_of_plan[i]);
+        append(std::move(flex), i, false);
       }
       if (ev.cuda_graph != 0) {
         Plan graphed = plans[i];
         graphed.cuda_graph = ev.cuda_graph;
-        plans.push_back(std::move(graphed));
-        world_of_plan.push_back(world_of_plan[i]);
+        append(std::move(graphed), i, false);
       }
       if (ev.partial_layers > 0) {
         Plan partial = plans[i];
         partial.recompute_layers = ev.partial_layers;
-        plans.push_back(partial);
-        world_of_plan.push_back(world_of_plan[i]);
+        append(std::move(partial), i, false);
       }
       if (ev.outcome == Outcome::kDiverges) {
         res.rejected[ev.reject_key] += 1;

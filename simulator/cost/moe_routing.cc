@@ -4,6 +4,7 @@
 #include <bitset>
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "simulator/core/error.h"
@@ -78,6 +79,13 @@ double expert_block_hit_probability(int64_t experts, int64_t top_k, int64_t unit
   TRAINPLAN_CHECK(experts % groups == 0 && group_topk >= 1 && group_topk <= groups &&
                       top_k <= group_topk * (experts / groups),
                   "expert_block_hit_probability: bad groups");
+  // The planner asks for the same few blocks (a rank's or a node's experts)
+  // for every layer shape it costs.
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+  thread_local std::map<Key, double> cache;
+  const Key key{experts, top_k, unit, groups, group_topk};
+  auto hit = cache.find(key);
+  if (hit != cache.end()) return hit->second;
   const int64_t per_group = experts / groups;
   const int64_t candidates = group_topk * per_group;
   const int64_t blocks = experts / unit;
@@ -119,7 +127,9 @@ double expert_block_hit_probability(int64_t experts, int64_t top_k, int64_t unit
     }
     total += 1 - missed;
   }
-  return total / static_cast<double>(blocks);
+  const double v = total / static_cast<double>(blocks);
+  cache.emplace(key, v);
+  return v;
 }
 
 }  // namespace trainplan

@@ -603,3 +603,92 @@ TEST_CASE("Search: where the expert group spans nodes the flex dispatcher is sea
     CHECK(rp.layout.plan.moe_dispatcher == MoeDispatcher::kAllToAll);
   }
 }
+
+TEST_CASE("Search: a plan's memory does not fall as its micro-batch grows, nor with TP or EP overlap",
+          "[planner][search]") {
+  // The search proposes a layout's next micro-batch, and its overlapped
+  // forms (--tp-comm-overlap, --overlap-moe-expert-parallel-comm), only where
+  // the plan they come from fits (search.cc enumerate, overlap_variants_to_try):
+  // exact only if none of them ever needs less memory.  Oracle: the memory
+  // model itself on a grid of every schedule, ZeRO stage, recompute mode and
+  // pipeline shape, for a dense and an MoE model.  Per stage, 1F1B holds
+  // min(p - i, m) micro-batches of mbs sequences with m * mbs the stage's
+  // share of the global batch, so its activations grow with mbs; the
+  // overlapped forms add buffers (TE userbuffers) or a micro-batch in flight.
+  struct Case {
+    const char* model;
+    int gpus;
+    std::vector<int> eps;
+  };
+  int compared = 0, tp_overlaps = 0, ep_overlaps = 0;
+  for (const Case& k : {Case{"llama3-8b", 16, {1}}, Case{"qwen3-30b-a3b", 32, {1, 8, 32}}}) {
+    const ModelSpec m = load_model(k.model);
+    const ClusterSpec c = load_cluster("dgx-h100");
+    auto peak = [&](const Plan& p, double* bytes) {
+      const Layout L = resolve_plan(m, c, k.gpus, p);
+      if (!L.feasible) return false;
+      *bytes = estimate_memory(m, c, L).peak_bytes;
+      return true;
+    };
+    for (int tp : {1, 2, 8}) {
+      for (int pp : {1, 2, 4}) {
+        for (int vp : {1, 2}) {
+          for (Schedule s : {Schedule::k1F1B, Schedule::kGpipe, Schedule::kZb1p, Schedule::kZb2p,
+                             Schedule::kInterleaved}) {
+            if ((s == Schedule::kInterleaved) != (vp > 1)) continue;
+            for (int zero : {0, 1, 3}) {
+              for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+                for (int ep : k.eps) {
+                  for (int mbs : {1, 2, 4}) {
+                    Plan p;
+                    p.framework = Framework::kMegatronCore;
+                    p.tp = tp;
+                    p.pp = pp;
+                    p.vp = vp;
+                    p.schedule = s;
+                    p.schedule_given = true;
+                    p.zero = zero;
+                    p.recompute = rc;
+                    p.sp = tp > 1;
+                    p.ep = ep;
+                    p.etp = 1;
+                    p.mbs = mbs;
+                    p.gbs = 256;
+                    double base = 0;
+                    if (!peak(p, &base)) continue;
+                    INFO(describe_plan(p));
+                    Plan larger = p;
+                    larger.mbs = 2 * mbs;
+                    double more = 0;
+                    if (peak(larger, &more)) {
+                      CHECK(more >= base);
+                      compared += 1;
+                    }
+                    Plan tpo = p;
+                    tpo.tp_comm_overlap = true;
+                    if (peak(tpo, &more)) {
+                      CHECK(more >= base);
+                      compared += 1;
+                      tp_overlaps += 1;
+                    }
+                    Plan epo = p;
+                    epo.ep_overlap = true;
+                    epo.delay_wgrad = true;
+                    if (ep_overlap_conflicts(epo).empty() && peak(epo, &more)) {
+                      CHECK(more >= base);
+                      compared += 1;
+                      ep_overlaps += 1;
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(compared > 500);
+  CHECK(tp_overlaps > 50);
+  CHECK(ep_overlaps > 50);
+}
