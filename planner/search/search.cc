@@ -97,11 +97,8 @@ int next_microbatch(const Plan& p) {
 
 // Every layout of `gpus` GPUs the search considers, at the smallest
 // micro-batch that divides the global batch: the larger ones are proposed
-// one by one as the smaller fits (search_plans), since a plan's memory does
-// not fall as its micro-batch grows (each stage holds
-// min(in-flight, micro-batches) x mbs sequences' activations, and the
-// micro-batches times mbs are the global batch share; search_test.cc checks
-// it on a grid of plans of a dense and an MoE model).
+// one by one (search_plans), past a plan that does not fit only where the
+// larger one might (larger_microbatch_peak_lower_bound).
 std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, const SearchOptions& o,
                             std::vector<int>* world_of_plan) {
   std::vector<Plan> plans;
@@ -381,6 +378,24 @@ std::vector<Plan> overlap_variants_to_try(const SearchOptions& o, const Plan& pl
 }  // namespace
 
 // search.h says what it tries and why.
+double larger_microbatch_peak_lower_bound(const Plan& p, const MemoryReport& mem, int larger_mbs) {
+  TRAINPLAN_CHECK(larger_mbs > p.mbs && p.dp >= 1, "larger_microbatch_peak_lower_bound: bad arguments");
+  // The deepest warm-up in micro-batches: 1F1B and ZB-1p hold at most pp
+  // (memory_model.h), the others up to twice their chunks per rank.
+  int64_t depth = p.pp;
+  if (p.schedule == Schedule::kInterleaved || p.schedule == Schedule::kInterleavedZb) {
+    depth = 2 * int64_t{p.pp} * std::max(1, p.vp);
+  } else if (p.schedule == Schedule::kZbv || p.schedule == Schedule::kDualPipeV || p.schedule == Schedule::kDualPipe) {
+    depth = 4 * int64_t{p.pp};
+  } else if (p.schedule == Schedule::kZb2p) {
+    depth = 2 * int64_t{p.pp};
+  }
+  if (p.schedule != Schedule::kGpipe && p.gbs / (int64_t{larger_mbs} * p.dp) >= depth) return mem.peak_bytes;
+  const MemoryBreakdown& b = mem.stages[static_cast<size_t>(mem.peak_stage)].breakdown;
+  const double keep = static_cast<double>(p.mbs) / larger_mbs;
+  return mem.peak_bytes - (1 - keep) * (b.activations + b.other);
+}
+
 MoeDispatcher flex_dispatcher_to_try(const SearchOptions& o, const ModelSpec& m, const ClusterSpec& c,
                                      const Plan& plan) {
   if (o.moe_dispatcher_given || (o.framework != Framework::kMegatronCore && o.framework != Framework::kTorchtitan) ||
@@ -637,6 +652,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     Layout layout;                           // kNoMemory, kDiverges (kCandidate: the candidate's)
     double peak_bytes = 0;
     bool out_of_gpu_memory = false;          // kNoMemory: GPU memory (else host memory)
+    bool larger_microbatch_may_fit = false;  // kNoMemory: the next micro-batch is worth a try
     std::string host_memory_reason;          // kNoMemory in host memory: MemoryReport::reason
     std::string family;
     int partial_layers = 0;                  // a partial full recompute that fits: its N (0: none)
@@ -680,6 +696,9 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     if (!mem.fits) {
       ev.outcome = Evaluation::Outcome::kNoMemory;
       ev.out_of_gpu_memory = mem.peak_bytes > mem.capacity_bytes;
+      if (const int next = next_microbatch(plan); next > 0 && ev.out_of_gpu_memory) {
+        ev.larger_microbatch_may_fit = larger_microbatch_peak_lower_bound(p, mem, next) <= mem.capacity_bytes;
+      }
       if (!ev.out_of_gpu_memory) ev.host_memory_reason = mem.reason();
       ev.layout = std::move(L);
       return ev;
@@ -752,8 +771,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   int64_t dropped_variants = 0;  // variants refused: not counted as evaluated
   // The plans the loop appends: variants of a plan that fits (a stage
   // split, graphs, a dispatcher, overlap, partial recompute), and the next
-  // micro-batch of an enumerated plan (a base plan too) that does not run
-  // out of memory.
+  // micro-batch of an enumerated plan (a base plan too) unless it cannot
+  // fit where this one does not.
   std::vector<uint8_t> base_plan(plans.size(), 1);
   auto append = [&](Plan p, size_t from, bool base) {
     plans.push_back(std::move(p));
@@ -813,6 +832,10 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       }
       if (ev.outcome == Outcome::kNoMemory) {
         res.rejected[ev.out_of_gpu_memory ? "out of GPU memory" : "out of host memory (offload)"] += 1;
+        // Out of GPU memory, a larger micro-batch may still fit where it
+        // holds fewer micro-batches' fixed parts (GPipe, few micro-batches);
+        // the host's memory does not depend on it.
+        if (base_plan[i] && ev.larger_microbatch_may_fit) append_larger_microbatch(i);
         continue;
       }
       res.feasible += 1;
