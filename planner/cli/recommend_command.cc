@@ -392,7 +392,9 @@ int run_recommend(const RecommendFlags& f) {
   ProgressLine progress("searching");
   if (tty) {
     o.progress = [&progress](const char* phase, int64_t done, int64_t total) {
-      progress.update(phase, done, total, phase == std::string("simulating") ? "at most" : "");
+      // Simulating stops early where the bounds allow; evaluating learns of
+      // more plans as it goes.
+      progress.update(phase, done, total, phase == std::string("simulating") ? "at most" : "at least");
     };
   }
   SearchResult r = search_plans(model, cluster, gpus, o);

@@ -787,7 +787,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     }
   };
   for (size_t begin = 0, n = 0; begin < plans.size(); begin += n) {
-    if (o.progress) o.progress("evaluating", static_cast<int64_t>(begin), res.evaluated);
+    if (o.progress) o.progress("evaluating", static_cast<int64_t>(begin), static_cast<int64_t>(plans.size()));
     n = std::min(kBlock, plans.size() - begin);
     evaluations.assign(n, Evaluation{});
     run_in_parallel(workers, n, [&](size_t k) { evaluations[k] = evaluate(begin + k); });

@@ -84,8 +84,10 @@ struct SearchOptions {
   bool offload = false;      // also consider optimizer/parameter offload
   FaultConfig faults;        // none by default: rank by step time
   // Optional: called now and then with the phase ("evaluating": validity,
-  // memory and bound of every plan; "simulating": candidates in bound order,
-  // `total` the most that could be simulated).
+  // memory and bound of every plan, `total` the plans proposed so far, which
+  // grows as the plans that fit propose their variants and larger
+  // micro-batches; "simulating": candidates in bound order, `total` the most
+  // that could be simulated).
   std::function<void(const char* phase, int64_t done, int64_t total)> progress;
 };
 
