@@ -14,6 +14,7 @@
 #include <numeric>
 #include <optional>
 #include <queue>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -249,19 +250,27 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
   return plans;
 }
 
-struct Candidate {
-  size_t index = 0;
+// What the branch and bound needs of a candidate beyond its bound: its
+// layout and its stages' parameters (for the tighter bound).  Made only for
+// the candidates it reaches (a search can hold millions that fit).
+struct CandidateDetail {
   Layout layout;
+  std::vector<double> stage_params, stage_expert_params;
+};
+
+struct Candidate {
+  size_t index = 0;          // in the search's plans
+  int gpus = 0;              // its world size
   double lower_bound_s = 0;
   double peak_bytes = 0;
-  std::string family;
+  const std::string* family = nullptr;  // plan_family, interned
   double score_bound_s = 0;  // lower bound of the score (step time, or time to train)
   // For the tighter bound computed just before a simulation
-  // (pipeline_step_lower_bound): the plan's costs, its stages' parameters,
-  // and the score bound per second of step-time bound.
+  // (pipeline_step_lower_bound): the plan's costs and the score bound per
+  // second of step-time bound.
   const StepCosts* costs = nullptr;
-  std::vector<double> stage_params, stage_expert_params;
   double score_per_step_bound = 1;
+  std::shared_ptr<CandidateDetail> detail;  // null until the search reaches it
 };
 
 // A simulated plan and its score.
@@ -642,6 +651,18 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     std::lock_guard<std::mutex> lock(cost_mu);
     return cost_cache.emplace(key, std::move(made)).first->second;
   };
+  // A layout's memory from its cached costs.  An automatic zero-bubble plan
+  // is sized by its scheduler's memory limit, an upper bound of what
+  // `memory` prints (plan_memory), which would need a lowering (stage times
+  // and schedule) for every such candidate.  A partial full recompute's
+  // layers without recompute: its costs hold them.
+  auto memory_of = [&m, &c](const Layout& L, const StepCosts& sc) {
+    const Plan& p = L.plan;
+    const bool partial = p.recompute == Recompute::kFull && p.recompute_layers > 0;
+    return estimate_memory(m, c, L, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output,
+                           partial ? &sc.plain_layer : nullptr,
+                           partial ? (m.has_moe ? &sc.plain_moe_layer : &sc.plain_layer) : nullptr);
+  };
   // One plan's evaluation: all that depends on that plan alone, so that
   // blocks of plans are evaluated on several threads and then taken in
   // enumeration order (the outcome does not depend on the thread count).
@@ -649,7 +670,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     enum class Outcome { kInvalid, kRefused, kNoMemory, kDiverges, kCandidate };
     Outcome outcome = Outcome::kInvalid;
     std::string reject_key, reject_example;  // kInvalid, kRefused, kDiverges
-    Layout layout;                           // kNoMemory, kDiverges (kCandidate: the candidate's)
+    Layout layout;                           // kNoMemory, kDiverges, kCandidate
     double peak_bytes = 0;
     bool out_of_gpu_memory = false;          // kNoMemory: GPU memory (else host memory)
     bool larger_microbatch_may_fit = false;  // kNoMemory: the next micro-batch is worth a try
@@ -682,15 +703,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     }
     const Plan& p = L.plan;
     const StepCosts& sc = costs_of(p);
-    // An automatic zero-bubble plan is sized by its scheduler's memory limit,
-    // an upper bound of what `memory` prints (plan_memory), which would need
-    // a lowering (stage times and schedule) for every such candidate.
-    // A partial full recompute's layers without recompute: its costs hold them.
-    const bool partial = p.recompute == Recompute::kFull && p.recompute_layers > 0;
-    const MemoryReport mem =
-        estimate_memory(m, c, L, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output,
-                        partial ? &sc.plain_layer : nullptr,
-                        partial ? (m.has_moe ? &sc.plain_moe_layer : &sc.plain_layer) : nullptr);
+    const MemoryReport mem = memory_of(L, sc);
     ev.family = plan_family(p);
     ev.peak_bytes = mem.peak_bytes;
     if (!mem.fits) {
@@ -749,18 +762,19 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     }
     const double per_step = lb > 0 ? score_bound / lb : 1.0;
     ev.outcome = Evaluation::Outcome::kCandidate;
-    ev.candidate = Candidate{i, std::move(L), lb, mem.peak_bytes, ev.family, score_bound, &sc,
-                             std::move(stage_params), std::move(stage_expert_params), per_step};
+    ev.candidate = Candidate{i, world_of_plan[i], lb, mem.peak_bytes, nullptr, score_bound, &sc, per_step, nullptr};
+    ev.layout = std::move(L);
     return ev;
   };
   const size_t workers = std::max<size_t>(1, std::min<size_t>(8, std::thread::hardware_concurrency()));
   std::vector<Candidate> candidates;
+  std::set<std::string> family_names;  // Candidate::family points into it
   std::map<std::string, double> family_min_peak;
   std::map<std::string, Plan> family_min_peak_plan;  // the plan of that peak, for its label
   // Why that plan does not fit where it is the host's memory, not the GPU's
   // (an offloaded plan): MemoryReport::reason.
   std::map<std::string, std::string> family_min_peak_host_reason;
-  std::vector<Candidate> min_peak_valid;  // the valid plan closest to fitting
+  std::optional<Plan> min_peak_plan;  // the valid plan closest to fitting
   double min_peak = std::numeric_limits<double>::infinity();
   int min_peak_world = gpus;
   // Blocks of plans: evaluated in parallel, then taken in order.  The
@@ -813,7 +827,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
         continue;
       }
       res.valid += 1;
-      const Layout& lay = ev.outcome == Outcome::kCandidate ? ev.candidate.layout : ev.layout;
+      const Layout& lay = ev.layout;
       auto it = family_min_peak.find(ev.family);
       if (it == family_min_peak.end() || ev.peak_bytes < it->second) {
         family_min_peak[ev.family] = ev.peak_bytes;
@@ -822,12 +836,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       }
       if (ev.peak_bytes < min_peak) {
         min_peak = ev.peak_bytes;
-        Candidate near;
-        near.index = i;
-        near.layout = lay;
-        near.peak_bytes = ev.peak_bytes;
-        near.family = ev.family;
-        min_peak_valid = {std::move(near)};
+        min_peak_plan = lay.plan;
         min_peak_world = world_of_plan[i];
       }
       if (ev.outcome == Outcome::kNoMemory) {
@@ -867,6 +876,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
         res.rejected[ev.reject_key] += 1;
         continue;
       }
+      ev.candidate.family = &*family_names.insert(ev.family).first;
       candidates.push_back(std::move(ev.candidate));
     }
   }
@@ -889,9 +899,25 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   std::vector<Scored> best;  // sorted by (score, index)
   std::map<std::string, Scored> family_best;
   SimulateOptions so;
+  // A candidate's layout and stages' parameters, made again from its plan
+  // as its evaluation made them, once the branch and bound reaches it (on
+  // one thread: the batches below read what it made).
+  auto materialize = [&](Candidate& cand) {
+    if (cand.detail) return;
+    auto d = std::make_shared<CandidateDetail>();
+    Plan plan = plans[cand.index];
+    plan.framework = o.framework;
+    d->layout = resolve_plan(m, c, cand.gpus, plan);
+    for (const StageMemory& st : memory_of(d->layout, *cand.costs).stages) {
+      d->stage_params.push_back(st.params);
+      d->stage_expert_params.push_back(st.expert_params);
+    }
+    cand.detail = std::move(d);
+  };
   auto simulate = [&](Candidate& cand) {
+    materialize(cand);
     res.simulated += 1;
-    return simulate_step(m, c, cand.layout, so);
+    return simulate_step(m, c, cand.detail->layout, so);
   };
   std::map<size_t, Scored> scored;  // by candidate index: each plan is simulated once
   // A simulated plan's score: its step time, or expected time to train with
@@ -902,14 +928,15 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     sc.cand = &cand;
     sc.report = std::move(report);
     sc.score_s = sc.report.step_time_s;
+    const Layout& L = cand.detail->layout;
     if (fc.any()) {
-      const double tokens = static_cast<double>(cand.layout.plan.gbs) * static_cast<double>(cand.layout.plan.seq);
-      sc.faults = evaluate_faults(m, c, cand.layout, sc.report.step_time_s, tokens, fc, false);
+      const double tokens = static_cast<double>(L.plan.gbs) * static_cast<double>(L.plan.seq);
+      sc.faults = evaluate_faults(m, c, L, sc.report.step_time_s, tokens, fc, false);
       sc.score_s = fc.train_tokens > 0 ? sc.faults.time_to_train_expected_s : sc.faults.step_s;
     }
-    if (cand.layout.plan.dp_mode == DpMode::kAsync) {
+    if (L.plan.dp_mode == DpMode::kAsync) {
       sc.has_convergence = true;
-      sc.convergence = async_convergence(o.convergence, cand.layout.plan.dp, sc.report.staleness.mean);
+      sc.convergence = async_convergence(o.convergence, L.plan.dp, sc.report.staleness.mean);
       sc.score_s = sc.convergence.converges ? sc.score_s / sc.convergence.sample_efficiency
                                             : std::numeric_limits<double>::infinity();
     }
@@ -927,6 +954,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     return reason;
   };
   auto score = [&](Candidate& cand) {
+    materialize(cand);
     auto hit = scored.find(cand.index);
     if (hit != scored.end()) return hit->second;
     Scored sc = score_of(cand, simulate(cand));
@@ -985,8 +1013,9 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
         continue;
       }
       Candidate& cand = ranked_candidate(e.k);
-      const int64_t ps =
-          pipeline_step_lower_bound(m, c, cand.layout, *cand.costs, cand.stage_params, cand.stage_expert_params);
+      materialize(cand);
+      const CandidateDetail& d = *cand.detail;
+      const int64_t ps = pipeline_step_lower_bound(m, c, d.layout, *cand.costs, d.stage_params, d.stage_expert_params);
       tight[e.k] = std::max(cand.score_bound_s, static_cast<double>(ps) * 1e-12 * cand.score_per_step_bound);
       front.push(Entry{tight[e.k], e.k, true});
     }
@@ -1010,10 +1039,10 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     std::vector<std::optional<StepReport>> steady(n);
     in_parallel(all, [&](size_t k) {
       Candidate& cand = ranked_candidate(batch[k]);
-      steady[k] = simulate_steady_state(m, c, cand.layout, so);
+      steady[k] = simulate_steady_state(m, c, cand.detail->layout, so);
       if (steady[k]) return;
-      steps[k] = lower_for_simulation(m, c, cand.layout, so);
-      lowered[k] = static_cast<double>(lowered_step_lower_bound_ps(steps[k], cand.layout)) * 1e-12 *
+      steps[k] = lower_for_simulation(m, c, cand.detail->layout, so);
+      lowered[k] = static_cast<double>(lowered_step_lower_bound_ps(steps[k], cand.detail->layout)) * 1e-12 *
                    cand.score_per_step_bound;
       if (lowered[k] <= kth_now) prints[k] = lowered_step_fingerprint(steps[k]);
     });
@@ -1052,7 +1081,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     in_parallel(reported, [&](size_t k) {
       Candidate& cand = ranked_candidate(batch[k]);
       results[k] = score_of(cand, steady[k] ? std::move(*steady[k])
-                                            : report_lowered(m, c, cand.layout, so, steps[k], *engine[k], wall[k]));
+                                            : report_lowered(m, c, cand.detail->layout, so, steps[k], *engine[k],
+                                                             wall[k]));
     });
     std::vector<uint8_t> ran(n, 0);
     for (size_t k : reported) ran[k] = 1;
@@ -1080,8 +1110,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
         continue;
       }
       if (fc.failures_given) scored.emplace(cand.index, sc);
-      auto fb = family_best.find(cand.family);
-      if (fb == family_best.end() || sc.score_s < fb->second.score_s) family_best[cand.family] = sc;
+      auto fb = family_best.find(*cand.family);
+      if (fb == family_best.end() || sc.score_s < fb->second.score_s) family_best[*cand.family] = sc;
       best.push_back(std::move(sc));
       std::sort(best.begin(), best.end(), [](const Scored& a, const Scored& b) {
         return a.score_s != b.score_s ? a.score_s < b.score_s : a.cand->index < b.cand->index;
@@ -1092,11 +1122,11 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   }
   auto ranked = [&](const Scored& sc) {
     RankedPlan rp;
-    rp.layout = sc.cand->layout;
+    rp.layout = sc.cand->detail->layout;
     rp.report = sc.report;
     rp.lower_bound_s = sc.cand->lower_bound_s;
     rp.limit = limit_of(sc.report);
-    rp.family = plan_label(sc.cand->layout.plan);
+    rp.family = plan_label(sc.cand->detail->layout.plan);
     rp.has_faults = fc.any();
     rp.faults = sc.faults;
     if (fc.failures_given) add_monte_carlo(fc, &rp.faults);
@@ -1124,10 +1154,10 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     std::vector<const Scored*> group;
     for (size_t k = i; k < j; ++k) group.push_back(&best[k]);
     std::stable_sort(group.begin(), group.end(), [](const Scored* a, const Scored* b) {
-      return simpler(a->cand->layout.plan, b->cand->layout.plan);
+      return simpler(a->cand->detail->layout.plan, b->cand->detail->layout.plan);
     });
     RankedPlan rp = ranked(*group.front());
-    for (size_t k = 1; k < group.size(); ++k) rp.ties.push_back(group[k]->cand->layout);
+    for (size_t k = 1; k < group.size(); ++k) rp.ties.push_back(group[k]->cand->detail->layout);
     res.plans.push_back(std::move(rp));
     i = j;
   }
@@ -1139,7 +1169,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     std::map<int, std::vector<Candidate*>> by_world;
     for (size_t k = 0; k < candidates.size(); ++k) {
       Candidate& cand = ranked_candidate(k);
-      by_world[cand.layout.gpus].push_back(&cand);
+      by_world[cand.gpus].push_back(&cand);
     }
     for (auto it = by_world.rbegin(); it != by_world.rend(); ++it) {
       Scored world_best;
@@ -1161,7 +1191,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   std::map<std::string, Candidate*> family_first;
   for (size_t k = 0; k < candidates.size(); ++k) {
     Candidate& cand = ranked_candidate(k);
-    if (!family_first.count(cand.family)) family_first[cand.family] = &cand;
+    if (!family_first.count(*cand.family)) family_first[*cand.family] = &cand;
   }
   for (const auto& [family, peak] : family_min_peak) {
     if (family == winner) continue;
@@ -1172,7 +1202,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       auto fb = family_best.find(family);
       const bool simulated = fb != family_best.end();
       StepReport rep = simulated ? fb->second.report : simulate(*family_first[family]);
-      v.family = plan_label(simulated ? fb->second.cand->layout.plan : family_first[family]->layout.plan);
+      const Candidate& shown = simulated ? *fb->second.cand : *family_first[family];
+      v.family = plan_label(shown.detail->layout.plan);
       // No winner: every plan that fits was scored infinite.
       v.verdict = res.plans.empty() ? never_finishes(score(*family_first[family]))
                                     : why_slower(rep, res.plans.front().report);
@@ -1190,8 +1221,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   }
 
   // Nothing fits: by how much, and what would make it fit.
-  if (res.plans.empty() && res.feasible == 0 && !min_peak_valid.empty()) {
-    const Candidate& near = min_peak_valid.front();
+  if (res.plans.empty() && res.feasible == 0 && min_peak_plan) {
     auto try_variant = [&](const std::string& what, Plan p, int64_t g) {
       // A count the cluster cannot hold in whole nodes (4x 24 GPUs on
       // 64-GPU NVLink domains) is no advice.
@@ -1202,7 +1232,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       res.advice.push_back(what + fmt(": %.1f GiB per GPU", to_gib(mem.peak_bytes)) +
                            (mem.fits ? " (fits)" : " (still too much)"));
     };
-    Plan base = near.layout.plan;
+    Plan base = *min_peak_plan;
     Plan v = base;
     v.recompute = Recompute::kFull;
     try_variant("full recompute", v, min_peak_world);
