@@ -628,13 +628,16 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
                     zero3_costs && p.zero == 3, static_cast<int>(x.dispatcher), x.pad_to_capacity,
                     partial ? p.stage_layers : std::vector<int>{}, static_cast<int>(x.cuda_graph)};
   };
-  std::map<ShapeKey, StepCosts> cost_cache;  // entries stay put (std::map): references to them hold
+  // The cached costs live as long as the search: references to them hold.
+  std::map<ShapeKey, std::shared_ptr<const StepCosts>> cost_cache;
   std::mutex cost_mu;
   // The costs of a plan's shape, computed once (on whichever thread asks
   // first; a thread that loses the race drops its copy).  A partial-recompute
   // plan's costs are made of those of its two parts (every layer recomputed,
-  // none), which other plans share.
-  std::function<const StepCosts&(const Plan&)> costs_of = [&](const Plan& p) -> const StepCosts& {
+  // none), which other plans share; the part without recompute is shared,
+  // not copied (StepCosts::without_recompute).
+  std::function<std::shared_ptr<const StepCosts>(const Plan&)> shared_costs_of =
+      [&](const Plan& p) -> std::shared_ptr<const StepCosts> {
     const ShapeKey key = shape_key(layer_shape(p), p);
     {
       std::lock_guard<std::mutex> lock(cost_mu);
@@ -643,14 +646,16 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     }
     StepCosts made;
     if (p.recompute == Recompute::kFull && p.recompute_layers > 0) {
-      StepCosts all = costs_of(partial_recompute_part(p, true));
-      made = partial_recompute_step_costs(m, p, std::move(all), costs_of(partial_recompute_part(p, false)));
+      StepCosts all = *shared_costs_of(partial_recompute_part(p, true));
+      made = partial_recompute_step_costs(m, p, std::move(all), shared_costs_of(partial_recompute_part(p, false)));
     } else {
       made = step_costs(m, c, p);
     }
+    auto shared = std::make_shared<const StepCosts>(std::move(made));
     std::lock_guard<std::mutex> lock(cost_mu);
-    return cost_cache.emplace(key, std::move(made)).first->second;
+    return cost_cache.emplace(key, std::move(shared)).first->second;
   };
+  auto costs_of = [&](const Plan& p) -> const StepCosts& { return *shared_costs_of(p); };
   // A layout's memory from its cached costs.  An automatic zero-bubble plan
   // is sized by its scheduler's memory limit, an upper bound of what
   // `memory` prints (plan_memory), which would need a lowering (stage times
@@ -660,8 +665,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     const Plan& p = L.plan;
     const bool partial = p.recompute == Recompute::kFull && p.recompute_layers > 0;
     return estimate_memory(m, c, L, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output,
-                           partial ? &sc.plain_layer : nullptr,
-                           partial ? (m.has_moe ? &sc.plain_moe_layer : &sc.plain_layer) : nullptr);
+                           partial ? &sc.plain_layer() : nullptr, partial ? &sc.plain_moe_layer() : nullptr);
   };
   // One plan's evaluation: all that depends on that plan alone, so that
   // blocks of plans are evaluated on several threads and then taken in

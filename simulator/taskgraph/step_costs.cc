@@ -398,15 +398,12 @@ Plan partial_recompute_part(const Plan& p, bool recompute_all) {
   return part;
 }
 
-StepCosts partial_recompute_step_costs(const ModelSpec& m, const Plan& p, StepCosts s, const StepCosts& none) {
+StepCosts partial_recompute_step_costs(const ModelSpec& m, const Plan& p, StepCosts s,
+                                       std::shared_ptr<const StepCosts> none) {
   // Megatron's block method: the first recompute_layers of each model
   // chunk are recomputed, the rest run as without recompute.
-  s.plain_layer = none.layer;
-  s.plain_layer_times = none.layer_times;
-  if (m.has_moe) {
-    s.plain_moe_layer = none.moe_layer;
-    s.plain_moe_layer_times = none.moe_layer_times;
-  }
+  TRAINPLAN_CHECK(none != nullptr, "partial_recompute_step_costs needs the costs without recompute");
+  s.without_recompute = std::move(none);
   Layout split;
   split.plan = p;
   split.stage_layers = p.stage_layers.empty() ? balance_stage_layers(m.layers, p.pp) : p.stage_layers;
@@ -425,8 +422,9 @@ StepCosts partial_recompute_step_costs(const ModelSpec& m, const Plan& p, StepCo
 
 StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bool cp_overlap) {
   if (p.recompute == Recompute::kFull && p.recompute_layers > 0) {
-    return partial_recompute_step_costs(m, p, step_costs(m, c, partial_recompute_part(p, true), cp_overlap),
-                                        step_costs(m, c, partial_recompute_part(p, false), cp_overlap));
+    return partial_recompute_step_costs(
+        m, p, step_costs(m, c, partial_recompute_part(p, true), cp_overlap),
+        std::make_shared<const StepCosts>(step_costs(m, c, partial_recompute_part(p, false), cp_overlap)));
   }
   StepCosts s;
   s.shape = layer_shape(p);

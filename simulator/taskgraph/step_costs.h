@@ -6,6 +6,7 @@
 #define TRAINPLAN_SIM_TASKGRAPH_STEP_COSTS_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -83,23 +84,29 @@ struct StepCosts {
   LayerTimes moe_layer_times;
   std::vector<bool> moe_of_layer;
   // Partial full recompute (Plan::recompute_layers > 0): the layers of each
-  // chunk past the first N keep their activations: their costs and times
-  // without recompute, and which layers (by global index) are recomputed.
-  // Empty: every layer as `layer` / `moe_layer`.
+  // chunk past the first N keep their activations: which layers (by global
+  // index) are recomputed, and the step costs of the plan without recompute
+  // (partial_recompute_part), whose layer costs and times those layers take
+  // (shared: the planner keeps one per shape for its many partial plans).
+  // Empty / null: every layer as `layer` / `moe_layer`.
   std::vector<bool> recomputed_of_layer;
-  LayerCost plain_layer, plain_moe_layer;
-  LayerTimes plain_layer_times, plain_moe_layer_times;
+  std::shared_ptr<const StepCosts> without_recompute;
   bool plain(int64_t index) const {
     return !recomputed_of_layer.empty() && !recomputed_of_layer[static_cast<size_t>(index)];
   }
+  // The layer costs of the plain layers (REQUIRES: without_recompute).
+  const LayerCost& plain_layer() const { return without_recompute->layer; }
+  const LayerCost& plain_moe_layer() const {
+    return has_moe ? without_recompute->moe_layer : without_recompute->layer;
+  }
   const LayerCost& cost_of(int64_t index) const {
     const bool moe = moe_of_layer[static_cast<size_t>(index)];
-    if (plain(index)) return moe ? plain_moe_layer : plain_layer;
+    if (plain(index)) return moe ? without_recompute->moe_layer : without_recompute->layer;
     return moe ? moe_layer : layer;
   }
   const LayerTimes& times_of(int64_t index) const {
     const bool moe = moe_of_layer[static_cast<size_t>(index)];
-    if (plain(index)) return moe ? plain_moe_layer_times : plain_layer_times;
+    if (plain(index)) return moe ? without_recompute->moe_layer_times : without_recompute->layer_times;
     return moe ? moe_layer_times : layer_times;
   }
   // Sum of forward + backward of layers [first, first + count);
@@ -151,9 +158,10 @@ Plan partial_recompute_part(const Plan& plan, bool recompute_all);
 // The step costs of a partial full-recompute plan from those of its two
 // parts (step_costs of partial_recompute_part(plan, true) and (plan, false),
 // same cp_overlap): what step_costs(plan) returns, without costing the
-// layers again (the planner caches the parts).
-// REQUIRES: plan.recompute == kFull, plan.recompute_layers > 0.
-StepCosts partial_recompute_step_costs(const ModelSpec& model, const Plan& plan, StepCosts all, const StepCosts& none);
+// layers again (the planner caches the parts; `none` is shared, not copied).
+// REQUIRES: plan.recompute == kFull, plan.recompute_layers > 0, none.
+StepCosts partial_recompute_step_costs(const ModelSpec& model, const Plan& plan, StepCosts all,
+                                       std::shared_ptr<const StepCosts> none);
 
 // The first global layer of each pipeline stage (balanced or explicit split).
 std::vector<int64_t> stage_first_layers(const std::vector<int>& stage_layers);
