@@ -296,22 +296,27 @@ double costliest_stage_ps(const std::vector<double>& work, const std::vector<int
   return worst;
 }
 
-// The stage split balanced by work (work_balanced_stage_layers) of a plan
-// cut by the default rule (balance_stage_layers), when its costliest stage
-// is at least 0.5% lighter than the default's; empty otherwise.  The layers'
-// work is their simulated time per micro-batch, so a large vocabulary's
-// output layer (GPT-OSS 120B: about 4.6 layers) and MoE or dense layers each
-// weigh what they cost.  Only the looped schedules: the V schedules and
-// DualPipe place both ends on rank 0.  Whether the variant is valid and its
-// framework runs it (Megatron-DeepSpeed splits evenly) is its own
-// evaluation's question.
-std::vector<int> work_balanced_split_to_try(const ModelSpec& m, const Plan& plan, const Layout& L,
-                                            const StepCosts& sc) {
+// Whether a plan cut by the default rule (balance_stage_layers) is tried
+// with its stages balanced by work too: pipelined, no split or partial
+// recompute of its own, a looped schedule (the V schedules and DualPipe
+// place both ends on rank 0), synchronous.
+bool work_balanced_split_applies(const Plan& plan, const Layout& L) {
   const Plan& p = L.plan;
-  if (!plan.stage_layers.empty() || p.pp < 2 || p.recompute_layers > 0 || v_shape(p.schedule) ||
-      p.schedule == Schedule::kDualPipe || p.dp_mode != DpMode::kSync) {
-    return {};
-  }
+  return plan.stage_layers.empty() && p.pp >= 2 && p.recompute_layers == 0 && !v_shape(p.schedule) &&
+         p.schedule != Schedule::kDualPipe && p.dp_mode == DpMode::kSync;
+}
+
+// The stage split balanced by work (work_balanced_stage_layers) of such a
+// plan, when its costliest stage is at least 0.5% lighter than the default
+// split's; empty otherwise.  The layers' work is their simulated time per
+// micro-batch, so a large vocabulary's output layer (GPT-OSS 120B: about 4.6
+// layers) and MoE or dense layers each weigh what they cost.  A function of
+// the layer costs and the default split only (the search keeps it per
+// pair).  Whether the variant is valid and its framework runs it
+// (Megatron-DeepSpeed splits evenly) is its own evaluation's question.
+std::vector<int> work_balanced_split_of(const ModelSpec& m, const StepCosts& sc,
+                                        const std::vector<int>& default_split) {
+  const int pp = static_cast<int>(default_split.size());
   std::vector<double> work(static_cast<size_t>(m.layers));
   for (int64_t i = 0; i < m.layers; ++i) {
     const LayerTimes& t = sc.times_of(i);
@@ -320,12 +325,12 @@ std::vector<int> work_balanced_split_to_try(const ModelSpec& m, const Plan& plan
   const double first = static_cast<double>(sc.embedding_forward_ps + sc.embedding_backward_ps);
   const double last = static_cast<double>(sc.output_forward_ps + sc.output_backward_ps);
   // No split beats an equal share of the whole work (nor the heaviest layer).
-  double least = std::accumulate(work.begin(), work.end(), first + last) / p.pp;
+  double least = std::accumulate(work.begin(), work.end(), first + last) / pp;
   least = std::max({least, *std::max_element(work.begin(), work.end()), first + work.front(), last + work.back()});
-  const double current = costliest_stage_ps(work, L.stage_layers, first, last);
+  const double current = costliest_stage_ps(work, default_split, first, last);
   if (least > 0.995 * current) return {};
-  std::vector<int> split = work_balanced_stage_layers(work, p.pp, first, last);
-  if (split.empty() || split == L.stage_layers) return {};
+  std::vector<int> split = work_balanced_stage_layers(work, pp, first, last);
+  if (split.empty() || split == default_split) return {};
   if (costliest_stage_ps(work, split, first, last) > 0.995 * current) return {};
   return split;
 }
@@ -667,6 +672,21 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     return estimate_memory(m, c, L, sc.layer, m.has_moe ? sc.moe_layer : sc.layer, sc.embedding, sc.output,
                            partial ? &sc.plain_layer() : nullptr, partial ? &sc.plain_moe_layer() : nullptr);
   };
+  // work_balanced_split_of per (costs, default split): the plans of one shape
+  // and pipeline share it.
+  std::map<std::pair<const StepCosts*, std::vector<int>>, std::vector<int>> balanced_cache;
+  std::mutex balanced_mu;
+  auto balanced_split_of = [&](const StepCosts& sc, const std::vector<int>& default_split) {
+    auto key = std::make_pair(&sc, default_split);
+    {
+      std::lock_guard<std::mutex> lock(balanced_mu);
+      auto it = balanced_cache.find(key);
+      if (it != balanced_cache.end()) return it->second;
+    }
+    std::vector<int> split = work_balanced_split_of(m, sc, default_split);
+    std::lock_guard<std::mutex> lock(balanced_mu);
+    return balanced_cache.emplace(std::move(key), std::move(split)).first->second;
+  };
   // One plan's evaluation: all that depends on that plan alone, so that
   // blocks of plans are evaluated on several threads and then taken in
   // enumeration order (the outcome does not depend on the thread count).
@@ -725,7 +745,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     // Only where the default split fits: the balanced one moves layers off the
     // last stage onto the earlier ones, whose in-flight micro-batches set the
     // peak under 1F1B.
-    ev.balanced_stages = work_balanced_split_to_try(m, plan, L, sc);
+    if (work_balanced_split_applies(plan, L)) ev.balanced_stages = balanced_split_of(sc, L.stage_layers);
     // Under Megatron-Core, a layout whose layers are host-bound is searched
     // with per-layer CUDA graphs too (cuda_graphs_to_try).
     if (o.framework == Framework::kMegatronCore) ev.cuda_graph = cuda_graphs_to_try(m, plan, L, sc);
