@@ -193,17 +193,19 @@ MoeDispatcher flex_dispatcher_to_try(const SearchOptions& o, const ModelSpec& m,
 // plan's own memory report: the search does not try the larger micro-batch
 // where this exceeds the GPU's memory.  A stage holds the activations of
 // min(depth, m) micro-batches, m x mbs being its share of the global batch,
-// and one micro-batch's grow with mbs less a part that does not (token
-// counts, per-micro-batch buffers).  So where the larger micro-batches still
-// cover the schedule's deepest warm-up (pp under 1F1B and ZB-1p, 2 x pp under
-// ZB-2p, 2 x pp x the chunks per rank under the interleaved and V schedules;
-// never under GPipe, which holds every micro-batch) the larger plan holds at
-// least as much: the bound is plan's peak.  Elsewhere each stage holds at
-// least mbs / larger_mbs of its activations (m / r micro-batches, each at
-// least as large), and the allocator-level parts are taken as falling by
-// as much: the peak stage's total less (1 - mbs / larger_mbs) of its
-// activations and `other`.  search_test.cc checks the bound against the
-// memory model on a grid of plans.
+// and one micro-batch's grow with mbs, though less than in proportion where
+// a part does not scale with its tokens (an MoE layer's busiest expert rank
+// carries a larger share of a smaller micro-batch: expected_max_rank_load).
+// So where the larger micro-batches still cover the schedule's deepest
+// warm-up (pp under 1F1B and ZB-1p, 2 x pp under ZB-2p, 2 x pp x the chunks
+// per rank under the interleaved and V schedules; never under GPipe, which
+// holds every micro-batch) the larger plan holds at least as much: the bound
+// is plan's peak.  Elsewhere each stage holds at least mbs / larger_mbs of
+// its activations (m / r micro-batches, each at least as large), and the
+// allocator-level parts are taken as falling by as much: the peak stage's
+// total less (1 - mbs / larger_mbs) of its activations and `other`.
+// search_test.cc checks the bound against the memory model on a grid of
+// plans.
 // REQUIRES: mem is estimate_memory of plan's layout; larger_mbs > plan.mbs.
 double larger_microbatch_peak_lower_bound(const Plan& plan, const MemoryReport& mem, int larger_mbs);
 

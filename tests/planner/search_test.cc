@@ -618,8 +618,9 @@ TEST_CASE("Search: a plan's memory does not fall as its micro-batch grows, nor w
   // share of the global batch, so where m >= p its activations grow with
   // mbs; the overlapped forms add buffers (TE userbuffers) or a micro-batch
   // in flight.  And the bound is not vacuous: under GPipe, which holds every
-  // micro-batch, the larger micro-batch holds less (fewer micro-batches'
-  // per-micro-batch parts) on this grid.
+  // micro-batch, the larger micro-batch holds less on this grid (Qwen3 at
+  // cp 2: the busiest expert rank's expected share of a micro-batch's tokens,
+  // expected_max_rank_load, is larger for fewer tokens).
   struct Case {
     const char* model;
     int gpus;
