@@ -258,6 +258,15 @@ struct CandidateDetail {
   std::vector<double> stage_params, stage_expert_params;
 };
 
+// Each stage's parameters and routed-expert parameters from a memory report,
+// as the bounds take them.
+void stage_params_of(const MemoryReport& mem, std::vector<double>* params, std::vector<double>* expert_params) {
+  for (const StageMemory& st : mem.stages) {
+    params->push_back(st.params);
+    expert_params->push_back(st.expert_params);
+  }
+}
+
 struct Candidate {
   size_t index = 0;          // in the search's plans
   int gpus = 0;              // its world size
@@ -760,10 +769,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       ev.partial_layers = smallest_fitting_recompute_layers(m, c, L, sc, costs_of(partial_recompute_part(p, false)));
     }
     std::vector<double> stage_params, stage_expert_params;
-    for (const StageMemory& st : mem.stages) {
-      stage_params.push_back(st.params);
-      stage_expert_params.push_back(st.expert_params);
-    }
+    stage_params_of(mem, &stage_params, &stage_expert_params);
     const double lb = static_cast<double>(step_time_lower_bound(m, c, L, sc, stage_params, stage_expert_params)) * 1e-12;
     double score_bound = lb;
     if (p.dp_mode == DpMode::kAsync) {
@@ -865,8 +871,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       }
       if (ev.outcome == Outcome::kNoMemory) {
         res.rejected[ev.out_of_gpu_memory ? "out of GPU memory" : "out of host memory (offload)"] += 1;
-        // Out of GPU memory, a larger micro-batch may still fit where it
-        // holds fewer micro-batches' fixed parts (GPipe, few micro-batches);
+        // Out of GPU memory, the next micro-batch is tried where its lower
+        // bound says it may still fit (larger_microbatch_peak_lower_bound);
         // the host's memory does not depend on it.
         if (base_plan[i] && ev.larger_microbatch_may_fit) append_larger_microbatch(i);
         continue;
@@ -932,10 +938,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     Plan plan = plans[cand.index];
     plan.framework = o.framework;
     d->layout = resolve_plan(m, c, cand.gpus, plan);
-    for (const StageMemory& st : memory_of(d->layout, *cand.costs).stages) {
-      d->stage_params.push_back(st.params);
-      d->stage_expert_params.push_back(st.expert_params);
-    }
+    stage_params_of(memory_of(d->layout, *cand.costs), &d->stage_params, &d->stage_expert_params);
     cand.detail = std::move(d);
   };
   auto simulate = [&](Candidate& cand) {
