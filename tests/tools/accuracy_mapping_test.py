@@ -258,5 +258,102 @@ class Nemo2407Facts(unittest.TestCase):
         self.assertIsNone(accuracy.flags_for(row, "trainplan"))
 
 
+# A help text that offers every option the MoE rules look for (cli_offers reads `trainplan simulate --help`).
+FAKE_CLI = "fake-trainplan"
+accuracy._HELP[FAKE_CLI] = ("--ep --etp --vp --mtp-layers --recompute-modules --framework megatron-core --moe-dispatcher "
+                            "--precision fp8 --schedule gpipe|1f1b|zb-1p|dualpipe-v|dualpipe")
+
+# DeepSeek-V3's report row as published_moe_dev.json writes it (the fields the rules read).
+DSV3_REPORT = {
+    "id": "dsv3_report", "kind": "derived_throughput",
+    "model": {"layers": 61, "hidden": 7168, "heads": 128, "kv_heads": 128, "ffn_hidden": 18432, "vocab": 129280,
+              "seq_len": 4096, "mtp_layers": 1},
+    "attention": "mla",
+    "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+            "v_head_dim": 128},
+    "moe": {"experts": 256, "top_k": 8, "expert_ffn_hidden": 2048, "shared_experts": 1, "dense_layers_first": 3,
+            "capacity_factor": None,
+            "router": "sigmoid scores, group-limited top-8 (8 groups, top-4 groups), aux-loss-free expert bias + "
+                      "small sequence aux loss, top-k scaling 2.5"},
+    "hardware": {"gpu": "H800 (SXM, 80GB; Hopper with reduced NVLink)", "gpus": 2048, "gpus_per_node": 8,
+                 "intra_node": "NVLink/NVSwitch, ~160 GB/s per GPU as stated in the report",
+                 "inter_node": "InfiniBand 400 Gb/s (~50 GB/s) per GPU, fat-tree"},
+    "layout": {"tp": 1, "pp": 16, "cp": 1, "ep": 64, "etp": 1, "micro_batch": None,
+               "vp": "DualPipe (bidirectional schedule; each rank holds chunks from both ends, 2x parameter copies)",
+               "zero_stage": "ZeRO-1 data parallel", "precision": "FP8 GEMMs (1x128 activation tiles)",
+               "recompute": "RMSNorm and MLA up-projection recomputed in backward; EMA kept in CPU memory",
+               "global_batch": "3072 -> 15360 sequences ramp over first 469B tokens, then 15360",
+               "framework": "HAI-LLM (in-house)",
+               "token_dispatcher": "custom all-to-all kernels, IB then NVLink forwarding, 20 SMs for communication; "
+                                   "node-limited routing (<=4 nodes per token)"},
+    "measured": {"h800_gpu_hours_per_trillion_tokens": 180000},
+    "derived": {"tokens_per_s_per_gpu": 1543.2},
+    "notes": "16-way PP with DualPipe, 64-way EP across 8 nodes, ZeRO-1 DP, no TP; MTP depth 1 (not counted in the "
+             "6N TFLOP/s).",
+    "source": "DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report'",
+}
+
+
+class MoeRules(unittest.TestCase):
+    def test_h800_is_dgx_h100_with_the_stated_nvlink(self):
+        # ACCURACY.md cluster rule: "a cluster JSON derived from the nearest built-in one with only the figures the
+        # row states changed".  The H800 is the H100 die with fewer NVLinks; the row states ~160 GB/s per GPU
+        # (report Sec. 3.2.2) and 50 GB/s of InfiniBand per GPU, which dgx-h100's 8 x 400 Gb/s NICs already give.
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(accuracy.moe_cluster_for(DSV3_REPORT, tmp)) as f:
+                derived = json.load(f)
+        with open(os.path.join(ROOT, "topologies", "dgx-h100.json")) as f:
+            built = json.load(f)
+        self.assertEqual(derived["intra_node"]["bandwidth"], "160GB/s")
+        self.assertEqual({k: v for k, v in built["intra_node"].items() if k != "bandwidth"},
+                         {k: v for k, v in derived["intra_node"].items() if k != "bandwidth"})
+        for key in ("gpu", "inter_node", "host", "gpus_per_node"):
+            self.assertEqual(built[key], derived[key], key)
+        self.assertEqual(built["inter_node"]["nics_per_node"] * 400 / 8 / built["gpus_per_node"], 50)
+
+    def test_dispatcher_m5(self):
+        d = accuracy.moe_dispatcher_for
+        self.assertEqual(d(DSV3_REPORT["layout"]), "deepep")  # "IB then NVLink forwarding": DeepEP's normal kernels
+        self.assertEqual(d({"token_dispatcher": "flex (DeepEP)"}), "deepep")
+        self.assertEqual(d({"token_dispatcher": "alltoall (NCCL)"}), "alltoall")
+        self.assertIsNone(d({"token_dispatcher": None}))
+
+    def test_global_batch_after_its_ramp(self):
+        # "3072 -> 15360 sequences ramp over first 469B tokens, then 15360": 15360 holds for 97% of the 14.8T tokens.
+        self.assertEqual(accuracy.moe_global_batch_of(DSV3_REPORT["layout"]), 15360)
+        self.assertEqual(accuracy.moe_global_batch_of({"global_batch": 512}), 512)
+        self.assertIsNone(accuracy.moe_global_batch_of({"global_batch": "not stated"}))
+
+    def test_model_carries_the_router_groups(self):
+        # "group-limited top-8 (8 groups, top-4 groups)": DeepSeek-V3's n_group 8, topk_group 4.
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(accuracy.moe_model_file(DSV3_REPORT, tmp)) as f:
+                moe = json.load(f)["moe"]
+        self.assertEqual((moe["router_groups"], moe["router_group_topk"]), (8, 4))
+        self.assertEqual((moe["router"], moe["load_balancing"]), ("sigmoid", "aux_free"))
+
+    def test_report_row_flags(self):
+        flags, metric, measured, key = accuracy.moe_flags_for(DSV3_REPORT, FAKE_CLI)
+        f = " ".join(flags)
+        for part in ("--pp 16", "--ep 64", "--mbs 1", "--gbs 15360", "--schedule dualpipe", "--mtp-layers 1",
+                     "--moe-dispatcher deepep", "--precision fp8", "--zero 1"):
+            self.assertIn(part, f)
+        self.assertNotIn("--framework", f)  # HAI-LLM: no profile, trainplan's generic executor
+        self.assertEqual((measured, key), (1543.2, "tokens_per_s_per_gpu"))
+
+    def test_mtp_only_where_the_run_trained_it(self):
+        # Megatron-Bridge's "DeepSeekV3 (w/o MTP)" row: the model has an MTP module, the benchmark did not run it.
+        row = json.loads(json.dumps(DSV3_REPORT))
+        row.update(kind="measured_throughput", measured={"model_tflops_per_gpu": 782},
+                   notes="25.11 DGX-GB200 row 'DeepSeekV3 (w/o MTP)': GA 64")
+        row["layout"].update(vp=4, micro_batch=1, global_batch=4096, pp=4)
+        flags = accuracy.moe_flags_for(row, FAKE_CLI)[0]
+        self.assertNotIn("--mtp-layers", flags)
+        self.assertNotIn("dualpipe", flags)
+        # A vp string that names no schedule the CLI offers stays not expressible.
+        row["layout"]["vp"] = "interleaved (not stated)"
+        self.assertIsNone(accuracy.moe_flags_for(row, FAKE_CLI))
+
+
 if __name__ == "__main__":
     unittest.main()
