@@ -375,6 +375,28 @@ TEST_CASE("collective_cost: H100 with 8x NDR 400 Gb/s", "[sim][network]") {
   }
 }
 
+TEST_CASE("collective_cost: hgx-h800 reaches the NVLink and InfiniBand rates DeepSeek-V3's report states", "[sim][network]") {
+  // DeepSeek-V3 report (arXiv:2412.19437) Sec. 3.2.2: "NVLink offers a bandwidth of 160 GB/s, roughly 3.2
+  // times that of IB (50 GB/s)".  The built-in cluster states only link counts and rates (8 NVLink4 links,
+  // 8 x 400 Gb/s NICs), so the model's large-message rates are an independent check of it.
+  const ClusterSpec c = load_cluster("hgx-h800");
+  const LinkParams p = link_params(c);
+  SECTION("one node: all-gather and all-to-all bus bandwidth ~160 GB/s") {
+    const CollectiveCost ag = collective_cost(Collective::kAllGather, bytes(4 * kGiB), one_node(8), p);
+    CHECK(ag.bottleneck == LinkTier::kIntraNode);
+    CHECK_THAT(busbw_gb_per_s(ag), WithinRel(160.0, 0.05));
+    const CollectiveCost a2a = collective_cost(Collective::kAllToAll, bytes(4 * kGiB), one_node(8), p);
+    CHECK_THAT(busbw_gb_per_s(a2a), WithinRel(160.0, 0.05));
+  }
+  SECTION("one GPU per node: ~50 GB/s over its own NIC, about 3.2x less") {
+    const CollectiveCost sr = collective_cost(Collective::kSendRecv, bytes(1 * kGiB), nodes_of(2, 1), p);
+    CHECK(sr.bottleneck == LinkTier::kInterNode);
+    CHECK_THAT(sr.bus_bandwidth.gigabytes_per_s(), WithinRel(50.0, 0.06));
+    const CollectiveCost ag = collective_cost(Collective::kAllGather, bytes(4 * kGiB), one_node(8), p);
+    CHECK_THAT(ag.bus_bandwidth.gigabytes_per_s() / sr.bus_bandwidth.gigabytes_per_s(), WithinRel(3.2, 0.1));
+  }
+}
+
 TEST_CASE("collective_cost: the cheapest (algorithm, protocol) wins", "[sim][network]") {
   const LinkParams p = link_params(dgx_a100());
 
