@@ -11,22 +11,7 @@ MPI=(mpirun --allow-run-as-root --oversubscribe -np 2)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-plan() {  # name tp pp cp zero seq
-  cat > "$work/$1.json" <<JSON
-{"model": "gpt-tiny", "cluster": "cpu-local", "gpus": 2, "tp": $2, "pp": $3, "dp": $((2 / ($2 * $3 * $4))), "cp": $4,
- "vp": 1, "zero": $5, "mbs": 2, "gbs": 8, "seq": $6, "recompute": "none", "sp": false, "schedule": "1f1b",
- "precision": "fp32", "grad_dtype": "fp32", "attention": "flash"}
-JSON
-}
-plan dp2 1 1 1 0 128; plan tp2 2 1 1 0 128; plan pp2 1 2 1 0 128; plan cp2 1 1 2 0 256; plan zero3 1 1 1 3 128
-# ZB-V: two chunks per rank in a V (the hand-over at the turn stays on rank 1).
-sed 's/"schedule": "1f1b"/"schedule": "zb-v"/' "$work/pp2.json" > "$work/zbv2.json"
-# An MoE plan: gpt-tiny-moe's 4 experts over ep=2 (token all-to-all each layer).
-cat > "$work/moe_ep2.json" <<JSON
-{"model": "gpt-tiny-moe", "cluster": "cpu-local", "gpus": 2, "tp": 1, "pp": 1, "dp": 2, "cp": 1, "ep": 2, "etp": 1,
- "vp": 1, "zero": 0, "mbs": 2, "gbs": 8, "seq": 128, "recompute": "none", "sp": false, "schedule": "1f1b",
- "precision": "fp32", "grad_dtype": "fp32", "attention": "flash"}
-JSON
+bash "$(dirname "$0")/../../tools/validation_plans.sh" "$work" || fail "could not write the plans"
 
 calibrate() {
   "${MPI[@]}" "$T" calibrate --backend cpu --out "$work/cal.json" -e 4M --iters 10 --model gpt-tiny --model gpt-tiny-moe --mbs 2 \
