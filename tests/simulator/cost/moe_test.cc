@@ -35,7 +35,9 @@ TEST_CASE("MoE models: total and active parameters match the published counts wi
   // 235B / 22B (model cards); DeepSeek-V3 671B / 36.6B activated
   // "including the 0.9B output head" (README_WEIGHTS; the input embedding
   // lookup not counted); gpt-oss-120b 116.83B / 5.13B "unembedding counted,
-  // embedding not" (model card Table 1).
+  // embedding not" (model card Table 1); DeepSeek-V2 236B / 21B activated
+  // (arXiv:2405.04434 abstract; counted in V3's convention, without the
+  // input embedding: 20.85B, 21.38B with it, both "21B" at the printed unit).
   // Within 1%, or within half a unit of the last printed digit (plus 0.1%)
   // where that is wider: Qwen3-30B-A3B's card prints "3.3B"; the count here
   // is 3.353B (attention 18.87M + 8 experts 37.75M + router 0.26M per layer,
@@ -49,6 +51,7 @@ TEST_CASE("MoE models: total and active parameters match the published counts wi
                         Case{"qwen3-30b-a3b", 30.5e9, 3.3e9, 0.1e9, false},
                         Case{"qwen3-235b-a22b", 235e9, 22e9, 1e9, false},
                         Case{"deepseek-v3", 671e9, 36.6e9, 0.1e9, true},
+                        Case{"deepseek-v2", 236e9, 21e9, 1e9, true},
                         Case{"gpt-oss-120b", 116.83e9, 5.13e9, 0.01e9, true}}) {
     INFO(c.model);
     const ModelSpec m = load_model(c.model);
