@@ -359,8 +359,9 @@ def moe_model_file(row, tmp):
     """M4 (MoE rows): M1 (SwiGLU, untied, no dropout, RoPE) with the row's shape; head_dim when given; the "moe"
     block from row.moe (experts, top_k, expert_ffn_hidden, shared_experts, dense_layers = dense_layers_first, every
     layer MoE after them, capacity_factor as printed, router sigmoid when the router text says sigmoid, aux_free when
-    it says aux-loss-free, router_groups / router_group_topk when it says "(N groups, top-M groups)"); attention "mla" with row.mla's dimensions when row.attention is mla; ffn_hidden null ->
-    expert_ffn_hidden (no dense layer uses it)."""
+    it says aux-loss-free, router_groups / router_group_topk when it says "(N groups, top-M groups)"); attention
+    "mla" with row.mla's dimensions when row.attention is mla; ffn_hidden null -> expert_ffn_hidden (no dense layer
+    uses it)."""
     m, e = row["model"], row["moe"]
     router = (e.get("router") or "").lower()
     moe = {"experts": e["experts"], "top_k": e["top_k"], "expert_ffn_hidden": e["expert_ffn_hidden"],
@@ -410,9 +411,9 @@ def moe_flags_for(row, trainplan):
     batch by moe_global_batch_of; a vp string naming DualPipe -> --schedule dualpipe (L7, once the CLI offers it),
     other vp strings -> not expressible; --mtp-layers N where the notes say the run trained "MTP depth N" (the
     model's mtp_layers is the architecture: Megatron-Bridge's DeepSeek-V3 rows ran "w/o MTP", the GB200 guide's
-    layout 'Et|(tt|)*30L' has no MTP stage).  The metric is Megatron-Core's model TFLOP/s (T1), compared at the source's own FLOP count
-    where it prints tokens/s too (source_flops_per_token); trainplan's count (causal attention, top-k experts)
-    otherwise; else tokens/s per GPU, measured or (a derived_throughput row) derived."""
+    layout 'Et|(tt|)*30L' has no MTP stage).  The metric is Megatron-Core's model TFLOP/s (T1), compared at the
+    source's own FLOP count where it prints tokens/s too (source_flops_per_token); trainplan's count (causal
+    attention, top-k experts) otherwise; else tokens/s per GPU, measured or (a derived_throughput row) derived."""
     lay = row["layout"]
     vp = lay.get("vp")
     dualpipe = isinstance(vp, str) and vp.lower().startswith("dualpipe") and cli_offers(trainplan, "dualpipe")
@@ -504,9 +505,12 @@ def moe_section(trainplan, path, tmp):
         pred = metric_of(res, key, row["measured"])
         err = (pred - measured) / measured
         errs.append(err)
-        shown = cluster if not cluster.endswith(".json") else "%s (derived: NVLink %s)" % (
-            json.load(open(cluster))["name"].split("-" + row["id"])[0],
-            json.load(open(cluster))["intra_node"]["bandwidth"].replace("GB/s", " GB/s"))
+        shown = cluster
+        if cluster.endswith(".json"):  # derived (moe_cluster_for): the built-in it came from and what changed
+            with open(cluster) as f:
+                doc = json.load(f)
+            shown = "%s (derived: NVLink %s)" % (doc["name"][:-len("-" + row["id"])],
+                                                 doc["intra_node"]["bandwidth"].replace("GB/s", " GB/s"))
         lines.append("| %s | %s | %s | %.4g | %.4g | %+.1f%% | %s | %s |" % (
             row["id"], shown, metric, measured, pred, 100 * err, "yes" if res.get("fits") else "no",
             " ".join(flags)))
