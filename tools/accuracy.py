@@ -228,6 +228,67 @@ def global_batch_of(row):
     return None
 
 
+def recompute_flags(lay, trainplan):
+    """L5, and for selective recompute the modules named in its parentheses (Megatron-Core --recompute-modules)
+    when the CLI offers --recompute-modules."""
+    rc = recompute_of(lay)
+    f = ["--recompute", rc]
+    text = (lay.get("recompute") or "").lower()
+    if rc == "selective" and "(" in text and cli_offers(trainplan, "--recompute-modules"):
+        words = re.findall(r"[a-z_]+", text.split("(", 1)[1])
+        mods = [w for w in ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj")
+                if w in words]
+        if mods:
+            f += ["--recompute-modules", ",".join(mods)]
+    return f
+
+
+def sp_flags(lay, trainplan):
+    """L6: --sp when sequence_parallel is true, or null with --tp-comm-overlap in the overlap field; and the row's
+    own overlap field listing --tp-comm-overlap -> --tp-comm-overlap, where it means something (tp > 1, sequence
+    parallel) and the CLI offers it."""
+    sp = lay.get("sequence_parallel")
+    overlap = "--tp-comm-overlap" in (lay.get("overlap") or "")
+    if not (sp or (sp is None and overlap)):
+        return []
+    if overlap and (lay.get("tp") or 1) > 1 and cli_offers(trainplan, "--tp-comm-overlap"):
+        return ["--sp", "--tp-comm-overlap"]
+    return ["--sp"]
+
+
+def precision_flags(lay, trainplan):
+    """L9: FP8 / float8 anywhere in precision, techniques or quantization -> --precision fp8 (the recipe is
+    trainplan's default; None, not expressible, where the CLI does not offer it); "fp16" -> fp16; otherwise bf16
+    (every GPU here has bf16 tensor cores)."""
+    text = " ".join(str(lay.get(k) or "") for k in ("precision", "techniques", "quantization")).lower()
+    if "fp8" in text or "float8" in text:
+        return ["--precision", "fp8"] if cli_offers(trainplan, "fp8") else None
+    return ["--precision", "fp16" if "fp16" in text else "bf16"]
+
+
+def schedule_flags(row, trainplan, per=None):
+    """L7: ZB-1p/ZB-2p -> --schedule zb-1p/zb-2p when the CLI offers them (else None, not expressible); vp int > 1
+    -> interleaved with that vp; "1 layer per chunk" (1F1B-I) -> vp = the smallest stage's layer count (`per`, else
+    layers / pp; None below 2); "interleaved (... not stated)" -> vp 2; a vp naming DualPipe -> --schedule dualpipe
+    when the CLI offers it (else None); "GPipe" -> gpipe; otherwise trainplan's default (1f1b)."""
+    lay = row["layout"]
+    sched = (lay.get("schedule") or "").strip().lower()
+    vp = lay.get("vp")
+    if sched in ("zb-1p", "zb-2p"):
+        return ["--schedule", sched] if cli_offers(trainplan, sched) else None
+    if isinstance(vp, int) and vp > 1:
+        return ["--vp", str(vp)]
+    text = vp.lower() if isinstance(vp, str) else ""
+    if "1 layer per chunk" in text:
+        smallest = min(per) if per else row["model"]["layers"] // lay["pp"]
+        return ["--vp", str(smallest)] if smallest >= 2 else None
+    if "interleaved" in text:
+        return ["--vp", "2"]
+    if text.startswith("dualpipe"):
+        return ["--schedule", "dualpipe"] if cli_offers(trainplan, "dualpipe") else None
+    return ["--schedule", "gpipe"] if sched == "gpipe" else []
+
+
 def flags_for(row, trainplan, layout_only=False):
     """ACCURACY.md's rules, row by row: returns (flags, mbs, metric, measured, predicted_key) or None (not
     expressible); with layout_only (flags, mbs)."""
@@ -243,30 +304,14 @@ def flags_for(row, trainplan, layout_only=False):
         f += ["--cp", str(lay["cp"])]
     # L10: naive attention for sources dated <= 2022, else flash.
     f += ["--attention", "flash" if source_year(row) > 2022 else "naive"]
-    f += ["--recompute", recompute_of(lay)]
-    # L6: --sp when sequence_parallel is true, or null with --tp-comm-overlap in the overlap field.
-    sp = lay.get("sequence_parallel")
-    if sp or (sp is None and "--tp-comm-overlap" in (lay.get("overlap") or "")):
-        f += ["--sp"]
-    # L6 (continued): the row's own overlap field lists --tp-comm-overlap -> --tp-comm-overlap, where it means
-    # something (tp > 1, sequence parallel) and the CLI offers it.
-    if ("--tp-comm-overlap" in (lay.get("overlap") or "") and tp > 1 and "--sp" in f
-            and cli_offers(trainplan, "--tp-comm-overlap")):
-        f += ["--tp-comm-overlap"]
+    f += recompute_flags(lay, trainplan) + sp_flags(lay, trainplan)
     z = zero_of(lay)
     if z > 0:
         f += ["--zero", str(z)]
-    # L9: FP8 / float8 anywhere in precision, techniques or quantization -> --precision fp8 (the recipe is
-    # trainplan's default); "fp16" -> fp16; otherwise bf16 (every GPU here has bf16 tensor cores).
-    prec_text = " ".join(str(lay.get(k) or "") for k in ("precision", "techniques", "quantization")).lower()
-    if "fp8" in prec_text or "float8" in prec_text:
-        if not cli_offers(trainplan, "fp8"):
-            return None
-        f += ["--precision", "fp8"]
-    elif "fp16" in prec_text:
-        f += ["--precision", "fp16"]
-    else:
-        f += ["--precision", "bf16"]
+    prec = precision_flags(lay, trainplan)
+    if prec is None:
+        return None
+    f += prec
     # F1: --framework once the CLI has it: the framework the row ran on.
     fw = framework_for(row)
     if fw and cli_offers(trainplan, fw):
@@ -283,24 +328,10 @@ def flags_for(row, trainplan, layout_only=False):
         per[0] -= 1
         per[-1] -= 1
         f += ["--stage-layers", ",".join(map(str, per))]
-    # L7: schedule.
-    sched = (lay.get("schedule") or "").strip().lower()
-    vp = lay.get("vp")
-    if sched in ("zb-1p", "zb-2p"):
-        if not cli_offers(trainplan, sched):
-            return None
-        f += ["--schedule", sched]
-    elif isinstance(vp, int) and vp > 1:
-        f += ["--vp", str(vp)]
-    elif isinstance(vp, str) and "1 layer per chunk" in vp:
-        smallest = min(per) if per else layers // pp
-        if smallest < 2:
-            return None
-        f += ["--vp", str(smallest)]
-    elif isinstance(vp, str) and "interleaved" in vp.lower():
-        f += ["--vp", "2"]
-    elif sched == "gpipe":
-        f += ["--schedule", "gpipe"]
+    sched = schedule_flags(row, trainplan, per)
+    if sched is None:
+        return None
+    f += sched
     # L3: micro-batch = layout.micro_batch; null -> 1.
     mbs = lay.get("micro_batch") or 1
     if layout_only:
@@ -406,27 +437,26 @@ def moe_dispatcher_for(layout):
 
 
 def moe_flags_for(row, trainplan):
-    """L1-L9 and F1 as for dense rows; --ep and --etp as printed (etp null -> trainplan's default, tp); the
-    distributed optimizer ("ZeRO-1-like") -> --zero 1; the dispatcher by M5; L3 (micro-batch null -> 1); the global
-    batch by moe_global_batch_of; a vp string naming DualPipe -> --schedule dualpipe (L7, once the CLI offers it),
-    other vp strings -> not expressible; --mtp-layers N where the notes say the run trained "MTP depth N" (the
-    model's mtp_layers is the architecture: Megatron-Bridge's DeepSeek-V3 rows ran "w/o MTP", the GB200 guide's
-    layout 'Et|(tt|)*30L' has no MTP stage).  The metric is Megatron-Core's model TFLOP/s (T1), compared at the
-    source's own FLOP count where it prints tokens/s too (source_flops_per_token); trainplan's count (causal
-    attention, top-k experts) otherwise; else tokens/s per GPU, measured or (a derived_throughput row) derived."""
+    """The dense rows' rules (L1, L3, L5 with its modules, L6, L7, L9, L10, F1: the helpers flags_for uses) with
+    --ep and --etp as printed (etp null -> trainplan's default, tp); L2 with the distributed optimizer ("ZeRO-1-like",
+    "ZeRO-1 data parallel") -> --zero 1; the dispatcher by M5; the global batch by moe_global_batch_of; --mtp-layers N
+    where the notes say the run trained "MTP depth N" (the model's mtp_layers is the architecture: Megatron-Bridge's
+    DeepSeek-V3 rows ran "w/o MTP", the GB200 guide's layout 'Et|(tt|)*30L' has no MTP stage).  The metric is
+    Megatron-Core's model TFLOP/s (T1), compared at the source's own FLOP count where it prints tokens/s too
+    (source_flops_per_token); trainplan's count (causal attention, top-k experts) otherwise; else tokens/s per GPU,
+    measured or (a derived_throughput row) derived."""
     lay = row["layout"]
-    vp = lay.get("vp")
-    dualpipe = isinstance(vp, str) and vp.lower().startswith("dualpipe") and cli_offers(trainplan, "dualpipe")
-    if not (isinstance(vp, (int, type(None))) or dualpipe) or not cli_offers(trainplan, "--ep"):
+    if lay.get("tp") is None or lay.get("pp") is None or not cli_offers(trainplan, "--ep"):
         return None
     gbs = moe_global_batch_of(lay)
-    if not gbs:
+    sched = schedule_flags(row, trainplan)
+    prec = precision_flags(lay, trainplan)
+    if not gbs or sched is None or prec is None:
         return None
     f = ["--gpus", str(row["hardware"]["gpus"]), "--tp", str(lay["tp"]), "--pp", str(lay["pp"]),
          "--ep", str(lay["ep"]), "--mbs", str(lay.get("micro_batch") or 1), "--gbs", str(gbs),
-         "--seq", str(row["model"]["seq_len"]), "--attention", "flash"]
-    if dualpipe:
-        f += ["--schedule", "dualpipe"]
+         "--seq", str(row["model"]["seq_len"]), "--attention", "flash"]  # L10: every MoE source is dated 2024 or later
+    f += sched
     mtp = re.search(r"MTP depth (\d+)", row.get("notes") or "")
     if mtp and cli_offers(trainplan, "--mtp-layers"):
         f += ["--mtp-layers", mtp.group(1)]
@@ -434,26 +464,11 @@ def moe_flags_for(row, trainplan):
         f += ["--cp", str(lay["cp"])]
     if lay.get("etp"):
         f += ["--etp", str(lay["etp"])]
-    if isinstance(lay.get("vp"), int) and lay["vp"] > 1:
-        f += ["--vp", str(lay["vp"])]
-    text = (lay.get("recompute") or "none").lower()
-    rc = text.split()[0]
-    f += ["--recompute", rc if rc in ("none", "selective", "full") else "none"]
-    # L5 for selective: the modules named in the parentheses (Megatron-Core --recompute-modules) when the CLI
-    # offers --recompute-modules.
-    if rc == "selective" and "(" in text and cli_offers(trainplan, "--recompute-modules"):
-        words = re.findall(r"[a-z_]+", text.split("(", 1)[1])
-        mods = [w for w in ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj")
-                if w in words]
-        if mods:
-            f += ["--recompute-modules", ",".join(mods)]
-    if lay.get("sequence_parallel"):
-        f += ["--sp"]
-    z = str(lay.get("zero_stage") or "").lower()
-    if "distributed optimizer" in z or "zero-1" in z:
-        f += ["--zero", "1"]
-    if "fp8" in str(lay.get("precision") or "").lower():
-        f += ["--precision", "fp8"]
+    f += recompute_flags(lay, trainplan) + sp_flags(lay, trainplan)
+    z = zero_of(lay) or (1 if re.search(r"distributed optimizer|zero-1", str(lay.get("zero_stage") or ""), re.I) else 0)
+    if z > 0:
+        f += ["--zero", str(z)]
+    f += prec
     fw = framework_for(row)
     if fw and cli_offers(trainplan, fw):
         f += ["--framework", fw]

@@ -350,9 +350,29 @@ class MoeRules(unittest.TestCase):
         flags = accuracy.moe_flags_for(row, FAKE_CLI)[0]
         self.assertNotIn("--mtp-layers", flags)
         self.assertNotIn("dualpipe", flags)
-        # A vp string that names no schedule the CLI offers stays not expressible.
+    def test_moe_rows_take_the_dense_schedule_rule(self):
+        # L7: 'vp string "interleaved (... not stated)" -> interleaved, vp 2'; 'pp > 1 otherwise -> 1f1b'; DualPipe
+        # only once the CLI offers it.
+        row = json.loads(json.dumps(DSV3_REPORT))
         row["layout"]["vp"] = "interleaved (not stated)"
-        self.assertIsNone(accuracy.moe_flags_for(row, FAKE_CLI))
+        self.assertIn("--vp 2", " ".join(accuracy.moe_flags_for(row, FAKE_CLI)[0]))
+        row["layout"]["vp"] = "balanced by the in-house framework"
+        flags = accuracy.moe_flags_for(row, FAKE_CLI)[0]
+        self.assertNotIn("--vp", flags)
+        self.assertNotIn("--schedule", flags)
+        accuracy._HELP["no-dualpipe"] = accuracy._HELP[FAKE_CLI].replace("|dualpipe-v|dualpipe", "")
+        self.assertIsNone(accuracy.moe_flags_for(DSV3_REPORT, "no-dualpipe"))
+
+    def test_moe_rows_take_the_dense_zero_and_precision_rules(self):
+        # L2: an int as printed, FSDP -> 3; the distributed optimizer -> 1 (MoE rule).  L9: "BF16" -> bf16.
+        row = json.loads(json.dumps(DSV3_REPORT))
+        for printed, zero in ((1, "1"), ("FSDP2", "3"), ("distributed optimizer (ZeRO-1-like)", "1")):
+            row["layout"]["zero_stage"] = printed
+            flags = accuracy.moe_flags_for(row, FAKE_CLI)[0]
+            self.assertEqual(flags[flags.index("--zero") + 1], zero, printed)
+        row["layout"]["precision"] = "BF16"
+        flags = accuracy.moe_flags_for(row, FAKE_CLI)[0]
+        self.assertEqual(flags[flags.index("--precision") + 1], "bf16")
 
 
 if __name__ == "__main__":
