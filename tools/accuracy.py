@@ -139,8 +139,15 @@ def derived_cluster(row, name, tmp):
             changed.append("hbm_bandwidth %.1f GB/s (%s)" % (bandwidth, HBM_STACKS[tech.group(0).upper()][2]))
     if not changed:
         return name
+    return write_derived_cluster(doc, name, row, changed, tmp)
+
+
+def write_derived_cluster(doc, name, row, changed, tmp):
+    """Writes built-in cluster `name`'s document `doc`, with the figures `changed` names changed for `row`, as
+    <tmp>/<name>-<row id>.json, its source saying what was derived from what; returns the path."""
     doc["name"] = name + "-" + row["id"]
-    doc["source"] += " Derived by tools/accuracy.py for " + row["id"] + ": " + ", ".join(changed) + " (" + gpu + ")."
+    doc["source"] += (" Derived by tools/accuracy.py for " + row["id"] + ": " + ", ".join(changed) + " ("
+                      + row["hardware"]["gpu"] + ").")
     path = os.path.join(tmp, doc["name"] + ".json")
     with open(path, "w") as f:
         json.dump(doc, f, indent=2)
@@ -375,14 +382,9 @@ def moe_cluster_for(row, tmp):
             return None
         with open(os.path.join(ROOT, "topologies", "dgx-h100.json")) as f:
             doc = json.load(f)
-        doc["name"] = "dgx-h100-" + row["id"]
         doc["intra_node"]["bandwidth"] = stated.group(1) + "GB/s"
-        doc["source"] += (" Derived by tools/accuracy.py for %s: intra_node bandwidth %s GB/s per GPU (%s; %s)."
-                          % (row["id"], stated.group(1), gpu, row["hardware"]["intra_node"]))
-        path = os.path.join(tmp, doc["name"] + ".json")
-        with open(path, "w") as f:
-            json.dump(doc, f, indent=2)
-        return path
+        changed = ["intra_node bandwidth %s GB/s per GPU (%s)" % (stated.group(1), row["hardware"]["intra_node"])]
+        return write_derived_cluster(doc, "dgx-h100", row, changed, tmp)
     return None
 
 
