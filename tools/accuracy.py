@@ -273,6 +273,16 @@ def precision_flags(lay, trainplan):
     return ["--precision", "fp16" if "fp16" in text else "bf16"]
 
 
+def moment_flags(lay, zero, trainplan):
+    """Adam's moments in bf16 where the precision field says the run kept them so ("BF16 AdamW moments": the
+    DeepSeek-V3 report, Sec. 3.3.3) and the optimizer is sharded (zero >= 1, as Megatron-Core's precision-aware
+    optimizer needs); none otherwise, or where the CLI does not offer --moment-dtype."""
+    text = str(lay.get("precision") or "").lower()
+    if zero >= 1 and re.search(r"bf16 (adamw? )?moments", text) and cli_offers(trainplan, "--moment-dtype"):
+        return ["--moment-dtype", "bf16"]
+    return []
+
+
 def schedule_flags(row, trainplan, per=None):
     """L7: ZB-1p/ZB-2p -> --schedule zb-1p/zb-2p when the CLI offers them (else None, not expressible); vp int > 1
     -> interleaved with that vp; "1 layer per chunk" (1F1B-I) -> vp = the smallest stage's layer count (`per`, else
@@ -470,7 +480,7 @@ def moe_flags_for(row, trainplan):
     z = zero_of(lay) or (1 if re.search(r"distributed optimizer|zero-1", str(lay.get("zero_stage") or ""), re.I) else 0)
     if z > 0:
         f += ["--zero", str(z)]
-    f += prec
+    f += prec + moment_flags(lay, z, trainplan)
     fw = framework_for(row)
     if fw and cli_offers(trainplan, fw):
         f += ["--framework", fw]

@@ -47,6 +47,10 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
                   "bidirectional DualPipe, two parameter copies, rank r holding stages r and pp-1-r)");
   add_precision_flags(app, &f->precision, &f->fp8_recipe);
   app->add_option("--grad-dtype", f->grad_dtype, "gradient dtype bf16|fp32 (default fp32, as Megatron)");
+  app->add_option("--moment-dtype", f->moment_dtype,
+                  "Adam's two moments fp32|bf16 (default fp32; bf16: Megatron-Core's precision-aware optimizer, "
+                  "--exp-avg-dtype/--exp-avg-sq-dtype bf16 beside the fp32 master copy, as DeepSeek-V3 trained; "
+                  "needs --zero >= 1)");
   app->add_option("--attention", f->attention,
                   "flash|naive|fa2|cudnn|fa3: flash = the framework's default attention (cudnn under Megatron-Core on "
                   "Hopper and Blackwell, fa2 elsewhere; under megatron-lm its own unfused attention, FlashAttention "
@@ -237,6 +241,9 @@ Job to_job(const PlanFlags& f) {
   set_precision_flags(f.precision, given("--fp8-recipe") ? &f.fp8_recipe : nullptr, &p);
   if (!f.grad_dtype.empty()) {
     p.grad_dtype = static_cast<GradDtype>(pick("--grad-dtype", f.grad_dtype, {"bf16", "fp32"}));
+  }
+  if (!f.moment_dtype.empty()) {
+    p.moment_dtype = static_cast<MomentDtype>(pick("--moment-dtype", f.moment_dtype, {"fp32", "bf16"}));
   }
   set_attention(&p, attention_names()[pick("--attention", f.attention, attention_names())]);
   p.dp_mode = static_cast<DpMode>(pick("--dp-mode", f.dp_mode, {"sync", "async"}));

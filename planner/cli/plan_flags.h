@@ -41,6 +41,7 @@ struct PlanFlags {
   std::string precision = "bf16";
   std::string fp8_recipe;
   std::string grad_dtype;
+  std::string moment_dtype;
   std::string attention = "flash";
   std::string dp_mode = "sync";
   std::string offload = "none";

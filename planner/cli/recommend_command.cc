@@ -77,6 +77,7 @@ struct RecommendFlags {
   std::string fp8_recipe;
   int64_t mtp_layers = 0;
   std::string moe_dispatcher = "alltoall";
+  std::string moment_dtype = "fp32";
   std::string attention = "flash";
   std::string strategies;
   std::string convergence;  // --convergence SPEC (async plans)
@@ -234,6 +235,10 @@ std::string days(double s) {
 constexpr const char* kMoeDispatcherHelp =
     "MoE token dispatcher of every plan whose tokens cross GPUs: alltoall (default), deepep or hybridep "
     "(Megatron-Core's flex dispatcher, torchtitan's DeepEP/HybridEP backends)";
+constexpr const char* kMomentDtypeHelp =
+    "Adam's two moments fp32|bf16 in every plan with the distributed optimizer (zero >= 1, no offload; the "
+    "others keep fp32): bf16 is Megatron-Core's precision-aware optimizer (--exp-avg-dtype/--exp-avg-sq-dtype "
+    "bf16; default fp32)";
 
 struct DispatcherHint {
   bool valid = false;
@@ -338,6 +343,16 @@ int run_recommend(const RecommendFlags& f) {
                       "use --framework torchtitan or pytorch, or drop --compile");
   }
   o.compile = f.compile;
+  o.moment_dtype = static_cast<MomentDtype>(pick("--moment-dtype", f.moment_dtype, {"fp32", "bf16"}));
+  if (o.moment_dtype != MomentDtype::kFp32 && o.framework != Framework::kGeneric &&
+      o.framework != Framework::kMegatronCore) {
+    throw_input_error("--moment-dtype", "", "bf16 Adam moments are Megatron-Core's precision-aware optimizer, not --framework " +
+                      f.framework, "use --framework megatron-core or generic, or drop --moment-dtype");
+  }
+  if (o.moment_dtype != MomentDtype::kFp32 && o.precision == Precision::kFp32) {
+    throw_input_error("--moment-dtype", "", "bf16 Adam moments need 16-bit training (they sit beside an fp32 master "
+                      "copy)", "use --precision bf16, fp16 or fp8, or drop --moment-dtype");
+  }
   if (o.moe_dispatcher != MoeDispatcher::kAllToAll && !runs_flex_dispatcher(o.framework)) {
     throw_input_error("--moe-dispatcher", "", f.moe_dispatcher + " runs in Megatron-Core and torchtitan, not in --framework " +
                       f.framework, "use --framework megatron-core or torchtitan, or drop --moe-dispatcher");
@@ -407,6 +422,7 @@ int run_recommend(const RecommendFlags& f) {
                                            " top=" + std::to_string(o.top_k) + " precision=" + f.precision + " fp8_recipe=" + f.fp8_recipe +
                                            (f.mtp_layers > 0 ? " mtp_layers=" + std::to_string(f.mtp_layers) : "") +
                                            (f.moe_dispatcher != "alltoall" ? " moe_dispatcher=" + f.moe_dispatcher : "") +
+                                           (f.moment_dtype != "fp32" ? " moment_dtype=" + f.moment_dtype : "") +
                                            (f.attention != "flash" ? " attention=" + f.attention : "") +
                                            " strategies=" + f.strategies + " calibration=" + f.calibration +
                                            (f.framework.empty() ? "" : " framework=" + f.framework) +
@@ -787,6 +803,7 @@ void register_recommend_command(CLI::App* app, int* status) {
   cmd->add_option("--mtp-layers", f.mtp_layers,
                   "multi-token prediction depths in every plan (Megatron-Core --mtp-num-layers; default 0)");
   cmd->add_option("--moe-dispatcher", f.moe_dispatcher, kMoeDispatcherHelp);
+  cmd->add_option("--moment-dtype", f.moment_dtype, kMomentDtypeHelp);
   cmd->add_option("--attention", f.attention,
                   "flash|fa2|cudnn|fa3: the attention kernel of every plan (default flash: the framework's own, "
                   "cudnn under Megatron-Core on Hopper and Blackwell, fa2 elsewhere, megatron-lm's unfused attention; "
@@ -828,6 +845,7 @@ void register_report_command(CLI::App* app, int* status) {
   cmd->add_option("--mtp-layers", f.mtp_layers,
                   "multi-token prediction depths in every plan (Megatron-Core --mtp-num-layers; default 0)");
   cmd->add_option("--moe-dispatcher", f.moe_dispatcher, kMoeDispatcherHelp);
+  cmd->add_option("--moment-dtype", f.moment_dtype, kMomentDtypeHelp);
   cmd->add_option("--strategies", f.strategies, "also consider: gpipe,naive,async,offload,zero-bubble or all");
   cmd->add_option("--convergence", f.convergence,
                   std::string("async plans: the stale-gradient convergence model they are ranked by (time to a target "

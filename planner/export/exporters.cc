@@ -647,6 +647,15 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
     parallel.flag("--optimizer-cpu-offload");
     parallel.flag("--use-precision-aware-optimizer");
   }
+  if (p.moment_dtype == MomentDtype::kBf16) {
+    // Transformer Engine's FusedAdam keeps exp_avg and exp_avg_sq in bf16
+    // beside the fp32 master weights (megatron/core/optimizer_config.py:
+    // the dtypes need --use-precision-aware-optimizer, which needs the
+    // distributed optimizer: resolve_plan's zero >= 1).
+    parallel.flag("--use-precision-aware-optimizer");
+    parallel.opt("--exp-avg-dtype", "bf16");
+    parallel.opt("--exp-avg-sq-dtype", "bf16");
+  }
 
   BashArgs training;
   training.opt("--micro-batch-size", p.mbs);
@@ -2075,6 +2084,14 @@ ExportResult export_or_check(ExportTarget target, const ModelSpec& model, const 
     return refuse("the plan trains " + std::to_string(layout.plan.mtp_layers) +
                   " multi-token prediction layer(s) (--mtp-layers), which only Megatron-Core builds "
                   "(--mtp-num-layers); export it with --to megatron, or plan without them");
+  }
+  if (layout.plan.moment_dtype != MomentDtype::kFp32 && runs != ExportTarget::kMegatron) {
+    // DeepSpeed's, torchtitan's and PyTorch's Adam keep the moments in the
+    // parameters' fp32 dtype; Megatron-Core's precision-aware optimizer
+    // (Transformer Engine's FusedAdam) stores them in bf16.
+    return refuse("the plan keeps Adam's moments in bf16 (--moment-dtype bf16), which only Megatron-Core's "
+                  "precision-aware optimizer does (--exp-avg-dtype/--exp-avg-sq-dtype bf16); export it with --to "
+                  "megatron, or plan with --moment-dtype fp32");
   }
   if (layout.plan.ep_overlap && runs != ExportTarget::kMegatron) {
     return refuse("the plan runs Megatron-Core's combined 1F1B schedule, each forward merged with another "

@@ -59,6 +59,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["precision"] = precision_name(p);
   if (p.fp8_recipe != Fp8Recipe::kNone) j["fp8_recipe"] = to_string(p.fp8_recipe);
   j["grad_dtype"] = to_string(p.grad_dtype);
+  if (p.moment_dtype != MomentDtype::kFp32) j["moment_dtype"] = to_string(p.moment_dtype);
   j["attention"] = attention_name(p);
   j["dp_mode"] = to_string(p.dp_mode);
   j["offload"] = to_string(p.offload);
@@ -134,6 +135,7 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
     set_fp8_recipe(fp8_recipe_names()[*recipe], &p);
   }
   p.grad_dtype = static_cast<GradDtype>(o.choice("grad_dtype", {"bf16", "fp32"}));
+  p.moment_dtype = static_cast<MomentDtype>(o.optional_choice("moment_dtype", {"fp32", "bf16"}).value_or(0));
   set_attention(&p, attention_names()[o.optional_choice("attention", attention_names()).value_or(0)]);
   p.dp_mode = static_cast<DpMode>(o.optional_choice("dp_mode", {"sync", "async"}).value_or(0));
   p.offload = static_cast<Offload>(o.optional_choice("offload", {"none", "optimizer", "params"}).value_or(0));
@@ -211,7 +213,9 @@ std::string describe_plan(const Plan& p) {
   if (p.moe_pad_to_capacity) s << " moe_pad_to_capacity=on";
   if (p.cuda_graph != 0) s << " cuda_graph=" << cuda_graph_modules_name(p.cuda_graph);
   if (p.mtp_layers > 0) s << " mtp_layers=" << p.mtp_layers;
-  s << " grad_dtype=" << to_string(p.grad_dtype)
+  s << " grad_dtype=" << to_string(p.grad_dtype);
+  if (p.moment_dtype != MomentDtype::kFp32) s << " moment_dtype=" << to_string(p.moment_dtype);
+  s
     << " attention=" << attention_name(p);
   if (p.dp_mode != DpMode::kSync) s << " dp_mode=" << to_string(p.dp_mode);
   if (p.framework != Framework::kGeneric) s << " framework=" << to_string(p.framework);

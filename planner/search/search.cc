@@ -232,6 +232,8 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         p.grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
                         p.offload = off;
                         p.dp_mode = mode;
+                        p.moment_dtype =
+                            zero >= 1 && off == Offload::kNone ? o.moment_dtype : MomentDtype::kFp32;
                         plans.push_back(p);
                         world_of_plan->push_back(gpus);
                         }

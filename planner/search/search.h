@@ -58,6 +58,9 @@ struct SearchOptions {
   Fp8Recipe fp8_recipe = Fp8Recipe::kNone;  // FP8 GEMMs in every plan (set_precision "fp8")
   bool fp8_recipe_given = false;            // false: the GPU's default recipe
   int mtp_layers = 0;        // multi-token prediction depths in every plan (Plan::mtp_layers)
+  // Adam's moments in every plan with the distributed optimizer (zero >= 1,
+  // no offload: resolve_plan's rules for bf16); the others keep fp32.
+  MomentDtype moment_dtype = MomentDtype::kFp32;
   bool compile = false;      // torch.compile every plan (Plan::compile; torchtitan and pytorch)
   // The MoE token dispatcher of every plan whose tokens cross GPUs
   // (ep * etp > 1; the others keep alltoall, which they never run).

@@ -10,6 +10,7 @@
 #include "simulator/cost/layer_cost.h"
 #include "simulator/faults/rng.h"
 #include "simulator/faults/slow_nodes.h"
+#include "simulator/framework/framework.h"
 #include "simulator/memory/memory_model.h"
 
 namespace trainplan {
@@ -22,10 +23,12 @@ CheckpointCost checkpoint_cost(const ModelSpec& model, const ClusterSpec& cluste
   CheckpointCost c;
   // Unique states: every parameter once (TP-replicated norms and DP/CP
   // replicas are deduplicated by a sharded checkpoint).
-  const ModelStateBytes unique = model_state_bytes(total_params(model), p.precision, p.grad_dtype, 0, 1);
+  const ModelStateBytes unique = model_state_bytes(total_params(model), p.precision, p.grad_dtype, 0, 1, Offload::kNone, false,
+                                                    adam_state_bytes(p, execution_profile(p)));
   c.total_bytes = unique.weights + unique.optimizer;
   for (const StageMemory& st : mem.stages) {
-    const ModelStateBytes held = model_state_bytes(st.params, p.precision, p.grad_dtype, p.zero, layout.shard_degree);
+    const ModelStateBytes held = model_state_bytes(st.params, p.precision, p.grad_dtype, p.zero, layout.shard_degree,
+                                                    Offload::kNone, false, adam_state_bytes(p, execution_profile(p)));
     c.per_gpu_state_bytes = std::max(c.per_gpu_state_bytes, held.weights + held.optimizer);
   }
   c.per_gpu_written_bytes = c.total_bytes / layout.gpus;

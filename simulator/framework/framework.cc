@@ -133,6 +133,7 @@ ExecutionProfile megatron_core(const Plan& p) {
   // --transformer-impl transformer_engine is Megatron-Core's default
   // (megatron/training/arguments.py).
   e.te_modules = true;
+  e.master_param_remainders = true;
   return e;
 }
 
@@ -372,6 +373,16 @@ GradDtype gradient_dtype(const Plan& plan, const ExecutionProfile& profile) {
 
 GradDtype reduction_dtype(const Plan& plan, const ExecutionProfile& profile) {
   return profile.grads_reduced_in_model_dtype || profile.grads_in_model_dtype ? GradDtype::kBf16 : plan.grad_dtype;
+}
+
+AdamStateBytes adam_state_bytes(const Plan& plan, const ExecutionProfile& profile) {
+  AdamStateBytes a;
+  a.moment = moment_bytes(plan.moment_dtype);
+  const bool remainders = profile.master_param_remainders && plan.moment_dtype == MomentDtype::kBf16 &&
+                          plan.precision == Precision::kBf16 &&
+                          (plan.fp8_recipe == Fp8Recipe::kNone || plan.fp8_recipe == Fp8Recipe::kDelayed);
+  if (remainders) a.master = 2;
+  return a;
 }
 
 double kept_stage_output_share(const ExecutionProfile& profile, const Plan& plan) {

@@ -108,6 +108,16 @@ struct ExecutionProfile {
   // gradient in grad_dtype and a 12-byte optimizer (fp32 master, m, v), as
   // Megatron's and DeepSpeed's mixed-precision optimizers keep them.
   bool fp32_master_is_param = false;
+  // With bf16 moments (Plan::moment_dtype), the optimizer keeps of the fp32
+  // master copy of a bf16 parameter only the 16 bits the parameter lacks:
+  // Megatron-Core's precision-aware optimizer hands the master weights to
+  // Transformer Engine's FusedAdam with store_param_remainders (default
+  // true: OptimizerConfig, "store the 16-bit FP32 parameter remainders ...
+  // excluding the 16 bits shared with the BF16 parameters";
+  // distrib_optimizer.py allocates them as int16) when the parameters are
+  // bf16 and no FP8 recipe but delayed scaling keeps FP8 primary weights
+  // (use_precision_aware_optimizer_no_fp8_or_ds_fp8).  adam_state_bytes.
+  bool master_param_remainders = false;
   // Bytes per parameter of the 16-bit gradients kept beside an fp32
   // gradient accumulation buffer for the whole step (DeepSpeed's
   // BF16_Optimizer: 2; 0 where the gradient has one buffer).
@@ -344,6 +354,12 @@ GradDtype gradient_dtype(const Plan& plan, const ExecutionProfile& profile);
 // profile says so (ExecutionProfile::grads_reduced_in_model_dtype).  As for
 // gradient_dtype, GradDtype::kBf16 stands for the plan's 16-bit precision.
 GradDtype reduction_dtype(const Plan& plan, const ExecutionProfile& profile);
+
+// Adam's bytes per parameter as the framework keeps them for this plan:
+// moments at moment_bytes(plan.moment_dtype); the master copy 4 bytes, or 2
+// where the profile stores only its remainder (master_param_remainders,
+// under bf16 moments, bf16 parameters and no FP8 recipe but delayed).
+AdamStateBytes adam_state_bytes(const Plan& plan, const ExecutionProfile& profile);
 
 // The ZeRO stage the optimizer states are kept under (the plan's, or 1 where
 // the profile shards them without ZeRO: optimizer_sharded_without_zero) and

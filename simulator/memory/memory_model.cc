@@ -69,19 +69,21 @@ double symmetric_memory_bytes(const ModelSpec& model, const Plan& p) {
 }  // namespace
 
 ModelStateBytes model_state_bytes(double params, Precision precision, GradDtype grad_dtype, int zero, int shard,
-                                  Offload offload, bool fp32_master_is_param) {
+                                  Offload offload, bool fp32_master_is_param, AdamStateBytes adam) {
   TRAINPLAN_CHECK(zero >= 0 && zero <= 3 && shard >= 1, "bad ZeRO stage or shard degree");
   double w = weight_bytes(precision);
   double g = grad_bytes(precision, grad_dtype);
   // Mixed precision Adam: fp32 master copy + m + v = 12 bytes; fp32 training
   // needs no master copy: m + v = 8 bytes (Rajbhandari et al. 2020, K = 12).
-  double k = precision == Precision::kFp32 ? 8.0 : 12.0;
+  // Other dtypes of the master and the moments: adam_state_bytes.
+  const double mv = 2.0 * adam.moment;
+  double k = precision == Precision::kFp32 ? mv : adam.master + mv;
   ModelStateBytes s;
   int weight_shard = zero >= 3 ? shard : 1;
   if (fp32_master_is_param && precision != Precision::kFp32) {
     w = 4;
     g = 4;
-    k = 8;
+    k = mv;
     // FSDP2 shards the fp32 parameters at ZeRO-2 too; without resharding
     // after forward it keeps the all-gathered 16-bit copies until backward.
     // DDP (ZeRO-0/1) under autocast casts each weight once per forward and
@@ -304,10 +306,11 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // over the expert data-parallel group (Megatron's distributed optimizer
     // keeps one optimizer per parallel-state group).
     const GradDtype kept_dtype = gradient_dtype(p, fw);
+    const AdamStateBytes adam = adam_state_bytes(p, fw);
     ModelStateBytes ms = model_state_bytes(params - experts, p.precision, kept_dtype, os.zero, os.shard, p.offload,
-                                           fw.fp32_master_is_param);
+                                           fw.fp32_master_is_param, adam);
     ModelStateBytes me = model_state_bytes(experts, p.precision, kept_dtype, os.zero, std::max(1, layout.expert_dp),
-                                           p.offload, fw.fp32_master_is_param);
+                                           p.offload, fw.fp32_master_is_param, adam);
     MemoryBreakdown& b = st.breakdown;
     b.weights = ms.weights + me.weights;
     b.gradients = ms.gradients + me.gradients + fw.lp_grad_bytes * params;
@@ -360,9 +363,9 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // of the linear layers remains (the fp32 master stays in the optimizer).
     if (p.fp8_param_gather) b.weights -= linear * weight_bytes(p.precision) / (p.zero >= 3 ? layout.shard_degree : 1);
     ModelStateBytes kept = model_state_bytes(params - experts, p.precision, kept_dtype, os.zero, os.shard,
-                                             Offload::kNone, fw.fp32_master_is_param);
+                                             Offload::kNone, fw.fp32_master_is_param, adam);
     ModelStateBytes kept_e = model_state_bytes(experts, p.precision, kept_dtype, os.zero,
-                                               std::max(1, layout.expert_dp), Offload::kNone, fw.fp32_master_is_param);
+                                               std::max(1, layout.expert_dp), Offload::kNone, fw.fp32_master_is_param, adam);
     // On the host: the states offload moves (Adam's; the parameters under
     // parameter offload) and, where the gradients go too, the fp32 gradient
     // shard, plus ZeRO-Offload's 16-bit running sum of it while a step

@@ -68,8 +68,11 @@ struct ModelStateBytes {
 // the fp32 parameter is the master copy, so weights are 4 B (sharded from
 // ZeRO-2 on: FSDP2) plus, below ZeRO-3, the 16-bit compute copy kept through
 // the step (2 B, unsharded), gradients 4 B and the optimizer 8 B (m and v).
+// `adam`: the optimizer's bytes per parameter (adam_state_bytes: 12 by
+// default, 6 or 8 with bf16 moments).
 ModelStateBytes model_state_bytes(double params, Precision precision, GradDtype grad_dtype, int zero, int shard,
-                                  Offload offload = Offload::kNone, bool fp32_master_is_param = false);
+                                  Offload offload = Offload::kNone, bool fp32_master_is_param = false,
+                                  AdamStateBytes adam = {});
 
 struct StageMemory {
   int stage = 0;

@@ -100,6 +100,7 @@ const char* to_string(Precision p) {
   return "?";
 }
 const char* to_string(GradDtype g) { return g == GradDtype::kBf16 ? "bf16" : "fp32"; }
+const char* to_string(MomentDtype m) { return m == MomentDtype::kBf16 ? "bf16" : "fp32"; }
 const char* to_string(Attention a) { return a == Attention::kFlash ? "flash" : "naive"; }
 const char* to_string(AttentionKernel k) {
   switch (k) {
@@ -218,6 +219,7 @@ int weight_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 int grad_bytes(Precision p, GradDtype g) {
   return (p == Precision::kFp32 || g == GradDtype::kFp32) ? 4 : 2;
 }
+int moment_bytes(MomentDtype m) { return m == MomentDtype::kBf16 ? 2 : 4; }
 
 std::vector<int> balance_stage_layers(int64_t layers, int pp) {
   TRAINPLAN_CHECK(pp >= 1 && layers >= 1, "balance_stage_layers needs pp >= 1 and layers >= 1");
@@ -1099,6 +1101,25 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (p.offload == Offload::kParams && p.zero != 3) fail("parameter offload needs ZeRO stage 3");
   if (p.precision == Precision::kFp32 && p.grad_dtype == GradDtype::kBf16)
     fail("fp32 training keeps fp32 gradients; --grad-dtype bf16 needs --precision bf16 or fp16");
+  if (p.moment_dtype == MomentDtype::kBf16) {
+    // Megatron-Core's precision-aware optimizer (Transformer Engine's
+    // FusedAdam with exp_avg_dtype / exp_avg_sq_dtype) keeps the moments in
+    // bf16 beside an fp32 master copy of 16-bit parameters, and only under
+    // its distributed optimizer (megatron/core/optimizer/__init__.py:
+    // "--use-precision-aware-optimizer only supported with distributed
+    // optimizer"); no other framework trainplan exports to has the option.
+    if (p.precision == Precision::kFp32)
+      fail("bf16 Adam moments sit beside the fp32 master copy of 16-bit parameters; fp32 training keeps fp32 "
+           "moments (use --precision bf16, fp16 or fp8)");
+    if (p.zero < 1)
+      fail("bf16 Adam moments need the distributed optimizer (zero >= 1), as Megatron-Core's precision-aware "
+           "optimizer does");
+    if (p.offload != Offload::kNone)
+      fail("bf16 Adam moments are modelled on the GPU's optimizer; with --offload the states stay fp32");
+    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
+      fail("bf16 Adam moments are Megatron-Core's precision-aware optimizer; this plan's framework keeps fp32 "
+           "moments (use --framework megatron-core or generic)");
+  }
   if (p.dp_mode == DpMode::kAsync) {
     if (p.zero != 0) fail("async data parallel (parameter servers) cannot shard with ZeRO");
     if (p.dp < 2) fail("async data parallel needs dp >= 2");

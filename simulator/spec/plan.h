@@ -93,6 +93,12 @@ enum class Schedule {
 };
 enum class Precision { kBf16, kFp16, kFp32 };
 enum class GradDtype { kBf16, kFp32 };
+// Adam's two moments (exp_avg, exp_avg_sq) as the optimizer keeps them:
+// fp32, or bf16 beside the fp32 master copy (Megatron-Core's
+// --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype
+// bf16, Transformer Engine's FusedAdam; the DeepSeek-V3 report Sec. 3.3.3
+// "we adopt the BF16 data format to track the first and second moments").
+enum class MomentDtype { kFp32, kBf16 };
 enum class Attention { kFlash, kNaive };
 // Which fused attention kernel runs a kFlash plan.  kDefault: the one the
 // plan's framework picks on its GPU (default_attention_kernel), the kernel
@@ -134,6 +140,7 @@ const char* to_string(Recompute r);
 const char* to_string(Schedule s);
 const char* to_string(Precision p);
 const char* to_string(GradDtype g);
+const char* to_string(MomentDtype m);
 const char* to_string(Attention a);
 const char* to_string(AttentionKernel k);  // "default", "fa2", "cudnn", "fa3"
 const char* to_string(DpMode m);
@@ -241,6 +248,7 @@ struct Plan {
   // Rules in cuda_graph_conflicts.
   uint8_t cuda_graph = 0;
   GradDtype grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
+  MomentDtype moment_dtype = MomentDtype::kFp32;  // Adam's m and v (rules in resolve_plan)
   Attention attention = Attention::kFlash;
   AttentionKernel attention_kernel = AttentionKernel::kDefault;  // kFlash only
   DpMode dp_mode = DpMode::kSync;
@@ -563,6 +571,16 @@ double fp8_weight_cache_bytes(const ClusterSpec& cluster, const Plan& plan);
 int activation_bytes(Precision p);
 int weight_bytes(Precision p);
 int grad_bytes(Precision p, GradDtype g);
+// Bytes of one of Adam's moments (m or v) per parameter.
+int moment_bytes(MomentDtype m);
+// Bytes per parameter of Adam's states beside a 16-bit parameter: the
+// master copy and each of the two moments (12 in all by default: fp32
+// master, m and v; Rajbhandari et al. 2020, K = 12).  fp32 training keeps
+// no master copy whatever `master` says (the parameter is the master).
+struct AdamStateBytes {
+  double master = 4;
+  double moment = 4;
+};
 
 }  // namespace trainplan
 

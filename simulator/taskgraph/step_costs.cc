@@ -570,6 +570,13 @@ int64_t optimizer_ps(const ClusterSpec& c, const Layout& layout, double stage_pa
     // them writes them once (Megatron's optimizer.step): 30 + 3*4 = 42 bytes
     // (fp32 training: no master copy, 36 bytes).
     double bytes_per_param = p.precision == Precision::kFp32 ? 36.0 : 42.0;
+    // bf16 moments (Plan::moment_dtype): m and v are each read and written
+    // at 2 B instead of 4 (34 bytes); a master kept as its 16-bit remainder
+    // (adam_state_bytes) is read with the bf16 parameter and written back,
+    // 2 + 2 + 2 instead of 4 + 4 (32 bytes).
+    const AdamStateBytes adam = adam_state_bytes(p, prof);
+    bytes_per_param -= 4.0 * (4 - adam.moment);
+    if (adam.master < 4) bytes_per_param -= 2;
     // A 16-bit gradient partition is first cast to fp32 (read 2, write 4:
     // ExecutionProfile::grads_in_model_dtype).
     if (prof.grads_in_model_dtype && p.precision != Precision::kFp32) bytes_per_param += weight_bytes(p.precision) + 4;

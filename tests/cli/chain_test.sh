@@ -192,7 +192,7 @@ d = json.load(open(sys.argv[1]))
 keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
         "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers",
         "framework", "gpus", "ep", "etp", "recompute_modules", "tp_comm_overlap", "ep_overlap", "delay_wgrad", "mtp_layers",
-        "moe_dispatcher", "moe_pad_to_capacity"]
+        "moe_dispatcher", "moe_pad_to_capacity", "moment_dtype"]
 for i, p in enumerate(d["plans"]):
     plan = {k: p[k] for k in keys if k in p}
     plan.update(model=sys.argv[3], cluster=sys.argv[4])
@@ -260,6 +260,7 @@ pytorch fsdp llama3-70b dgx-h100 4
 megatron-core megatron mixtral-8x7b dgx-h100 1
 megatron-core megatron qwen3-30b-a3b dgx-h100 2
 megatron-core megatron deepseek-v3 dgx-h100 32
+megatron-core megatron deepseek-v3 dgx-h100 32 --moment-dtype bf16
 torchtitan torchtitan qwen3-30b-a3b dgx-h100 2
 torchtitan torchtitan gpt-oss-120b dgx-h100 8
 torchtitan torchtitan deepseek-v3 dgx-h100 32

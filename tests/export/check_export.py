@@ -61,6 +61,7 @@ def load_plan(path: str) -> dict:
         "precision": p.get("precision", "bf16"),
         "fp8_recipe": p.get("fp8_recipe"),
         "grad_dtype": p.get("grad_dtype", "fp32"),
+        "moment_dtype": p.get("moment_dtype", "fp32"),
         "recompute": p.get("recompute", "none"),
         "offload": p.get("offload", "none"),
         "schedule": p.get("schedule", "1f1b"),
@@ -775,6 +776,25 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
     if ns.get("optimizer_cpu_offload") and not ns.get("use_precision_aware_optimizer"):
         P.add("megatron: --optimizer-cpu-offload needs --use-precision-aware-optimizer (validate_args)",
               ln("optimizer_cpu_offload"))
+    # megatron/core/optimizer/optimizer_config.py __post_init__: the moment dtypes other than fp32
+    # need the precision-aware optimizer, which only Adam supports; megatron/core/optimizer/__init__.py:
+    # "--use-precision-aware-optimizer only supported with distributed optimizer" (outside Megatron-FSDP).
+    for dest in ("exp_avg_dtype", "exp_avg_sq_dtype"):
+        if ns.get(dest, "fp32") != "fp32" and not ns.get("use_precision_aware_optimizer"):
+            P.add(f"megatron: --{dest.replace('_', '-')} {ns.get(dest)} needs --use-precision-aware-optimizer "
+                  "(OptimizerConfig asserts fp32 without it)", ln(dest))
+    if ns.get("use_precision_aware_optimizer"):
+        if ns.get("optimizer", "adam") != "adam":
+            P.add("megatron: --use-precision-aware-optimizer is only supported with adam (OptimizerConfig)",
+                  ln("use_precision_aware_optimizer"))
+        if not (ns.get("use_distributed_optimizer") or fsdp):
+            P.add("megatron: --use-precision-aware-optimizer needs --use-distributed-optimizer "
+                  "(megatron/core/optimizer get_megatron_optimizer)", ln("use_precision_aware_optimizer"))
+    moments = "bf16" if ns.get("exp_avg_dtype") == "bf16" and ns.get("exp_avg_sq_dtype") == "bf16" else (
+        "fp32" if ns.get("exp_avg_dtype", "fp32") == "fp32" and ns.get("exp_avg_sq_dtype", "fp32") == "fp32" else "mixed")
+    if moments != plan.get("moment_dtype", "fp32"):
+        P.add(f"megatron: Adam moments {moments} (--exp-avg-dtype/--exp-avg-sq-dtype), the plan has "
+              f"{plan.get('moment_dtype', 'fp32')}")
     # validate_args: fp16 and bf16 are exclusive; --grad-reduce-in-bf16 only acts under --bf16.
     if ns.get("fp16") and ns.get("bf16"):
         P.add("megatron: --fp16 and --bf16 together (validate_args asserts not both)")

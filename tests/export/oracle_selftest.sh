@@ -174,6 +174,20 @@ mutate "$M" "$T/m_opg.sh" '/--use-distributed-optimizer/d'
 expect_fail "megatron: overlap-param-gather without distributed optimizer" megatron "$P" "$T/m_opg.sh" \
   'overlap-param-gather needs --use-distributed-optimizer'
 
+# bf16 Adam moments: Megatron-Core's precision-aware optimizer (OptimizerConfig,
+# get_megatron_optimizer), and the plan's moment_dtype must match the script's.
+sed -e 's/"zero": 1,/"zero": 1, "moment_dtype": "bf16",/' "$P" >"$T/plan_tp2pp2_bf16m.json"
+mutate "$M" "$T/m_moments.sh" 's/--use-distributed-optimizer/--use-distributed-optimizer\n  --use-precision-aware-optimizer\n  --exp-avg-dtype bf16\n  --exp-avg-sq-dtype bf16/'
+expect_pass "megatron: bf16 Adam moments" megatron "$T/plan_tp2pp2_bf16m.json" "$T/m_moments.sh"
+expect_fail "megatron: bf16 moments the plan does not have" megatron "$P" "$T/m_moments.sh" \
+  'Adam moments bf16 .*the plan has fp32'
+mutate "$T/m_moments.sh" "$T/m_moments_nopao.sh" '/--use-precision-aware-optimizer/d'
+expect_fail "megatron: bf16 moments without the precision-aware optimizer" megatron "$T/plan_tp2pp2_bf16m.json" \
+  "$T/m_moments_nopao.sh" 'exp-avg-dtype bf16 needs --use-precision-aware-optimizer'
+mutate "$T/m_moments.sh" "$T/m_moments_nodo.sh" '/--use-distributed-optimizer/d; /--overlap-param-gather/d'
+expect_fail "megatron: precision-aware optimizer without the distributed optimizer" megatron \
+  "$T/plan_tp2pp2_bf16m.json" "$T/m_moments_nodo.sh" 'use-precision-aware-optimizer needs --use-distributed-optimizer'
+
 mutate "$M" "$T/m_ogr.sh" '/--overlap-grad-reduce/d'
 expect_fail "megatron: overlap-param-gather without overlap-grad-reduce" megatron "$P" "$T/m_ogr.sh" \
   'overlap-param-gather needs --overlap-grad-reduce'

@@ -261,7 +261,7 @@ class Nemo2407Facts(unittest.TestCase):
 # A help text that offers every option the MoE rules look for (cli_offers reads `trainplan simulate --help`).
 FAKE_CLI = "fake-trainplan"
 accuracy._HELP[FAKE_CLI] = ("--ep --etp --vp --mtp-layers --recompute-modules --framework megatron-core --moe-dispatcher "
-                            "--precision fp8 --schedule gpipe|1f1b|zb-1p|dualpipe-v|dualpipe")
+                            "--moment-dtype --precision fp8 --schedule gpipe|1f1b|zb-1p|dualpipe-v|dualpipe")
 
 # DeepSeek-V3's report row as published_moe_dev.json writes it (the fields the rules read).
 DSV3_REPORT = {
@@ -280,7 +280,9 @@ DSV3_REPORT = {
                  "inter_node": "InfiniBand 400 Gb/s (~50 GB/s) per GPU, fat-tree"},
     "layout": {"tp": 1, "pp": 16, "cp": 1, "ep": 64, "etp": 1, "micro_batch": None,
                "vp": "DualPipe (bidirectional schedule; each rank holds chunks from both ends, 2x parameter copies)",
-               "zero_stage": "ZeRO-1 data parallel", "precision": "FP8 GEMMs (1x128 activation tiles)",
+               "zero_stage": "ZeRO-1 data parallel",
+               "precision": ("FP8 GEMMs (1x128 activation tiles, 128x128 weight blocks, E4M3) with BF16/FP32 "
+                             "elsewhere; BF16 AdamW moments, FP32 master weights"),
                "recompute": "RMSNorm and MLA up-projection recomputed in backward; EMA kept in CPU memory",
                "global_batch": "3072 -> 15360 sequences ramp over first 469B tokens, then 15360",
                "framework": "HAI-LLM (in-house)",
@@ -340,6 +342,16 @@ class MoeRules(unittest.TestCase):
             self.assertIn(part, f)
         self.assertNotIn("--framework", f)  # HAI-LLM: no profile, trainplan's generic executor
         self.assertEqual((measured, key), (1543.2, "tokens_per_s_per_gpu"))
+
+    def test_bf16_moments_where_the_row_says_so(self):
+        # The report's precision field: "BF16 AdamW moments, FP32 master weights" (Sec. 3.3.3) under ZeRO-1.
+        flags = " ".join(accuracy.moe_flags_for(DSV3_REPORT, FAKE_CLI)[0])
+        self.assertIn("--moment-dtype bf16", flags)
+        lay = {"precision": "BF16 AdamW moments, FP32 master weights"}
+        self.assertEqual(accuracy.moment_flags(lay, 0, FAKE_CLI), [])  # needs the sharded optimizer
+        self.assertEqual(accuracy.moment_flags({"precision": "BF16"}, 1, FAKE_CLI), [])
+        accuracy._HELP["no-moments"] = accuracy._HELP[FAKE_CLI].replace("--moment-dtype ", "")
+        self.assertEqual(accuracy.moment_flags(lay, 1, "no-moments"), [])
 
     def test_mtp_only_where_the_run_trained_it(self):
         # Megatron-Bridge's "DeepSeekV3 (w/o MTP)" row: the model has an MTP module, the benchmark did not run it.

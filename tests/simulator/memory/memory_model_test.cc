@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "simulator/cost/layer_cost.h"
+#include "simulator/framework/framework.h"
 
 namespace trainplan {
 namespace {
@@ -60,6 +61,89 @@ TEST_CASE("MemoryModel: Megatron keeps 18 bytes per parameter, 6 + 12/d with the
     const ModelStateBytes s = model_state_bytes(psi, Precision::kBf16, GradDtype::kFp32, 1, 8, Offload::kOptimizer);
     CHECK(s.optimizer == 0);
     CHECK(s.total() == Approx(6e9).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("MemoryModel: bf16 Adam moments keep 8 optimizer bytes per parameter, not 12", "[sim][memory]") {
+  // Megatron-Core's precision-aware optimizer (--exp-avg-dtype bf16
+  // --exp-avg-sq-dtype bf16): fp32 master 4 + m 2 + v 2 = 8 bytes per
+  // parameter, sharded over d by the distributed optimizer, so ZeRO-1 holds
+  // 6 + 8/d; DeepSeek-V3 report Sec. 3.3.3 (BF16 moments, FP32 master
+  // weights and gradients).
+  const double psi = 1e9;
+  for (int d : {1, 8, 64}) {
+    DYNAMIC_SECTION("ZeRO-1 over d=" << d << ": 6 + 8/d bytes per parameter") {
+      const ModelStateBytes s = model_state_bytes(psi, Precision::kBf16, GradDtype::kFp32, 1, d, Offload::kNone,
+                                                  false, AdamStateBytes{4, 2});
+      CHECK(s.optimizer == Approx(psi * 8.0 / d).epsilon(1e-12));
+      CHECK(s.total() == Approx(psi * (6 + 8.0 / d)).epsilon(1e-12));
+    }
+  }
+  SECTION("Megatron-Core keeps the bf16 parameter's remainder as the master: 2 + 2 + 2 = 6 bytes") {
+    // OptimizerConfig.store_param_remainders (default true) under the
+    // precision-aware optimizer with bf16 parameters and no FP8 recipe but
+    // delayed scaling; an FP8 recipe with primary FP8 weights (tensorwise,
+    // mxfp8) keeps Megatron-Core's fp32 master: 4 + 2 + 2.
+    Plan p;
+    p.zero = 1;
+    p.framework = Framework::kMegatronCore;
+    p.moment_dtype = MomentDtype::kBf16;
+    const AdamStateBytes mcore = adam_state_bytes(p, execution_profile(p));
+    CHECK(mcore.master + 2 * mcore.moment == 6);
+    p.fp8_recipe = Fp8Recipe::kDelayed;
+    CHECK(adam_state_bytes(p, execution_profile(p)).master == 2);
+    p.fp8_recipe = Fp8Recipe::kTensorwise;
+    CHECK(adam_state_bytes(p, execution_profile(p)).master == 4);
+    p.fp8_recipe = Fp8Recipe::kNone;
+    p.moment_dtype = MomentDtype::kFp32;  // no precision-aware optimizer: fp32 master, m, v
+    const AdamStateBytes plain = adam_state_bytes(p, execution_profile(p));
+    CHECK(plain.master + 2 * plain.moment == 12);
+    p.framework = Framework::kGeneric;  // the DeepSeek-V3 report: "FP32 master weights", BF16 moments
+    p.moment_dtype = MomentDtype::kBf16;
+    const AdamStateBytes generic = adam_state_bytes(p, execution_profile(p));
+    CHECK(generic.master + 2 * generic.moment == 8);
+  }
+  SECTION("a whole plan: its optimizer states shrink by 8/12 on every stage, nothing else moves") {
+    const ModelSpec m = load_model("llama3-8b");
+    const ClusterSpec c = load_cluster("dgx-h100");
+    Plan p;
+    p.pp = 2;
+    p.zero = 1;
+    p.mbs = 1;
+    p.gbs = 16;
+    const Layout fp32 = resolve_plan(m, c, 8, p);
+    p.moment_dtype = MomentDtype::kBf16;
+    const Layout bf16 = resolve_plan(m, c, 8, p);
+    INFO(all_reasons(bf16));
+    REQUIRE(fp32.feasible);
+    REQUIRE(bf16.feasible);
+    const MemoryReport a = estimate_memory(m, c, fp32), b = estimate_memory(m, c, bf16);
+    REQUIRE(a.stages.size() == b.stages.size());
+    for (size_t i = 0; i < a.stages.size(); ++i) {
+      CHECK(b.stages[i].breakdown.optimizer == Approx(a.stages[i].breakdown.optimizer * 8.0 / 12.0).epsilon(1e-9));
+      CHECK(b.stages[i].breakdown.weights == Approx(a.stages[i].breakdown.weights).epsilon(1e-12));
+      CHECK(b.stages[i].breakdown.gradients == Approx(a.stages[i].breakdown.gradients).epsilon(1e-12));
+      CHECK(b.stages[i].breakdown.activations == Approx(a.stages[i].breakdown.activations).epsilon(1e-12));
+    }
+  }
+  SECTION("the precision-aware optimizer's rules (Megatron-Core)") {
+    const ModelSpec m = load_model("llama3-8b");
+    const ClusterSpec c = load_cluster("dgx-h100");
+    Plan p;
+    p.zero = 1;
+    p.mbs = 1;
+    p.gbs = 8;
+    p.moment_dtype = MomentDtype::kBf16;
+    CHECK(resolve_plan(m, c, 8, p).feasible);
+    p.zero = 0;  // get_megatron_optimizer: only with the distributed optimizer
+    CHECK_FALSE(resolve_plan(m, c, 8, p).feasible);
+    p.zero = 1;
+    p.framework = Framework::kDeepSpeed;  // DeepSpeed keeps fp32 moments
+    CHECK_FALSE(resolve_plan(m, c, 8, p).feasible);
+    p.framework = Framework::kMegatronCore;
+    CHECK(resolve_plan(m, c, 8, p).feasible);
+    p.precision = Precision::kFp32;  // no master copy for the moments to sit beside
+    CHECK_FALSE(resolve_plan(m, c, 8, p).feasible);
   }
 }
 
