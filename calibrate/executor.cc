@@ -507,7 +507,7 @@ class RankExecutor {
       const double t0 = now_s();
       // The optimizer's memory traffic (optimizer_ps's bytes per parameter).
       const double shard = p_.zero >= 1 ? L_.shard_degree : 1;
-      const double bytes_per_param = p_.precision == Precision::kFp32 ? 36.0 : 42.0;
+      const double bytes_per_param = optimizer_bytes_per_param(p_, execution_profile(p_));
       if (p_.offload == Offload::kNone) b_.copy(static_cast<int64_t>(stage_params_ / shard * bytes_per_param / 2));
       charge(&t_->optimizer, t0);
       return;

@@ -558,28 +558,33 @@ Duration offload_grad_copy_time(const ClusterSpec& c, const Plan& p, double part
          memory_time(cpm, partition_params * hbm);
 }
 
+double optimizer_bytes_per_param(const Plan& p, const ExecutionProfile& prof) {
+  // Adam reads fp32 master, m, v and the gradient and writes master, m, v
+  // and the 16-bit weight (4*4 + 3*4 + 2 = 30 bytes per parameter); the
+  // gradient-norm/overflow check reads the gradients twice more and zeroing
+  // them writes them once (Megatron's optimizer.step): 30 + 3*4 = 42 bytes
+  // (fp32 training: no master copy, 36 bytes).
+  double bytes_per_param = p.precision == Precision::kFp32 ? 36.0 : 42.0;
+  // bf16 moments (Plan::moment_dtype): m and v are each read and written
+  // at 2 B instead of 4 (34 bytes); a master kept as its 16-bit remainder
+  // (adam_state_bytes) is read with the bf16 parameter and written back,
+  // 2 + 2 + 2 instead of 4 + 4 (32 bytes).
+  const AdamStateBytes adam = adam_state_bytes(p, prof);
+  bytes_per_param -= 4.0 * (4 - adam.moment);
+  if (p.precision != Precision::kFp32 && adam.master < 4) bytes_per_param -= 2;
+  // A 16-bit gradient partition is first cast to fp32 (read 2, write 4:
+  // ExecutionProfile::grads_in_model_dtype).
+  if (prof.grads_in_model_dtype && p.precision != Precision::kFp32) bytes_per_param += weight_bytes(p.precision) + 4;
+  return bytes_per_param;
+}
+
 int64_t optimizer_ps(const ClusterSpec& c, const Layout& layout, double stage_params, double stage_expert_params) {
   const Plan& p = layout.plan;
   TRAINPLAN_CHECK(p.schedule != Schedule::kDualPipe, "a dualpipe plan's optimizer step is its execution_layout's");
   const ExecutionProfile prof = execution_profile(p);
   const double local = optimizer_partition_params(layout, prof, stage_params, stage_expert_params);
   if (p.offload == Offload::kNone) {
-    // Adam reads fp32 master, m, v and the gradient and writes master, m, v
-    // and the 16-bit weight (4*4 + 3*4 + 2 = 30 bytes per parameter); the
-    // gradient-norm/overflow check reads the gradients twice more and zeroing
-    // them writes them once (Megatron's optimizer.step): 30 + 3*4 = 42 bytes
-    // (fp32 training: no master copy, 36 bytes).
-    double bytes_per_param = p.precision == Precision::kFp32 ? 36.0 : 42.0;
-    // bf16 moments (Plan::moment_dtype): m and v are each read and written
-    // at 2 B instead of 4 (34 bytes); a master kept as its 16-bit remainder
-    // (adam_state_bytes) is read with the bf16 parameter and written back,
-    // 2 + 2 + 2 instead of 4 + 4 (32 bytes).
-    const AdamStateBytes adam = adam_state_bytes(p, prof);
-    bytes_per_param -= 4.0 * (4 - adam.moment);
-    if (adam.master < 4) bytes_per_param -= 2;
-    // A 16-bit gradient partition is first cast to fp32 (read 2, write 4:
-    // ExecutionProfile::grads_in_model_dtype).
-    if (prof.grads_in_model_dtype && p.precision != Precision::kFp32) bytes_per_param += weight_bytes(p.precision) + 4;
+    const double bytes_per_param = optimizer_bytes_per_param(p, prof);
     return memory_time(compute_params(c, p.precision), local * bytes_per_param).ps();
   }
   // CPU Adam on the host, plus gradients down (unless each reduction moved

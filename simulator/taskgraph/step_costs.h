@@ -175,6 +175,9 @@ constexpr double kCpuAdamParamsPerSPerNode = 1e9;
 // (sharded by ZeRO over layout.shard_degree), on the GPU or, with offload, on
 // the host.
 // `stage_expert_params` of them routed experts, sharded over layout.expert_dp.
+// HBM bytes per parameter of the on-GPU optimizer step (Adam over the local
+// shard: the states it reads and writes, the gradient checks and zeroing).
+double optimizer_bytes_per_param(const Plan& plan, const ExecutionProfile& profile);
 int64_t optimizer_ps(const ClusterSpec& cluster, const Layout& layout, double stage_params,
                      double stage_expert_params = 0);
 
