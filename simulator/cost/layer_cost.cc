@@ -615,6 +615,19 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
       // FlashAttention keeps only the fp32 log-sum-exp per query row and head
       // (Dao et al. 2022); the s x s matrix is never stored.
       op.saved_bytes = qkv_saved + 4.0 * a / t * tokens;
+      // It also keeps its output O for the backward, the tensor the output
+      // projection saves as its input (one storage) in 16-bit training.
+      // Transformer Engine's FP8 linears save their input quantized
+      // instead, so O stays in 16 bits beside that FP8 copy
+      // (dot_product_attention/backends.py FusedAttnFunc.forward saves q,
+      // k, v and out_f16 unless the attention itself runs in FP8);
+      // recomputing core attention keeps neither.
+      if (s.fp8_saved_inputs) {
+        const double o16 = tokens * vd / t * e;
+        op.saved_bytes += o16;
+        op.drop_by = kRcCoreAttn;
+        op.dropped_bytes = o16;
+      }
       op.bytes = tokens * (qd + kvd + kvvd + vd) * e / t;
     }
     op.rerun_by = kRcCoreAttn;

@@ -136,15 +136,26 @@ TEST_CASE("FP8: torchao's rowwise casts in 8 B per element, quantizes each weigh
 TEST_CASE("FP8: Transformer Engine saves linear inputs in FP8, torchao in bf16", "[sim][fp8]") {
   // TE's Linear saves its quantized input for the weight gradient: the
   // inputs of qkv, out_proj, fc1 and fc2 drop from 2 B to 1 B per element,
-  // tokens x (3h + f) bytes less per layer.  torchao's float8 (ZeRO-3 with
-  // tensorwise: FSDP2) saves the bf16 input: no change.
+  // tokens x (3h + f) bytes less per layer.  But out_proj's input is the
+  // attention output O, which the fused attention keeps for its own
+  // backward in 16 bits (FusedAttnFunc saves out_f16; in bf16 training the
+  // two saves are one tensor): + 2 B x tokens x qd, qd = h for Llama 3 8B.
+  // Net: tokens x (3h + f - 2h) = tokens x (h + f).  torchao's float8
+  // (ZeRO-3 with tensorwise: FSDP2) saves the bf16 input: no change.
   const ModelSpec m = load_model("llama3-8b");
   Plan bf16;
   bf16.seq = 4096;
   const double saved = transformer_layer_cost(m, layer_shape(bf16)).saved_bytes;
   Plan te = fp8_plan("delayed");
   te.seq = 4096;
-  CHECK(saved - transformer_layer_cost(m, layer_shape(te)).saved_bytes == Approx(4096.0 * (3 * 4096.0 + 14336.0)));
+  CHECK(saved - transformer_layer_cost(m, layer_shape(te)).saved_bytes == Approx(4096.0 * (4096.0 + 14336.0)));
+  // Recomputing core attention keeps neither O nor (in bf16) its shared
+  // save: the FP8 plan then saves the full tokens x (3h + f) less.
+  bf16.recompute = te.recompute = Recompute::kSelective;
+  bf16.recompute_modules = te.recompute_modules = kRcCoreAttn;
+  CHECK(transformer_layer_cost(m, layer_shape(bf16)).saved_bytes -
+            transformer_layer_cost(m, layer_shape(te)).saved_bytes ==
+        Approx(4096.0 * (3 * 4096.0 + 14336.0)));
   Plan fsdp2 = fp8_plan("tensorwise");
   fsdp2.seq = 4096;
   fsdp2.zero = 3;
