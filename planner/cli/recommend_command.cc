@@ -346,8 +346,9 @@ int run_recommend(const RecommendFlags& f) {
   o.moment_dtype = static_cast<MomentDtype>(pick("--moment-dtype", f.moment_dtype, {"fp32", "bf16"}));
   if (o.moment_dtype != MomentDtype::kFp32 && o.framework != Framework::kGeneric &&
       o.framework != Framework::kMegatronCore) {
-    throw_input_error("--moment-dtype", "", "bf16 Adam moments are Megatron-Core's precision-aware optimizer, not --framework " +
-                      f.framework, "use --framework megatron-core or generic, or drop --moment-dtype");
+    throw_input_error("--moment-dtype", "",
+                      "bf16 Adam moments are Megatron-Core's precision-aware optimizer, not --framework " + f.framework,
+                      "use --framework megatron-core or generic, or drop --moment-dtype");
   }
   if (o.moment_dtype != MomentDtype::kFp32 && o.precision == Precision::kFp32) {
     throw_input_error("--moment-dtype", "", "bf16 Adam moments need 16-bit training (they sit beside an fp32 master "

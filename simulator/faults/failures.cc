@@ -23,12 +23,13 @@ CheckpointCost checkpoint_cost(const ModelSpec& model, const ClusterSpec& cluste
   CheckpointCost c;
   // Unique states: every parameter once (TP-replicated norms and DP/CP
   // replicas are deduplicated by a sharded checkpoint).
-  const ModelStateBytes unique = model_state_bytes(total_params(model), p.precision, p.grad_dtype, 0, 1, Offload::kNone, false,
-                                                    adam_state_bytes(p, execution_profile(p)));
+  const AdamStateBytes adam = adam_state_bytes(p, execution_profile(p));
+  const ModelStateBytes unique =
+      model_state_bytes(total_params(model), p.precision, p.grad_dtype, 0, 1, Offload::kNone, false, adam);
   c.total_bytes = unique.weights + unique.optimizer;
   for (const StageMemory& st : mem.stages) {
     const ModelStateBytes held = model_state_bytes(st.params, p.precision, p.grad_dtype, p.zero, layout.shard_degree,
-                                                    Offload::kNone, false, adam_state_bytes(p, execution_profile(p)));
+                                                    Offload::kNone, false, adam);
     c.per_gpu_state_bytes = std::max(c.per_gpu_state_bytes, held.weights + held.optimizer);
   }
   c.per_gpu_written_bytes = c.total_bytes / layout.gpus;

@@ -364,8 +364,8 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     if (p.fp8_param_gather) b.weights -= linear * weight_bytes(p.precision) / (p.zero >= 3 ? layout.shard_degree : 1);
     ModelStateBytes kept = model_state_bytes(params - experts, p.precision, kept_dtype, os.zero, os.shard,
                                              Offload::kNone, fw.fp32_master_is_param, adam);
-    ModelStateBytes kept_e = model_state_bytes(experts, p.precision, kept_dtype, os.zero,
-                                               std::max(1, layout.expert_dp), Offload::kNone, fw.fp32_master_is_param, adam);
+    ModelStateBytes kept_e = model_state_bytes(experts, p.precision, kept_dtype, os.zero, std::max(1, layout.expert_dp),
+                                               Offload::kNone, fw.fp32_master_is_param, adam);
     // On the host: the states offload moves (Adam's; the parameters under
     // parameter offload) and, where the gradients go too, the fp32 gradient
     // shard, plus ZeRO-Offload's 16-bit running sum of it while a step
