@@ -453,7 +453,8 @@ def moe_flags_for(row, trainplan):
     --ep and --etp as printed (etp null -> trainplan's default, tp); L2 with the distributed optimizer ("ZeRO-1-like",
     "ZeRO-1 data parallel") -> --zero 1; the dispatcher by M5; the global batch by moe_global_batch_of; --mtp-layers N
     where the notes say the run trained "MTP depth N" (the model's mtp_layers is the architecture: Megatron-Bridge's
-    DeepSeek-V3 rows ran "w/o MTP", the GB200 guide's layout 'Et|(tt|)*30L' has no MTP stage).  The metric is
+    DeepSeek-V3 rows ran "w/o MTP", the GB200 guide's layout 'Et|(tt|)*30L' has no MTP stage); --moment-dtype bf16
+    where the precision field says the run kept "BF16 (AdamW) moments" (moment_flags).  The metric is
     Megatron-Core's model TFLOP/s (T1), compared at the source's own FLOP count where it prints tokens/s too
     (source_flops_per_token); trainplan's count (causal attention, top-k experts) otherwise; else tokens/s per GPU,
     measured or (a derived_throughput row) derived."""
