@@ -274,6 +274,45 @@ DispatcherHint dispatcher_hint(const ModelSpec& model, const ClusterSpec& cluste
   return h;
 }
 
+// What bf16 Adam moments would free on the best plan of an MoE search that
+// kept them fp32 and turned layouts away for GPU memory (the MoE runs are
+// where the practice is published: the DeepSeek-V3 report, NVIDIA's
+// DeepSeek and Qwen3-MoE recipes): its peak with them, if its framework
+// keeps them so (resolve_plan's rules: generic or Megatron-Core, 16-bit,
+// the distributed optimizer, no offload).  Not
+// ranked: the layouts that would then fit are searched by
+// `recommend --moment-dtype bf16`, a choice of numerics the user makes.
+struct MomentHint {
+  bool valid = false;
+  int64_t out_of_memory = 0;      // layouts the search turned away for GPU memory
+  double optimizer_bytes = 0, base_optimizer_bytes = 0;  // on the best plan's peak stage
+  double peak_bytes = 0, base_peak_bytes = 0;
+};
+
+MomentHint moment_hint(const ModelSpec& model, const ClusterSpec& cluster, const SearchOptions& o,
+                       const SearchResult& r) {
+  MomentHint h;
+  const auto oom = r.rejected.find("out of GPU memory");
+  if (!model.has_moe || r.plans.empty() || o.moment_dtype != MomentDtype::kFp32 || oom == r.rejected.end() ||
+      oom->second <= 0) {
+    return h;
+  }
+  const RankedPlan& best = r.plans.front();
+  Plan bf16 = best.layout.plan;
+  bf16.moment_dtype = MomentDtype::kBf16;
+  const Layout L = resolve_plan(model, cluster, best.layout.gpus, bf16);
+  if (!L.feasible) return h;
+  const MemoryReport base = plan_memory(model, cluster, best.layout);
+  const MemoryReport with = plan_memory(model, cluster, L);
+  h.valid = true;
+  h.out_of_memory = oom->second;
+  h.base_peak_bytes = base.peak_bytes;
+  h.peak_bytes = with.peak_bytes;
+  h.base_optimizer_bytes = base.stages[static_cast<size_t>(base.peak_stage)].breakdown.optimizer;
+  h.optimizer_bytes = with.stages[static_cast<size_t>(base.peak_stage)].breakdown.optimizer;
+  return h;
+}
+
 // What torch.compile would do for the best plan of a torchtitan or PyTorch
 // search run without --compile: the same layout compiled
 // (model_compiled), if the framework may compile it.  Not ranked: compile
@@ -509,6 +548,13 @@ int run_recommend(const RecommendFlags& f) {
                             {"eager_step_time_s", rounded(compiled.base_step_s, 6)}};
   }
   const DispatcherHint hint = r.plans.empty() ? DispatcherHint{} : dispatcher_hint(model, cluster, o, r.plans.front());
+  const MomentHint moments = moment_hint(model, cluster, o, r);
+  if (moments.valid) {
+    out["best_with_bf16_moments"] = {{"peak_memory_gib", rounded(to_gib(moments.peak_bytes), 3)},
+                                     {"optimizer_gib", rounded(to_gib(moments.optimizer_bytes), 3)},
+                                     {"fp32_peak_memory_gib", rounded(to_gib(moments.base_peak_bytes), 3)},
+                                     {"fp32_optimizer_gib", rounded(to_gib(moments.base_optimizer_bytes), 3)}};
+  }
   if (hint.valid) {
     out["best_with_flex_dispatcher"] = {{"moe_dispatcher", to_string(hint.dispatcher)},
                                         {"step_time_s", rounded(hint.step_s, 6)},
@@ -767,6 +813,14 @@ int run_recommend(const RecommendFlags& f) {
                     ? "a generic plan exports to targets without it (recommend --framework megatron-core or "
                       "torchtitan searches it where the expert group spans NVLink domains)"
                     : "the search tries it where the expert group spans NVLink domains, and this one's does not");
+  }
+  if (moments.valid) {
+    std::printf("with --moment-dtype bf16 (Adam's moments in bf16: Megatron-Core's precision-aware optimizer, as "
+                "DeepSeek-V3 trained) the best plan's optimizer states fall from %.2f to %.2f GiB per GPU and its "
+                "peak from %.2f to %.2f GiB; %lld layouts were out of GPU memory here: recommend --moment-dtype bf16 "
+                "searches those that then fit\n",
+                to_gib(moments.base_optimizer_bytes), to_gib(moments.optimizer_bytes), to_gib(moments.base_peak_bytes),
+                to_gib(moments.peak_bytes), static_cast<long long>(moments.out_of_memory));
   }
   std::printf("why the others lose:\n");
   // A kind of reason with numbers in it ("tp=N does not divide ...") is

@@ -480,6 +480,41 @@ if [ -s "$work/hint_plan.json" ]; then
   [ "$want" = "$got" ] || fail "recommend's deepep hint says $want s, simulate says $got s"
 fi
 
+# recommend's bf16-moments hint (an MoE search that turned layouts away for
+# memory): the best plan's optimizer states with them, which `memory` gives for
+# that plan with --moment-dtype bf16.  Oracle: the generic executor keeps
+# 4 + 2 + 2 of 4 + 4 + 4 bytes (2/3), Megatron-Core 2 + 2 + 2 (1/2: the master's
+# remainder); no hint for a dense model or a search that has them already.
+for fw in generic megatron-core; do
+  "$T" recommend --model mixtral-8x7b --cluster dgx-h100 --gpus 64 --framework "$fw" --top 1 --json \
+    > "$work/mhint.json" 2> "$work/mhint.err" || fail "recommend mixtral $fw: $(cat "$work/mhint.err")"
+  python3 - "$work/mhint.json" "$fw" "$work/mhint_plan.json" <<'PY' || fail "recommend mixtral $fw: wrong bf16-moments hint"
+import json, sys
+d, fw = json.load(open(sys.argv[1])), sys.argv[2]
+h = d["best_with_bf16_moments"]
+ratio = h["optimizer_gib"] / h["fp32_optimizer_gib"]
+assert abs(ratio - (0.5 if fw == "megatron-core" else 2 / 3)) < 1e-3, (fw, h)
+assert h["peak_memory_gib"] < h["fp32_peak_memory_gib"], h
+p = d["plans"][0]
+keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
+        "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers",
+        "framework", "gpus", "ep", "etp", "recompute_modules", "tp_comm_overlap", "ep_overlap", "delay_wgrad",
+        "moe_dispatcher", "cuda_graph"]
+plan = {k: p[k] for k in keys if k in p}
+plan.update(model=d["model"], cluster=d["cluster"], moment_dtype="bf16")
+json.dump(plan, open(sys.argv[3], "w"))
+PY
+  want=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["best_with_bf16_moments"]["peak_memory_gib"])' "$work/mhint.json")
+  got=$("$T" memory --plan "$work/mhint_plan.json" --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["peak_gib"], 3))')
+  [ "$want" = "$got" ] || fail "recommend's bf16-moments hint ($fw) says $want GiB, memory says $got GiB"
+done
+"$T" recommend --model mixtral-8x7b --cluster dgx-h100 --gpus 64 --top 1 --moment-dtype bf16 --json |
+  python3 -c 'import json,sys; sys.exit("best_with_bf16_moments" in json.load(sys.stdin))' ||
+  fail "recommend --moment-dtype bf16 still hints at bf16 moments"
+"$T" recommend --model llama3-70b --cluster dgx-h100 --gpus 64 --top 1 --json |
+  python3 -c 'import json,sys; sys.exit("best_with_bf16_moments" in json.load(sys.stdin))' ||
+  fail "a dense search hints at bf16 moments"
+
 # recommend's torch.compile hint for the best eager plan of a PyTorch search: the
 # same layout compiled, not ranked, at the step `simulate` gives that plan, and
 # faster (the fused elementwise ops); with --compile every plan is compiled and
