@@ -383,8 +383,7 @@ int run_recommend(const RecommendFlags& f) {
   }
   o.compile = f.compile;
   o.moment_dtype = static_cast<MomentDtype>(pick("--moment-dtype", f.moment_dtype, {"fp32", "bf16"}));
-  if (o.moment_dtype != MomentDtype::kFp32 && o.framework != Framework::kGeneric &&
-      o.framework != Framework::kMegatronCore) {
+  if (o.moment_dtype != MomentDtype::kFp32 && !runs_bf16_moments(o.framework)) {
     throw_input_error("--moment-dtype", "",
                       "bf16 Adam moments are Megatron-Core's precision-aware optimizer, not --framework " + f.framework,
                       "use --framework megatron-core or generic, or drop --moment-dtype");

@@ -491,6 +491,8 @@ bool runs_flex_dispatcher(Framework f) {
   return f == Framework::kGeneric || f == Framework::kMegatronCore || f == Framework::kTorchtitan;
 }
 
+bool runs_bf16_moments(Framework f) { return f == Framework::kGeneric || f == Framework::kMegatronCore; }
+
 AttentionKernel default_attention_kernel(Framework f, GpuArch arch) {
   const bool hopper_plus = arch == GpuArch::kHopper || arch == GpuArch::kBlackwell;
   if (f == Framework::kMegatronCore && hopper_plus) return AttentionKernel::kCudnn;
@@ -1116,7 +1118,7 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
            "optimizer does");
     if (p.offload != Offload::kNone)
       fail("bf16 Adam moments are modelled on the GPU's optimizer; with --offload the states stay fp32");
-    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
+    if (!runs_bf16_moments(p.framework))
       fail("bf16 Adam moments are Megatron-Core's precision-aware optimizer; this plan's framework keeps fp32 "
            "moments (use --framework megatron-core or generic)");
   }

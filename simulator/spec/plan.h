@@ -349,6 +349,10 @@ std::string deepspeed_pipeline_zero_conflict(const Plan& plan);
 // deepep / hybridep): Megatron-Core's flex dispatcher, torchtitan's DeepEP
 // and HybridEP backends, and the generic model.
 bool runs_flex_dispatcher(Framework framework);
+// Whether `framework` keeps Adam's moments in bf16 (Plan::moment_dtype):
+// Megatron-Core's precision-aware optimizer and the generic model.  The one
+// place for that rule: resolve_plan and recommend's --moment-dtype.
+bool runs_bf16_moments(Framework framework);
 // The fused attention kernel `framework` runs on `arch` when the plan names
 // none (never kDefault):
 //   megatron-core: Transformer Engine's DotProductAttention prefers

@@ -71,6 +71,8 @@ TEST_CASE("MemoryModel: bf16 Adam moments keep 8 optimizer bytes per parameter, 
   // 6 + 8/d; DeepSeek-V3 report Sec. 3.3.3 (BF16 moments, FP32 master
   // weights and gradients).
   const double psi = 1e9;
+  const ModelSpec m = load_model("llama3-8b");
+  const ClusterSpec c = load_cluster("dgx-h100");
   for (int d : {1, 8, 64}) {
     DYNAMIC_SECTION("ZeRO-1 over d=" << d << ": 6 + 8/d bytes per parameter") {
       const ModelStateBytes s = model_state_bytes(psi, Precision::kBf16, GradDtype::kFp32, 1, d, Offload::kNone,
@@ -104,8 +106,6 @@ TEST_CASE("MemoryModel: bf16 Adam moments keep 8 optimizer bytes per parameter, 
     CHECK(generic.master + 2 * generic.moment == 8);
   }
   SECTION("a whole plan: its optimizer states shrink by 8/12 on every stage, nothing else moves") {
-    const ModelSpec m = load_model("llama3-8b");
-    const ClusterSpec c = load_cluster("dgx-h100");
     Plan p;
     p.pp = 2;
     p.zero = 1;
@@ -127,8 +127,6 @@ TEST_CASE("MemoryModel: bf16 Adam moments keep 8 optimizer bytes per parameter, 
     }
   }
   SECTION("the precision-aware optimizer's rules (Megatron-Core)") {
-    const ModelSpec m = load_model("llama3-8b");
-    const ClusterSpec c = load_cluster("dgx-h100");
     Plan p;
     p.zero = 1;
     p.mbs = 1;
