@@ -398,17 +398,93 @@ def moe_cluster_for(row, tmp):
     return None
 
 
+def layer_pattern_of(text):
+    """A Megatron --moe-layer-freq list pattern, "([0]*3+[1]*1)*12" or "[0]*3+[1]*58" or "[0,1,0,1]" (prose after
+    it ignored), as the list of 0/1 it builds (Megatron's arguments.py evaluates the string as a Python list expression); None for anything
+    else.  Only list literals of 0/1, list repetition by an int and concatenation are read (no eval)."""
+    import ast
+
+    def value(node):
+        if isinstance(node, ast.List) and all(isinstance(x, ast.Constant) and x.value in (0, 1) for x in node.elts):
+            return [x.value for x in node.elts]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            a, b = value(node.left), value(node.right)
+            return a + b if isinstance(a, list) and isinstance(b, list) else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            a, b = value(node.left), value(node.right)
+            if isinstance(a, list) and isinstance(b, int):
+                return a * b
+            if isinstance(a, int) and isinstance(b, list):
+                return b * a
+            return None
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value if 0 <= node.value <= 100000 else None
+        return None
+
+    # The expression may be followed by prose, "[0]*3+[1]*58 (layers 4-61 MoE)": the longest leading run of the
+    # expression's characters that parses.
+    head = re.match(r"[\[\]()0-9*+,\s]*", text).group(0)
+    for end in range(len(head), 0, -1):
+        try:
+            tree = ast.parse(head[:end].strip(), mode="eval")
+        except (SyntaxError, ValueError):
+            continue
+        v = value(tree.body)
+        return v if isinstance(v, list) else None
+    return None
+
+
+def moe_placement_of(e, layers):
+    """M4's MoE layer placement as the model spec writes it, (dense_layers, layer_freq): the first dense_layers keep
+    a dense MLP, then every layer_freq-th layer is MoE counting from the first after them.  From row.moe:
+    dense_layers_first (null -> 0) and moe_layer_freq -- null, "every layer" or 1 -> 1; an int k or "every k layers"
+    / "every kth layer" -> k (Megatron --moe-layer-freq k: layer i is MoE when i % k == 0); "every other" /
+    "every second" / "alternating" -> 2; a 0/1 list or Megatron list pattern (layer_pattern_of) -> its leading
+    zeros and the period of its ones, when it has the model's layer count and one MoE layer per period.  None where
+    the placement is not of that form (not expressible)."""
+    dense = e.get("dense_layers_first") or 0
+    freq = e.get("moe_layer_freq")
+    if freq is None or isinstance(freq, bool):
+        return dense, 1
+    if isinstance(freq, int):
+        return (dense, freq) if freq >= 1 else None
+    if isinstance(freq, list):
+        pattern = freq if all(x in (0, 1) for x in freq) else None
+    else:
+        text = str(freq).strip().lower()
+        if re.fullmatch(r"(every|each|all)( single)? (transformer )?layers?|1", text):
+            return dense, 1
+        if re.search(r"every other|every second|alternat", text):
+            return dense, 2
+        m = re.fullmatch(r"every (\d+)(st|nd|rd|th)? (transformer )?layers?", text)
+        if m:
+            return (dense, int(m.group(1))) if int(m.group(1)) >= 1 else None
+        if re.fullmatch(r"\d+", text):
+            return (dense, int(text)) if int(text) >= 1 else None
+        pattern = layer_pattern_of(text)
+    if not pattern or len(pattern) != layers or 1 not in pattern:
+        return None
+    first = pattern.index(1)
+    ones = [i for i, x in enumerate(pattern) if x == 1]
+    step = ones[1] - ones[0] if len(ones) > 1 else layers - first
+    expected = [1 if i >= first and (i - first) % step == 0 else 0 for i in range(layers)]
+    return (first, step) if expected == pattern else None
+
+
 def moe_model_file(row, tmp):
     """M4 (MoE rows): M1 (SwiGLU, untied, no dropout, RoPE) with the row's shape; head_dim when given; the "moe"
-    block from row.moe (experts, top_k, expert_ffn_hidden, shared_experts, dense_layers = dense_layers_first, every
-    layer MoE after them, capacity_factor as printed, router sigmoid when the router text says sigmoid, aux_free when
+    block from row.moe (experts, top_k, expert_ffn_hidden, shared_experts, dense_layers and layer_freq by
+    moe_placement_of, capacity_factor as printed, router sigmoid when the router text says sigmoid, aux_free when
     it says aux-loss-free, router_groups / router_group_topk when it says "(N groups, top-M groups)"); attention
     "mla" with row.mla's dimensions when row.attention is mla; ffn_hidden null -> expert_ffn_hidden (no dense layer
-    uses it)."""
+    uses it).  None where the MoE layer placement is not expressible."""
     m, e = row["model"], row["moe"]
+    placement = moe_placement_of(e, m["layers"])
+    if placement is None:
+        return None
     router = (e.get("router") or "").lower()
     moe = {"experts": e["experts"], "top_k": e["top_k"], "expert_ffn_hidden": e["expert_ffn_hidden"],
-           "shared_experts": e.get("shared_experts") or 0, "dense_layers": e.get("dense_layers_first") or 0,
+           "shared_experts": e.get("shared_experts") or 0, "dense_layers": placement[0],
            "capacity_factor": e.get("capacity_factor"),
            "router": "sigmoid" if "sigmoid" in router else "softmax",
            "load_balancing": "aux_free" if "aux-loss-free" in router or "aux_free" in router else "aux_loss"}
@@ -417,6 +493,8 @@ def moe_model_file(row, tmp):
            "vocab": m["vocab"], "seq_len": m["seq_len"], "mlp": "swiglu", "tied_embeddings": False,
            "dropout": False, "position_embedding": "rope", "moe": moe,
            "source": "generated by tools/accuracy.py from " + row["id"]}
+    if placement[1] > 1:
+        moe["layer_freq"] = placement[1]
     groups = re.search(r"(\d+)\s*groups,\s*top-(\d+)\s*groups", router)
     if groups:
         moe["router_groups"], moe["router_group_topk"] = int(groups.group(1)), int(groups.group(2))
@@ -454,7 +532,8 @@ def moe_flags_for(row, trainplan):
     "ZeRO-1 data parallel") -> --zero 1; the dispatcher by M5; the global batch by moe_global_batch_of; --mtp-layers N
     where the notes say the run trained "MTP depth N" (the model's mtp_layers is the architecture: Megatron-Bridge's
     DeepSeek-V3 rows ran "w/o MTP", the GB200 guide's layout 'Et|(tt|)*30L' has no MTP stage); --moment-dtype bf16
-    where the precision field says the run kept "BF16 (AdamW) moments" (moment_flags).  The metric is
+    where the precision field says the run kept "BF16 (AdamW) moments" (moment_flags); the overlap and offload by M6
+    (moe_overlap_offload_flags).  The metric is
     Megatron-Core's model TFLOP/s (T1), compared at the source's own FLOP count where it prints tokens/s too
     (source_flops_per_token); trainplan's count (causal attention, top-k experts) otherwise; else tokens/s per GPU,
     measured or (a derived_throughput row) derived."""
@@ -488,6 +567,7 @@ def moe_flags_for(row, trainplan):
     disp = moe_dispatcher_for(lay)
     if disp and cli_offers(trainplan, "--moe-dispatcher"):
         f += ["--moe-dispatcher", disp]
+    f += moe_overlap_offload_flags(lay, trainplan)
     meas = row["measured"]
     if "model_tflops_per_gpu" in meas:
         return f, "model TFLOP/s per GPU", meas["model_tflops_per_gpu"], "model_tflops_per_gpu"
@@ -497,6 +577,18 @@ def moe_flags_for(row, trainplan):
     if row.get("kind") == "derived_throughput" and "tokens_per_s_per_gpu" in derived:
         return f, "tokens/s per GPU (derived)", derived["tokens_per_s_per_gpu"], "tokens_per_s_per_gpu"
     return None
+
+
+def moe_overlap_offload_flags(lay, trainplan):
+    """M6: --ep-overlap where layout.ep_a2a_overlap is true (Megatron-Core --overlap-moe-expert-parallel-comm, the
+    ModelZoo's "A2A overlap" column); --offload optimizer where layout.optimizer_offload is true (Megatron-Core
+    --optimizer-cpu-offload); each once the CLI offers it.  False or null: neither."""
+    f = []
+    if lay.get("ep_a2a_overlap") is True and cli_offers(trainplan, "--ep-overlap"):
+        f += ["--ep-overlap"]
+    if lay.get("optimizer_offload") is True and cli_offers(trainplan, "none|optimizer|params"):
+        f += ["--offload", "optimizer"]
+    return f
 
 
 def moe_global_batch_of(lay):
@@ -522,8 +614,12 @@ def moe_section(trainplan, path, tmp):
             skipped.append(row["id"])
             continue
         flags, metric, measured, key = mapped
+        model = moe_model_file(row, tmp)
+        if model is None:
+            skipped.append(row["id"] + " (MoE layer placement %r)" % row["moe"].get("moe_layer_freq"))
+            continue
         try:
-            res = run(trainplan, ["--model", moe_model_file(row, tmp), "--cluster", cluster] + flags)
+            res = run(trainplan, ["--model", model, "--cluster", cluster] + flags)
         except RuntimeError as e:
             skipped.append(row["id"] + " (" + str(e) + ")")
             continue
@@ -909,7 +1005,7 @@ def main():
     doc = ["# Accuracy: predicted vs measured", "",
            "Generated by `python3 tools/accuracy.py` (after building) from `../shared/reference/published_dev.json`:",
            "every throughput, step-time and layer-time row the simulator can express, mapped to `trainplan simulate`",
-           "flags by fixed rules (see the script's docstring), representative-rank mode. A wider check on 335",
+           "flags by fixed rules (see the script's docstring), representative-rank mode. A wider check on 345",
            "published runs of the same kinds (the benchmark tables of Megatron-Bridge, torchtitan, the",
            "Megatron-MoE-ModelZoo, the Megatron-LM README's weak scaling, BLOOM's pre-launch sweep, Narayanan et",
            "al.'s Table 1 and NeMo 24.07's performance summary, the last four with 13 dev rows among them; not judged): [wider-check.md](wider-check.md)",

@@ -15,8 +15,8 @@ Mapping, the ACCURACY.md rules as far as the tables print the fields:
   model     the built-in model of the printed name (the tables print no shapes; M1/M4 would need them):
             LLAMA3_8B llama3-8b, LLAMA3_70B llama3-70b, LLAMA3.1_405B llama3-405b, DeepSeekV3 deepseek-v3
             (no MTP layer), GPT OSS 120B gpt-oss-120b, Qwen3_30B_a3B qwen3-30b-a3b, Qwen3_235B_a22B
-            qwen3-235b-a22b; a suffix in parentheses (tokendrop, w/o MTP) is ignored; other models (Nemotron 3,
-            Kimi K2, DeepSeek-V4) are not expressible.
+            qwen3-235b-a22b, Kimi_K2 kimi-k2; a suffix in parentheses (tokendrop, w/o MTP) is ignored; other
+            models (Nemotron 3, DeepSeek-V4) are not expressible.
   cluster   DGX-H100 dgx-h100, DGX-B200 dgx-b200, DGX-B300 dgx-b300, DGX-GB200 gb200-nvl72, DGX-GB300
             gb300-nvl72.
   layout    --gpus --tp --pp --cp --vp (n/a: none) --mbs --gbs --seq as printed; --ep and --etp (printed, else 1,
@@ -97,8 +97,8 @@ ZOO_CLUSTERS = {"H100": "dgx-h100", "GB200": "gb200-nvl72", "GB300": "gb300-nvl7
 
 MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b",
           "DeepSeekV3": "deepseek-v3", "GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b",
-          "Qwen3_235B_a22B": "qwen3-235b-a22b"}
-MOE = {"deepseek-v3", "gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b"}
+          "Qwen3_235B_a22B": "qwen3-235b-a22b", "Kimi_K2": "kimi-k2"}
+MOE = {"deepseek-v3", "gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b", "kimi-k2"}
 SYSTEMS = {"DGX-H100": "dgx-h100", "DGX-B200": "dgx-b200", "DGX-B300": "dgx-b300", "DGX-GB200": "gb200-nvl72",
            "DGX-GB300": "gb300-nvl72"}
 # The fields that make two printed rows the same run configuration (for the repeat spread).

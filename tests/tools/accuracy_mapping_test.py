@@ -261,7 +261,8 @@ class Nemo2407Facts(unittest.TestCase):
 # A help text that offers every option the MoE rules look for (cli_offers reads `trainplan simulate --help`).
 FAKE_CLI = "fake-trainplan"
 accuracy._HELP[FAKE_CLI] = ("--ep --etp --vp --mtp-layers --recompute-modules --framework megatron-core --moe-dispatcher "
-                            "--moment-dtype --precision fp8 --schedule gpipe|1f1b|zb-1p|dualpipe-v|dualpipe")
+                            "--moment-dtype --precision fp8 --schedule gpipe|1f1b|zb-1p|dualpipe-v|dualpipe --ep-overlap "
+                            "--offload none|optimizer|params")
 
 # DeepSeek-V3's report row as published_moe_dev.json writes it (the fields the rules read).
 DSV3_REPORT = {
@@ -385,6 +386,102 @@ class MoeRules(unittest.TestCase):
         row["layout"]["precision"] = "BF16"
         flags = accuracy.moe_flags_for(row, FAKE_CLI)[0]
         self.assertEqual(flags[flags.index("--precision") + 1], "bf16")
+
+
+def megatron_moe_mask(freq, layers):
+    """Megatron-Core's own reading of --moe-layer-freq (transformer_config / arguments.py): an int k makes layer i
+    MoE when i % k == 0; a list is the per-layer mask itself."""
+    return [1 if i % freq == 0 else 0 for i in range(layers)] if isinstance(freq, int) else list(freq)
+
+
+def spec_moe_mask(dense, freq, layers):
+    """The model spec's rule (simulator/spec/model.h is_moe_layer): layer >= dense_layers and (layer -
+    dense_layers) % layer_freq == 0."""
+    return [1 if i >= dense and (i - dense) % freq == 0 else 0 for i in range(layers)]
+
+
+class MoePlacement(unittest.TestCase):
+    def test_list_patterns_give_the_same_layers_as_megatron(self):
+        # Brute force: every (leading dense, period) pattern of a 48-layer model written as Megatron writes it,
+        # read back and expanded by the spec's rule, marks exactly the layers Megatron's list marks.
+        for dense in range(0, 5):
+            for step in range(1, 7):
+                pattern = [0] * dense + [1 if j % step == 0 else 0 for j in range(48 - dense)]
+                text = "[0]*%d+%s" % (dense, str(pattern[dense:]).replace(" ", ""))
+                placement = accuracy.moe_placement_of({"moe_layer_freq": text}, 48)
+                self.assertIsNotNone(placement, text)
+                self.assertEqual(spec_moe_mask(placement[0], placement[1], 48), pattern, text)
+
+    def test_megatron_pattern_strings(self):
+        p = accuracy.moe_placement_of
+        # DeepSeek-V3 in Megatron-Bridge: "[0]*3+[1]*58" (first three layers dense), as the dev rows print it.
+        self.assertEqual(p({"moe_layer_freq": "[0]*3+[1]*58"}, 61), (3, 1))
+        self.assertEqual(p({"moe_layer_freq": "[0]*3+[1]*58 (layers 4-61 MoE)", "dense_layers_first": 3}, 61), (3, 1))
+        self.assertEqual(p({"moe_layer_freq": "([0]*3+[1]*1)*12 (one in four)"}, 48), (3, 4))
+        # One MoE layer in four, the dense ones first: "([0]*3+[1]*1)*12".
+        self.assertEqual(p({"moe_layer_freq": "([0]*3+[1]*1)*12"}, 48), (3, 4))
+        # Llama 4 Maverick (HF interleave_moe_layer_step 2: layers 1, 3, ... are MoE).
+        self.assertEqual(p({"moe_layer_freq": "[0,1]*24"}, 48), (1, 2))
+        self.assertEqual(p({"moe_layer_freq": [0, 1] * 24}, 48), (1, 2))
+        # Not of the spec's form, or not the model's layer count: not expressible.
+        self.assertIsNone(p({"moe_layer_freq": "[1,1,0,1]"}, 4))
+        self.assertIsNone(p({"moe_layer_freq": "[0]*3+[1]*50"}, 61))
+        self.assertIsNone(p({"moe_layer_freq": "[0]*48"}, 48))
+        self.assertIsNone(p({"moe_layer_freq": "__import__('os')"}, 48))
+
+    def test_ints_and_words(self):
+        p = accuracy.moe_placement_of
+        for printed, k in ((None, 1), ("every layer", 1), (1, 1), ("1", 1), (2, 2), ("every other layer", 2),
+                           ("alternating dense / MoE", 2), ("every 4 layers", 4), ("every 4th layer", 4)):
+            placement = p({"moe_layer_freq": printed}, 48)
+            self.assertEqual(placement, (0, k), printed)
+            if isinstance(printed, int):
+                self.assertEqual(spec_moe_mask(0, k, 48), megatron_moe_mask(printed, 48))
+        self.assertEqual(p({"moe_layer_freq": "every layer", "dense_layers_first": 3}, 61), (3, 1))
+        self.assertIsNone(p({"moe_layer_freq": 0}, 48))
+        self.assertIsNone(p({"moe_layer_freq": "custom"}, 48))
+
+    def test_the_dev_rows_placements(self):
+        # The two placements published_moe_dev.json prints (its moe_layer_freq, dense_layers_first, layers).
+        p = accuracy.moe_placement_of
+        self.assertEqual(p({"moe_layer_freq": "every layer", "dense_layers_first": 0}, 48), (0, 1))
+        self.assertEqual(p({"moe_layer_freq": "[0]*3+[1]*58 (layers 4-61 MoE)", "dense_layers_first": 3}, 61), (3, 1))
+
+    def test_model_file_carries_the_placement(self):
+        row = json.loads(json.dumps(DSV3_REPORT))
+        row["moe"]["moe_layer_freq"] = "every layer"
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(accuracy.moe_model_file(row, tmp)) as f:
+                moe = json.load(f)["moe"]
+            self.assertEqual(moe["dense_layers"], 3)
+            self.assertNotIn("layer_freq", moe)  # the spec's default, 1
+            row["moe"].update(moe_layer_freq="[0]*3+([1]+[0])*29", dense_layers_first=None)
+            row["model"]["layers"] = 61
+            with open(accuracy.moe_model_file(row, tmp)) as f:
+                moe = json.load(f)["moe"]
+            self.assertEqual((moe["dense_layers"], moe["layer_freq"]), (3, 2))
+            row["moe"]["moe_layer_freq"] = "[1,0,0]*20+[1]"
+            self.assertIsNotNone(accuracy.moe_model_file(row, tmp))  # 61 layers, period 3 from layer 0
+            row["moe"]["moe_layer_freq"] = "[1,1,0]*20+[1]"
+            self.assertIsNone(accuracy.moe_model_file(row, tmp))
+
+
+class MoeOverlapOffload(unittest.TestCase):
+    def test_m6_flags(self):
+        f = accuracy.moe_overlap_offload_flags
+        self.assertEqual(f({"ep_a2a_overlap": True}, FAKE_CLI), ["--ep-overlap"])
+        self.assertEqual(f({"optimizer_offload": True}, FAKE_CLI), ["--offload", "optimizer"])
+        self.assertEqual(f({"ep_a2a_overlap": False, "optimizer_offload": False}, FAKE_CLI), [])
+        self.assertEqual(f({"ep_a2a_overlap": None}, FAKE_CLI), [])
+        accuracy._HELP["no-overlap"] = "--ep --etp"
+        self.assertEqual(f({"ep_a2a_overlap": True, "optimizer_offload": True}, "no-overlap"), [])
+
+    def test_report_row_keeps_its_flags(self):
+        row = json.loads(json.dumps(DSV3_REPORT))
+        row["layout"].update(ep_a2a_overlap=True, optimizer_offload=False)
+        flags = accuracy.moe_flags_for(row, FAKE_CLI)[0]
+        self.assertIn("--ep-overlap", flags)
+        self.assertNotIn("--offload", flags)
 
 
 if __name__ == "__main__":

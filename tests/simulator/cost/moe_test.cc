@@ -37,7 +37,9 @@ TEST_CASE("MoE models: total and active parameters match the published counts wi
   // lookup not counted); gpt-oss-120b 116.83B / 5.13B "unembedding counted,
   // embedding not" (model card Table 1); DeepSeek-V2 236B / 21B activated
   // (arXiv:2405.04434 abstract; counted in V3's convention, without the
-  // input embedding: 20.85B, 21.38B with it, both "21B" at the printed unit).
+  // input embedding: 20.85B, 21.38B with it, both "21B" at the printed unit);
+  // Llama 4 Maverick 400B / 17B active (Meta's model card; its total also
+  // holds the vision encoder, under 1B).
   // Within 1%, or within half a unit of the last printed digit (plus 0.1%)
   // where that is wider: Qwen3-30B-A3B's card prints "3.3B"; the count here
   // is 3.353B (attention 18.87M + 8 experts 37.75M + router 0.26M per layer,
@@ -52,7 +54,8 @@ TEST_CASE("MoE models: total and active parameters match the published counts wi
                         Case{"qwen3-235b-a22b", 235e9, 22e9, 1e9, false},
                         Case{"deepseek-v3", 671e9, 36.6e9, 0.1e9, true},
                         Case{"deepseek-v2", 236e9, 21e9, 1e9, true},
-                        Case{"gpt-oss-120b", 116.83e9, 5.13e9, 0.01e9, true}}) {
+                        Case{"gpt-oss-120b", 116.83e9, 5.13e9, 0.01e9, true},
+                        Case{"llama4-maverick", 400e9, 17e9, 1e9, false}}) {
     INFO(c.model);
     const ModelSpec m = load_model(c.model);
     REQUIRE(m.has_moe);
@@ -60,6 +63,35 @@ TEST_CASE("MoE models: total and active parameters match the published counts wi
     const double active = active_params(m) - (c.active_without_input_embedding ? embedding_params(m) : 0.0);
     CHECK(std::fabs(active - c.active) <= std::max(0.01 * c.active, c.active_unit / 2 + 1e-3 * c.active));
   }
+}
+
+TEST_CASE("Kimi K2 and Llama 4 Maverick: parameters as their configs derive them") {
+  // Kimi K2 (config.json): DeepSeek-V3's layer with 64 heads. MLA per layer
+  // 7168x1536 + 1536 + 1536x64x192 + 7168x576 + 512 + 512x64x256 + 64x128x7168;
+  // one dense SwiGLU layer of 18432; 60 MoE layers of 384 + 1 shared experts
+  // of 2048 and a 384 x 7168 router; two 163840 x 7168 embeddings. 1026.4B:
+  // the report's "1.04T" is 1.3% more, with no MTP layer in the config
+  // (num_nextn_predict_layers 0) to account for it, so the test is the
+  // derivation; the card's 32B activated (half a unit: +-0.5B) holds in
+  // DeepSeek's convention (output head counted, input embedding not).
+  const ModelSpec k = load_model("kimi-k2");
+  const double mla = 7168.0 * 1536 + 1536 + 1536.0 * 64 * 192 + 7168.0 * 576 + 512 + 512.0 * 64 * 256 + 64.0 * 128 * 7168;
+  CHECK(attention_params(k) == mla);
+  const double expert = 3.0 * 7168 * 2048;
+  const double layer_norms = 2.0 * 7168;
+  const double total = 61 * (mla + layer_norms) + 3.0 * 7168 * 18432 + 60 * (385 * expert + 384.0 * 7168) +
+                       2.0 * 163840 * 7168 + 7168;
+  CHECK_THAT(total_params(k), WithinRel(total, 1e-6));
+  CHECK(k.moe_layer_count() == 60);
+  CHECK(std::fabs(active_params(k) - embedding_params(k) - 32e9) <= 0.5e9);
+  // Llama 4 Maverick: MoE on layers 1, 3, ..., 47 (transformers' moe_layers
+  // for interleave_moe_layer_step 2), the other 24 dense.
+  const ModelSpec l = load_model("llama4-maverick");
+  CHECK(l.moe_layer_count() == 24);
+  CHECK_FALSE(l.is_moe_layer(0));
+  CHECK(l.is_moe_layer(1));
+  CHECK_FALSE(l.is_moe_layer(46));
+  CHECK(l.is_moe_layer(47));
 }
 
 TEST_CASE("DeepSeek-V3: multi-head latent attention has the published projection sizes") {
@@ -79,12 +111,13 @@ TEST_CASE("MoE model FLOPs per token equal what the published tables imply") {
   // Megatron-Bridge performance tables print TFLOP/s per GPU and tokens/s per
   // GPU for the same run; their ratio is the FLOPs per token Megatron-Core
   // counts (published_moe_dev.json): Qwen3-30B-A3B 241e12 / 10494 and
-  // DeepSeek-V3 (without MTP) 782e12 / 3139, at seq 4096.
+  // DeepSeek-V3 (without MTP) 782e12 / 3139, at seq 4096; Kimi K2 1099e12 /
+  // 5372 (26.06, DGX-GB300, tests/data/validation/megatron_bridge_perf.json).
   struct Case {
     const char* model;
     double tflops, tokens_per_s;
   };
-  for (const Case& c : {Case{"qwen3-30b-a3b", 241, 10494}, Case{"deepseek-v3", 782, 3139}}) {
+  for (const Case& c : {Case{"qwen3-30b-a3b", 241, 10494}, Case{"deepseek-v3", 782, 3139}, Case{"kimi-k2", 1099, 5372}}) {
     INFO(c.model);
     const ModelSpec m = load_model(c.model);
     Plan p;
