@@ -7,7 +7,8 @@ Usage: python3 tools/accuracy.py [--trainplan build/planner/trainplan]
 
 Each row is mapped to `trainplan simulate` flags by fixed rules (below), not
 tuned per row: the model shape comes from the row; the cluster from the GPU and its fabric (Jean Zay's Omni-Path A100 nodes
-for BLOOM, a DGX A100 otherwise, a DGX H100 for H100);
+for BLOOM, a DGX A100 otherwise, the built-in DGX or NVL72 cluster of an H100, H200, B200, B300, GB200 or GB300:
+BUILTIN_CLUSTERS);
 the attention kernel from the year (FlashAttention from 2023 on); the
 micro-batch from the row, else 1 (ACCURACY.md L3).
 """
@@ -75,16 +76,29 @@ def model_file(row, tmp):
     return path
 
 
-def cluster_for(row):
+# ACCURACY.md's cluster rule, "a built-in cluster where the hardware matches (A100 on Omni-Path -> jean-zay-a100,
+# other A100 -> dgx-a100, H100 -> dgx-h100, H200 -> dgx-h200, B200 -> dgx-b200)", with the racks and parts built in
+# since: GB200 NVL72 -> gb200-nvl72, B300 -> dgx-b300, GB300 NVL72 -> gb300-nvl72.
+BUILTIN_CLUSTERS = {"A100": "dgx-a100", "H100": "dgx-h100", "H200": "dgx-h200", "B200": "dgx-b200",
+                    "B300": "dgx-b300", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
+
+
+def gpu_type_of(row):
+    """The GPU part the row's hardware.gpu names first, as a BUILTIN_CLUSTERS key ("NVIDIA H100 SXM (H200 same)" ->
+    H100; "GB200" is not a B200, "GH200" not an H200); None for any other part (H800, GH200, TPUs, V100, MI300X)."""
     gpu = row["hardware"]["gpu"]
-    inter = row["hardware"].get("inter_node") or ""
-    if gpu.startswith("A100") and "Omni-Path" in inter:
+    found = [(m.start(), part) for part in BUILTIN_CLUSTERS
+             for m in [re.search(r"(?<![A-Za-z0-9])%s(?![0-9])" % part, gpu)] if m]
+    return min(found)[1] if found else None
+
+
+def cluster_for(row):
+    """The built-in cluster of the row's GPU (BUILTIN_CLUSTERS), Jean Zay's for A100s on Omni-Path; None when the
+    part is not built in."""
+    part = gpu_type_of(row)
+    if part == "A100" and "Omni-Path" in (row["hardware"].get("inter_node") or ""):
         return "jean-zay-a100"
-    if gpu.startswith("A100"):
-        return "dgx-a100"
-    if gpu.startswith("H100"):
-        return "dgx-h100"
-    return None
+    return BUILTIN_CLUSTERS.get(part)
 
 
 # Memory technologies a row may name, as (GB per stack, GB/s per stack, source).  Each stack has a 1024-bit
@@ -373,35 +387,28 @@ def flags_for(row, trainplan, layout_only=False):
 
 
 def moe_cluster_for(row, tmp):
-    """The cluster rule above, plus GB200 NVL72 racks -> gb200-nvl72 and B200 -> dgx-b200; an H800 (the H100 die
-    with its NVLink cut to 8 links) -> dgx-h100 with the NVLink bandwidth the row states per GPU (ACCURACY.md's
-    derived cluster: only the stated figure changed; DeepSeek-V3's report, Sec. 3.2.2: "NVLink offers a bandwidth
-    of 160 GB/s"); other GPUs are not expressible."""
-    gpu = row["hardware"]["gpu"]
-    if gpu.startswith("GB200"):
-        return "gb200-nvl72"
-    if gpu.startswith("B200"):
-        return "dgx-b200"
-    if gpu.startswith("H100"):
-        return "dgx-h100"
-    if gpu.startswith("H200"):
-        return "dgx-h200"
-    if gpu.startswith("H800"):
-        stated = re.search(r"([\d.]+)\s*GB/s per GPU", row["hardware"].get("intra_node") or "")
-        if not stated:
-            return None
-        with open(os.path.join(ROOT, "topologies", "dgx-h100.json")) as f:
-            doc = json.load(f)
-        doc["intra_node"]["bandwidth"] = stated.group(1) + "GB/s"
-        changed = ["intra_node bandwidth %s GB/s per GPU (%s)" % (stated.group(1), row["hardware"]["intra_node"])]
-        return write_derived_cluster(doc, "dgx-h100", row, changed, tmp)
-    return None
+    """The cluster rule of the dense rows (cluster_for, then derived_cluster for a stated memory size, power limit or
+    memory technology); an H800 (the H100 die with its NVLink cut to 8 links) -> dgx-h100 with the NVLink bandwidth
+    the row states per GPU (ACCURACY.md's derived cluster: only the stated figure changed; DeepSeek-V3's report,
+    Sec. 3.2.2: "NVLink offers a bandwidth of 160 GB/s"); other GPUs are not expressible."""
+    if not re.search(r"(?<![A-Za-z0-9])H800(?![0-9])", row["hardware"]["gpu"]):
+        base = cluster_for(row)
+        return derived_cluster(row, base, tmp) if base else None
+    stated = re.search(r"([\d.]+)\s*GB/s per GPU", row["hardware"].get("intra_node") or "")
+    if not stated:
+        return None
+    with open(os.path.join(ROOT, "topologies", "dgx-h100.json")) as f:
+        doc = json.load(f)
+    doc["intra_node"]["bandwidth"] = stated.group(1) + "GB/s"
+    changed = ["intra_node bandwidth %s GB/s per GPU (%s)" % (stated.group(1), row["hardware"]["intra_node"])]
+    return write_derived_cluster(doc, "dgx-h100", row, changed, tmp)
 
 
 def layer_pattern_of(text):
     """A Megatron --moe-layer-freq list pattern, "([0]*3+[1]*1)*12" or "[0]*3+[1]*58" or "[0,1,0,1]" (prose after
-    it ignored), as the list of 0/1 it builds (Megatron's arguments.py evaluates the string as a Python list expression); None for anything
-    else.  Only list literals of 0/1, list repetition by an int and concatenation are read (no eval)."""
+    it ignored), as the list of 0/1 it builds (Megatron's arguments.py evaluates the string as a Python list
+    expression); None for anything else.  Only list literals of 0/1, list repetition by an int and concatenation
+    are read (no eval)."""
     import ast
 
     def value(node):
@@ -633,8 +640,14 @@ def moe_section(trainplan, path, tmp):
         if cluster.endswith(".json"):  # derived (moe_cluster_for): the built-in it came from and what changed
             with open(cluster) as f:
                 doc = json.load(f)
-            shown = "%s (derived: NVLink %s)" % (doc["name"][:-len("-" + row["id"])],
-                                                 doc["intra_node"]["bandwidth"].replace("GB/s", " GB/s"))
+            base = doc["name"][:-len("-" + row["id"])]
+            with open(os.path.join(ROOT, "topologies", base + ".json")) as f:
+                built = json.load(f)
+            changed = ["NVLink " + doc["intra_node"]["bandwidth"].replace("GB/s", " GB/s")
+                       ] if doc["intra_node"] != built["intra_node"] else []
+            changed += ["%s %s" % (k, doc["gpu"][k]) for k in sorted(doc["gpu"])
+                        if k != "source" and doc["gpu"][k] != built["gpu"].get(k)]
+            shown = "%s (derived: %s)" % (base, ", ".join(changed))
         lines.append("| %s | %s | %s | %.4g | %.4g | %+.1f%% | %s | %s |" % (
             row["id"], shown, metric, measured, pred, 100 * err, "yes" if res.get("fits") else "no",
             " ".join(flags)))
@@ -983,7 +996,7 @@ def main():
                 with open(plan_path, "w") as pf:
                     json.dump(plan_doc, pf)
                 fit_rows.append({"id": row["id"], "group": group, "plan": plan_path, "step": meas_step,
-                                 "gpu": "H100" if base_cluster == "dgx-h100" else "A100", "err": err,
+                                 "gpu": gpu_type_of(row), "err": err,
                                  "time_metric": time_metric})
             lines.append("| %s | %s | %s | %.4g | %.4g | %+.1f%% | %s |" % (
                 row["id"], base_cluster + ("" if cluster == base_cluster else " (derived: " +

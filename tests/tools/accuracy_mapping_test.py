@@ -56,6 +56,36 @@ class DerivedCluster(unittest.TestCase):
         self.assertEqual(accuracy.derived_cluster(row, "dgx-a100", "/nonexistent"), "dgx-a100")
 
 
+class ClusterRule(unittest.TestCase):
+    def test_accuracy_md_examples(self):
+        # ACCURACY.md: "A100 on Omni-Path -> jean-zay-a100, other A100 -> dgx-a100, H100 -> dgx-h100, H200 ->
+        # dgx-h200, B200 -> dgx-b200"; the racks and parts built in since map to theirs; TPUs are not expressible.
+        def c(gpu, inter=""):
+            return accuracy.cluster_for({"hardware": {"gpu": gpu, "inter_node": inter}})
+        self.assertEqual(c("A100-SXM4-80GB", "Omni-Path 100 Gb/s, 4 NICs per node"), "jean-zay-a100")
+        self.assertEqual(c("A100-SXM4-80GB"), "dgx-a100")
+        self.assertEqual(c("H100-SXM5-80GB (DGX-H100)"), "dgx-h100")
+        self.assertEqual(c("H200 SXM (8 GPUs, one node)"), "dgx-h200")
+        self.assertEqual(c("NVIDIA B200 SXM"), "dgx-b200")
+        self.assertEqual(c("B300 (DGX-B300)"), "dgx-b300")
+        self.assertEqual(c("GB200 (DGX-GB200 NVL72)"), "gb200-nvl72")  # a GB200, not a B200
+        self.assertEqual(c("DGX-GB300"), "gb300-nvl72")
+        self.assertEqual(c("NVIDIA H100 SXM (H200 same)"), "dgx-h100")  # the part named first
+        for other in ("Cloud TPUv3 (16GB per core)", "NVIDIA GH200 SXM (900W, 141GiB)", "H800 (SXM, 80GB)", "MI300X"):
+            self.assertIsNone(c(other), other)
+        for name in set(accuracy.BUILTIN_CLUSTERS.values()) | {"jean-zay-a100"}:
+            self.assertTrue(os.path.exists(os.path.join(ROOT, "topologies", name + ".json")), name)
+
+    def test_moe_rows_take_the_derived_cluster_rule(self):
+        # A stated power limit changes the built-in cluster for an MoE row as for a dense one.
+        with tempfile.TemporaryDirectory() as tmp:
+            path = accuracy.moe_cluster_for({"id": "t", "hardware": {"gpu": GRAND_TETON}}, tmp)
+            with open(path) as f:
+                self.assertEqual(json.load(f)["gpu"]["power_limit_w"], 500)
+            self.assertEqual(accuracy.moe_cluster_for({"id": "t", "hardware": {"gpu": "B200 (DGX-B200)"}}, tmp),
+                             "dgx-b200")
+
+
 def row(layout, gpus=64, seq=2048, **extra):
     return dict({"id": "x", "model": {"seq_len": seq}, "hardware": {"gpus": gpus}, "layout": layout}, **extra)
 
