@@ -377,6 +377,8 @@ def flags_for(row, trainplan, layout_only=False):
         return f, mbs, "TFLOP/s per GPU", meas["tflops_per_gpu"], key
     if "model_tflops_per_gpu" in meas:
         return f, mbs, "model TFLOP/s per GPU", meas["model_tflops_per_gpu"], "model_tflops_per_gpu"
+    if mfu_of(meas) is not None:
+        return f, mbs, "MFU", mfu_of(meas), "mfu"
     if "tokens_per_s_per_gpu" in meas:
         return f, mbs, "tokens/s per GPU", meas["tokens_per_s_per_gpu"], "tokens_per_s_per_gpu"
     if "samples_per_s_per_gpu" in meas:
@@ -384,6 +386,15 @@ def flags_for(row, trainplan, layout_only=False):
     if "layer_fwd_plus_bwd_ms" in meas:
         return f, mbs, "layer fwd+bwd (ms)", meas["layer_fwd_plus_bwd_ms"], "layer_ms"
     return None
+
+
+def mfu_of(meas):
+    """T1's "else MFU": measured.mfu as a fraction of peak (a printed percentage, > 1, divided by 100); None
+    without one."""
+    m = meas.get("mfu")
+    if not isinstance(m, (int, float)) or isinstance(m, bool) or m <= 0:
+        return None
+    return m / 100.0 if m > 1 else float(m)
 
 
 def moe_cluster_for(row, tmp):
@@ -578,6 +589,8 @@ def moe_flags_for(row, trainplan):
     meas = row["measured"]
     if "model_tflops_per_gpu" in meas:
         return f, "model TFLOP/s per GPU", meas["model_tflops_per_gpu"], "model_tflops_per_gpu"
+    if mfu_of(meas) is not None:
+        return f, "MFU", mfu_of(meas), "mfu"
     if "tokens_per_s_per_gpu" in meas:
         return f, "tokens/s per GPU", meas["tokens_per_s_per_gpu"], "tokens_per_s_per_gpu"
     derived = row.get("derived") or {}

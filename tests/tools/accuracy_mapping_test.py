@@ -56,6 +56,23 @@ class DerivedCluster(unittest.TestCase):
         self.assertEqual(accuracy.derived_cluster(row, "dgx-a100", "/nonexistent"), "dgx-a100")
 
 
+class MetricRule(unittest.TestCase):
+    def test_t1_mfu_after_the_flop_rates(self):
+        # T1: "step_time_s when measured; else TFLOP/s per GPU ...; else MFU; else tokens/s per GPU".
+        lay = {"tp": 1, "pp": 1, "micro_batch": 1, "global_batch": 8}
+        base = {"id": "x", "model": {"seq_len": 2048, "layers": 2, "hidden": 64, "heads": 4},
+                "hardware": {"gpus": 8, "gpu": "H100"},
+                "layout": lay, "source": "2024"}
+        def mapped(meas):
+            return accuracy.flags_for(dict(base, measured=meas), FAKE_CLI)[2:]
+        self.assertEqual(mapped({"mfu": 0.41, "tokens_per_s_per_gpu": 100})[2], "mfu")
+        self.assertEqual(mapped({"mfu": 41, "tokens_per_s_per_gpu": 100})[1], 0.41)  # a printed percentage
+        self.assertEqual(mapped({"tflops_per_gpu": 400, "mfu": 0.41})[2], "model_tflops_per_gpu")
+        self.assertEqual(mapped({"step_time_s": 1.0, "mfu": 0.41})[2], "step_time_s")
+        self.assertEqual(mapped({"tokens_per_s_per_gpu": 100})[2], "tokens_per_s_per_gpu")
+        self.assertIsNone(accuracy.mfu_of({"mfu": None}))
+
+
 class ClusterRule(unittest.TestCase):
     def test_accuracy_md_examples(self):
         # ACCURACY.md: "A100 on Omni-Path -> jean-zay-a100, other A100 -> dgx-a100, H100 -> dgx-h100, H200 ->
