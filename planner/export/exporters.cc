@@ -169,12 +169,25 @@ std::string plan_summary(const Layout& L) {
   return s.str();
 }
 
-int gpus_per_node_used(const Layout& L) { return L.gpus / L.nodes; }
+// The hosts the job starts on, one launcher (torchrun) each: what torchrun
+// calls nodes.  export_plan refuses a plan without an even split first.
+LaunchShape launch_of(const ClusterSpec& c, const Layout& L) {
+  const std::optional<LaunchShape> h = launch_shape(c, L.gpus);
+  TRAINPLAN_CHECK(h.has_value(), "export of a plan with no even launch");
+  return *h;
+}
 
-// "llama3-8b on dgx-h100: 8 GPUs (1 node x 8)"
+// "llama3-8b on dgx-h100: 8 GPUs (1 node x 8)"; where a node of the cluster
+// is an NVLink domain of several hosts, "kimi-k2 on gb200-nvl72: 256 GPUs
+// (64 nodes x 4, in 4 NVLink domains of 64)".
 std::string job_summary(const ModelSpec& m, const ClusterSpec& c, const Layout& L) {
-  const std::string nodes = str(L.nodes) + (L.nodes == 1 ? " node" : " nodes");
-  return m.name + " on " + c.name + ": " + str(L.gpus) + " GPUs (" + nodes + " x " + str(gpus_per_node_used(L)) + ")";
+  const LaunchShape h = launch_of(c, L);
+  std::string out = m.name + " on " + c.name + ": " + str(L.gpus) + " GPUs (" + str(h.hosts) +
+                    (h.hosts == 1 ? " node" : " nodes") + " x " + str(h.per_host);
+  if (c.host.gpus < c.gpus_per_node) {
+    out += ", in " + str(L.nodes) + " NVLink domain" + (L.nodes == 1 ? "" : "s") + " of " + str(c.gpus_per_node);
+  }
+  return out + ")";
 }
 
 std::string header_comment(const char* prefix, const std::string& what, const ModelSpec& m, const ClusterSpec& c,
@@ -324,26 +337,28 @@ std::string required_env(const std::string& var, const std::string& message) {
 // torchrun's rendezvous arguments.  One node runs as is; on several nodes
 // NODE_RANK and MASTER_ADDR must be set on each, and bash stops with the
 // message if they are not.
-BashArgs torchrun_args(const Layout& L) {
+BashArgs torchrun_args(const ClusterSpec& c, const Layout& L) {
+  const LaunchShape h = launch_of(c, L);
   BashArgs a;
-  a.opt("--nproc_per_node", gpus_per_node_used(L));
-  a.opt("--nnodes", L.nodes);
-  if (L.nodes == 1) {
+  a.opt("--nproc_per_node", h.per_host);
+  a.opt("--nnodes", h.hosts);
+  if (h.hosts == 1) {
     a.opt("--node_rank", "\"${NODE_RANK:-0}\"");
     a.opt("--master_addr", "\"${MASTER_ADDR:-localhost}\"");
   } else {
-    a.opt("--node_rank", required_env("NODE_RANK", "set NODE_RANK to the index of this node, 0.." + str(L.nodes - 1)));
+    a.opt("--node_rank", required_env("NODE_RANK", "set NODE_RANK to the index of this node, 0.." + str(h.hosts - 1)));
     a.opt("--master_addr", required_env("MASTER_ADDR", "set MASTER_ADDR to the address of node 0"));
   }
   a.opt("--master_port", "\"${MASTER_PORT:-6000}\"");
   return a;
 }
 
-std::string launch_note(const Layout& L, const char* checkout) {
+std::string launch_note(const ClusterSpec& c, const Layout& L, const char* checkout) {
+  const LaunchShape h = launch_of(c, L);
   std::string out = "# Run it from a " + std::string(checkout) + " checkout";
-  if (L.nodes == 1) return out + ".\n";
-  return out + " on each of the " + str(L.nodes) +
-         " nodes, with NODE_RANK\n# (0.." + str(L.nodes - 1) + ") and MASTER_ADDR (node 0) set there.\n";
+  if (h.hosts == 1) return out + ".\n";
+  return out + " on each of the " + str(h.hosts) +
+         " nodes, with NODE_RANK\n# (0.." + str(h.hosts - 1) + ") and MASTER_ADDR (node 0) set there.\n";
 }
 
 // ---- Megatron-LM ------------------------------------------------------------
@@ -707,7 +722,7 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
 
   std::string s = "#!/usr/bin/env bash\n";
   s += header_comment("# ", "Megatron-LM pretraining", m, c, L);
-  s += launch_note(L, "Megatron-LM");
+  s += launch_note(c, L, "Megatron-LM");
   s += "# Trains on mock data; replace DATA_ARGS with --data-path and a tokenizer for a\n# real run.\n";
   s += "set -euo pipefail\n\n";
   if (megatron_fsdp) {
@@ -735,7 +750,7 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
          "# Engine would fall back to FlashAttention-2, which this switches off (TE v2.18+).\n";
     s += "export NVTE_FLASH_ATTN_V2=0\n\n";
   }
-  s += torchrun_args(L).array("DISTRIBUTED_ARGS") + "\n";
+  s += torchrun_args(c, L).array("DISTRIBUTED_ARGS") + "\n";
   s += model.array("MODEL_ARGS") + "\n";
   s += parallel.array("PARALLEL_ARGS") + "\n";
   s += training.array("TRAINING_ARGS") + "\n";
@@ -963,7 +978,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
   s += header_comment("# ", "DeepSpeed (Megatron-DeepSpeed) pretraining", m, c, L);
   s += "# DeepSpeed has tensor and pipeline parallelism through Megatron-DeepSpeed, so\n"
        "# this writes the DeepSpeed config and launches its pretrain_gpt.py.\n";
-  s += launch_note(L, "Megatron-DeepSpeed");
+  s += launch_note(c, L, "Megatron-DeepSpeed");
   s += "# DATA_PATH: a dataset preprocessed with tools/preprocess_data.py; NullTokenizer\n"
        "# only fixes the vocabulary size, use your tokenizer for a real run.\n";
   s += "set -euo pipefail\n\n";
@@ -973,7 +988,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
   }
   s += "DS_CONFIG=\"${DS_CONFIG:-ds_config.json}\"\n";
   s += "cat >\"$DS_CONFIG\" <<'JSON'\n" + deepspeed_config(L, true).dump(2) + "\nJSON\n\n";
-  s += torchrun_args(L).array("DISTRIBUTED_ARGS") + "\n";
+  s += torchrun_args(c, L).array("DISTRIBUTED_ARGS") + "\n";
   s += model.array("MODEL_ARGS") + "\n";
   s += parallel.array("PARALLEL_ARGS") + "\n";
   s += training.array("TRAINING_ARGS") + "\n";
@@ -1286,11 +1301,12 @@ ExportResult export_torchtitan(const ModelSpec& m, const ClusterSpec& c, const L
        "# read TOML job configs; 0.3 and later take a Python Trainer.Config (--module/--config):\n"
        "# trainplan export --to torchtitan-py writes that.\n";
   s += "# Run it from a torchtitan checkout";
-  if (L.nodes == 1) {
+  const LaunchShape h = launch_of(c, L);
+  if (h.hosts == 1) {
     s += ":\n#   NGPU=" + str(L.gpus) + " CONFIG_FILE=<this file> ./run_train.sh\n";
   } else {
-    s += " on each of the " + str(L.nodes) + " nodes:\n#   torchrun --nproc_per_node " + str(gpus_per_node_used(L)) +
-         " --nnodes " + str(L.nodes) +
+    s += " on each of the " + str(h.hosts) + " nodes:\n#   torchrun --nproc_per_node " + str(h.per_host) +
+         " --nnodes " + str(h.hosts) +
          " --node_rank $NODE_RANK --rdzv_backend c10d \\\n#     --rdzv_endpoint $MASTER_ADDR:29500 -m "
          "torchtitan.train --job.config_file <this file>\n";
   }
@@ -1470,12 +1486,13 @@ ExportResult export_torchtitan_py(const ModelSpec& m, const ClusterSpec& c, cons
   std::string s = header_comment("# ", "torchtitan head Python config (Trainer.Config)", m, c, L);
   s += "# For torchtitan at head (commit b5bcd76c, 2026-08-21) and 0.3, which take a Python\n"
        "# Trainer.Config instead of TOML.  Save this file as trainplan_job.py on PYTHONPATH and\n";
-  if (L.nodes == 1) {
+  const LaunchShape h = launch_of(c, L);
+  if (h.hosts == 1) {
     s += "# run from a torchtitan checkout:\n#   MODULE=trainplan_job CONFIG=trainplan_job NGPU=" + str(L.gpus) +
          " ./run_train.sh\n";
   } else {
-    s += "# run on each of the " + str(L.nodes) + " nodes:\n#   torchrun --nproc_per_node " +
-         str(gpus_per_node_used(L)) + " --nnodes " + str(L.nodes) +
+    s += "# run on each of the " + str(h.hosts) + " nodes:\n#   torchrun --nproc_per_node " +
+         str(h.per_host) + " --nnodes " + str(h.hosts) +
          " --node_rank $NODE_RANK --rdzv_backend c10d \\\n#     --rdzv_endpoint $MASTER_ADDR:29500 -m "
          "torchtitan.train --module trainplan_job --config trainplan_job\n";
   }
@@ -1979,14 +1996,15 @@ ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout&
   s += header_comment("# ", "PyTorch training script", m, c, L);
   // One node runs as is; on several, each node must say who it is (a
   // default would make every node rank 0 on localhost).
+  const LaunchShape h = launch_of(c, L);
   const std::string node_rank =
-      L.nodes == 1 ? "\"${NODE_RANK:-0}\""
-                   : required_env("NODE_RANK", "set NODE_RANK to the index of this node, 0.." + str(L.nodes - 1));
+      h.hosts == 1 ? "\"${NODE_RANK:-0}\""
+                   : required_env("NODE_RANK", "set NODE_RANK to the index of this node, 0.." + str(h.hosts - 1));
   const std::string master =
-      L.nodes == 1 ? "\"${MASTER_ADDR:-localhost}\""
+      h.hosts == 1 ? "\"${MASTER_ADDR:-localhost}\""
                    : required_env("MASTER_ADDR", "set MASTER_ADDR to the address of node 0");
   s += "# Launch on every node (NODE_RANK 0..N-1, MASTER_ADDR = node 0):\n";
-  s += "#   torchrun --nproc_per_node " + str(gpus_per_node_used(L)) + " --nnodes " + str(L.nodes) +
+  s += "#   torchrun --nproc_per_node " + str(h.per_host) + " --nnodes " + str(h.hosts) +
        " --node_rank " + node_rank + " \\\n#     --master_addr " + master +
        " --master_port \"${MASTER_PORT:-29500}\" <this file>\n";
   s += "# Needs PyTorch >= 2.6 (torch.distributed.fsdp.fully_shard). Trains on random\n"
@@ -2067,6 +2085,11 @@ ExportResult export_or_check(ExportTarget target, const ModelSpec& model, const 
     return refuse(std::string("the plan was simulated for ") + to_string(fw) +
                   ", whose execution (overlaps, buckets, gathers) another framework does not reproduce; export it with "
                   "--to " + to_string(*export_target_of(fw)) + ", or simulate it for this target's framework");
+  }
+  if (!launch_shape(cluster, layout.gpus)) {
+    return refuse(std::to_string(layout.gpus) + " GPUs do not split evenly over hosts of " +
+                  std::to_string(cluster.host.gpus) + " GPUs, and torchrun starts the same number of processes on "
+                  "every host (--nproc-per-node); use a GPU count that does");
   }
   if (layout.plan.schedule == Schedule::kDualPipe) {
     // deepseek-ai/DualPipe ships its schedule as a library of its own

@@ -183,11 +183,25 @@ ClusterSpec parse_cluster(const std::string& json_text, const std::string& where
   if (host.has("op_overhead")) {
     c.host.op_overhead = Duration::seconds(host.quantity("op_overhead", Dimension::kDuration, 0, kMaxOpOverhead));
   }
+  c.host.gpus = static_cast<int>(host.optional_integer("gpus", 1, c.gpus_per_node).value_or(c.gpus_per_node));
+  if (c.gpus_per_node % c.host.gpus != 0) {
+    throw_input_error(where, "/host/gpus",
+                      "does not divide the " + std::to_string(c.gpus_per_node) + " GPUs of a node",
+                      "allowed: a divisor of gpus_per_node");
+  }
   c.host.source = host.optional_string("source").value_or("");
   host.finish();
   c.source = o.optional_string("source").value_or("");
   o.finish();
   return c;
+}
+
+std::optional<LaunchShape> launch_shape(const ClusterSpec& cluster, int gpus) {
+  TRAINPLAN_CHECK(gpus > 0, "launch_shape of no GPUs");
+  const int per_host = cluster.host.gpus > 0 ? cluster.host.gpus : cluster.gpus_per_node;
+  const int hosts = (gpus + per_host - 1) / per_host;
+  if (gpus % hosts != 0) return std::nullopt;
+  return LaunchShape{hosts, gpus / hosts};
 }
 
 ClusterSpec load_cluster(const std::string& name_or_path, const std::string& where, const std::string& pointer) {

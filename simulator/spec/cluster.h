@@ -120,6 +120,10 @@ struct HostSpec {
   // process can issue work (step_costs.h, host-bound layers).  Zero: the
   // host is not modelled (it never bounds a layer).
   Duration op_overhead;
+  // GPUs one host drives: one operating system, one torchrun, one process
+  // per GPU.  Equal to gpus_per_node except where a node is an NVLink domain
+  // of several hosts (a GB200 NVL72 compute tray drives 4 of the rack's GPUs).
+  int gpus = 0;
   std::string source;
 };
 
@@ -135,6 +139,20 @@ struct ClusterSpec {
   std::vector<CalibratedCollective> calibrated_collectives;  // from a calibration file
   std::string calibration;  // where the calibration came from, empty if none
 };
+
+// How a job of `gpus` GPUs is started: `hosts` hosts, each running a
+// launcher (torchrun) with `per_host` processes, one per GPU.
+struct LaunchShape {
+  int hosts = 0;
+  int per_host = 0;
+};
+
+// The launch of `gpus` GPUs on `cluster`: whole hosts (cluster.host.gpus
+// each) when the job fills them, otherwise the fewest hosts that split the
+// GPUs evenly.  nullopt when no even split exists (torchrun starts the same
+// number of processes on every host: --nproc-per-node).
+// REQUIRES: gpus > 0.
+std::optional<LaunchShape> launch_shape(const ClusterSpec& cluster, int gpus);
 
 // Parses and validates a cluster JSON document (see topologies/README.md).
 // Throws InputError on any bad field.

@@ -363,10 +363,13 @@ done
 
 # Per-layer CUDA graphs (--cuda-graph): exported as --cuda-graph-impl
 # transformer_engine with the plan's --cuda-graph-modules and --te-rng-tracker,
-# passing the oracle's TransformerConfig rules, for an MoE plan on one GB200
-# node (attn, moe_router, moe_preprocess) and a dense one on two H100 nodes
-# (the whole layer: no module list); the other targets refuse it; the oracle
-# rejects moe_preprocess without moe_router and a script without the graphs.
+# passing the oracle's TransformerConfig rules, for an MoE plan on 8 GPUs of a
+# GB200 NVL72 (attn, moe_router, moe_preprocess) and a dense one on two H100
+# nodes (the whole layer: no module list); the other targets refuse it; the
+# oracle rejects moe_preprocess without moe_router and a script without the
+# graphs.  The GB200 plan's 8 GPUs sit in two compute trays of 4 (each its own
+# host): torchrun runs on 2 nodes with 4 processes each, and the oracle
+# rejects 8 processes on one tray.
 for nodes in 1 2; do
   plan="$work/cg$nodes.json"
   if [ "$nodes" = 1 ]; then
@@ -385,8 +388,15 @@ JSON
   fi
   "$T" simulate --plan "$plan" > "$work/cg.txt" 2>&1 || { fail "cuda graph ($nodes nodes) does not simulate: $(cat "$work/cg.txt")"; continue; }
   grep -q "cuda_graph=" "$work/cg.txt" || fail "cuda graph ($nodes nodes): the plan line lacks cuda_graph="
-  export_and_check "$plan" "$nodes" "cuda graph ($nodes nodes)"
+  export_and_check "$plan" 2 "cuda graph ($nodes nodes)"
   "$T" export --plan "$plan" --to megatron > "$work/cg.sh" 2> /dev/null || { fail "cuda graph: no Megatron export"; continue; }
+  if [ "$nodes" = 1 ]; then
+    grep -q -- "--nproc_per_node 4" "$work/cg.sh" && grep -q -- "--nnodes 2" "$work/cg.sh" ||
+      fail "GB200: 8 GPUs not launched as 2 trays of 4: $(grep -e --nproc_per_node -e --nnodes "$work/cg.sh")"
+    sed 's/--nproc_per_node 4/--nproc_per_node 8/; s/--nnodes 2/--nnodes 1/' "$work/cg.sh" > "$work/cg_tray.sh"
+    python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/cg_tray.sh" --nodes 1 2>&1 |
+      grep -q "a host of gb200-nvl72 has 4 GPUs" || fail "oracle accepted 8 processes on a 4-GPU GB200 tray"
+  fi
   grep -q -- "--cuda-graph-impl transformer_engine" "$work/cg.sh" || fail "cuda graph ($nodes nodes): no --cuda-graph-impl"
   grep -q -- "--te-rng-tracker" "$work/cg.sh" || fail "cuda graph ($nodes nodes): no --te-rng-tracker"
   if [ "$nodes" = 1 ]; then
@@ -394,7 +404,7 @@ JSON
       fail "cuda graph: the modules are not the plan's"
     sed 's/--cuda-graph-modules attn moe_router moe_preprocess/--cuda-graph-modules attn moe_preprocess/' \
       "$work/cg.sh" > "$work/cg_bad.sh"
-    python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/cg_bad.sh" --nodes "$nodes" 2>&1 |
+    python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/cg_bad.sh" --nodes 2 2>&1 |
       grep -q "moe_preprocess cuda graph is only supported with moe_router" ||
       fail "oracle accepted moe_preprocess without moe_router"
   elif grep -q -- "--cuda-graph-modules" "$work/cg.sh"; then
@@ -405,7 +415,7 @@ JSON
     [ $? = 2 ] || fail "cuda graph exported to $target"
   done
   grep -v -- "--cuda-graph-impl" "$work/cg.sh" > "$work/cg_off.sh"
-  python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/cg_off.sh" --nodes "$nodes" 2>&1 |
+  python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/cg_off.sh" --nodes 2 2>&1 |
     grep -q "but --cuda-graph-impl is none" || fail "oracle accepted a script without the plan's CUDA graphs"
 done
 

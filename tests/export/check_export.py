@@ -46,10 +46,22 @@ class Problems:
 # Plan
 
 
+def gpus_per_host(cluster: str | None) -> int | None:
+    """GPUs one host of the plan's built-in cluster drives (topologies/<name>.json: host.gpus, else
+    gpus_per_node); None for a cluster that is not built in."""
+    path = os.path.join(REPO, "topologies", f"{cluster}.json")
+    if not cluster or not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        c = json.load(f)
+    return int(c.get("host", {}).get("gpus", c["gpus_per_node"]))
+
+
 def load_plan(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
         p = json.load(f)
     out = {
+        "gpus_per_host": gpus_per_host(p.get("cluster")),
         "tp": int(p.get("tp", 1)),
         "pp": int(p.get("pp", 1)),
         "cp": int(p.get("cp", 1)),
@@ -392,6 +404,14 @@ def check_torchrun(script: BashScript, tor_table: dict, plan: dict, nodes_opt: i
             if nproc not in ("cpu", "gpu", "xpu", "auto"):
                 P.add(f"torchrun: --nproc-per-node {nproc!r} is not an int or cpu|gpu|xpu|auto "
                       "(run.py determine_local_world_size)", given.get("nproc_per_node", (None,))[0])
+    # Megatron-LM initialize.py _initialize_distributed and PyTorch's own
+    # scripts give each local rank its device, torch.cuda.set_device(local_rank):
+    # a host runs at most as many processes as it has GPUs.
+    gph = plan.get("gpus_per_host")
+    if nproc_i is not None and gph is not None and nproc_i > gph:
+        P.add(f"torchrun: --nproc-per-node {nproc_i} but a host of {plan.get('cluster')} has {gph} GPUs "
+              "(torch.cuda.set_device(local_rank): the local ranks beyond them have no device)",
+              given.get("nproc_per_node", (None,))[0])
     nodes = n_max
     if nodes_opt is not None:
         if n_max is not None and n_max != nodes_opt:

@@ -3,6 +3,7 @@
 #include "simulator/spec/cluster.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -275,6 +276,53 @@ TEST_CASE("ClusterSpec: bad cluster JSON is rejected with the exact message", "[
     REQUIRE_THROWS_WITH(parse_cluster(edited("\"bf16\": \"312TFLOP/s\", ", ""), "c.json"),
                         "c.json: /gpu/peak/bf16: missing required key");
   }
+}
+
+TEST_CASE("ClusterSpec: GPUs per host and how a job is launched on them", "[sim][spec]") {
+  // Default: a host is the node (DGX: one OS, 8 GPUs).
+  const ClusterSpec tiny = parse_cluster(kGoodCluster, "c.json");
+  CHECK(tiny.host.gpus == 8);
+  // GB200 / GB300 NVL72: a node is the 64-GPU NVLink domain, a host one compute
+  // tray of 4 GPUs (DGX GB200 User Guide: 2 Grace + 4 GPUs per tray).
+  for (const char* n : {"gb200-nvl72", "gb300-nvl72"}) {
+    INFO(n);
+    const ClusterSpec c = load_cluster(n);
+    CHECK(c.gpus_per_node == 64);
+    CHECK(c.host.gpus == 4);
+  }
+  // launch_shape: a job needs ceil(gpus / per_host) hosts, and torchrun
+  // starts the same number of processes on each (--nproc-per-node), so a
+  // launch exists exactly when that many hosts split the GPUs evenly; checked
+  // for every GPU count up to three nodes.
+  const ClusterSpec gb = load_cluster("gb200-nvl72");
+  const ClusterSpec dgx = load_cluster("dgx-h100");
+  for (const ClusterSpec* c : {&gb, &dgx}) {
+    for (int gpus = 1; gpus <= 3 * c->gpus_per_node; ++gpus) {
+      INFO(c->name << " " << gpus);
+      const int need = (gpus + c->host.gpus - 1) / c->host.gpus;
+      const std::optional<LaunchShape> h = launch_shape(*c, gpus);
+      if (gpus % need == 0) {
+        REQUIRE(h.has_value());
+        CHECK(h->hosts == need);
+        CHECK(h->per_host * h->hosts == gpus);
+        CHECK(h->per_host <= c->host.gpus);
+      } else {
+        CHECK_FALSE(h.has_value());
+      }
+    }
+  }
+  CHECK(launch_shape(gb, 256)->hosts == 64);
+  CHECK(launch_shape(gb, 6)->per_host == 3);  // two trays of 3
+  CHECK_FALSE(launch_shape(gb, 5).has_value());
+  CHECK(launch_shape(dgx, 16)->per_host == 8);
+  // Bad values name the field.
+  const std::string host = R"("host": {"memory": "2TiB", "bandwidth_per_gpu": "25GB/s"})";
+  REQUIRE_THROWS_WITH(parse_cluster(edited(host, R"("host": {"memory": "2TiB", "bandwidth_per_gpu": "25GB/s", "gpus": 3})"),
+                                    "c.json"),
+                      "c.json: /host/gpus: does not divide the 8 GPUs of a node; allowed: a divisor of gpus_per_node");
+  REQUIRE_THROWS_AS(parse_cluster(edited(host, R"("host": {"memory": "2TiB", "bandwidth_per_gpu": "25GB/s", "gpus": 16})"),
+                                  "c.json"),
+                    InputError);
 }
 
 TEST_CASE("ClusterSpec: load_cluster lists the known clusters for an unknown name", "[sim][spec]") {
