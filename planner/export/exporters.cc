@@ -28,6 +28,7 @@
 
 #include "simulator/core/error.h"
 #include "simulator/framework/framework.h"
+#include "simulator/network/collective_model.h"
 
 namespace trainplan {
 
@@ -749,6 +750,18 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
     s += "# attention fa3: needs flash-attn's Hopper build (flash_attn_3); without it Transformer\n"
          "# Engine would fall back to FlashAttention-2, which this switches off (TE v2.18+).\n";
     s += "export NVTE_FLASH_ATTN_V2=0\n\n";
+  }
+  if (p.moe_dispatcher == MoeDispatcher::kHybridEp) {
+    // DeepEP's HybridEPBuffer reads its topology from the environment: how
+    // many expert-parallel ranks share one NVLink domain (the group must be
+    // whole domains: "should be divisible by the number of ranks per NVLink
+    // domain") and whether that domain spans hosts (multi-node NVLink).
+    const int per_domain = strided_group_placement(p.ep, std::max(1, p.etp), c).ranks_per_node;
+    const bool mnnvl = c.host.gpus < c.gpus_per_node && per_domain * std::max(1, p.etp) > c.host.gpus;
+    s += "# HybridEP: " + str(per_domain) + " expert-parallel ranks per NVLink domain" +
+         (mnnvl ? ", which spans hosts (multi-node NVLink)" : "") + ".\n";
+    s += "export NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=" + str(per_domain) + "\n";
+    s += std::string("export USE_MNNVL=") + (mnnvl ? "1" : "0") + "\n\n";
   }
   s += torchrun_args(c, L).array("DISTRIBUTED_ARGS") + "\n";
   s += model.array("MODEL_ARGS") + "\n";

@@ -448,6 +448,34 @@ JSON
   python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/flex_a2a.sh" --nodes "$nodes" 2>&1 |
     grep -q "the plan simulated moe_dispatcher $backend" || fail "oracle accepted the alltoall dispatcher for a $backend plan"
 done
+
+# HybridEP across a GB200 NVL72 domain: 64 expert-parallel ranks on 16 compute
+# trays of 4 share the rack's NVLink, so the export sets HybridEP's topology
+# (64 ranks per NVLink domain, multi-node NVLink on), launches one torchrun per
+# tray, and the oracle rejects either setting of a DGX (8 ranks, USE_MNNVL=0).
+plan="$work/hybridep_gb200.json"
+cat > "$plan" <<JSON
+{"model": "qwen3-30b-a3b", "cluster": "gb200-nvl72", "gpus": 64, "tp": 1, "pp": 1, "dp": 64, "cp": 1, "vp": 1,
+ "ep": 64, "etp": 1, "zero": 1, "mbs": 1, "gbs": 512, "seq": 4096, "sp": false, "recompute": "none",
+ "schedule": "1f1b", "precision": "bf16", "grad_dtype": "fp32", "attention": "flash", "framework": "megatron-core",
+ "moe_dispatcher": "hybridep"}
+JSON
+if "$T" export --plan "$plan" --to megatron > "$work/hy.sh" 2> "$work/hy.err"; then
+  grep -q "^export NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64$" "$work/hy.sh" || fail "GB200 HybridEP: ranks per domain not 64"
+  grep -q "^export USE_MNNVL=1$" "$work/hy.sh" || fail "GB200 HybridEP: multi-node NVLink not on"
+  grep -q -- "--nproc_per_node 4" "$work/hy.sh" && grep -q -- "--nnodes 16" "$work/hy.sh" ||
+    fail "GB200 HybridEP: not launched as 16 trays of 4"
+  python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/hy.sh" --nodes 16 > "$work/oracle" 2>&1 ||
+    fail "GB200 HybridEP: $(cat "$work/oracle")"
+  sed 's/^export USE_MNNVL=1$/export USE_MNNVL=0/' "$work/hy.sh" > "$work/hy_nomnnvl.sh"
+  python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/hy_nomnnvl.sh" --nodes 16 2>&1 |
+    grep -q "USE_MNNVL=0, but the NVLink domain's expert ranks span hosts" || fail "oracle accepted USE_MNNVL=0 on GB200"
+  sed 's/RANKS_PER_NVLINK_DOMAIN=64$/RANKS_PER_NVLINK_DOMAIN=8/' "$work/hy.sh" > "$work/hy_dgx.sh"
+  python3 "$ORACLE" --target megatron --plan "$plan" --file "$work/hy_dgx.sh" --nodes 16 2>&1 |
+    grep -q "but 64 expert-parallel ranks share an NVLink domain" || fail "oracle accepted 8 HybridEP ranks per domain"
+else
+  fail "GB200 HybridEP: no Megatron export: $(cat "$work/hy.err")"
+fi
 cat > "$work/dsv3.json" <<JSON
 {"model": "deepseek-v3", "cluster": "dgx-h100", "gpus": 1024, "tp": 2, "pp": 16, "dp": 32, "cp": 1,
  "vp": 1, "ep": 64, "etp": 1, "zero": 1, "mbs": 1, "gbs": 1024, "seq": 4096, "sp": true, "recompute": "full",

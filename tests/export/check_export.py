@@ -46,6 +46,15 @@ class Problems:
 # Plan
 
 
+def cluster_doc(cluster: str | None) -> dict | None:
+    """The plan's built-in cluster file (topologies/<name>.json), or None."""
+    path = os.path.join(REPO, "topologies", f"{cluster}.json")
+    if not cluster or not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def gpus_per_host(cluster: str | None) -> int | None:
     """GPUs one host of the plan's built-in cluster drives (topologies/<name>.json: host.gpus, else
     gpus_per_node); None for a cluster that is not built in."""
@@ -445,6 +454,42 @@ def check_torchrun(script: BashScript, tor_table: dict, plan: dict, nodes_opt: i
     if known(nr) and nodes is not None and not 0 <= int(nr) < nodes:
         P.add(f"torchrun: --node-rank {nr} outside 0..{nodes - 1}", given.get("node_rank", (None,))[0])
     return {"script": scr, "post": post, "nodes": nodes, "nproc": nproc_i}
+
+
+def hybridep_env_rules(script: BashScript, plan: dict, ep: int, etp: int, P: Problems) -> None:
+    """DeepEP's HybridEPBuffer reads NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN (the expert-parallel group must be
+    whole domains: "The number of ranks ... should be divisible by the number of ranks per NVLink domain") and
+    USE_MNNVL (NVLink peers on other hosts, as NVIDIA's GB200 recipes set it: 64 ranks per domain with USE_MNNVL=1,
+    DGX recipes 8 with 0).  With the plan's cluster: Megatron's expert ranks are ordered tp-ep-dp-pp with the ep
+    group etp apart, so min(ep, gpus_per_node // etp) of them share a node's NVLink, and they span hosts when
+    that many times etp exceeds a host's GPUs."""
+    env = script.env
+    n_raw, u_raw = env.get("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"), env.get("USE_MNNVL")
+    if n_raw is None or u_raw is None:
+        P.add("megatron: the hybridep dispatcher without NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN and USE_MNNVL "
+              "exported (HybridEPBuffer reads its NVLink topology from them)")
+        return
+    try:
+        n, u = int(str(n_raw)), int(str(u_raw))
+    except ValueError:
+        P.add(f"megatron: HybridEP env {n_raw!r}/{u_raw!r} are not integers")
+        return
+    if n <= 0 or ep % n != 0:
+        P.add(f"megatron: NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={n} does not divide the {ep} expert-parallel ranks "
+              "(HybridEPBuffer asserts it)")
+    c = cluster_doc(plan.get("cluster"))
+    if c is None:
+        return
+    gpn = int(c["gpus_per_node"])
+    host = int(c.get("host", {}).get("gpus", gpn))
+    want = min(ep, max(1, gpn // max(1, etp)))
+    if n != want:
+        P.add(f"megatron: NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={n}, but {want} expert-parallel ranks share an "
+              f"NVLink domain of {plan.get('cluster')} in this plan")
+    spans = want * max(1, etp) > host
+    if bool(u) != spans:
+        P.add(f"megatron: USE_MNNVL={u}, but the NVLink domain's expert ranks " +
+              ("span hosts of " if spans else "sit on one host of ") + f"{host} GPUs")
 
 
 def cuda_max_connections(script: BashScript):
@@ -879,6 +924,10 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
     if plan["offload"] == "optimizer" and not ns.get("optimizer_cpu_offload"):
         P.add("megatron: the plan offloads the optimizer but --optimizer-cpu-offload is missing")
     megatron_moe_rules(ns, given, plan, world, tp, pp, cp, layers, P)
+    if ns.get("moe_token_dispatcher_type") == "flex" and ns.get("moe_flex_dispatcher_backend") == "hybridep":
+        etp = ns.get("expert_tensor_parallel_size")
+        hybridep_env_rules(script, plan, int(ns.get("expert_model_parallel_size") or 1),
+                           int(tp if etp is None else etp), P)
     # transformer_config.py TransformerConfig.__post_init__, under
     # overlap_moe_expert_parallel_comm.
     if ns.get("overlap_moe_expert_parallel_comm"):
