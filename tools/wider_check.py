@@ -93,14 +93,11 @@ WEAK_FACTS = os.path.join(ROOT, "tests", "data", "validation", "megatron_weak_sc
 BLOOM_FACTS = os.path.join(ROOT, "tests", "data", "validation", "bloom_prequel_sweep.json")
 NARAYANAN_FACTS = os.path.join(ROOT, "tests", "data", "validation", "narayanan21_table1.json")
 NEMO_FACTS = os.path.join(ROOT, "tests", "data", "validation", "nemo_2407_perf.json")
-ZOO_CLUSTERS = {"H100": "dgx-h100", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
 
 MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b",
           "DeepSeekV3": "deepseek-v3", "GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b",
           "Qwen3_235B_a22B": "qwen3-235b-a22b", "Kimi_K2": "kimi-k2"}
 MOE = {"deepseek-v3", "gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b", "kimi-k2"}
-SYSTEMS = {"DGX-H100": "dgx-h100", "DGX-B200": "dgx-b200", "DGX-B300": "dgx-b300", "DGX-GB200": "gb200-nvl72",
-           "DGX-GB300": "gb300-nvl72"}
 # The fields that make two printed rows the same run configuration (for the repeat spread).
 LAYOUT_KEYS = ("system", "model", "precision", "gpus", "gbs", "mbs", "seq", "tp", "pp", "cp", "vp", "ep", "etp", "fsdp")
 
@@ -119,7 +116,7 @@ def precision_of(row):
 
 def flags_for(row, trainplan):
     """The simulate flags of a row (the mapping in the docstring), or (None, reason)."""
-    model, cluster, precision = model_of(row), SYSTEMS.get(row["system"]), precision_of(row)
+    model, cluster, precision = model_of(row), system_cluster(row["system"]), precision_of(row)
     if not model:
         return None, "model not built in"
     if not cluster:
@@ -171,9 +168,15 @@ def titan_flags_for(row, trainplan, tmp):
     return f
 
 
+def system_cluster(system):
+    """The built-in cluster of a table's system ("DGX-B200", "GB300", "H100"): ACCURACY.md's cluster rule as
+    tools/accuracy.py applies it (cluster_for); None for a system not built in."""
+    return accuracy.cluster_for({"hardware": {"gpu": system}})
+
+
 def zoo_flags_for(row, trainplan):
     """The simulate flags of a Megatron-MoE-ModelZoo row (the mapping in the docstring)."""
-    f = ["--model", row["model"], "--cluster", ZOO_CLUSTERS[row["system"]], "--gpus", str(row["gpus"]), "--tp",
+    f = ["--model", row["model"], "--cluster", system_cluster(row["system"]), "--gpus", str(row["gpus"]), "--tp",
          str(row["tp"]), "--pp", str(row["pp"]), "--ep", str(row["ep"]), "--etp", str(row["etp"]), "--mbs",
          str(row["mbs"]), "--gbs", str(row["gbs"]), "--seq", str(row["seq"]), "--attention", "flash",
          "--zero", "3" if row["fsdp"] else "1", "--moe-dispatcher", row["dispatcher"], "--framework", "megatron-core"]
