@@ -57,6 +57,7 @@ void print_clusters(bool json) {
                           {"bf16_tflops", bf16},
                           {"hbm_gb_per_s", rounded(c.gpu.hbm_bandwidth.gigabytes_per_s(), 1)},
                           {"gpus_per_node", c.gpus_per_node},
+                          {"gpus_per_host", c.host.gpus},
                           {"intra_fabric", to_string(c.intra_node.fabric)},
                           {"intra_gb_per_s", rounded(c.intra_node.bandwidth.gigabytes_per_s(), 1)}};
       if (c.inter_node) {
