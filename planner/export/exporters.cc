@@ -872,7 +872,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
                                          "checkpoints every layer (--checkpoint-activations)")) {
     return refuse(*r);
   }
-  if (m.attention == AttentionKind::kMla || m.head_dim_given > 0) {
+  if (m.attention == AttentionKind::kMla || m.separate_head_dim()) {
     return refuse("Megatron-DeepSpeed's GPT model has no multi-head latent attention and this export writes no "
                   "--kv-channels; heads must be hidden/heads wide (use --to megatron)");
   }
@@ -1943,7 +1943,7 @@ ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout&
     return refuse(*r);
   }
   if (auto r = partial_recompute_refusal("the PyTorch script", p, "checkpoints every block")) return refuse(*r);
-  if (m.has_moe || m.attention == AttentionKind::kMla || m.head_dim_given > 0 || m.has_sliding_window) {
+  if (m.has_moe || m.attention == AttentionKind::kMla || m.separate_head_dim() || m.has_sliding_window) {
     return refuse("the PyTorch script's model is a dense GPT/Llama block with head_dim = hidden/heads attending to the "
                   "whole causal prefix; it has no experts, latent attention, separate head_dim or sliding window (use "
                   "--to megatron)");

@@ -112,6 +112,10 @@ struct ModelSpec {
   std::string source;   // where the figures come from
 
   int64_t head_dim() const { return head_dim_given > 0 ? head_dim_given : hidden / heads; }
+  // Whether the heads are not hidden / heads wide (Qwen3, gpt-oss); a
+  // head_dim given equal to it (Llama 4's config states 128 = 5120 / 40) is
+  // the usual layout.
+  bool separate_head_dim() const { return head_dim_given > 0 && head_dim_given * heads != hidden; }
   // Width of the attention output (the out projection's input): heads *
   // head_dim, or heads * v_head_dim with MLA.
   int64_t attention_width() const {

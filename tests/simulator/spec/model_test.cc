@@ -237,6 +237,19 @@ TEST_CASE("ModelSpec: sliding-window layers follow Megatron's --window-attn-skip
   }
 }
 
+TEST_CASE("ModelSpec: a head_dim apart from hidden / heads is what makes heads separate", "[sim][spec]") {
+  // Qwen3-30B-A3B: 32 heads of 128 on hidden 2048 (4096 != 2048); gpt-oss:
+  // 64 of 64 on 2880; Llama 4 Maverick states head_dim 128 with 40 heads on
+  // 5120, the usual 5120 / 40; Llama 3 8B states none.
+  CHECK(load_model("qwen3-30b-a3b").separate_head_dim());
+  CHECK(load_model("gpt-oss-120b").separate_head_dim());
+  const ModelSpec l4 = load_model("llama4-maverick");
+  CHECK(l4.head_dim_given == 128);
+  CHECK_FALSE(l4.separate_head_dim());
+  CHECK(l4.head_dim() == l4.hidden / l4.heads);
+  CHECK_FALSE(load_model("llama3-8b").separate_head_dim());
+}
+
 TEST_CASE("ModelSpec: load_model finds names and paths", "[sim][spec]") {
   SECTION("an unknown name lists the known models") {
     REQUIRE_THROWS_WITH(load_model("nope"), Catch::Matchers::StartsWith("--model: unknown model \"nope\"; known: bloom-176b, "));
