@@ -366,7 +366,7 @@ void register_calibrate_command(CLI::App* app, int* status, int* argc, char*** a
   static CalibrateFlags f;
   CLI::App* cmd = app->add_subcommand("calibrate", "measure collectives, GEMMs and memory bandwidth; write calibration.json");
   cmd->add_option("--backend", f.backend, "cpu (Eigen + MPI) or cuda (cuBLAS + NCCL)");
-  cmd->add_option("--out", f.out, "calibration file to write (default calibration.json)");
+  cmd->add_option("-o,--out", f.out, "calibration file to write (default calibration.json)");
   cmd->add_option("-b,--minbytes", f.min_bytes, "smallest collective size (default 8)");
   cmd->add_option("-e,--maxbytes", f.max_bytes, "largest collective size (default 16M cpu, 1G cuda)");
   cmd->add_option("-f,--stepfactor", f.factor, "size multiplier between steps (default 2)");

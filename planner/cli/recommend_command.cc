@@ -887,7 +887,7 @@ void register_report_command(CLI::App* app, int* status) {
   CLI::App* cmd = app->add_subcommand(
       "report", "write one self-contained HTML page: ranking, why the others lose, memory, the step's timeline, "
                 "scaling and faults");
-  cmd->add_option("--out", f.html, "the HTML file to write (required)")->required();
+  cmd->add_option("-o,--out", f.html, "the HTML file to write (required)")->required();
   cmd->add_option("--model", f.model, "model name or path (default llama3-8b)");
   cmd->add_option("--cluster", f.cluster, "cluster name or path (default dgx-h100)");
   cmd->add_option("--nodes", f.nodes, "number of nodes (default 1)");

@@ -355,7 +355,7 @@ void register_validate_command(CLI::App* app, int* status, int* argc, char*** ar
   cmd->add_option("--calibration", f.calibration, "calibration.json from `trainplan calibrate` (recommended)");
   cmd->add_option("--steps", f.steps, "timed steps (default 5)");
   cmd->add_option("--warmup", f.warmup, "warm-up steps (default 1)");
-  cmd->add_option("--out", f.out, "write predicted vs measured as JSON to this file");
+  cmd->add_option("-o,--out", f.out, "write predicted vs measured as JSON to this file");
   cmd->add_flag("--json", f.json, "JSON output");
   cmd->add_option("--tolerance", f.tolerance_pct,
                   "exit 1 if the predicted step time misses the measured one by more than PCT percent");
