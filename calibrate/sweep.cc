@@ -210,10 +210,12 @@ int64_t run_sweep(Backend& backend, const SweepConfig& cfg, Calibration* cal, st
                   const std::function<void(const Calibration&)>& checkpoint) {
   Communicator& world = backend.world();
   const bool print = world.rank() == 0;
-  // Ranks on the same host form the intra-node communicator.
+  // Ranks on the same host form the intra-node communicator, or the given
+  // blocks of consecutive ranks (SweepConfig::ranks_per_node).
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
-  const int color = static_cast<int>(std::hash<std::string>{}(host) & 0x3fffffff);
+  const int color = cfg.ranks_per_node > 0 ? world.rank() / cfg.ranks_per_node
+                                           : static_cast<int>(std::hash<std::string>{}(host) & 0x3fffffff);
   std::unique_ptr<Communicator> local = backend.split(color, world.rank());
   const int nodes = static_cast<int>(world.max(static_cast<double>(world.size() / local->size())));
   cal->ranks = world.size();

@@ -33,6 +33,11 @@ struct SweepConfig {
   double gemm_min_time_s = 0.02;  // repeat each GEMM until this much time
   std::vector<int64_t> copy_sizes;
   bool json = false;  // print JSON rows instead of the table
+  // Ranks that share one node's NVLink, numbered node by node: the
+  // intra-node sweep runs in those groups.  0: the ranks on one host
+  // (hostname); a GB200/GB300 NVL72 domain spans hosts (trays of 4 GPUs), so
+  // there the domain's rank count is given.
+  int ranks_per_node = 0;
   // The clock the GEMM sweep reads, in seconds (empty: std::chrono's
   // steady clock); tests give a simulated one.
   std::function<double()> clock;

@@ -51,6 +51,7 @@ struct CalibrateFlags {
   int ranks = 0;
   std::string device;
   std::string from_runs;
+  int ranks_per_node = 0;
   CLI::App* app = nullptr;  // to tell which flags were given
 };
 
@@ -313,6 +314,15 @@ int run_calibrate(CalibrateFlags& f, int* argc, char*** argv) {
     throw_input_error("--gemm-dtype", "", "the " + f.backend + " backend cannot run " + cfg.gemm_dtype + " GEMMs",
                       f.backend == "cpu" ? "the cpu backend runs fp32" : "allowed: bf16, fp16, fp32, tf32");
   }
+  if (f.ranks_per_node != 0) {
+    const int world = backend->world().size();
+    if (f.ranks_per_node < 1 || world % f.ranks_per_node != 0) {
+      throw_input_error("--ranks-per-node", "",
+                        std::to_string(f.ranks_per_node) + " does not divide the " + std::to_string(world) + " ranks",
+                        "allowed: a divisor of the rank count (the ranks of one NVLink domain, numbered domain by domain)");
+    }
+    cfg.ranks_per_node = f.ranks_per_node;
+  }
   const bool root = backend->world().rank() == 0;
   Calibration cal;
   if (f.resume && std::filesystem::exists(f.out)) {
@@ -373,6 +383,9 @@ void register_calibrate_command(CLI::App* app, int* status, int* argc, char*** a
   cmd->add_option("-w,--warmup", f.warmup, "warm-up iterations per size (default 5)");
   cmd->add_option("-n,--iters", f.iters, "timed iterations per size (default 20)");
   cmd->add_option("--collectives", f.collectives, "comma-separated subset (default all)");
+  cmd->add_option("--ranks-per-node", f.ranks_per_node,
+                  "ranks that share one node's NVLink, numbered node by node (default: the ranks of one host); on a "
+                  "GB200/GB300 NVL72, whose NVLink domain spans trays of 4 GPUs, the domain's ranks, e.g. 64");
   cmd->add_option("--model", f.models, "add the GEMM shapes of this model (repeatable; cuda default: all built-ins)");
   cmd->add_option("--mbs", f.mbs, "micro-batch sizes for the model shapes (default 1,2,4)");
   cmd->add_option("--seq", f.seq, "sequence length for the model shapes (default: the model's)");

@@ -150,5 +150,58 @@ TEST_CASE("Calibrate: a slow spell of the machine does not bend the collective c
   CHECK(clock.now_s > 2.8e-3);
 }
 
+// A world of `size` ranks seen from `rank`, whose split records the colour
+// it was given and returns a group of `group` ranks.
+class GroupCommunicator : public SoloCommunicator {
+ public:
+  GroupCommunicator(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+ private:
+  int rank_, size_;
+};
+
+class SplitRecordingBackend : public SpellBackend {
+ public:
+  SplitRecordingBackend(int rank, int size, int group) : SpellBackend(0, 0, 0), world_(rank, size), group_(group) {}
+  Communicator& world() override { return world_; }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    colors.push_back(color);
+    return std::make_unique<GroupCommunicator>(key % group_, group_);
+  }
+  std::vector<int> colors;
+
+ private:
+  GroupCommunicator world_;
+  int group_;
+};
+
+TEST_CASE("Calibrate: --ranks-per-node makes blocks of consecutive ranks one node", "[calibrate][sweep]") {
+  // A GB200 NVL72 domain spans trays of 4 GPUs: with 16 ranks and 8 ranks per
+  // node (an NVLink domain), rank 13 is in node 13 / 8 = 1 and the sweep sees
+  // 16 / 8 = 2 nodes, so it runs the inter-node sweep over all ranks and the
+  // intra-node one inside each block.
+  for (const int rank : {0, 5, 13}) {
+    INFO("rank " << rank);
+    SplitRecordingBackend backend(rank, 16, 8);
+    SweepConfig cfg;
+    cfg.ranks_per_node = 8;
+    cfg.collectives = {Collective::kAllReduce};
+    cfg.min_bytes = cfg.max_bytes = 1024;
+    cfg.warmup = cfg.iters = 1;
+    cfg.json = true;
+    Calibration cal;
+    std::FILE* out = std::tmpfile();
+    REQUIRE(out != nullptr);
+    run_sweep(backend, cfg, &cal, out, [](const Calibration&) {});
+    std::fclose(out);
+    REQUIRE(backend.colors.size() == 1);
+    CHECK(backend.colors[0] == rank / 8);
+    CHECK(cal.nodes == 2);
+    CHECK(cal.ranks == 16);
+  }
+}
+
 }  // namespace
 }  // namespace trainplan
