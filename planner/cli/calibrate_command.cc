@@ -105,8 +105,18 @@ int run_from_nccl_tests(const CalibrateFlags& f) {
   c.tool = std::string("trainplan ") + kVersion;
   c.backend = "nccl-tests";
   c.versions = "nccl-tests output";
+  if (f.app != nullptr && f.app->count("--ranks-per-node") > 0 && f.ranks_per_node < 1) {
+    throw_input_error("--ranks-per-node", "", "out of range: " + std::to_string(f.ranks_per_node),
+                      "allowed: 1 or more (the ranks of one NVLink domain)");
+  }
   for (const std::string& path : f.nccl_tests) {
     NcclTestsRun run = parse_nccl_tests(detail::read_text_file(path), path, given, f.ranks);
+    if (f.ranks_per_node > 0) {
+      // The run's hosts are trays of one NVLink domain where its ranks fit in
+      // one (calibrate --ranks-per-node): NVLink measured, not the network.
+      run.nodes = (run.ranks + f.ranks_per_node - 1) / f.ranks_per_node;
+      for (CollectiveSample& s : run.samples) s.inter_node = run.nodes > 1;
+    }
     c.collective_samples.insert(c.collective_samples.end(), run.samples.begin(), run.samples.end());
     if (c.device.empty()) c.device = run.device;
     c.ranks = std::max(c.ranks, run.ranks);
@@ -385,7 +395,8 @@ void register_calibrate_command(CLI::App* app, int* status, int* argc, char*** a
   cmd->add_option("--collectives", f.collectives, "comma-separated subset (default all)");
   cmd->add_option("--ranks-per-node", f.ranks_per_node,
                   "ranks that share one node's NVLink, numbered node by node (default: the ranks of one host); on a "
-                  "GB200/GB300 NVL72, whose NVLink domain spans trays of 4 GPUs, the domain's ranks, e.g. 64");
+                  "GB200/GB300 NVL72, whose NVLink domain spans trays of 4 GPUs, the domain's ranks, e.g. 64 (also "
+                  "with --from-nccl-tests: a run of at most N ranks measured NVLink)");
   cmd->add_option("--model", f.models, "add the GEMM shapes of this model (repeatable; cuda default: all built-ins)");
   cmd->add_option("--mbs", f.mbs, "micro-batch sizes for the model shapes (default 1,2,4)");
   cmd->add_option("--seq", f.seq, "sequence length for the model shapes (default: the model's)");

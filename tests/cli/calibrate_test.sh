@@ -22,6 +22,26 @@ busbw = float(f["bus_bandwidth"].replace("GB/s", ""))
 assert 225 < busbw < 245, busbw
 assert f["ranks"] == 8 and f["scope"] == "intra"
 PY
+# The same curve taken on two hosts of 4 GPUs (the device lines name two
+# hosts) is an inter-node curve; where the two hosts are trays of one NVLink
+# domain (a GB200 NVL72), --ranks-per-node 8 says the 8 ranks shared NVLink.
+sed 's/Rank  \([4-7]\) Group  0 Pid  41234 on node-a01/Rank  \1 Group  0 Pid  41235 on node-a02/' \
+  "$DATA/nccl/all_reduce_perf_a100.txt" > "$TMP/two_trays.txt"
+grep -q node-a02 "$TMP/two_trays.txt" || fail "the two-host fixture was not made"
+for rpn in "" 8; do
+  expect_ok "fit two-host nccl-tests output (ranks per node: ${rpn:-hosts})" calibrate --from-nccl-tests \
+    "$TMP/two_trays.txt" --collective all_reduce ${rpn:+--ranks-per-node $rpn} --out "$TMP/trays$rpn.json"
+  python3 - "$TMP/trays$rpn.json" "${rpn:-hosts}" <<'PY' || fail "two-host calibration scope is wrong (${rpn:-hosts})"
+import json, sys
+c = json.load(open(sys.argv[1]))
+f = [x for x in c["collectives"] if x["collective"] == "all_reduce"][0]
+want = "inter" if sys.argv[2] == "hosts" else "intra"
+assert f["scope"] == want, (f["scope"], want)
+assert c["nodes"] == (2 if want == "inter" else 1), c["nodes"]
+PY
+done
+expect_error "ranks per node below 1" "trainplan: --ranks-per-node: out of range: 0; allowed: 1 or more (the ranks of one NVLink domain)" \
+  calibrate --from-nccl-tests "$TMP/two_trays.txt" --collective all_reduce --ranks-per-node 0 --out "$TMP/x.json"
 expect_ok "overlay on the matching GPU" simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --calibration "$TMP/a100.json"
 expect_error "overlay on another GPU type" \
   "trainplan: $TMP/a100.json: /gpu_type: taken on NVIDIA A100-SXM4-80GB (A100), but cluster dgx-h100 has H100-SXM5-80GB (H100); calibrate on the cluster you plan for" \
