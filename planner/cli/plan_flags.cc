@@ -18,7 +18,7 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_option("--calibration", f->calibration, "calibration.json from `trainplan calibrate` (overrides the cluster's figures)");
   app->add_option("--model", f->model, "model name (see `trainplan models`) or path to a model JSON");
   app->add_option("--cluster", f->cluster, "cluster name (see `trainplan clusters`) or path to a cluster JSON");
-  app->add_option("--nodes", f->nodes, "number of nodes");
+  app->add_option("--nodes", f->nodes, "number of nodes, each gpus_per_node GPUs (`trainplan clusters`; on GB200/GB300 NVL72 one 64-GPU NVLink domain)");
   app->add_option("--gpus", f->gpus, "number of GPUs (whole nodes, or part of one node)");
   app->add_option("--tp", f->tp, "tensor-parallel degree (default 1)");
   app->add_option("--pp", f->pp, "pipeline-parallel degree (default 1)");

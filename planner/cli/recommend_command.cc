@@ -848,7 +848,7 @@ void register_recommend_command(CLI::App* app, int* status) {
   CLI::App* cmd = app->add_subcommand("recommend", "find the fastest layout that fits, and explain why the others lose");
   cmd->add_option("--model", f.model, "model name or path (default llama3-8b)");
   cmd->add_option("--cluster", f.cluster, "cluster name or path (default dgx-h100)");
-  cmd->add_option("--nodes", f.nodes, "number of nodes (default 1)");
+  cmd->add_option("--nodes", f.nodes, "number of nodes, each gpus_per_node GPUs (`trainplan clusters`; on GB200/GB300 NVL72 one 64-GPU NVLink domain) (default 1)");
   cmd->add_option("--gpus", f.gpus, "number of GPUs");
   cmd->add_option("--gbs", f.gbs, "global batch in sequences (default: about 4M tokens)");
   cmd->add_option("--seq", f.seq, "sequence length (default: the model's)");
@@ -890,7 +890,7 @@ void register_report_command(CLI::App* app, int* status) {
   cmd->add_option("-o,--out", f.html, "the HTML file to write (required)")->required();
   cmd->add_option("--model", f.model, "model name or path (default llama3-8b)");
   cmd->add_option("--cluster", f.cluster, "cluster name or path (default dgx-h100)");
-  cmd->add_option("--nodes", f.nodes, "number of nodes (default 1)");
+  cmd->add_option("--nodes", f.nodes, "number of nodes, each gpus_per_node GPUs (`trainplan clusters`; on GB200/GB300 NVL72 one 64-GPU NVLink domain) (default 1)");
   cmd->add_option("--gpus", f.gpus, "number of GPUs");
   cmd->add_option("--gbs", f.gbs, "global batch in sequences (default: about 4M tokens)");
   cmd->add_option("--seq", f.seq, "sequence length (default: the model's)");
