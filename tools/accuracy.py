@@ -13,6 +13,7 @@ the attention kernel from the year (FlashAttention from 2023 on); the
 micro-batch from the row, else 1 (ACCURACY.md L3).
 """
 import argparse
+import ast
 import json
 import os
 import re
@@ -420,8 +421,6 @@ def layer_pattern_of(text):
     it ignored), as the list of 0/1 it builds (Megatron's arguments.py evaluates the string as a Python list
     expression); None for anything else.  Only list literals of 0/1, list repetition by an int and concatenation
     are read (no eval)."""
-    import ast
-
     def value(node):
         if isinstance(node, ast.List) and all(isinstance(x, ast.Constant) and x.value in (0, 1) for x in node.elts):
             return [x.value for x in node.elts]

@@ -58,12 +58,8 @@ def cluster_doc(cluster: str | None) -> dict | None:
 def gpus_per_host(cluster: str | None) -> int | None:
     """GPUs one host of the plan's built-in cluster drives (topologies/<name>.json: host.gpus, else
     gpus_per_node); None for a cluster that is not built in."""
-    path = os.path.join(REPO, "topologies", f"{cluster}.json")
-    if not cluster or not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        c = json.load(f)
-    return int(c.get("host", {}).get("gpus", c["gpus_per_node"]))
+    c = cluster_doc(cluster)
+    return None if c is None else int(c.get("host", {}).get("gpus", c["gpus_per_node"]))
 
 
 def load_plan(path: str) -> dict:
