@@ -860,7 +860,7 @@ def bloom_gradient_path_check(trainplan, rows, tmp):
            "accumulate gradients in fp32\" only on 02-28 (\"compared to fp16 which grad accumulates in fp16\"), and",
            "DeepSpeed master then gave bf16 + ZeRO-1 to its ZeRO optimizer (BF16_Optimizer took ZeRO stage 0 only",
            "until v0.8-0.9 routed bf16 + ZeRO-1 + fp32 accumulation to it).  Yet the rows' step times and memory",
-           "sit nearer the first path: under the path they ran, trainplan is 3-15% optimistic and 17-27% short on",
+           "sit nearer the first path: under the path they ran, trainplan is 1-11% optimistic and 17-27% short on",
            "memory, so the judged mapping's agreement on BLOOM rests on costs that path does not have, and some",
            "per-micro-batch cost and about 4 B per parameter of those runs are not modelled.", "",
            "| row | measured step (s) | fp32 grads (L11) | bf16 grads | measured GB | fp32 grads (L11) | bf16 grads |",

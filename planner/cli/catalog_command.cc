@@ -64,6 +64,7 @@ void print_clusters(bool json) {
         j["inter_fabric"] = to_string(c.inter_node->fabric);
         j["nics_per_node"] = c.inter_node->nics_per_node;
         j["nic_gb_per_s"] = rounded(c.inter_node->nic_bandwidth.gigabytes_per_s(), 2);
+        j["nic_efficiency"] = c.inter_node->efficiency;  // NCCL's share of the line rate
       }
       if (c.host.op_overhead.ps() > 0) j["host_op_us"] = rounded(c.host.op_overhead.us(), 2);
       out.push_back(j);

@@ -548,10 +548,7 @@ LinkParams link_params(const ClusterSpec& cluster) {
     p.nic_bandwidth = net.nic_bandwidth;
     p.inter_latency = net.latency;
     p.oversubscription = net.oversubscription;
-    // RDMA (InfiniBand, RoCE): 46-48 GB/s per 400 Gb/s NIC (nccl-tests#290),
-    // 192 of 200 GB/s on DGX A100 (nccl#812).  Plain Ethernet: the 80% rule of
-    // thumb (ml-engineering), no NCCL anchor.
-    p.inter_efficiency = net.fabric == InterFabric::kEthernet ? 0.80 : 0.95;
+    p.inter_efficiency = net.efficiency;  // the cluster's figure (default_nic_efficiency)
   }
   return p;
 }

@@ -125,6 +125,8 @@ GpuSpec parse_gpu(detail::JsonObject o) {
 
 }  // namespace
 
+double default_nic_efficiency(InterFabric fabric) { return fabric == InterFabric::kEthernet ? 0.80 : 0.95; }
+
 double GpuSpec::sustained_clock_fraction() const {
   if (tdp_w <= 0 || power_limit_w <= 0 || power_limit_w >= tdp_w) return 1.0;
   return std::cbrt(power_limit_w / tdp_w);
@@ -149,6 +151,7 @@ InterNodeSpec parse_inter(detail::JsonObject o) {
   s.fabric = static_cast<InterFabric>(o.choice("fabric", {"infiniband", "roce", "ethernet"}));
   s.nics_per_node = int_in(o, "nics_per_node", 1, 64);
   s.nic_bandwidth = Bandwidth::bytes_per_s(o.quantity("nic_bandwidth", Dimension::kByteRate, kMinRate, kMaxRate));
+  s.efficiency = o.optional_number_in("efficiency", 0.01, 1.0).value_or(default_nic_efficiency(s.fabric));
   s.latency = latency(o);
   s.oversubscription = o.optional_number_in("oversubscription", 1.0, 64.0).value_or(1.0);
   s.rail_optimized = o.optional_boolean("rail_optimized").value_or(true);

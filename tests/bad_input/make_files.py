@@ -46,6 +46,7 @@ edit(CLUSTER, '"sm_count": 108', '"sm_count": 4294967296', "cluster_sm_2e32.json
 edit(CLUSTER, '"sm_count": 108', '"sm_count": 2147483648', "cluster_sm_2e31.json")
 edit(CLUSTER, '"nvls": false', '"nvls": false, "gpus_per_switch": 4294967296', "cluster_gps_2e32.json")
 edit(CLUSTER, '"nvls": false', '"nvls": false, "gpus_per_switch": 16', "cluster_gps_above_node.json")
+edit(CLUSTER, '"nic_bandwidth": "200Gb/s",', '"nic_bandwidth": "200Gb/s", "efficiency": 1.2,', "cluster_nic_efficiency.json")
 edit(CLUSTER, '"bandwidth_per_gpu": "25GB/s"', '"bandwidth_per_gpu": "25GB/s", "op_overhead": "5ms"',
      "cluster_op_overhead_5ms.json")
 edit(MODEL, '"layers": 4', '"layers": 4.0', "model_layers_float.json")

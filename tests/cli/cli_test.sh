@@ -199,6 +199,12 @@ expect_ok "clusters --json lists every topology file" clusters --json
 json_check "clusters --json" "
 names = [c['name'] for c in d]
 assert ', '.join(names) == '''$CLUSTERS_KNOWN''', names
+# NCCL's share of a NIC: the RDMA default 0.95 (InfiniBand, RoCE), Ethernet
+# 0.80, and Jean Zay's Omni-Path at the 40.55 of 100 Gb/s NCCL measured there.
+eff = {c['name']: c.get('nic_efficiency') for c in d}
+assert eff['dgx-h100'] == 0.95 and eff['jean-zay-a100'] == 0.41, eff
+assert all(c['nic_efficiency'] == (0.8 if c['inter_fabric'] == 'ethernet' else 0.95)
+           for c in d if 'inter_fabric' in c and c['name'] != 'jean-zay-a100'), eff
 "
 
 expect_ok "models (text)" models

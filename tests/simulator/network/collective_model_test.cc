@@ -352,6 +352,23 @@ TEST_CASE("collective_cost: PAT for all-gather and reduce-scatter with one GPU p
              .has_value());
 }
 
+TEST_CASE("collective_cost: a cluster's NIC efficiency sets the inter-node rate", "[sim][network]") {
+  // One rank per node: the ring crosses one NIC per node and direction, so its
+  // bus bandwidth is line rate x efficiency (closed form, no NVLink step).
+  // Jean Zay's Omni-Path: 100 Gb/s x 0.41 = 5.125 GB/s, the rate NCCL
+  // measured there (40.55 Gb/s busbw per NIC; topologies/jean-zay-a100.json).
+  const ClusterSpec jz = load_cluster("jean-zay-a100");
+  const CollectiveCost ar = forced(Collective::kAllReduce, 4 * kGiB, nodes_of(4, 1), link_params(jz), NcclAlgo::kRing);
+  CHECK(ar.bottleneck == LinkTier::kInterNode);
+  CHECK_THAT(ar.bus_bandwidth.gigabytes_per_s(), WithinRel(12.5 * 0.41, 1e-9));
+  // The same fabric at the RDMA default runs 0.95 / 0.41 times faster.
+  ClusterSpec nominal = jz;
+  nominal.inter_node->efficiency = 0.95;
+  const CollectiveCost fast =
+      forced(Collective::kAllReduce, 4 * kGiB, nodes_of(4, 1), link_params(nominal), NcclAlgo::kRing);
+  CHECK_THAT(fast.bus_bandwidth.gigabytes_per_s(), WithinRel(12.5 * 0.95, 1e-9));
+}
+
 TEST_CASE("collective_cost: H100 with 8x NDR 400 Gb/s", "[sim][network]") {
   const LinkParams p = link_params(hgx_h100());
 

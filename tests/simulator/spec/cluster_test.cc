@@ -117,6 +117,18 @@ TEST_CASE("ClusterSpec: the Blackwell Ultra clusters carry NVIDIA's system figur
   CHECK(b300.gpu.memory > load_cluster("dgx-b200").gpu.memory);
 }
 
+TEST_CASE("ClusterSpec: jean-zay-a100's NICs run at the rate NCCL measured on Jean Zay", "[sim][spec]") {
+  // bigscience-workshop/bigscience experiments/bandwidth/all_reduce_bench-a100-n4.txt
+  // (2022-01-28; NCCL 2.10.3, 4 nodes x 8 A100-SXM4-80GB, 4 GB fp32
+  // all-reduce): after each rank's first trial, busbw 40.5-40.8 Gb/s, median
+  // 40.55 Gb/s, with NCCL's two rings through one Omni-Path NIC per direction
+  // (its log) -- that NIC's rate out of its 100 Gb/s.
+  const ClusterSpec c = load_cluster("jean-zay-a100");
+  REQUIRE(c.inter_node);
+  CHECK_THAT(c.inter_node->nic_bandwidth.bytes_per_s() * 8e-9 * c.inter_node->efficiency,
+             Catch::Matchers::WithinRel(40.55, 0.015));
+}
+
 TEST_CASE("ClusterSpec: the GPU architecture comes from the file or the GPU's name", "[sim][spec]") {
   // Oracle: NVIDIA's architecture of each part (CUDA compute capability
   // 10.x Blackwell, 9.0 Hopper, 8.9 Ada, 8.0/8.6 Ampere, 7.0 Volta).
@@ -175,6 +187,18 @@ TEST_CASE("ClusterSpec: the optional fields take their documented defaults", "[s
     CHECK(c.inter_node->nodes_per_leaf == 32);
     CHECK(c.inter_node->rail_optimized);
     CHECK(c.inter_node->oversubscription == 1.0);
+  }
+  SECTION("NCCL gets 0.95 of an RDMA NIC's line rate, 0.80 of an Ethernet one, or what the file says") {
+    // default_nic_efficiency's sources: 46-48 GB/s per 400 Gb/s NIC
+    // (nccl-tests#290), 192 of 200 GB/s on a DGX A100 (nccl#812); the
+    // ml-engineering 80% rule for plain Ethernet.
+    REQUIRE(c.inter_node);
+    CHECK(c.inter_node->efficiency == 0.95);
+    const ClusterSpec eth = parse_cluster(edited("\"infiniband\"", "\"ethernet\""), "c.json");
+    CHECK(eth.inter_node->efficiency == 0.80);
+    const ClusterSpec stated =
+        parse_cluster(edited("\"nic_bandwidth\": \"200Gb/s\"", "\"nic_bandwidth\": \"200Gb/s\", \"efficiency\": 0.5"), "c.json");
+    CHECK(stated.inter_node->efficiency == 0.5);
   }
   SECTION("optional peaks stay absent") {
     CHECK(c.gpu.peak.count(Dtype::kFp8) == 0);
@@ -271,6 +295,11 @@ TEST_CASE("ClusterSpec: bad cluster JSON is rejected with the exact message", "[
     REQUIRE_THROWS_WITH(parse_cluster(edited("\"latency\": \"5us\"", "\"latency\": \"5us\", \"oversubscription\": 0.5"),
                                       "c.json"),
                         "c.json: /inter_node/oversubscription: out of range: 0.5; allowed: 1 to 64");
+  }
+  SECTION("a NIC efficiency outside (0, 1]") {
+    REQUIRE_THROWS_WITH(
+        parse_cluster(edited("\"nic_bandwidth\": \"200Gb/s\"", "\"nic_bandwidth\": \"200Gb/s\", \"efficiency\": 0"), "c.json"),
+        "c.json: /inter_node/efficiency: out of range: 0; allowed: 0.01 to 1");
   }
   SECTION("a missing required peak") {
     REQUIRE_THROWS_WITH(parse_cluster(edited("\"bf16\": \"312TFLOP/s\", ", ""), "c.json"),
