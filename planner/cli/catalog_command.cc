@@ -43,8 +43,8 @@ void print_models(bool json) {
 void print_clusters(bool json) {
   nlohmann::json out = nlohmann::json::array();
   if (!json) {
-    std::printf("%-14s %-18s %-9s %8s %9s %9s %5s %-9s %9s %-10s %4s %9s %7s\n", "cluster", "gpu", "arch", "mem(GiB)",
-                "bf16(TF/s)", "hbm(GB/s)", "gpn", "intra", "intra(GB/s)", "inter", "nics", "nic(GB/s)", "op(us)");
+    std::printf("%-14s %-18s %-9s %8s %9s %9s %5s %-9s %9s %-10s %4s %9s %7s %7s\n", "cluster", "gpu", "arch", "mem(GiB)",
+                "bf16(TF/s)", "hbm(GB/s)", "gpn", "intra", "intra(GB/s)", "inter", "nics", "nic(GB/s)", "nic_eff", "op(us)");
   }
   for (const std::string& name : builtin_cluster_names()) {
     ClusterSpec c = load_cluster(name);
@@ -74,10 +74,11 @@ void print_clusters(bool json) {
                   c.gpu.hbm_bandwidth.gigabytes_per_s(), c.gpus_per_node, to_string(c.intra_node.fabric),
                   c.intra_node.bandwidth.gigabytes_per_s());
       if (c.inter_node) {
-        std::printf("  %-10s %4d %9.1f", to_string(c.inter_node->fabric), c.inter_node->nics_per_node,
-                    c.inter_node->nic_bandwidth.gigabytes_per_s());
+        // nic_eff: the share of the line rate NCCL gets through one NIC (InterNodeSpec::efficiency).
+        std::printf("  %-10s %4d %9.1f %7.2f", to_string(c.inter_node->fabric), c.inter_node->nics_per_node,
+                    c.inter_node->nic_bandwidth.gigabytes_per_s(), c.inter_node->efficiency);
       } else {
-        std::printf("  %-10s %4s %9s", "(none)", "-", "-");
+        std::printf("  %-10s %4s %9s %7s", "(none)", "-", "-", "-");
       }
       // The host's time per eager op call (host.op_overhead; "-": not modelled).
       if (c.host.op_overhead.ps() > 0) std::printf(" %7.2f\n", c.host.op_overhead.us());
