@@ -102,7 +102,7 @@ struct LinkParams {
 
   int nics_per_node = 0;           // 0: single-node cluster
   Bandwidth nic_bandwidth;         // line rate per NIC per direction
-  double inter_efficiency = 0.95;  // NCCL busbw per NIC / line rate (InterNodeSpec::efficiency)
+  double inter_efficiency = default_nic_efficiency(InterFabric::kInfiniband);  // InterNodeSpec::efficiency
   Duration inter_latency;          // floor on NCCL's per-step network latency; default 0
   double oversubscription = 1.0;   // divides inter-node bandwidth when crosses_leaf; >= 1
 

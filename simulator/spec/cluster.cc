@@ -125,8 +125,6 @@ GpuSpec parse_gpu(detail::JsonObject o) {
 
 }  // namespace
 
-double default_nic_efficiency(InterFabric fabric) { return fabric == InterFabric::kEthernet ? 0.80 : 0.95; }
-
 double GpuSpec::sustained_clock_fraction() const {
   if (tdp_w <= 0 || power_limit_w <= 0 || power_limit_w >= tdp_w) return 1.0;
   return std::cbrt(power_limit_w / tdp_w);

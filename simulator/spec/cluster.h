@@ -101,6 +101,12 @@ struct IntraNodeSpec {
   std::string source;
 };
 
+// NCCL's achievable share of a NIC's line rate when nothing better is known:
+// RDMA (InfiniBand, RoCE) 0.95: 46-48 GB/s per 400 Gb/s NIC (nccl-tests#290),
+// 192 of 200 GB/s on a DGX A100 (nccl#812); plain Ethernet 0.80, the
+// ml-engineering rule of thumb (no NCCL anchor).
+constexpr double default_nic_efficiency(InterFabric fabric) { return fabric == InterFabric::kEthernet ? 0.80 : 0.95; }
+
 struct InterNodeSpec {
   InterFabric fabric = InterFabric::kInfiniband;
   int nics_per_node = 0;
@@ -110,19 +116,13 @@ struct InterNodeSpec {
   // fabric (default_nic_efficiency); a cluster file states its own where the
   // fabric was measured to do otherwise.  parse_cluster sets the fabric's
   // default; a spec built in code starts at the RDMA one.
-  double efficiency = 0.95;
+  double efficiency = default_nic_efficiency(InterFabric::kInfiniband);
   Duration latency;
   double oversubscription = 1.0;  // leaf uplink:downlink ratio, >= 1
   bool rail_optimized = true;
   int nodes_per_leaf = 0;         // nodes under one leaf switch (rail group)
   std::string source;
 };
-
-// NCCL's achievable share of a NIC's line rate when nothing better is known:
-// RDMA (InfiniBand, RoCE) 0.95: 46-48 GB/s per 400 Gb/s NIC (nccl-tests#290),
-// 192 of 200 GB/s on a DGX A100 (nccl#812); plain Ethernet 0.80, the
-// ml-engineering rule of thumb (no NCCL anchor).
-double default_nic_efficiency(InterFabric fabric);
 
 struct HostSpec {
   Bytes memory = 0;               // CPU memory per node

@@ -13,6 +13,17 @@
 namespace trainplan {
 namespace {
 
+// Runs the sweep with its report going to a scratch file; returns what it
+// measured.
+Calibration sweep(Backend& backend, const SweepConfig& cfg) {
+  Calibration cal;
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out != nullptr);
+  run_sweep(backend, cfg, &cal, out, [](const Calibration&) {});
+  std::fclose(out);
+  return cal;
+}
+
 // One rank alone.
 class SoloCommunicator : public Communicator {
  public:
@@ -71,11 +82,7 @@ TEST_CASE("Calibrate: a slow spell of the machine does not bend the GEMM table",
   cfg.gemm_min_time_s = 0.010;
   cfg.json = true;
   cfg.clock = [&backend] { return backend.now_s(); };
-  Calibration cal;
-  std::FILE* out = std::tmpfile();
-  REQUIRE(out != nullptr);
-  run_sweep(backend, cfg, &cal, out, [](const Calibration&) {});
-  std::fclose(out);
+  const Calibration cal = sweep(backend, cfg);
   REQUIRE(cal.gemm_samples.size() == 12);
   for (const GemmSample& g : cal.gemm_samples) {
     INFO("m " << g.m << ": " << g.time_s * 1e6 << " us");
@@ -136,11 +143,7 @@ TEST_CASE("Calibrate: a slow spell of the machine does not bend the collective c
   cfg.collectives = {Collective::kAllReduce};
   cfg.json = true;
   cfg.clock = [&clock] { return clock.now_s; };
-  Calibration cal;
-  std::FILE* out = std::tmpfile();
-  REQUIRE(out != nullptr);
-  run_sweep(backend, cfg, &cal, out, [](const Calibration&) {});
-  std::fclose(out);
+  const Calibration cal = sweep(backend, cfg);
   REQUIRE(cal.collective_samples.size() == 7);
   for (const CollectiveSample& c : cal.collective_samples) {
     INFO(c.bytes << " B: " << c.time_s * 1e6 << " us");
@@ -191,11 +194,7 @@ TEST_CASE("Calibrate: --ranks-per-node makes blocks of consecutive ranks one nod
     cfg.min_bytes = cfg.max_bytes = 1024;
     cfg.warmup = cfg.iters = 1;
     cfg.json = true;
-    Calibration cal;
-    std::FILE* out = std::tmpfile();
-    REQUIRE(out != nullptr);
-    run_sweep(backend, cfg, &cal, out, [](const Calibration&) {});
-    std::fclose(out);
+    const Calibration cal = sweep(backend, cfg);
     REQUIRE(backend.colors.size() == 1);
     CHECK(backend.colors[0] == rank / 8);
     CHECK(cal.nodes == 2);
