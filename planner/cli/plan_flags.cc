@@ -1,5 +1,6 @@
 #include "planner/cli/plan_flags.h"
 
+#include <algorithm>
 #include <sstream>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "simulator/framework/framework.h"
 #include "simulator/core/error.h"
 #include "simulator/spec/calibration.h"
+#include "simulator/spec/pipeline_layout.h"
 
 namespace trainplan {
 
@@ -59,7 +61,14 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_option("--dp-mode", f->dp_mode, "sync|async (async: parameter servers; default sync)");
   app->add_option("--offload", f->offload, "none|optimizer|params (default none)");
   app->add_option("--ps-servers", f->ps_servers, "async DP: parameter servers (default one per node)");
-  app->add_option("--stage-layers", f->stage_layers, "transformer layers per pipeline stage, e.g. 7,8,8,7");
+  app->add_option("--stage-layers", f->stage_layers,
+                  "transformer layers per pipeline stage, e.g. 7,8,8,7; with vp model chunks per stage (or a V "
+                  "schedule's two) also one count per virtual stage in model order (pp*vp entries, chunk c of stage "
+                  "s at c*pp+s; a chunk may be empty), as Megatron-Core's layout lists them");
+  app->add_option("--pipeline-layout", f->pipeline_layout,
+                  "Megatron-Core's --pipeline-model-parallel-layout string, e.g. \"Et*2|(t*2|)*34,t*3|(t*2|)*3,tL\": "
+                  "virtual stages separated by |, E embedding, t layer, m MTP depth, L loss, x*n and (...)*n "
+                  "repeats; sets the layers of each model chunk, and vp (stages / pp) where --vp is not given");
   app->add_flag("--fp8-param-gather", f->fp8_param_gather,
                 "FP8 compute weights all-gathered in FP8 by the distributed optimizer (Megatron "
                 "--fp8-param-gather; needs --precision fp8 and --zero >= 1)");
@@ -156,12 +165,49 @@ std::vector<int> parse_stage_layers(const std::string& text) {
       throw_input_error("--stage-layers", "", "\"" + text + "\" is not a comma-separated list of layer counts",
                         "e.g. 7,8,8,7");
     }
-    int n = std::stoi(item);
-    if (n < 1) throw_input_error("--stage-layers", "", "every stage needs at least one layer", "e.g. 7,8,8,7");
-    out.push_back(n);
+    out.push_back(std::stoi(item));  // 0: an empty model chunk (to_job checks per-stage lists)
   }
   if (out.empty()) throw_input_error("--stage-layers", "", "empty list", "e.g. 7,8,8,7");
   return out;
+}
+
+// --pipeline-layout: Megatron-Core's layout string as a per-virtual-stage
+// stage_layers list, its vp and MTP depths (pipeline_layout.h).
+void set_pipeline_layout(const PlanFlags& f, bool stage_layers_given, bool vp_given, bool mtp_given, Plan* p) {
+  const char* flag = "--pipeline-layout";
+  if (stage_layers_given) throw_input_error(flag, "", "cannot be combined with --stage-layers", "give one of the two");
+  PipelineLayout layout;
+  const std::string problem = parse_pipeline_layout(f.pipeline_layout, &layout);
+  if (!problem.empty()) {
+    throw_input_error(flag, "", "\"" + f.pipeline_layout + "\": " + problem,
+                      "virtual stages separated by |, each of E t m L with x*n and (...)*n repeats, E first and L "
+                      "last, e.g. \"Et|(t*2|)*29,t|tL\" (Megatron-Core pipeline_parallel_layer_layout.py)");
+  }
+  const int stages = static_cast<int>(layout.stage_layers.size());
+  if (stages % p->pp != 0) {
+    throw_input_error(flag, "", "lists " + std::to_string(stages) + " virtual stages, not a multiple of --pp " +
+                                    std::to_string(p->pp),
+                      "pp x vp stages (Megatron: divisible by the pipeline size)");
+  }
+  const int vp = stages / p->pp;
+  if (vp_given && p->vp != vp) {
+    throw_input_error(flag, "", "lists " + std::to_string(stages) + " virtual stages, " + std::to_string(vp) +
+                                    " per pipeline rank, but --vp is " + std::to_string(p->vp),
+                      "drop --vp (the layout sets it) or give pp x vp stages");
+  }
+  if (p->schedule_given && (p->schedule == Schedule::kDualPipe || v_shape(p->schedule))) {
+    throw_input_error(flag, "", std::string("places Megatron's looped model chunks; the ") + to_string(p->schedule) +
+                                    " schedule places them otherwise",
+                      "use --stage-layers with that schedule, or an interleaved schedule");
+  }
+  if (mtp_given && p->mtp_layers != layout.mtp_layers) {
+    throw_input_error(flag, "", "holds " + std::to_string(layout.mtp_layers) + " MTP depths m but --mtp-layers is " +
+                                    std::to_string(p->mtp_layers),
+                      "as many m as --mtp-layers (Megatron validate_layer_layout)");
+  }
+  p->mtp_layers = layout.mtp_layers;
+  p->vp = vp;
+  p->stage_layers = layout.stage_layers;
 }
 
 }  // namespace
@@ -189,7 +235,7 @@ Job to_job(const PlanFlags& f) {
     for (const char* flag : {"--model", "--cluster", "--nodes", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp",
                              "--zero", "--shard-group", "--mbs", "--gbs", "--seq", "--recompute", "--recompute-modules", "--recompute-layers", "--sp", "--schedule",
                              "--precision", "--fp8-recipe", "--grad-dtype", "--attention", "--dp-mode", "--offload", "--ps-servers",
-                             "--stage-layers", "--framework", "--fp8-param-gather", "--tp-comm-overlap", "--compile", "--ep", "--etp", "--moe-imbalance", "--moe-dispatcher", "--moe-pad-to-capacity"}) {
+                             "--stage-layers", "--pipeline-layout", "--framework", "--fp8-param-gather", "--tp-comm-overlap", "--compile", "--ep", "--etp", "--moe-imbalance", "--moe-dispatcher", "--moe-pad-to-capacity"}) {
       if (given(flag)) throw_input_error(flag, "", "cannot be combined with --plan", "edit the plan file or drop --plan");
     }
     PlanJob pj = load_plan_job(f.plan_file, f.calibration);
@@ -260,6 +306,12 @@ Job to_job(const PlanFlags& f) {
   p.moe_pad_to_capacity = f.moe_pad_to_capacity;
   if (given("--cuda-graph")) p.cuda_graph = parse_cuda_graph(f.cuda_graph);
   p.mtp_layers = static_cast<int>(in_range("--mtp-layers", f.mtp_layers, 0, kMaxMtpLayers));
+  if (given("--stage-layers") && static_cast<int>(p.stage_layers.size()) == p.pp &&
+      std::find(p.stage_layers.begin(), p.stage_layers.end(), 0) != p.stage_layers.end()) {
+    throw_input_error("--stage-layers", "", "every pipeline stage needs at least one layer",
+                      "e.g. 7,8,8,7 (zeros only in a list per virtual stage, pp*vp entries)");
+  }
+  if (given("--pipeline-layout")) set_pipeline_layout(f, given("--stage-layers"), given("--vp"), given("--mtp-layers"), &p);
   p.ep = static_cast<int>(in_range("--ep", f.ep, 1, kMaxDegree));
   p.etp = static_cast<int>(derived("--etp", f.etp, kMaxDegree));
   if (given("--moe-imbalance")) {

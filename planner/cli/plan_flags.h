@@ -47,6 +47,7 @@ struct PlanFlags {
   std::string offload = "none";
   int64_t ps_servers = 0;
   std::string stage_layers;
+  std::string pipeline_layout;  // Megatron-Core layout string (simulator/spec/pipeline_layout.h)
   std::string framework;
   bool fp8_param_gather = false;
   bool tp_comm_overlap = false;

@@ -29,6 +29,7 @@
 #include "simulator/core/error.h"
 #include "simulator/framework/framework.h"
 #include "simulator/network/collective_model.h"
+#include "simulator/spec/pipeline_layout.h"
 
 namespace trainplan {
 
@@ -124,37 +125,19 @@ MegatronStageSplit megatron_stage_split(const Layout& L) {
   return MegatronStageSplit::kLayout;
 }
 
-// Megatron-Core's pipeline layout string (pipeline_parallel_layer_layout.py
-// parse_str_to_list): the virtual stages in order (chunk c of rank r is
-// stage c * pp + r), separated by '|', each its decoder layers 't' (t*n for
-// n), the embedding 'E' first in the first and the loss 'L' last in the
-// last; runs of equal stages written (S|)*k.  E.g. 61 layers over pp 32 as
-// 1, 29 x 2, 1, 1: "Et|(t*2|)*29t|tL".
+// Megatron-Core's pipeline layout string of the plan's model chunks, as
+// chunk_layers placed them (chunk c of rank r is virtual stage c * pp + r),
+// with the MTP depths beside the loss: Megatron's validate_layer_layout
+// wants as many m as --mtp-num-layers (pipeline_layout.h).
 std::string megatron_pipeline_layout(const Layout& L) {
   const Plan& p = L.plan;
   const std::vector<std::vector<ChunkLayers>> chunks = chunk_layers(L);
   const int v = static_cast<int>(chunks.front().size());
-  std::vector<std::string> stages;
+  std::vector<int> stages;
   for (int vs = 0; vs < p.pp * v; ++vs) {
-    const int n = chunks[static_cast<size_t>(vs % p.pp)][static_cast<size_t>(vs / p.pp)].count;
-    stages.push_back(n == 0 ? "" : n == 1 ? "t" : "t*" + std::to_string(n));
+    stages.push_back(chunks[static_cast<size_t>(vs % p.pp)][static_cast<size_t>(vs / p.pp)].count);
   }
-  stages.front() = "E" + stages.front();
-  stages.back() += "L";
-  std::string out;
-  for (size_t i = 0; i < stages.size();) {
-    size_t k = 1;
-    while (i + k < stages.size() && stages[i + k] == stages[i]) ++k;
-    if (i + k == stages.size() && k > 1) --k;  // the last stage takes no '|' after it
-    const bool last = i + k == stages.size();
-    if (k >= 3 && !stages[i].empty()) {
-      out += "(" + stages[i] + "|)*" + std::to_string(k);
-    } else {
-      for (size_t j = 0; j < k; ++j) out += stages[i] + (last && j + 1 == k ? "" : "|");
-    }
-    i += k;
-  }
-  return out;
+  return format_pipeline_layout(stages, p.mtp_layers);
 }
 
 // One line with every plan field, for the header comment of each output.

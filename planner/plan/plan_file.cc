@@ -165,9 +165,12 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
       throw_input_error(where, "/stage_layers", "lists more stages than the " + std::to_string(kMaxLayers) +
                         " layers a model may have", "");
     }
+    // Per pipeline stage (pp entries, each >= 1) or per virtual stage (pp x
+    // chunks, where a chunk may be empty: stage_layers_per_chunk).
+    const bool per_stage = v.size() == static_cast<size_t>(p.pp);
     for (size_t i = 0; i < v.size(); ++i) {
-      p.stage_layers.push_back(
-          static_cast<int>(detail::integer_value(v[i], where, "/stage_layers/" + std::to_string(i), 1, kMaxLayers)));
+      p.stage_layers.push_back(static_cast<int>(
+          detail::integer_value(v[i], where, "/stage_layers/" + std::to_string(i), per_stage ? 1 : 0, kMaxLayers)));
     }
   }
   o.finish();

@@ -384,6 +384,15 @@ EndPlaces end_places(const Plan& p, const std::vector<int>& stage_layers) {
 std::vector<std::vector<int>> chunk_counts(const Plan& p, const std::vector<int>& stage_layers) {
   const int v = chunks_per_rank(p);
   const int pp = static_cast<int>(stage_layers.size());
+  if (stage_layers_per_chunk(p) && pp == p.pp) {
+    // As listed, virtual stage by virtual stage.
+    std::vector<std::vector<int>> listed(static_cast<size_t>(pp), std::vector<int>(static_cast<size_t>(v), 0));
+    for (int vs = 0; vs < pp * v; ++vs) {
+      const RankChunk rc = rank_chunk_of(p.schedule, pp, vs);
+      listed[static_cast<size_t>(rc.rank)][static_cast<size_t>(rc.chunk)] = p.stage_layers[static_cast<size_t>(vs)];
+    }
+    return listed;
+  }
   const EndPlaces ends = end_places(p, stage_layers);
   std::vector<std::vector<int>> out(static_cast<size_t>(pp), std::vector<int>(static_cast<size_t>(v), 0));
   for (int s = 0; s < pp; ++s) {
@@ -404,7 +413,23 @@ std::vector<std::vector<int>> chunk_counts(const Plan& p, const std::vector<int>
 
 }  // namespace
 
+bool stage_layers_per_chunk(const Plan& plan) {
+  const int v = chunks_per_rank(plan);
+  return v > 1 && plan.schedule != Schedule::kDualPipe && plan.pp >= 1 &&
+         plan.stage_layers.size() == static_cast<size_t>(plan.pp) * static_cast<size_t>(v);
+}
+
+std::vector<int> rank_stage_layers(const Plan& plan) {
+  if (!stage_layers_per_chunk(plan)) return plan.stage_layers;
+  std::vector<int> out(static_cast<size_t>(plan.pp), 0);
+  for (size_t vs = 0; vs < plan.stage_layers.size(); ++vs) {
+    out[static_cast<size_t>(rank_chunk_of(plan.schedule, plan.pp, static_cast<int>(vs)).rank)] += plan.stage_layers[vs];
+  }
+  return out;
+}
+
 int largest_chunk_layers(const Plan& plan, const std::vector<int>& stage_layers) {
+  if (stage_layers_per_chunk(plan)) return *std::max_element(plan.stage_layers.begin(), plan.stage_layers.end());
   // chunk_counts' largest chunk of a stage, without building them: its
   // places over its chunks, rounded up (an end's place is taken from a
   // chunk the extra places skip).
@@ -844,8 +869,30 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
 
   // Stage layers: explicit or balanced.
   if (!p.stage_layers.empty()) {
-    if (static_cast<int>(p.stage_layers.size()) != p.pp) {
-      fail("stage_layers lists " + str(static_cast<int64_t>(p.stage_layers.size())) + " stages but pp=" + str(p.pp));
+    const int chunks = chunks_per_rank(p);
+    const std::vector<int> per_rank = rank_stage_layers(p);
+    const int64_t listed = std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t{0});
+    if (stage_layers_per_chunk(p)) {
+      // One entry per virtual stage: any may be empty (an end chunk with the
+      // embedding or the loss alone), every rank holds a layer.
+      const auto empty_rank = std::find(per_rank.begin(), per_rank.end(), 0);
+      if (listed != model.layers) {
+        fail("stage_layers (per virtual stage) sum to " + str(listed) + " but the model has " + str(model.layers) +
+             " layers");
+      } else if (empty_rank != per_rank.end()) {
+        fail("stage_layers leave pipeline rank " + str(empty_rank - per_rank.begin()) + " without a layer");
+      } else {
+        L.stage_layers = per_rank;
+      }
+    } else if (static_cast<int>(p.stage_layers.size()) != p.pp) {
+      fail("stage_layers lists " + str(static_cast<int64_t>(p.stage_layers.size())) + " stages but pp=" + str(p.pp) +
+           (chunks > 1 && p.schedule != Schedule::kDualPipe
+                ? " (or one per virtual stage: pp x " + str(chunks) + " = " + str(int64_t{p.pp} * chunks) + ")"
+                : ""));
+    } else if (std::find(p.stage_layers.begin(), p.stage_layers.end(), 0) != p.stage_layers.end()) {
+      fail("stage_layers leave pipeline rank " +
+           str(std::find(p.stage_layers.begin(), p.stage_layers.end(), 0) - p.stage_layers.begin()) +
+           " without a layer");
     } else if (p.schedule == Schedule::kDualPipe) {
       // Ranks r and pp-1-r hold the same two stages (one of each copy).
       const std::vector<int> half(p.stage_layers.begin(), p.stage_layers.begin() + p.pp / 2);
@@ -890,7 +937,9 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     // A short end stage's embedding or loss takes a chunk's place
     // (chunk_counts): its first (last) chunk may hold no layer.
     const EndPlaces ends = end_places(p, L.stage_layers);
-    for (int s = 0; s < static_cast<int>(L.stage_layers.size()); ++s) {
+    // A per-virtual-stage list places each chunk itself.
+    const int checked = stage_layers_per_chunk(p) ? 0 : static_cast<int>(L.stage_layers.size());
+    for (int s = 0; s < checked; ++s) {
       const int n = L.stage_layers[static_cast<size_t>(s)];
       if (even && n % p.vp != 0) {
         fail("vp=" + str(p.vp) + " does not divide the " + str(n) + " layers of a pipeline stage");

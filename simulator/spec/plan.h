@@ -254,7 +254,11 @@ struct Plan {
   DpMode dp_mode = DpMode::kSync;
   Offload offload = Offload::kNone;
   int ps_servers = 0;         // async DP: parameter servers (0 = one per node)
-  std::vector<int> stage_layers;  // explicit transformer layers per stage
+  // Explicit transformer layers per pipeline rank (pp entries) or, with
+  // more than one model chunk per rank, per virtual stage in model order
+  // (pp x chunks_per_rank entries, as Megatron-Core's --pipeline-model-
+  // parallel-layout lists them: stage_layers_per_chunk); empty: balanced.
+  std::vector<int> stage_layers;
   Framework framework = Framework::kGeneric;
   // Mixture-of-Experts (models with a "moe" block): expert parallel and
   // expert tensor parallel degrees (Megatron-Core's parallel folding: the
@@ -471,9 +475,18 @@ struct ChunkLayers {
 // fully recomputed in backward: full recompute of every layer, or of the
 // chunk's first recompute_layers (Megatron's block method).
 bool layer_recomputed(const Plan& plan, int index_in_chunk);
+// Whether plan.stage_layers lists each virtual stage's layers (pp x
+// chunks_per_rank entries, chunks_per_rank > 1, not dualpipe) rather than
+// each pipeline rank's.
+bool stage_layers_per_chunk(const Plan& plan);
+// Each pipeline rank's transformer layers as plan.stage_layers states them:
+// the list itself, or per virtual stage each rank's chunks summed; empty
+// when the plan states none.
+std::vector<int> rank_stage_layers(const Plan& plan);
 // Layers of the largest model chunk of `stage_layers` under `plan`'s
 // schedule (a stage's layers over vp chunks with the interleaved one, split
-// as chunk_layers splits them).
+// as chunk_layers splits them, or as plan.stage_layers lists them per
+// virtual stage).
 int largest_chunk_layers(const Plan& plan, const std::vector<int>& stage_layers);
 // "(N layers per chunk)" for partial full recompute, else "".
 std::string recompute_layers_text(const Plan& plan);
@@ -522,7 +535,8 @@ struct StageCoord {
 StageCoord stage_coord(const Plan& plan, int local);
 
 // [stage][chunk] for a resolved layout: one chunk per stage, vp with the
-// interleaved schedule, two with zb-v; a stage's chunks differ by at most
+// interleaved schedule, two with zb-v; with a per-virtual-stage list
+// (stage_layers_per_chunk) the chunks it lists; else a stage's chunks differ by at most
 // one layer's place (the later ones take the extra) and the layers go to
 // virtual stages in model order (virtual_stage), as Megatron and torchtitan
 // assign them.  With the looped placement, a first (last) stage holding

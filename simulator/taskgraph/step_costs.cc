@@ -406,7 +406,7 @@ StepCosts partial_recompute_step_costs(const ModelSpec& m, const Plan& p, StepCo
   s.without_recompute = std::move(none);
   Layout split;
   split.plan = p;
-  split.stage_layers = p.stage_layers.empty() ? balance_stage_layers(m.layers, p.pp) : p.stage_layers;
+  split.stage_layers = p.stage_layers.empty() ? balance_stage_layers(m.layers, p.pp) : rank_stage_layers(p);
   s.recomputed_of_layer.assign(static_cast<size_t>(m.layers), false);
   if (!split.stage_layers.empty()) {
     for (const std::vector<ChunkLayers>& stage : chunk_layers(split)) {

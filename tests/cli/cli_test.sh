@@ -82,6 +82,46 @@ expect_error "--stage-layers not a list" \
   "trainplan: --stage-layers: \"8,x\" is not a comma-separated list of layer counts; e.g. 7,8,8,7" \
   "${GOOD[@]}" --stage-layers 8,x
 
+expect_error "--stage-layers with an empty pipeline stage" \
+  "trainplan: --stage-layers: every pipeline stage needs at least one layer; e.g. 7,8,8,7 (zeros only in a list per virtual stage, pp*vp entries)" \
+  "${GOOD[@]}" --pp 2 --stage-layers 24,0
+
+# --pipeline-layout: Megatron-Core's layout string (pipeline_parallel_layer_layout.py).
+L70=(memory --model llama3-70b --cluster dgx-h100 --gpus 64 --tp 4 --pp 8 --gbs 256 --seq 8192 --sp)
+LAYOUT='Et*2|(t*2|)*34,t*3|(t*2|)*3,tL'  # Megatron-Bridge's Llama 3 70B H100 FP8 recipe
+LAYOUT_ALLOWED='virtual stages separated by |, each of E t m L with x*n and (...)*n repeats, E first and L last, e.g. "Et|(t*2|)*29,t|tL" (Megatron-Core pipeline_parallel_layer_layout.py)'
+expect_error "--pipeline-layout with an unknown character" \
+  "trainplan: --pipeline-layout: \"Et|tx|L\": unknown layer character 'x' (E embedding, t transformer layer, m MTP depth, L loss); $LAYOUT_ALLOWED" \
+  "${L70[@]}" --pipeline-layout 'Et|tx|L'
+expect_error "--pipeline-layout whose stages do not divide --pp" \
+  "trainplan: --pipeline-layout: lists 3 virtual stages, not a multiple of --pp 8; pp x vp stages (Megatron: divisible by the pipeline size)" \
+  "${L70[@]}" --pipeline-layout 'Et*40|t*39|L'
+expect_error "--pipeline-layout against --vp" \
+  "trainplan: --pipeline-layout: lists 40 virtual stages, 5 per pipeline rank, but --vp is 4; drop --vp (the layout sets it) or give pp x vp stages" \
+  "${L70[@]}" --vp 4 --pipeline-layout "$LAYOUT"
+expect_error "--pipeline-layout with --stage-layers" \
+  "trainplan: --pipeline-layout: cannot be combined with --stage-layers; give one of the two" \
+  "${L70[@]}" --stage-layers 10,10,10,10,10,10,10,10 --pipeline-layout "$LAYOUT"
+expect_error "--pipeline-layout with a V schedule" \
+  "trainplan: --pipeline-layout: places Megatron's looped model chunks; the zb-v schedule places them otherwise; use --stage-layers with that schedule, or an interleaved schedule" \
+  "${L70[@]}" --schedule zb-v --pipeline-layout "$LAYOUT"
+expect_error "--pipeline-layout against --mtp-layers" \
+  "trainplan: --pipeline-layout: holds 0 MTP depths m but --mtp-layers is 1; as many m as --mtp-layers (Megatron validate_layer_layout)" \
+  "${L70[@]}" --mtp-layers 1 --pipeline-layout "$LAYOUT"
+
+expect_ok "--pipeline-layout sets vp and each model chunk's layers" "${L70[@]}" --pipeline-layout "$LAYOUT" --json
+json_check "the recipe's layout as the plan's per-virtual-stage split" '
+p = d["plan"]
+assert p["vp"] == 5 and p["schedule"] == "interleaved", p
+# 40 virtual stages; rank r sums chunks c*8+r: rank 3 holds the t*3 (stage 35), rank 7 the last t.
+assert p["stage_layers"] == [10, 10, 10, 11, 10, 10, 10, 9], p["stage_layers"]
+'
+expect_ok "the same split given per virtual stage" "${L70[@]}" --vp 5 --json \
+  --stage-layers 2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,3,2,2,2,1
+cp "$TMP/out" "$TMP/per_chunk"
+run_bin "${L70[@]}" --pipeline-layout "$LAYOUT" --json
+cmp -s "$TMP/out" "$TMP/per_chunk" || fail "--pipeline-layout and its --stage-layers list differ"
+
 expect_error "model file with an unknown key" \
   "trainplan: $DATA/model_unknown_key.json: /colour: unknown key; allowed: attention, bias, dropout, ffn_hidden, head_dim, heads, hidden, kv_heads, layers, mlp, moe, name, position_embedding, seq_len, sliding_window, source, tied_embeddings, vocab" \
   memory --model "$DATA/model_unknown_key.json" --cluster dgx-a100 --gpus 8

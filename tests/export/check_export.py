@@ -668,8 +668,24 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
             if not want:
                 stated = re.search(r"^# transformer layers per pipeline stage: ([\d ]+)$", script.text, re.M)
                 want = [int(x) for x in stated.group(1).split()] if stated else []
+            if want and len(want) == len(stages) and len(stages) != pp:
+                # The plan lists each virtual stage's layers (pp x vp entries).
+                built = [st.count("t") for st in stages]
             if want and built != want:
                 P.add(f"megatron: the layout builds pipeline stages of {built} layers, the plan has {want}")
+            # validate_layer_layout: as many m as --mtp-num-layers, after every
+            # decoder layer, all in one stage, the last chunk of its rank.
+            mtp = geti("mtp_num_layers") or 0
+            if flat.count("m") != mtp:
+                P.add(f"megatron: the layout has {flat.count('m')} MTP layers m, --mtp-num-layers is {mtp} "
+                      "(validate_layer_layout)", ln("pipeline_model_parallel_layout"))
+            elif mtp:
+                holding = [i for i, st in enumerate(stages) if "m" in st]
+                if "t" in flat[flat.index("m"):]:
+                    P.add("megatron: decoder layers must be placed before MTP layers (validate_layer_layout)")
+                if len(holding) != 1 or holding[0] // pp != vpp - 1:
+                    P.add("megatron: the MTP layers must all be in one virtual stage, the last of its rank "
+                          "(validate_layer_layout)")
             if vpp == 1:
                 vpp = None
     if vpp is not None:

@@ -348,6 +348,7 @@ TEST_CASE("Export: Megatron-LM layouts beyond the golden file", "[planner][expor
       REQUIRE(layout.size() >= 2);
       REQUIRE(layout.front() == '\'');
       layout = layout.substr(1, layout.size() - 2);  // the shell quotes
+      layout.erase(std::remove(layout.begin(), layout.end(), ','), layout.end());  // cosmetic (parse_str_to_list)
       layout = std::regex_replace(layout, std::regex(R"(\(([^)]+)\)\*(\d+))"), "<$1>{$2}");
       std::string out;
       for (size_t i = 0; i < layout.size(); ++i) {  // <X>{n}: X n times
@@ -420,7 +421,25 @@ TEST_CASE("Export: Megatron-LM layouts beyond the golden file", "[planner][expor
     ds.stage_layers[30] = 1;
     ds.stage_layers[31] = 1;
     parallel = bash_args(exported(ExportTarget::kMegatron, job("deepseek-v3", "dgx-h100", 256, ds)), "PARALLEL_ARGS");
-    CHECK(parallel.at("--pipeline-model-parallel-layout") == "'Et|(t*2|)*29t|tL'");
+    CHECK(parallel.at("--pipeline-model-parallel-layout") == "'Et|(t*2|)*29,t|tL'");
+    // With multi-token prediction Megatron wants as many m in the layout as
+    // --mtp-num-layers (pipeline_parallel_layer_layout.py
+    // validate_layer_layout): the depth beside the loss.
+    ds.mtp_layers = 1;
+    parallel = bash_args(exported(ExportTarget::kMegatron, job("deepseek-v3", "dgx-h100", 256, ds)), "PARALLEL_ARGS");
+    CHECK(parallel.at("--pipeline-model-parallel-layout") == "'Et|(t*2|)*29,t|tmL'");
+    // A split listed per virtual stage is written back as listed:
+    // Megatron-Bridge's Llama 3 70B H100 FP8 layout (perf_recipes/llama/h100/llama3.py).
+    Plan l70;
+    l70.tp = 4;
+    l70.pp = 8;
+    l70.vp = 5;
+    l70.sp = true;
+    l70.gbs = 16;
+    l70.stage_layers = std::vector<int>(35, 2);
+    l70.stage_layers.insert(l70.stage_layers.end(), {3, 2, 2, 2, 1});
+    parallel = bash_args(exported(ExportTarget::kMegatron, job("llama3-70b", "dgx-h100", 32, l70)), "PARALLEL_ARGS");
+    CHECK(parallel.at("--pipeline-model-parallel-layout") == "'Et*2|(t*2|)*34,t*3|(t*2|)*3,tL'");
   }
   SECTION("ZeRO-3 without pipeline parallelism is Megatron-FSDP") {
     Plan p;

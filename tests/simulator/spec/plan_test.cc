@@ -379,6 +379,50 @@ Layout interleaved(const ModelSpec& m, int gpus, int tp, int pp, int vp, const s
   return l;
 }
 
+TEST_CASE("Plan: stage_layers per virtual stage place each model chunk as listed", "[sim][spec]") {
+  SECTION("Llama 3 70B on 64 H100, FP8: Megatron-Bridge's own layout") {
+    // Megatron-Bridge perf_recipes/llama/h100/llama3.py
+    // llama3_70b_pretrain_64gpu_h100_fp8cs_config: pp 8, vp 5,
+    // --pipeline-model-parallel-layout "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL":
+    // 40 virtual stages, the 36th (chunk 4 of rank 3) with 3 layers, the
+    // last with 1 and the loss.  Rank r builds chunk c = virtual stage
+    // c * pp + r (pipeline_parallel_layer_layout.py, layout[vpp * pp + pp_rank]).
+    std::vector<int> listed(35, 2);
+    listed.insert(listed.end(), {3, 2, 2, 2, 1});
+    const Layout l = interleaved(load_model("llama3-70b"), 32, 4, 8, 5, listed);
+    CHECK(stage_layers_per_chunk(l.plan));
+    CHECK(chunk_counts_of(l) == by_rank(listed, 8));
+    // Rank 3 holds 4 chunks of 2 and the 3: 11 layers; rank 7 four of 2 and the 1.
+    CHECK(l.stage_layers == std::vector<int>({10, 10, 10, 11, 10, 10, 10, 9}));
+    CHECK(rank_stage_layers(l.plan) == l.stage_layers);
+    CHECK(largest_chunk_layers(l.plan, l.stage_layers) == 3);
+  }
+  SECTION("an empty chunk is allowed, an empty rank or a wrong sum is not") {
+    const ModelSpec m = testing::small_gpt(8);
+    Plan p;
+    p.pp = 2;
+    p.vp = 2;
+    p.gbs = 2;
+    p.stage_layers = {2, 3, 3, 0};  // rank 0: 2 + 3, rank 1: 3 + 0 (the loss alone, Megatron's "...|L")
+    Layout l = resolve_plan(m, load_cluster("dgx-h100"), 2, p);
+    INFO(all_reasons(l));
+    REQUIRE(l.feasible);
+    CHECK(chunk_counts_of(l) == std::vector<std::vector<int>>({{2, 3}, {3, 0}}));
+    p.stage_layers = {2, 0, 6, 0};  // rank 1 holds nothing
+    l = resolve_plan(m, load_cluster("dgx-h100"), 2, p);
+    CHECK_FALSE(l.feasible);
+    CHECK(all_reasons(l).find("leave pipeline rank 1 without a layer") != std::string::npos);
+    p.stage_layers = {2, 2, 2, 1};  // 7 of 8 layers
+    l = resolve_plan(m, load_cluster("dgx-h100"), 2, p);
+    CHECK_FALSE(l.feasible);
+    CHECK(all_reasons(l).find("(per virtual stage) sum to 7 but the model has 8") != std::string::npos);
+    p.stage_layers = {2, 2, 4};  // neither pp nor pp x vp entries
+    l = resolve_plan(m, load_cluster("dgx-h100"), 2, p);
+    CHECK_FALSE(l.feasible);
+    CHECK(all_reasons(l).find("lists 3 stages but pp=2 (or one per virtual stage: pp x 2 = 4)") != std::string::npos);
+  }
+}
+
 TEST_CASE("Plan: chunk_layers counts a short end stage's embedding or loss as a layer's place", "[sim][spec]") {
   SECTION("Llama 3 405B over pp 8, vp 2: Megatron-Core's account_for_embedding/loss split") {
     // megatron/core/transformer/transformer_block.py get_num_layers_to_build
