@@ -1,9 +1,10 @@
-// `trainplan export`: a saved plan as a ready-to-run config for Megatron-LM,
-// DeepSpeed, torchtitan or PyTorch FSDP2/DDP.
+// `trainplan export`: a plan, saved (--plan plan.json) or given by the same
+// flags simulate takes, as a ready-to-run config for Megatron-LM, DeepSpeed,
+// torchtitan or PyTorch FSDP2/DDP.
 //
 // Exit codes: 0 with the config on stdout (or in -o FILE); 2 for bad flags,
-// a plan file whose plan cannot run, or a plan the target cannot express
-// ("--to: deepspeed cannot express this plan: <reason>").
+// a plan that cannot run, or a plan the target cannot express ("--to:
+// deepspeed cannot express this plan: <reason>").
 #include <iostream>
 #include <string>
 
@@ -11,6 +12,7 @@
 
 #include "planner/cli/commands.h"
 #include "planner/cli/output.h"
+#include "planner/cli/plan_flags.h"
 #include "planner/export/exporters.h"
 #include "planner/plan/plan_file.h"
 #include "simulator/core/error.h"
@@ -25,36 +27,46 @@ namespace {
 constexpr const char* kTargets = "allowed: megatron, deepspeed, torchtitan, fsdp, torchtitan-py";
 
 struct ExportFlags {
-  std::string plan;    // plan.json, required
+  PlanFlags plan;      // --plan plan.json, or the plan's flags
   std::string to;      // target name, required
   std::string output;  // empty: stdout
 };
 
 int run_export(const ExportFlags& f) {
   if (!f.output.empty()) check_output_path(f.output, "-o/--output");
-  if (f.plan.empty()) {
-    throw_input_error("--plan", "", "is required", "give --plan plan.json (from `trainplan recommend --save`)");
+  const bool from_file = !f.plan.plan_file.empty();
+  if (!from_file && f.plan.model.empty()) {
+    throw_input_error("--plan", "", "is required",
+                      "give --plan plan.json (from `trainplan recommend --save`), or the plan's own flags (--model, "
+                      "--cluster, --gpus, --tp, ...)");
   }
   if (f.to.empty()) throw_input_error("--to", "", "is required", kTargets);
   const std::optional<ExportTarget> target = export_target_from_string(f.to);
   if (!target) throw_input_error("--to", "", "unknown target \"" + f.to + "\"", kTargets);
 
-  const PlanJob job = load_plan_job(f.plan, "");
-  const PlanFile& file = job.file;
-  const ModelSpec& model = job.model;
-  const ClusterSpec& cluster = job.cluster;
-  const Layout layout = resolve_plan(model, cluster, file.gpus, file.plan);
+  const Job job = to_job(f.plan);
+  const Layout layout = resolve_plan(job.model, job.cluster, job.gpus, job.plan);
   if (!layout.feasible) {
-    throw_input_error("--plan", "", "the plan in " + f.plan + " cannot run: " + layout.reasons.front(),
-                      "see `trainplan simulate --plan " + f.plan + "`");
+    if (from_file) {
+      throw_input_error("--plan", "", "the plan in " + f.plan.plan_file + " cannot run: " + layout.reasons.front(),
+                        "see `trainplan simulate --plan " + f.plan.plan_file + "`");
+    }
+    throw_input_error("--model", "", "the plan these flags give cannot run: " + layout.reasons.front(),
+                      "see `trainplan simulate` with the same flags");
   }
-  const ExportResult r = export_plan(*target, file, model, cluster, layout);
+  PlanFile file;
+  file.model = f.plan.model;
+  file.cluster = f.plan.cluster;
+  file.gpus = job.gpus;
+  file.plan = job.plan;
+  const ExportResult r = export_plan(*target, file, job.model, job.cluster, layout);
   if (!r.ok) throw_input_error("--to", "", std::string(to_string(*target)) + " cannot express this plan: " + r.reason);
   if (f.output.empty()) {
     std::cout << r.text;
   } else {
     write_file_atomically(f.output, r.text, "-o/--output");
-    std::cout << "wrote the " << to_string(*target) << " export of " << f.plan << " to " << f.output << "\n";
+    std::cout << "wrote the " << to_string(*target) << " export of "
+              << (from_file ? f.plan.plan_file : std::string("the plan")) << " to " << f.output << "\n";
   }
   return 0;
 }
@@ -65,7 +77,7 @@ void register_export_command(CLI::App* app, int* status) {
   static ExportFlags f;
   CLI::App* cmd = app->add_subcommand(
       "export", "write a plan as a Megatron-LM script, DeepSpeed config, torchtitan TOML or FSDP2 script");
-  cmd->add_option("--plan", f.plan, "plan.json (from `trainplan recommend --save`)");
+  add_plan_flags(cmd, &f.plan);  // --plan plan.json (from `trainplan recommend --save`), or the plan's flags
   cmd->add_option("--to", f.to,
                   "megatron|deepspeed|torchtitan|fsdp|torchtitan-py (torchtitan: v0.2.2 TOML; torchtitan-py: the "
                   "Python Trainer.Config of torchtitan head and 0.3)");

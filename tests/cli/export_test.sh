@@ -84,6 +84,23 @@ assert ("--use-distributed-optimizer" in args) == (plan["zero"] >= 1)
 assert args["--recompute-granularity"] == plan["recompute"]
 '
 
+# The same plan by its flags instead of a file: the same script, byte for byte.
+expect_ok "megatron: the plan file's flags instead of the file" export --to megatron --model llama3-8b \
+  --cluster dgx-h100 --gpus 8 --tp 2 --pp 2 --dp 2 --sp --mbs 1 --gbs 64 --seq 8192 --recompute selective --zero 1
+expect_golden megatron_llama3-8b_tp2_pp2.sh
+expect_error "export of flags that give a plan that cannot run" \
+  "trainplan: --model: the plan these flags give cannot run: tp=3 does not divide heads=32; see \`trainplan simulate\` with the same flags" \
+  export --to megatron --model llama2-7b --cluster dgx-a100 --gpus 6 --tp 3
+expect_error "export of a plan file with plan flags" \
+  "trainplan: --tp: cannot be combined with --plan; edit the plan file or drop --plan" \
+  export --plan "$MEGATRON_PLAN" --to megatron --tp 4
+# Megatron-Bridge's Llama 3 70B H100 FP8 layout (perf_recipes/llama/h100/llama3.py) written back as given.
+expect_ok "megatron: --pipeline-layout exported as the same layout" export --to megatron --model llama3-70b \
+  --cluster dgx-h100 --gpus 64 --tp 4 --pp 8 --sp --gbs 256 --seq 8192 \
+  --pipeline-layout 'Et*2|(t*2|)*34,t*3|(t*2|)*3,tL'
+grep -qx "  --pipeline-model-parallel-layout 'Et\*2|(t\*2|)\*34,t\*3|(t\*2|)\*3,tL'" "$TMP/out" ||
+  fail "the layout is not written back as given: $(grep layout "$TMP/out")"
+
 # ---- DeepSpeed ----------------------------------------------------------------
 
 expect_ok "deepspeed: gpt3-1.3b ZeRO-2" export --plan "$DEEPSPEED_PLAN" --to deepspeed
@@ -332,7 +349,7 @@ expect_error "missing --to" \
   export --plan "$ZERO3_PLAN"
 
 expect_error "missing --plan" \
-  "trainplan: --plan: is required; give --plan plan.json (from \`trainplan recommend --save\`)" \
+  "trainplan: --plan: is required; give --plan plan.json (from \`trainplan recommend --save\`), or the plan's own flags (--model, --cluster, --gpus, --tp, ...)" \
   export --to megatron
 
 expect_error "a plan file that does not exist" \
