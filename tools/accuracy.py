@@ -666,7 +666,8 @@ def moe_section(trainplan, path, tmp):
     out = ["", "## Mixture-of-Experts rows", "",
            "From `../shared/reference/published_moe_dev.json`, each at its printed layout (`moe_flags_for` and",
            "`moe_model_file` in the script give the mapping rules). `fits` is trainplan's memory verdict at that",
-           "layout (every row ran).", ""]
+           "layout (every row ran; the tables do not print the recipes' gradient dtype, recompute or pipeline layout,",
+           "at which the NVIDIA rows fit: docs/moe.md, \"The recipes fit at their own settings\").", ""]
     if errs:
         n = len(errs)
         a = sorted(abs(e) for e in errs)
