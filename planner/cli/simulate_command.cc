@@ -31,6 +31,7 @@ struct SimulateFlags {
   bool full = false;
   std::string trace;
   std::string html;
+  std::string save;         // --save plan.json: the plan, for export, validate, memory, simulate --plan
   std::string convergence;  // --convergence SPEC (async plans)
   FaultFlags faults;
   CLI::App* app = nullptr;
@@ -282,6 +283,7 @@ void print_faults(const FaultReport& fr, const FaultConfig& cfg, int gpus, int n
 int run_simulate(const SimulateFlags& f) {
   if (!f.trace.empty()) check_output_path(f.trace, "--trace");
   if (!f.html.empty()) check_output_path(f.html, "--html");
+  if (!f.save.empty()) check_output_path(f.save, "--save");
   FaultFlags fault_flags = f.faults;
   for (const FaultFlagInfo& info : fault_flag_table(&fault_flags)) {
     if (f.app != nullptr && f.app->count(info.name) > 0 && info.value->empty()) {
@@ -295,6 +297,21 @@ int run_simulate(const SimulateFlags& f) {
   Layout layout = resolve_plan(job.model, job.cluster, job.gpus, job.plan);
   nlohmann::json out = plan_output_header("simulate", job.model, job.cluster, job.gpus, job.plan, layout);
   const std::string hash = out["config_hash"].get<std::string>();
+  if (!f.save.empty()) {
+    if (!layout.feasible) {
+      throw_input_error("--save", "", "the plan cannot run (" + layout.reasons.front() + "), nothing to save",
+                        "see `trainplan simulate` without --save");
+    }
+    // The model and cluster as the question named them (flags or the plan file).
+    PlanFile pf = f.plan.plan_file.empty() ? PlanFile{} : load_plan_file(f.plan.plan_file);
+    if (f.plan.plan_file.empty()) {
+      pf.model = f.plan.model;
+      pf.cluster = f.plan.cluster;
+    }
+    pf.gpus = layout.gpus;
+    pf.plan = layout.plan;
+    write_file_atomically(f.save, plan_file_json(pf), "--save");
+  }
   if (!layout.feasible) {
     out["fits"] = false;
     out["reasons"] = layout.reasons;
@@ -495,6 +512,7 @@ int run_simulate(const SimulateFlags& f) {
   std::printf("peak %.2f GiB of %.2f GiB: %s\n", to_gib(rep.peak_memory_bytes), to_gib(rep.capacity_bytes),
               rep.fits ? "fits" : "DOES NOT FIT");
   if (faults.any()) print_faults(fr, faults, layout.gpus, layout.nodes);
+  if (!f.save.empty()) std::printf("saved the plan to %s\n", f.save.c_str());
   return 0;
 }
 
@@ -511,6 +529,9 @@ void register_simulate_command(CLI::App* app, int* status) {
                               "lr=scaled); ") + kConvergenceGrammar);
   cmd->add_option("--trace", flags.trace, "write a Chrome trace (open in Perfetto) to this file");
   cmd->add_option("--html", flags.html, "write the plan's report page (step, memory, timeline) to this HTML file");
+  cmd->add_option("--save", flags.save,
+                  "write the plan to this plan.json (as `recommend --save` does), for export, validate, memory and "
+                  "simulate --plan");
   for (const FaultFlagInfo& info : fault_flag_table(&flags.faults)) cmd->add_option(info.name, *info.value, info.help)->type_name(info.type_name);
   flags.app = cmd;
   cmd->callback([status] { *status = run_simulate(flags); });

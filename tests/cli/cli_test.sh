@@ -122,6 +122,25 @@ cp "$TMP/out" "$TMP/per_chunk"
 run_bin "${L70[@]}" --pipeline-layout "$LAYOUT" --json
 cmp -s "$TMP/out" "$TMP/per_chunk" || fail "--pipeline-layout and its --stage-layers list differ"
 
+# simulate --save: the plan as a plan.json that simulate, export and validate take back.
+expect_ok "simulate --save" simulate --json --model llama3-70b --cluster dgx-h100 --gpus 64 --tp 4 --pp 8 --sp \
+  --gbs 256 --seq 8192 --pipeline-layout "$LAYOUT" --save "$TMP/saved.json"
+cp "$TMP/out" "$TMP/from_flags.json"
+expect_ok "simulate --plan of the saved plan" simulate --json --plan "$TMP/saved.json"
+python3 - "$TMP/from_flags.json" "$TMP/out" <<'PY' || fail "the saved plan simulates differently from its flags"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+a.pop("config_hash"), b.pop("config_hash")  # the hash names the question asked: flags or file
+assert a == b
+PY
+expect_ok "export --plan of the saved plan" export --plan "$TMP/saved.json" --to megatron
+grep -q "^  --pipeline-model-parallel-layout 'Et\*2|(t\*2|)\*34,t\*3|(t\*2|)\*3,tL'$" "$TMP/out" ||
+  fail "the saved plan lost its layout"
+expect_error "simulate --save of a plan that cannot run" \
+  "trainplan: --save: the plan cannot run (tp=3 does not divide heads=32), nothing to save; see \`trainplan simulate\` without --save" \
+  simulate --model llama2-7b --cluster dgx-a100 --gpus 6 --tp 3 --save "$TMP/never.json"
+[ ! -e "$TMP/never.json" ] || fail "a plan that cannot run was saved"
+
 # NVIDIA's own recipes ran, so at their own settings each must fit (a one-sided
 # oracle: a predicted peak above the GPU's memory contradicts the run). The
 # settings the published tables do not print come from the recipe files
