@@ -5,7 +5,7 @@
 #   fuzz/run_fuzzers.sh BUILD_DIR SECONDS [TARGET...]
 #
 # BUILD_DIR was configured with -DTRAINPLAN_FUZZ=ON (clang).  TARGETs are
-# model, cluster, plan, calibration, nccl_tests (default: all).  The
+# model, cluster, plan, calibration, nccl_tests, pipeline_layout (default: all).  The
 # corpora grow in BUILD_DIR/fuzz-work/corpus/<target>; a finding (crash,
 # sanitizer report, leak, timeout above 10 s, uncaught exception other than
 # InputError) is saved as BUILD_DIR/fuzz-work/artifacts/<target>-* and
@@ -16,7 +16,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 if [ $# -lt 2 ]; then
-  echo "usage: fuzz/run_fuzzers.sh BUILD_DIR SECONDS [model|cluster|plan|calibration|nccl_tests ...]" >&2
+  echo "usage: fuzz/run_fuzzers.sh BUILD_DIR SECONDS [model|cluster|plan|calibration|nccl_tests|pipeline_layout ...]" >&2
   exit 2
 fi
 build="$(cd "$1" && pwd)" || { echo "run_fuzzers.sh: no build folder $1" >&2; exit 2; }
@@ -24,7 +24,7 @@ seconds="$2"
 shift 2
 case "$seconds" in ''|*[!0-9]*) echo "run_fuzzers.sh: SECONDS must be a whole number, got \"$seconds\"" >&2; exit 2;; esac
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(model cluster plan calibration nccl_tests)
+[ ${#targets[@]} -eq 0 ] && targets=(model cluster plan calibration nccl_tests pipeline_layout)
 work="$build/fuzz-work"
 mkdir -p "$work/artifacts"
 
@@ -35,6 +35,7 @@ seeds_of() {
     plan) ls "$root"/tests/data/export/plan_*.json ;;
     calibration) ls "$root"/tests/data/calibration/*.json ;;
     nccl_tests) ls "$root"/tests/data/nccl/* ;;
+    pipeline_layout) ls "$root"/tests/data/layouts/* ;;
   esac
 }
 

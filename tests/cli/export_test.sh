@@ -101,6 +101,14 @@ expect_ok "megatron: --pipeline-layout exported as the same layout" export --to 
 grep -qx "  --pipeline-model-parallel-layout 'Et\*2|(t\*2|)\*34,t\*3|(t\*2|)\*3,tL'" "$TMP/out" ||
   fail "the layout is not written back as given: $(grep layout "$TMP/out")"
 
+# A plan listing each model chunk (pp 2 x vp 2: 1, 2, 1 layers and the loss alone in the last virtual
+# stage, as Megatron-Core's layouts allow): written as the layout it lists, which Megatron's own rules accept.
+CHUNK_PLAN=$EXPORT/plan_gpt-tiny_pp2_vp2_chunks.json
+expect_ok "megatron: a per-virtual-stage plan" export --plan "$CHUNK_PLAN" --to megatron
+grep -qx "  --pipeline-model-parallel-layout 'Et|t\*2|t|L'" "$TMP/out" || fail "per-chunk layout: $(grep layout "$TMP/out")"
+python3 "$(dirname "$0")/../export/check_export.py" --target megatron --plan "$CHUNK_PLAN" --file "$TMP/out" \
+  --nodes 1 --data-dir "$DATA/frameworks" || fail "the per-chunk export breaks Megatron's rules"
+
 # ---- DeepSpeed ----------------------------------------------------------------
 
 expect_ok "deepspeed: gpt3-1.3b ZeRO-2" export --plan "$DEEPSPEED_PLAN" --to deepspeed
