@@ -14,7 +14,6 @@
 #include "planner/cli/output.h"
 #include "planner/cli/plan_flags.h"
 #include "planner/export/exporters.h"
-#include "planner/plan/plan_file.h"
 #include "simulator/core/error.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
@@ -54,12 +53,7 @@ int run_export(const ExportFlags& f) {
     throw_input_error("--model", "", "the plan these flags give cannot run: " + layout.reasons.front(),
                       "see `trainplan simulate` with the same flags");
   }
-  PlanFile file;
-  file.model = f.plan.model;
-  file.cluster = f.plan.cluster;
-  file.gpus = job.gpus;
-  file.plan = job.plan;
-  const ExportResult r = export_plan(*target, file, job.model, job.cluster, layout);
+  const ExportResult r = export_plan(*target, job.model, job.cluster, layout);
   if (!r.ok) throw_input_error("--to", "", std::string(to_string(*target)) + " cannot express this plan: " + r.reason);
   if (f.output.empty()) {
     std::cout << r.text;

@@ -241,6 +241,8 @@ Job to_job(const PlanFlags& f) {
     PlanJob pj = load_plan_job(f.plan_file, f.calibration);
     job.model = std::move(pj.model);
     job.cluster = std::move(pj.cluster);
+    job.model_ref = pj.file.model;
+    job.cluster_ref = pj.file.cluster;
     job.gpus = pj.file.gpus;
     job.plan = pj.file.plan;
     return job;
@@ -327,6 +329,8 @@ Job to_job(const PlanFlags& f) {
 
   job.model = load_model(f.model);
   job.cluster = load_cluster(f.cluster);
+  job.model_ref = f.model;
+  job.cluster_ref = f.cluster;
   if (!f.calibration.empty()) apply_calibration(load_calibration(f.calibration), "--calibration", &job.cluster);
   if (given("--nodes")) {
     job.gpus = gpus_of_nodes(job.cluster, f.nodes);

@@ -83,6 +83,8 @@ void set_precision_flags(const std::string& precision, const std::string* fp8_re
 struct Job {
   ModelSpec model;
   ClusterSpec cluster;
+  std::string model_ref;    // the model as named (--model or the plan file's "model"): name or path
+  std::string cluster_ref;  // the cluster likewise
   int gpus = 0;
   Plan plan;
 };

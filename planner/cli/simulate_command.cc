@@ -302,12 +302,9 @@ int run_simulate(const SimulateFlags& f) {
       throw_input_error("--save", "", "the plan cannot run (" + layout.reasons.front() + "), nothing to save",
                         "see `trainplan simulate` without --save");
     }
-    // The model and cluster as the question named them (flags or the plan file).
-    PlanFile pf = f.plan.plan_file.empty() ? PlanFile{} : load_plan_file(f.plan.plan_file);
-    if (f.plan.plan_file.empty()) {
-      pf.model = f.plan.model;
-      pf.cluster = f.plan.cluster;
-    }
+    PlanFile pf;
+    pf.model = job.model_ref;
+    pf.cluster = job.cluster_ref;
     pf.gpus = layout.gpus;
     pf.plan = layout.plan;
     write_file_atomically(f.save, plan_file_json(pf), "--save");

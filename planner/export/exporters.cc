@@ -2149,9 +2149,8 @@ ExportResult export_or_check(ExportTarget target, const ModelSpec& model, const 
 
 }  // namespace
 
-ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelSpec& model,
-                         const ClusterSpec& cluster, const Layout& layout) {
-  (void)file;
+ExportResult export_plan(ExportTarget target, const ModelSpec& model, const ClusterSpec& cluster,
+                         const Layout& layout) {
   return export_or_check(target, model, cluster, layout, Render::kText);
 }
 

@@ -21,7 +21,6 @@
 #include <optional>
 #include <string>
 
-#include "planner/plan/plan_file.h"
 #include "simulator/spec/cluster.h"
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
@@ -48,10 +47,10 @@ struct ExportResult {
 // Returns the config for `target`, or ok == false with one line saying which
 // rule of the framework the plan breaks.  A refusal is an answer, not an
 // error: nothing is thrown for a plan that merely cannot be expressed.
-// REQUIRES: layout = resolve_plan(model, cluster, file.gpus, file.plan) and
+// REQUIRES: layout = resolve_plan(model, cluster, gpus, plan) and
 // layout.feasible.
-ExportResult export_plan(ExportTarget target, const PlanFile& file, const ModelSpec& model,
-                         const ClusterSpec& cluster, const Layout& layout);
+ExportResult export_plan(ExportTarget target, const ModelSpec& model, const ClusterSpec& cluster,
+                         const Layout& layout);
 
 // The export target of a framework (nullopt for generic).
 std::optional<ExportTarget> export_target_of(Framework f);

@@ -69,7 +69,7 @@ Job job(const std::string& model, const std::string& cluster, int gpus, const Pl
 }
 
 std::string exported(ExportTarget t, const Job& j) {
-  const ExportResult r = export_plan(t, j.file, j.model, j.cluster, j.layout);
+  const ExportResult r = export_plan(t, j.model, j.cluster, j.layout);
   INFO(r.reason);
   REQUIRE(r.ok);
   REQUIRE(r.reason.empty());
@@ -77,7 +77,7 @@ std::string exported(ExportTarget t, const Job& j) {
 }
 
 std::string refusal(ExportTarget t, const Job& j) {
-  const ExportResult r = export_plan(t, j.file, j.model, j.cluster, j.layout);
+  const ExportResult r = export_plan(t, j.model, j.cluster, j.layout);
   INFO(r.text);
   REQUIRE_FALSE(r.ok);
   REQUIRE(r.text.empty());
