@@ -969,18 +969,21 @@ class Lowerer {
           t.mem_alloc = static_cast<int64_t>(alloc);
         } else if (is_w) {
           t.mem_free = static_cast<int64_t>(kept);
-        } else if (split_) {
-          // B keeps M_W (linear inputs and output gradients) for its W.
-          if (kept >= alloc) t.mem_alloc = static_cast<int64_t>(kept - alloc);
-          else t.mem_free = static_cast<int64_t>(alloc - kept);
         } else {
           // Recompute re-materialises one layer at a time in backward; the
           // loss holds its gradient buffers as the backward starts
-          // (memory_model.h: the larger of the two).
+          // (memory_model.h: the larger of the two).  Held while the pass
+          // runs, split or not.
           if (with_out) transient_bytes = std::max(transient_bytes, outc_.backward_transient_bytes);
           const int64_t transient = static_cast<int64_t>(transient_bytes);
-          t.mem_alloc = transient;
-          t.mem_free = static_cast<int64_t>(alloc) + transient;
+          if (split_) {
+            // B keeps M_W (linear inputs and output gradients) for its W.
+            t.mem_alloc = transient + static_cast<int64_t>(std::max(0.0, kept - alloc));
+            t.mem_free = transient + static_cast<int64_t>(std::max(0.0, alloc - kept));
+          } else {
+            t.mem_alloc = transient;
+            t.mem_free = static_cast<int64_t>(alloc) + transient;
+          }
         }
         // Record first and last task of each (mb, chunk, kind).
         const size_t key = op_key(e.mb, e.chunk, e.kind);
