@@ -1001,15 +1001,18 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
 // ---- torchtitan -------------------------------------------------------------
 
 // The llama3 flavors torchtitan ships (torchtitan/models/llama3/__init__.py),
-// with the ffn size its ffn_dim_multiplier / multiple_of give.
+// with the ffn size its ffn_dim_multiplier / multiple_of give, and the
+// vocabulary every one of them has (model/args.py TransformerModelArgs
+// vocab_size = 128256; v0.2.2 takes it from there, not from the tokenizer):
+// Llama 2 70B has the 70B flavor's layers but 32000 tokens.
 struct TitanFlavor {
   const char* flavor;
-  int64_t layers, hidden, heads, kv_heads, ffn_hidden;
+  int64_t layers, hidden, heads, kv_heads, ffn_hidden, vocab;
 };
 constexpr TitanFlavor kTitanFlavors[] = {
-    {"8B", 32, 4096, 32, 8, 14336},
-    {"70B", 80, 8192, 64, 8, 28672},
-    {"405B", 126, 16384, 128, 8, 53248},
+    {"8B", 32, 4096, 32, 8, 14336, 128256},
+    {"70B", 80, 8192, 64, 8, 28672, 128256},
+    {"405B", 126, 16384, 128, 8, 53248, 128256},
 };
 
 // The MoE models torchtitan v0.2.2 ships (torchtitan/models/<name>/__init__.py
@@ -1174,7 +1177,7 @@ std::optional<std::string> titan_llama_refusal(const ModelSpec& m, TitanModel* o
   }
   for (const TitanFlavor& t : kTitanFlavors) {
     if (t.layers == m.layers && t.hidden == m.hidden && t.heads == m.heads && t.kv_heads == m.kv_heads &&
-        t.ffn_hidden == m.ffn_hidden) {
+        t.ffn_hidden == m.ffn_hidden && t.vocab == m.vocab) {
       out->name = "llama3";
       out->flavor = t.flavor;
       return std::nullopt;
@@ -1182,7 +1185,7 @@ std::optional<std::string> titan_llama_refusal(const ModelSpec& m, TitanModel* o
   }
   return "torchtitan picks the architecture by [model] name and flavor, and no llama3 flavor (8B, 70B, 405B) has " +
          m.name + "'s shape (layers=" + str(m.layers) + ", hidden=" + str(m.hidden) + ", heads=" + str(m.heads) +
-         ", kv_heads=" + str(m.kv_heads) + ", ffn_hidden=" + str(m.ffn_hidden) +
+         ", kv_heads=" + str(m.kv_heads) + ", ffn_hidden=" + str(m.ffn_hidden) + ", vocab=" + str(m.vocab) +
          "); add a flavor to torchtitan/models/llama3 first";
 }
 

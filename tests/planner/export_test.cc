@@ -951,8 +951,16 @@ TEST_CASE("Export: refusals name the framework's rule", "[planner][export]") {
     zero3.zero = 3;
     CHECK(refusal(ExportTarget::kTorchtitan, job("llama2-7b", "dgx-h100", 8, zero3)) ==
           "torchtitan picks the architecture by [model] name and flavor, and no llama3 flavor (8B, 70B, 405B) has "
-          "llama2-7b's shape (layers=32, hidden=4096, heads=32, kv_heads=32, ffn_hidden=11008); add a flavor to "
-          "torchtitan/models/llama3 first");
+          "llama2-7b's shape (layers=32, hidden=4096, heads=32, kv_heads=32, ffn_hidden=11008, vocab=32000); add a "
+          "flavor to torchtitan/models/llama3 first");
+    // Llama 2 70B has the 70B flavor's layers, but the flavor's vocabulary is
+    // Llama 3's (torchtitan/models/llama3/model/args.py vocab_size = 128256,
+    // not read from the tokenizer in v0.2.2): tests/export/torchtitan_rules.py
+    // refused the export that took it for the flavor.
+    CHECK(refusal(ExportTarget::kTorchtitan, job("llama2-70b", "dgx-h100", 16, zero3)) ==
+          "torchtitan picks the architecture by [model] name and flavor, and no llama3 flavor (8B, 70B, 405B) has "
+          "llama2-70b's shape (layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=32000); add a "
+          "flavor to torchtitan/models/llama3 first");
     Plan zero1;
     zero1.zero = 1;
     CHECK(refusal(ExportTarget::kTorchtitan, job("llama3-8b", "dgx-h100", 8, zero1)) ==

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Random plans through simulate and export: properties that hold for every plan, checked on a fixed-seed
+sample of the space the hand-written tests do not enumerate (every built-in model and cluster, every
+framework, schedule, recompute, offload, precision, gradient dtype and MoE option, in combinations).
+
+    random_plans_test.py <trainplan binary> [--seed S] [--plans N] [--exports K]
+
+TRAINPLAN_DATA_DIR = the repository root.  Oracles, none of which shares code with what it checks:
+
+1. The contract of the command line (DESIGN.md, "bad input"): a plan either simulates (exit 0), or is one
+   that cannot run (exit 0, "this plan cannot run:" and its reasons), or its flags are refused with one line
+   on stderr naming the problem, nothing on stdout, exit 2; never a crash or a hang.
+2. Two accountings of one step's memory: the event engine's allocation trace (each pass allocating and
+   freeing its bytes in simulated time) against the closed form of `memory` (the same terms summed at the
+   schedule's worst point).  The closed form is an upper bound of the trace on every stage; on the
+   schedules whose worst point has one backward in flight with every in-flight activation held (1F1B,
+   GPipe, naive) the two are equal.  The interleaved, zero-bubble and DualPipe orders may put the largest
+   transient (the loss's gradient buffers, a recomputed layer) at another moment than the largest held
+   activations, so there only the bound is asserted.
+3. Same inputs, same output: a plan simulated twice prints byte-identical text.
+4. Every export of a saved plan either is accepted by the framework's own rules (tests/export/
+   check_export.py for Megatron-LM, DeepSpeed and the PyTorch script; tests/export/torchtitan_rules.py for
+   torchtitan's TOML and Python configs) or is a one-line refusal with exit 2 and nothing on stdout.
+"""
+
+import argparse
+import glob
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+ORACLE = os.path.join(REPO, "tests", "export", "check_export.py")
+TITAN = os.path.join(REPO, "tests", "export", "torchtitan_rules.py")
+EQUAL_SCHEDULES = ("1f1b", "gpipe", "naive")
+TARGETS = ("megatron", "deepspeed", "torchtitan", "torchtitan-py", "fsdp")
+
+
+def load(pattern):
+    out = {}
+    for path in sorted(glob.glob(os.path.join(REPO, pattern))):
+        with open(path, encoding="utf-8") as f:
+            out[os.path.splitext(os.path.basename(path))[0]] = json.load(f)
+    return out
+
+
+def random_flags(rng, models, clusters):
+    """One random plan as simulate flags, or None when its degrees do not divide the GPUs."""
+    name = rng.choice(sorted(models))
+    model = models[name]
+    cname = rng.choice(sorted(c for c in clusters if c != "cpu-local"))
+    host = clusters[cname].get("host", {}).get("gpus") or clusters[cname]["gpus_per_node"]
+    gpus = host * rng.choice([1, 2, 4, 8, 16])
+    tp, pp, cp = rng.choice([1, 2, 4, 8]), rng.choice([1, 1, 2, 4, 8]), rng.choice([1, 1, 2])
+    if gpus % (tp * pp * cp):
+        return None
+    dp = gpus // (tp * pp * cp)
+    mbs = rng.choice([1, 2, 4])
+    flags = ["--model", name, "--cluster", cname, "--gpus", str(gpus), "--tp", str(tp), "--pp", str(pp),
+             "--cp", str(cp), "--mbs", str(mbs), "--gbs", str(dp * mbs * rng.choice([1, 2, 4, 8, 16])),
+             "--seq", str(rng.choice([1024, 2048, 4096, 8192])), "--zero", str(rng.choice([0, 1, 1, 2, 3])),
+             "--recompute", rng.choice(["none", "selective", "full"])]
+    framework = rng.choice(["generic", "megatron-core", "megatron-lm", "deepspeed", "torchtitan", "pytorch"])
+    flags += ["--framework", framework]
+    if tp > 1 and rng.random() < 0.5:
+        flags.append("--sp")
+    if pp > 1 and rng.random() < 0.4:
+        flags += ["--vp", str(rng.choice([2, 3, 4]))]
+    if pp > 1 and rng.random() < 0.2:
+        flags += ["--schedule", rng.choice(["gpipe", "zb-1p", "zb-2p", "zb-v", "dualpipe-v", "dualpipe",
+                                            "interleaved-zb"])]
+    if rng.random() < 0.15:
+        flags += ["--offload", rng.choice(["optimizer", "params"])]
+    if rng.random() < 0.2:
+        flags += ["--grad-dtype", "bf16"]
+    if rng.random() < 0.2:
+        flags += ["--precision", rng.choice(["fp8", "fp16"])]
+    experts = (model.get("moe") or {}).get("experts")
+    if experts:
+        ep = rng.choice([1, 2, 4, 8, 16])
+        if experts % ep == 0:
+            flags += ["--ep", str(ep)]
+        if rng.random() < 0.3:
+            flags += ["--etp", "1"]
+        if rng.random() < 0.3:
+            flags += ["--moe-dispatcher", rng.choice(["alltoall", "deepep", "hybridep"])]
+        if rng.random() < 0.2:
+            flags.append("--ep-overlap")
+    return flags
+
+
+def stage_peaks(stdout):
+    """(stage, simulated GiB, closed-form GiB) from simulate's memory table."""
+    return [(int(m.group(1)), float(m.group(2)), float(m.group(3)))
+            for m in re.finditer(r"^\s+stage\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s*$", stdout, re.M)]
+
+
+def schedule_of(stdout):
+    m = re.search(r"schedule=(\S+)", stdout)
+    return m.group(1) if m else ""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trainplan")
+    ap.add_argument("--seed", type=int, default=20261207)
+    ap.add_argument("--plans", type=int, default=1000)
+    ap.add_argument("--exports", type=int, default=40, help="saved plans whose exports are checked")
+    a = ap.parse_args()
+    env = dict(os.environ, TRAINPLAN_DATA_DIR=os.environ.get("TRAINPLAN_DATA_DIR", REPO))
+    models, clusters = load("models/*.json"), load("topologies/*.json")
+    rng = random.Random(a.seed)
+    failures = []
+    counts = {"simulated": 0, "cannot_run": 0, "refused": 0, "equal": 0, "bounded": 0, "exported": 0, "export_refused": 0}
+    work = tempfile.mkdtemp(prefix="trainplan-random-")
+
+    def run(args, timeout=120):
+        try:
+            return subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            failures.append("timeout: " + " ".join(args[1:]))
+            return None
+
+    def one_line_refusal(r, what):
+        if r.stdout or len(r.stderr.strip().splitlines()) != 1 or not r.stderr.startswith("trainplan: "):
+            failures.append(f"{what}: a refusal must be one 'trainplan: ' line and no stdout: {r.stderr[:300]!r}")
+
+    saved = 0
+    for i in range(a.plans):
+        flags = random_flags(rng, models, clusters)
+        if flags is None:
+            continue
+        plan_path = os.path.join(work, f"plan{i}.json")
+        save = saved < a.exports and rng.random() < 0.5
+        r = run([a.trainplan, "simulate"] + flags + (["--save", plan_path] if save else []))
+        what = "simulate " + " ".join(flags)
+        if r is None:
+            continue
+        if r.returncode == 2:
+            counts["refused"] += 1
+            one_line_refusal(r, what)
+            continue
+        if r.returncode != 0:
+            failures.append(f"{what}: exit {r.returncode}: {r.stderr[-300:]}")
+            continue
+        if "\nthis plan cannot run:\n" in r.stdout:
+            # A plan that cannot run is an answer, not bad input: exit 0 with the reasons (cli_test.sh).
+            counts["cannot_run"] += 1
+            if not re.search(r"^this plan cannot run:\n  - \S", r.stdout, re.M):
+                failures.append(f"{what}: 'cannot run' without a reason")
+            continue
+        counts["simulated"] += 1
+        peaks = stage_peaks(r.stdout)
+        if not peaks:
+            failures.append(f"{what}: no memory table")
+        equal = schedule_of(r.stdout) in EQUAL_SCHEDULES
+        for stage, sim, closed in peaks:
+            # GiB printed to 0.01: allow the rounding of both.
+            if sim > closed * 1.001 + 0.011:
+                failures.append(f"{what}: stage {stage} simulated {sim} GiB above the closed form {closed}")
+            if equal and abs(sim - closed) > closed * 0.001 + 0.011:
+                failures.append(f"{what}: stage {stage} simulated {sim} GiB != closed form {closed}")
+        counts["equal" if equal else "bounded"] += 1
+        if i % 10 == 0 and not save:
+            again = run([a.trainplan, "simulate"] + flags)
+            if again is not None and again.stdout != r.stdout:
+                failures.append(f"{what}: the same plan simulated twice printed different output")
+        if not save or not os.path.exists(plan_path):
+            continue
+        saved += 1
+        gpus = int(flags[flags.index("--gpus") + 1])
+        cluster = clusters[flags[flags.index("--cluster") + 1]]
+        host = cluster.get("host", {}).get("gpus") or cluster["gpus_per_node"]
+        nodes = max(1, gpus // host)
+        for target in TARGETS:
+            e = run([a.trainplan, "export", "--plan", plan_path, "--to", target])
+            if e is None:
+                continue
+            if e.returncode == 2:
+                counts["export_refused"] += 1
+                one_line_refusal(e, f"export --to {target} of {what}")
+                continue
+            if e.returncode != 0:
+                failures.append(f"export --to {target} of {what}: exit {e.returncode}: {e.stderr[-300:]}")
+                continue
+            out = os.path.join(work, f"out{i}.{target}")
+            with open(out, "w", encoding="utf-8") as f:
+                f.write(e.stdout)
+            if target in ("torchtitan", "torchtitan-py"):
+                check = [sys.executable, TITAN, "--plan", plan_path, "--file", out, "--world", str(gpus)]
+                if target == "torchtitan-py":
+                    check += ["--format", "python"]
+            else:
+                check = [sys.executable, ORACLE, "--target", target, "--plan", plan_path, "--file", out,
+                         "--nodes", str(nodes)]
+            o = run(check)
+            if o is not None and o.returncode != 0:
+                failures.append(f"export --to {target} of {what}: the oracle refuses it: {o.stdout.strip()[:500]}")
+            counts["exported"] += 1
+    print("random plans (seed %d): %s" % (a.seed, ", ".join(f"{k} {v}" for k, v in counts.items())))
+    # The sample must reach what it is for: simulated plans of both memory kinds, and accepted exports.
+    for key, least in (("simulated", a.plans // 4), ("equal", 100), ("bounded", 25), ("exported", 15)):
+        if counts[key] < least:
+            failures.append(f"the sample is too thin: {key} {counts[key]} < {least}")
+    for f in failures:
+        print("FAIL:", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
