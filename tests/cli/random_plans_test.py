@@ -21,6 +21,11 @@ TRAINPLAN_DATA_DIR = the repository root.  Oracles, none of which shares code wi
 4. Every export of a saved plan either is accepted by the framework's own rules (tests/export/
    check_export.py for Megatron-LM, DeepSpeed and the PyTorch script; tests/export/torchtitan_rules.py for
    torchtitan's TOML and Python configs) or is a one-line refusal with exit 2 and nothing on stdout.
+5. The failure model's identities, on random MTBFs, storage, restart times, checkpoint modes and intervals
+   (docs/faults.md): the job's failure rate is the sum of its GPUs' and nodes' (1/MTBF each); the fault-free
+   time is the tokens over the step's rate; the expected and mean times are never below it; p50 <= p90;
+   the wall-time breakdown adds up to the mean; goodput lies in [0, 1]; and where the job spans several
+   intervals, the automatic interval's goodput is not below the best of the steady-state sweep around it.
 """
 
 import argparse
@@ -105,12 +110,71 @@ def schedule_of(stdout):
     return m.group(1) if m else ""
 
 
+def check_faults(a, run, rng, failures):
+    """Draws failure models on a few plans; appends what breaks an identity to failures; returns the count."""
+    checked = 0
+    for _ in range(a.faults):
+        model, gpus = rng.choice([("llama3-8b", 8), ("llama3-8b", 512), ("gpt3-1.3b", 4096), ("llama3-70b", 64)])
+        args = ["simulate", "--model", model, "--cluster", "dgx-h100", "--gpus", str(gpus), "--json",
+                "--seed", str(rng.randint(1, 99)),
+                "--mtbf-gpu", f"{rng.choice([1000, 10000, 50000, 200000])}h",
+                "--storage-bandwidth", rng.choice(["10GB/s", "100GB/s", "1TB/s"]),
+                "--train-tokens", rng.choice(["10B", "300B", "2T"])]
+        if model == "llama3-70b":
+            args += ["--tp", "8", "--zero", "1", "--recompute", "full"]
+        if rng.random() < 0.5:
+            args += ["--mtbf-node", f"{rng.choice([2000, 20000])}h"]
+        if rng.random() < 0.3:
+            args += ["--checkpoint-mode", "async"]
+        if rng.random() < 0.3:
+            args += ["--checkpoint-interval", rng.choice(["10min", "1h", "5h"])]
+        if rng.random() < 0.3:
+            args += ["--restart-time", rng.choice(["1min", "30min"])]
+        what = " ".join(args)
+        r = run([a.trainplan] + args)
+        if r is None:
+            continue
+        if r.returncode != 0:
+            failures.append(f"{what}: exit {r.returncode}: {r.stderr[-300:]}")
+            continue
+        d = json.loads(r.stdout)
+        f, t = d.get("failures"), d.get("time_to_train_s")
+        if not d.get("fits") or not f:
+            continue
+        checked += 1
+        gpus_per_node = 8  # dgx-h100
+        rate = gpus / f["mtbf_gpu_s"] + (gpus / gpus_per_node / f["mtbf_node_s"] if f["mtbf_node_s"] > 0 else 0)
+        fault_free = d["train_tokens"] / d["tokens_per_s"]
+        interval = f["interval"]
+        checks = [
+            (abs(f["job_mtbf_s"] * rate - 1) < 1e-3, f"job MTBF {f['job_mtbf_s']} s, 1/rate {1 / rate}"),
+            # Whole steps: the last one may be partial in tokens.
+            (abs(t["fault_free"] - fault_free) <= max(1.0, 1e-3 * fault_free) + d["step_time_s"],
+             f"fault-free {t['fault_free']} s, tokens/rate {fault_free}"),
+            (t["expected"] >= t["fault_free"] * (1 - 1e-9), "expected time below the fault-free time"),
+            (t["mean"] >= t["fault_free"] * (1 - 1e-9), "mean time below the fault-free time"),
+            (t["p50"] <= t["p90"] * (1 + 1e-9), "p50 above p90"),
+            (0 <= d["goodput"] <= 1, f"goodput {d['goodput']}"),
+            (abs(sum(f["wall_breakdown_s"].values()) - t["mean"]) <= 2e-3 * t["mean"] + 1,
+             f"wall breakdown {sum(f['wall_breakdown_s'].values())} s, mean {t['mean']} s"),
+        ]
+        if interval["mode"] == "auto" and interval["seconds"] * 10 < t["fault_free"]:
+            best = max(pt["goodput"] for pt in f["interval_sweep"])
+            checks.append((f["goodput_expected"] >= best - 0.002,
+                           f"automatic interval's goodput {f['goodput_expected']} below the sweep's best {best}"))
+        for ok, msg in checks:
+            if not ok:
+                failures.append(f"{what}: {msg}")
+    return checked
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trainplan")
     ap.add_argument("--seed", type=int, default=20261207)
     ap.add_argument("--plans", type=int, default=1000)
     ap.add_argument("--exports", type=int, default=40, help="saved plans whose exports are checked")
+    ap.add_argument("--faults", type=int, default=60, help="failure models drawn")
     a = ap.parse_args()
     env = dict(os.environ, TRAINPLAN_DATA_DIR=os.environ.get("TRAINPLAN_DATA_DIR", REPO))
     models, clusters = load("models/*.json"), load("topologies/*.json")
@@ -202,9 +266,14 @@ def main():
             if o is not None and o.returncode != 0:
                 failures.append(f"export --to {target} of {what}: the oracle refuses it: {o.stdout.strip()[:500]}")
             counts["exported"] += 1
-    print("random plans (seed %d): %s" % (a.seed, ", ".join(f"{k} {v}" for k, v in counts.items())))
+    faults = check_faults(a, run, rng, failures)
+    print("random plans (seed %d): %s; failure models checked %d" %
+          (a.seed, ", ".join(f"{k} {v}" for k, v in counts.items()), faults))
+    if faults < a.faults // 3:
+        failures.append(f"the sample is too thin: failure models {faults} < {a.faults // 3}")
     # The sample must reach what it is for: simulated plans of both memory kinds, and accepted exports.
-    for key, least in (("simulated", a.plans // 4), ("equal", 100), ("bounded", 25), ("exported", 15)):
+    for key, least in (("simulated", a.plans // 4), ("equal", a.plans // 10), ("bounded", a.plans // 40),
+                        ("exported", a.exports // 6)):
         if counts[key] < least:
             failures.append(f"the sample is too thin: {key} {counts[key]} < {least}")
     for f in failures:
