@@ -584,7 +584,12 @@ int run_recommend(const RecommendFlags& f) {
   out["rejected"] = r.rejected;
   out["rejected_examples"] = r.rejected_example;
   nlohmann::json fam = nlohmann::json::array();
-  for (const FamilyVerdict& v : r.families) fam.push_back({{"family", v.family}, {"verdict", v.verdict}});
+  for (const FamilyVerdict& v : r.families) {
+    nlohmann::json e = {{"family", v.family}, {"verdict", v.verdict}};
+    // The family's best plan that fits: its step, to set beside the winner's.
+    if (v.fits) e["step_time_s"] = rounded(v.report.step_time_s, 6);
+    fam.push_back(e);
+  }
   out["families"] = fam;
   // fits: some plan fits in memory; runs: some plan is ranked (one that
   // fits may never finish under --mtbf-*, or diverge as async DP).

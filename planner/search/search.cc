@@ -485,8 +485,12 @@ std::string why_slower(const StepReport& loser, const StepReport& winner) {
   }
   const double slower = loser.step_time_s / winner.step_time_s - 1;
   if (slower < 0.005) return "ties with the best (within 0.5%)";
-  std::string why = fmt("%.0f%% slower", 100 * slower) + ", mostly " + worst->second +
-                    fmt(" (+%.3g s per step)", worst->first);
+  // The whole difference, then the part that grew most (it may exceed the
+  // whole where other parts shrank: a plan with less TP communication but
+  // more compute).
+  std::string why = fmt("%.0f%% slower", 100 * slower) +
+                    fmt(" (+%.3g s per step)", loser.step_time_s - winner.step_time_s) + ", mostly " + worst->second +
+                    fmt(" (+%.3g s)", worst->first);
   if (loser.moe_load > winner.moe_load + 0.02) {
     why += fmt("; expert imbalance: busiest expert rank %.2fx the mean load", loser.moe_load) +
            fmt(" vs %.2fx", winner.moe_load);

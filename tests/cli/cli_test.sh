@@ -325,6 +325,29 @@ assert set(d["rejected_examples"]) <= set(d["rejected"]), d["rejected_examples"]
 assert any("zb-1p" in e for e in d["rejected_examples"].values()), d["rejected_examples"]
 '
 
+# "Why the others lose": each family that fits says how much slower its best
+# plan is, as a share and in seconds, against the winner's step (both in the
+# JSON), then the part of the step that grew most.  Mixtral on two nodes has
+# families whose largest growth (compute) exceeds the whole difference, the
+# others having shrunk, which the verdict used to give as the only figure.
+expect_ok "recommend --json: each family's verdict against its own step" \
+  recommend --model mixtral-8x7b --cluster dgx-h100 --nodes 2 --json
+json_check "family verdicts" '
+import re
+best = d["plans"][0]["step_time_s"]
+seen = 0
+for f in d["families"]:
+    m = re.match(r"(\d+)% slower \(\+([0-9.e+-]+) s per step\), mostly (.+) \(\+([0-9.e+-]+) s\)", f["verdict"])
+    if not m:
+        continue
+    seen += 1
+    step = f["step_time_s"]
+    assert int(m.group(1)) == round(100 * (step / best - 1)), (f, best)
+    assert abs(float(m.group(2)) - (step - best)) <= 0.0051 * (step - best) + 1e-6, (f, best)
+    assert float(m.group(4)) > 0, f
+assert seen >= 3, d["families"]
+'
+
 # A named attention kernel (docs/frameworks.md): FlashAttention-3 is Hopper's
 # (flash-attn hopper/, sm90), so an A100 recommend refuses it as bad input;
 # on H100 under Megatron-Core (default cuDNN) FlashAttention-2 makes every
