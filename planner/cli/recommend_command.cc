@@ -587,7 +587,12 @@ int run_recommend(const RecommendFlags& f) {
   for (const FamilyVerdict& v : r.families) {
     nlohmann::json e = {{"family", v.family}, {"verdict", v.verdict}};
     // The family's best plan that fits: its step, to set beside the winner's.
-    if (v.fits) e["step_time_s"] = rounded(v.report.step_time_s, 6);
+    if (v.fits) {
+      e["step_time_s"] = rounded(v.report.step_time_s, 6);
+      // What the ranking compares, where it is not the step: expected
+      // seconds to train (failures) or to the target loss (async DP).
+      if (v.score_s != v.report.step_time_s) e["score_s"] = rounded(v.score_s, 3);
+    }
     fam.push_back(e);
   }
   out["families"] = fam;

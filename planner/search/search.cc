@@ -498,6 +498,53 @@ std::string why_slower(const StepReport& loser, const StepReport& winner) {
   return why;
 }
 
+// Why a family's best plan ranks below the winner when the ranking is not
+// by step time: by expected time to train (failures), or to a target loss
+// (async DP).  The ranking's own figure first, then what makes it: a
+// slower step (why_slower), or, with a step no slower, the failures of its
+// world (goodput) or its stale gradients (per-sample efficiency).
+std::string why_ranked_lower(const Scored& loser, const RankedPlan& winner) {
+  if (!std::isfinite(loser.score_s)) return "never finishes (its expected time is unbounded)";
+  const double worse = loser.score_s / winner.score_s - 1;
+  if (worse < 0.005) return "ties with the best (within 0.5%)";
+  const bool async = loser.has_convergence || winner.has_convergence;
+  std::string s;
+  if (loser.faults.has_time_to_train) {
+    const double hours = (loser.score_s - winner.score_s) / 3600;
+    s = fmt("%.0f%% longer ", 100 * worse) + (async ? "to the target loss" : "to train") +
+        (hours >= 48 ? fmt(" (+%.3g days expected)", hours / 24) : fmt(" (+%.3g h expected)", hours));
+  } else if (async) {
+    // No tokens to train on: the score is per step, over the per-sample
+    // efficiency for async plans (SearchOptions::convergence).
+    s = fmt("%.0f%% longer to the target loss", 100 * worse) +
+        fmt(" (%.3g s per synchronous step's progress", loser.score_s) + fmt(" against %.3g)", winner.score_s);
+  } else {
+    // Stragglers alone: the step with their tax.
+    s = fmt("%.0f%% slower with stragglers", 100 * worse) + fmt(" (%.3g s per step", loser.score_s) +
+        fmt(" against %.3g)", winner.score_s);
+  }
+  const StepReport& a = loser.report;
+  const StepReport& w = winner.report;
+  const FaultReport& lf = loser.faults;
+  const FaultReport& wf = winner.faults;
+  // Its world's failures, where they cost it goodput against the winner's.
+  const bool fails_more = lf.has_failures && wf.has_failures && lf.goodput < wf.goodput - 0.005;
+  const std::string failures = std::to_string(loser.cand->gpus) + " GPUs fail" +
+                               fmt(" %.3g times an hour", lf.failures.rate_per_hour) +
+                               fmt(" against %.3g", wf.failures.rate_per_hour) +
+                               fmt(" (goodput %.1f%%", 100 * lf.goodput) + fmt(" vs %.1f%%)", 100 * wf.goodput);
+  if (a.step_time_s >= w.step_time_s * 1.005) {
+    return s + ": step " + why_slower(a, w) + (fails_more ? "; and its " + failures : "");
+  }
+  const double shorter = 100 * (1 - a.step_time_s / w.step_time_s);
+  if (fails_more) return s + fmt(": its step is %.0f%% shorter, but its ", shorter) + failures;
+  if (loser.has_convergence && loser.convergence.converges) {
+    return s + fmt(": its step is %.0f%% shorter, but stale gradients make a sample worth", shorter) +
+           fmt(" %.2f of a synchronous one", loser.convergence.sample_efficiency);
+  }
+  return s + fmt(": its step is %.0f%% shorter, its failures and checkpoints cost more", shorter);
+}
+
 // Between two equivalent plans, the one a user would rather run: fewer
 // features, then lower ZeRO stage, no context parallel, smaller model
 // parallel degrees, less recomputation, enumeration order last.
@@ -1234,15 +1281,22 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
     if (family_first.count(family)) {
       auto fb = family_best.find(family);
       const bool simulated = fb != family_best.end();
-      StepReport rep = simulated ? fb->second.report : simulate(*family_first[family]);
-      const Candidate& shown = simulated ? *fb->second.cand : *family_first[family];
+      Scored sc = simulated ? fb->second : score(*family_first[family]);
+      const Candidate& shown = *sc.cand;
       v.family = plan_label(shown.detail->layout.plan);
-      // No winner: every plan that fits was scored infinite.
-      v.verdict = res.plans.empty() ? never_finishes(score(*family_first[family]))
-                                    : why_slower(rep, res.plans.front().report);
+      // No winner: every plan that fits was scored infinite.  Ranked by
+      // step time, the steps compare; otherwise the ranking's own figure.
+      if (res.plans.empty()) {
+        v.verdict = never_finishes(sc);
+      } else {
+        const RankedPlan& top = res.plans.front();
+        const bool by_step = sc.score_s == sc.report.step_time_s && top.score_s == top.report.step_time_s;
+        v.verdict = by_step ? why_slower(sc.report, top.report) : why_ranked_lower(sc, top);
+      }
       v.fits = true;
-      v.peak_gib = to_gib(rep.peak_memory_bytes);
-      v.report = std::move(rep);
+      v.score_s = sc.score_s;
+      v.peak_gib = to_gib(sc.report.peak_memory_bytes);
+      v.report = std::move(sc.report);
     } else {
       v.peak_gib = to_gib(peak);
       const std::string& host_reason = family_min_peak_host_reason[family];

@@ -125,6 +125,7 @@ struct FamilyVerdict {
   // The family's best plan, when one fits (its simulated step).
   bool fits = false;
   double peak_gib = 0;       // its peak memory per GPU (the nearest miss when it does not fit)
+  double score_s = 0;        // fits only: what it is ranked by (RankedPlan::score_s)
   StepReport report;         // fits only
 };
 

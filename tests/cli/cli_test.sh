@@ -348,6 +348,30 @@ for f in d["families"]:
 assert seen >= 3, d["families"]
 '
 
+# Ranked by expected time to train (failures), a family loses on that figure,
+# not on its step: the verdict gives the share and the hours of the ranking's
+# own score against the winner's (docs/faults.md section 5), then the step,
+# and its world's failures where they cost it goodput (plain DDP here runs on
+# all 256 GPUs, which fail twice as often as the winner's 128).
+expect_ok "recommend --json with failures: each family's verdict against the winner's time to train" \
+  recommend --model gpt3-1.3b --cluster h100-ethernet --nodes 32 --gbs 256 --top 1 --detect-time 1min \
+  --storage-bandwidth 10GB/s --train-tokens 26B --seed 1 --mtbf-node 12h --restart-time 30min --json
+json_check "family verdicts by time to train" '
+import re
+assert d["ranked_by"] == "expected time to train", d["ranked_by"]
+best = d["plans"][0]["score_s"]
+seen = goodput = 0
+for f in d["families"]:
+    m = re.match(r"(\d+)% longer to train \(\+([0-9.e+-]+) h expected\): ", f["verdict"])
+    if not m:
+        continue
+    seen += 1
+    assert int(m.group(1)) == round(100 * (f["score_s"] / best - 1)), (f, best)
+    assert abs(float(m.group(2)) - (f["score_s"] - best) / 3600) <= 0.0051 * (f["score_s"] - best) / 3600, (f, best)
+    goodput += "GPUs fail" in f["verdict"]
+assert seen >= 4 and goodput >= 1, d["families"]
+'
+
 # A named attention kernel (docs/frameworks.md): FlashAttention-3 is Hopper's
 # (flash-attn hopper/, sm90), so an A100 recommend refuses it as bad input;
 # on H100 under Megatron-Core (default cuDNN) FlashAttention-2 makes every
