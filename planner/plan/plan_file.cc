@@ -75,7 +75,10 @@ nlohmann::json plan_to_json(const Plan& p) {
   if (p.moe_pad_to_capacity) j["moe_pad_to_capacity"] = true;
   if (p.cuda_graph != 0) j["cuda_graph"] = set_bit_names(p.cuda_graph, cuda_graph_module_names());
   if (p.mtp_layers > 0) j["mtp_layers"] = p.mtp_layers;
-  if (p.ep > 1 || p.etp > 1) {
+  // A missing etp reads back as the default, tp (MoE models; dense ones
+  // resolve to 1): an expert tensor-parallel degree of 1 under tp > 1 is
+  // written too, or the plan would come back with etp = tp.
+  if (p.ep > 1 || p.etp > 1 || (p.etp == 1 && p.tp > 1)) {
     j["ep"] = p.ep;
     j["etp"] = p.etp;
   }

@@ -136,6 +136,20 @@ PY
 expect_ok "export --plan of the saved plan" export --plan "$TMP/saved.json" --to megatron
 grep -q "^  --pipeline-model-parallel-layout 'Et\*2|(t\*2|)\*34,t\*3|(t\*2|)\*3,tL'$" "$TMP/out" ||
   fail "the saved plan lost its layout"
+# An MoE plan's expert tensor parallelism of 1 under tp 4: a plan file without
+# "etp" reads back as the default (etp = tp), so the saved plan must carry it
+# (it did not: the reloaded plan simulated 25.1 s steps as 13.8 s).
+expect_ok "simulate --save of etp 1 under tp 4" simulate --json --model mixtral-8x7b --cluster dgx-h100 --gpus 64 \
+  --tp 4 --pp 8 --sp --ep 1 --etp 1 --gbs 32 --seq 2048 --save "$TMP/etp1.json"
+cp "$TMP/out" "$TMP/etp1_flags.json"
+expect_ok "simulate --plan of that plan" simulate --json --plan "$TMP/etp1.json"
+python3 - "$TMP/etp1_flags.json" "$TMP/out" "$TMP/etp1.json" <<'PY' || fail "the saved etp 1 plan simulates differently"
+import json, sys
+a, b, f = (json.load(open(p)) for p in sys.argv[1:4])
+a.pop("config_hash"), b.pop("config_hash")
+assert f["etp"] == 1 and f["ep"] == 1, f
+assert a == b
+PY
 expect_error "simulate --save of a plan that cannot run" \
   "trainplan: --save: the plan cannot run (tp=3 does not divide heads=32), nothing to save; see \`trainplan simulate\` without --save" \
   simulate --model llama2-7b --cluster dgx-a100 --gpus 6 --tp 3 --save "$TMP/never.json"

@@ -18,7 +18,7 @@ TRAINPLAN_DATA_DIR = the repository root.  Oracles, none of which shares code wi
    transient (the loss's gradient buffers, a recomputed layer) at another moment than the largest held
    activations, so there only the bound is asserted.
 3. Same inputs, same output: a plan simulated twice prints byte-identical text.
-4. Every export of a saved plan either is accepted by the framework's own rules (tests/export/
+4. A saved plan read back (`simulate --plan`) simulates as its flags did; every export of it either is accepted by the framework's own rules (tests/export/
    check_export.py for Megatron-LM, DeepSpeed and the PyTorch script; tests/export/torchtitan_rules.py for
    torchtitan's TOML and Python configs) or is a one-line refusal with exit 2 and nothing on stdout.
 5. The failure model's identities, on random MTBFs, storage, restart times, checkpoint modes and intervals
@@ -237,6 +237,14 @@ def main():
         if not save or not os.path.exists(plan_path):
             continue
         saved += 1
+        # The saved plan read back simulates as its flags did (the header's
+        # config hash names the question, flags or file).
+        back = run([a.trainplan, "simulate", "--plan", plan_path])
+        if back is not None:
+            body = lambda text: [ln for ln in text.splitlines()
+                                 if not ln.startswith(("# trainplan ", "# config", "saved the plan"))]
+            if back.returncode != 0 or body(back.stdout) != body(r.stdout):
+                failures.append(f"{what}: simulate --plan of the saved plan differs from the flags' simulation")
         gpus = int(flags[flags.index("--gpus") + 1])
         cluster = clusters[flags[flags.index("--cluster") + 1]]
         host = cluster.get("host", {}).get("gpus") or cluster["gpus_per_node"]
