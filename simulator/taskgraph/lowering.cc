@@ -973,17 +973,13 @@ class Lowerer {
           // Recompute re-materialises one layer at a time in backward; the
           // loss holds its gradient buffers as the backward starts
           // (memory_model.h: the larger of the two).  Held while the pass
-          // runs, split or not.
+          // runs, split or not.  A split B keeps M_W (linear inputs and
+          // output gradients) for its W; an unsplit one frees all it held.
           if (with_out) transient_bytes = std::max(transient_bytes, outc_.backward_transient_bytes);
           const int64_t transient = static_cast<int64_t>(transient_bytes);
-          if (split_) {
-            // B keeps M_W (linear inputs and output gradients) for its W.
-            t.mem_alloc = transient + static_cast<int64_t>(std::max(0.0, kept - alloc));
-            t.mem_free = transient + static_cast<int64_t>(std::max(0.0, alloc - kept));
-          } else {
-            t.mem_alloc = transient;
-            t.mem_free = static_cast<int64_t>(alloc) + transient;
-          }
+          const double held_after = split_ ? kept : 0.0;
+          t.mem_alloc = transient + static_cast<int64_t>(std::max(0.0, held_after - alloc));
+          t.mem_free = transient + static_cast<int64_t>(std::max(0.0, alloc - held_after));
         }
         // Record first and last task of each (mb, chunk, kind).
         const size_t key = op_key(e.mb, e.chunk, e.kind);

@@ -18,9 +18,10 @@ TRAINPLAN_DATA_DIR = the repository root.  Oracles, none of which shares code wi
    transient (the loss's gradient buffers, a recomputed layer) at another moment than the largest held
    activations, so there only the bound is asserted.
 3. Same inputs, same output: a plan simulated twice prints byte-identical text.
-4. A saved plan read back (`simulate --plan`) simulates as its flags did; every export of it either is accepted by the framework's own rules (tests/export/
-   check_export.py for Megatron-LM, DeepSpeed and the PyTorch script; tests/export/torchtitan_rules.py for
-   torchtitan's TOML and Python configs) or is a one-line refusal with exit 2 and nothing on stdout.
+4. A saved plan read back (`simulate --plan`) simulates as its flags did; every export of it either is
+   accepted by the framework's own rules (tests/export/check_export.py for Megatron-LM, DeepSpeed and the
+   PyTorch script; tests/export/torchtitan_rules.py for torchtitan's TOML and Python configs) or is a
+   one-line refusal with exit 2 and nothing on stdout.
 5. The failure model's identities, on random MTBFs, storage, restart times, checkpoint modes and intervals
    (docs/faults.md): the job's failure rate is the sum of its GPUs' and nodes' (1/MTBF each); the fault-free
    time is the tokens over the step's rate; the expected and mean times are never below it; p50 <= p90;
