@@ -510,6 +510,12 @@ double SlowdownDistribution::sample(Rng& rng) const {
   return 1.0;
 }
 
+bool SlowdownDistribution::mean_at_least_one() const {
+  // lognormal: mean exactly 1; normal: E[max(0.1, 1 + sigma Z)] >= 1;
+  // exponential: 1 + mean; uniform: (lo + hi) / 2.
+  return kind != Kind::kUniform || a + b >= 2.0;
+}
+
 double SlowdownDistribution::cdf(double x) const { return 1.0 - survival(*this, x); }
 
 std::string SlowdownDistribution::describe() const {
@@ -636,6 +642,13 @@ StragglerReport simulate_stragglers(const ModelSpec& model, const ClusterSpec& c
   rep.step_p90_s = quantile_sorted(steps, 0.9);
   rep.step_max_s = steps.back();
   rep.tax = rep.step_mean_s / rep.base_step_s - 1;
+  // Never below 0 where the step's expectation is known not to be (the
+  // header's Jensen argument: a synchronous step, every factor >= 1 on
+  // average; slow GPUs, nodes and links only slow down).
+  if (!rep.async && options.spec.jitter.mean_at_least_one() && options.spec.op_jitter.mean_at_least_one() &&
+      options.spec.slow_rank_factor >= 1) {
+    rep.tax = std::max(0.0, rep.tax);
+  }
   rep.busy_fraction = busy / options.samples;
   rep.arrivals = spread_of(stds, ranges);
   rep.jitter_max_tax = expected_max(options.spec.jitter, layout.gpus) - 1;

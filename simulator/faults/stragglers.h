@@ -34,7 +34,14 @@
 // is a worker's step and draws its own jitter, and the step time is gbs
 // tokens at the rate updates land while every worker still runs.
 //
-// straggler_tax = mean step time with stragglers / step time without - 1.
+// straggler_tax = mean step time with stragglers / step time without - 1,
+// and at least 0 for a synchronous step where no factor is below 1 on
+// average: the step is the longest path through its tasks, a maximum of sums
+// of their times, so it is convex and non-decreasing in them, and by
+// Jensen's inequality its expectation under factors of mean >= 1 is at least
+// the step without them.  A negative mean over a few sampled steps is then
+// sampling noise, and a search that ranked by it would prefer a plan for its
+// luck (and lose the exactness of its bounds, planner/search/search.h).
 #ifndef TRAINPLAN_SIM_FAULTS_STRAGGLERS_H_
 #define TRAINPLAN_SIM_FAULTS_STRAGGLERS_H_
 
@@ -60,6 +67,9 @@ struct SlowdownDistribution {
   // uniform:     U[lo, hi)
   // exponential: 1 + Exp(mean)              (occasional hiccups, long tail)
   double sample(Rng& rng) const;
+  // Whether a factor is at least 1 on average (every kind but a uniform
+  // range centred below 1): such jitter never speeds a GPU up in expectation.
+  bool mean_at_least_one() const;
   // P(factor <= x).
   double cdf(double x) const;
   std::string describe() const;  // e.g. "lognormal:0.05"
@@ -124,7 +134,7 @@ struct StragglerReport {
   int simulated_ranks = 0;
   double base_step_s = 0;   // every rank, no stragglers
   double step_mean_s = 0, step_p50_s = 0, step_p90_s = 0, step_max_s = 0;
-  double tax = 0;           // step_mean_s / base_step_s - 1
+  double tax = 0;           // step_mean_s / base_step_s - 1 (at least 0 where that is known: above)
   // Mean over ranks of the share of the step spent in compute kernels
   // (forward, backward, optimizer; not exposed TP communication).
   double base_busy_fraction = 0, busy_fraction = 0;

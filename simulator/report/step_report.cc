@@ -345,6 +345,57 @@ std::string chrome_trace(const LoweredStep& step, const EngineResult& r, const P
 
 }  // namespace
 
+namespace {
+
+// Each simulated rank's step split by what its program does or waits for in
+// [window_start, window_start + period): its tasks' busy time (compute, the
+// TP and expert collectives folded into them, the optimizer) and the gaps
+// between them (classify_gap), then the wait after its last task.
+std::vector<TimeBreakdown> rank_breakdowns(const LoweredStep& step, const EngineResult& r,
+                                           const std::vector<Intervals>& dp_intervals,
+                                           const std::vector<int64_t>& window_start, int64_t period) {
+  const TaskGraph& g = step.graph;
+  std::vector<TimeBreakdown> out(step.ranks.size());
+  std::vector<int64_t> last_dp_end(step.ranks.size(), 0);
+  for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
+    for (const auto& [start, end] : dp_intervals[rank]) last_dp_end[rank] = std::max(last_dp_end[rank], end);
+  }
+  for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
+    TimeBreakdown& b = out[rank];
+    const int64_t window_end = window_start[rank] + period;
+    int64_t prev_end = window_start[rank];
+    int32_t prev_id = -1;
+    for (int32_t id : g.program[rank]) {
+      const Task& t = g.task(id);
+      const TaskTime& tt = r.times[static_cast<size_t>(id)];
+      classify_gap(g, r, prev_id, id, prev_end, tt.start_ps, &b, &dp_intervals[rank]);
+      const double busy = static_cast<double>(tt.end_ps - tt.start_ps) * 1e-12;
+      if (t.category == Category::kOptimizer) {
+        b.optimizer += busy;
+      } else {
+        const double tp = t.work_ps > 0 ? busy * static_cast<double>(t.tp_comm_ps) / static_cast<double>(t.work_ps) : 0;
+        const double ep = t.work_ps > 0 ? busy * static_cast<double>(t.ep_comm_ps) / static_cast<double>(t.work_ps) : 0;
+        b.tp_comm += tp;
+        b.ep_comm += ep;
+        b.compute += busy - tp - ep;
+      }
+      prev_end = tt.end_ps;
+      prev_id = id;
+    }
+    // After the rank's last task: waiting for trailing DP all-gathers, or for
+    // slower stages (pipeline imbalance).
+    if (window_end > prev_end) {
+      const int64_t last_comm = last_dp_end[rank];
+      const double dp = static_cast<double>(std::max<int64_t>(0, std::min(last_comm, window_end) - prev_end));
+      b.dp_comm += dp * 1e-12;
+      b.bubble += (static_cast<double>(window_end - prev_end) - dp) * 1e-12;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 LoweringOptions lowering_options(const SimulateOptions& options) {
   LoweringOptions lo;
   lo.representative = options.representative;
@@ -400,6 +451,7 @@ std::optional<SteadyProbe> steady_probe(const Layout& layout, const SimulateOpti
 struct ProbeRun {
   StepReport report;
   int64_t makespan_ps = 0;
+  std::vector<TimeBreakdown> ranks;  // each simulated rank's own split of the run (rank_breakdowns)
 };
 
 ProbeRun run_probe(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
@@ -410,7 +462,9 @@ ProbeRun run_probe(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   LoweredStep step = lower_for_simulation(model, cluster, L, options);
   double wall_s = 0;
   const EngineResult r = run_lowered(step, &wall_s);
-  return ProbeRun{report_lowered(model, cluster, L, options, step, r, wall_s), r.makespan_ps};
+  std::vector<TimeBreakdown> ranks = rank_breakdowns(step, r, rank_dp_intervals(step.graph, r, step.ranks.size()),
+                                                     std::vector<int64_t>(step.ranks.size(), 0), r.makespan_ps);
+  return ProbeRun{report_lowered(model, cluster, L, options, step, r, wall_s), r.makespan_ps, std::move(ranks)};
 }
 
 // Whether b - a and c - b agree to rounding (sums of the same per-task
@@ -444,6 +498,21 @@ std::optional<StepReport> simulate_steady_state(const ModelSpec& model, const Cl
                                              &TimeBreakdown::ep_comm};
   for (double TimeBreakdown::*part : parts) {
     if (!same_increment(x.*part, y.*part, z.*part, st)) return std::nullopt;
+  }
+  // And so on every rank, whose own work (its tasks and the collectives it
+  // waits for) grows by no more than the step: a rank that is still using up
+  // the slack the warm-up left it (uneven stages, whose busiest rank falls
+  // behind only after some micro-batches) would add more each stride than
+  // the probes show, and its idle time, shrinking at a constant rate, adds
+  // up to the same increment in the mean.
+  for (size_t i = 0; i < c.ranks.size(); ++i) {
+    for (double TimeBreakdown::*part : parts) {
+      if (!same_increment(a.ranks[i].*part, b.ranks[i].*part, c.ranks[i].*part, st)) return std::nullopt;
+    }
+    const TimeBreakdown &rb = b.ranks[i], &rc = c.ranks[i];
+    const double work = (rc.compute + rc.tp_comm + rc.ep_comm + rc.optimizer) -
+                        (rb.compute + rb.tp_comm + rb.ep_comm + rb.optimizer);
+    if (work > static_cast<double>(period) * 1e-12 * (1 + 1e-9)) return std::nullopt;
   }
   for (size_t s = 0; s < c.report.stages.size(); ++s) {
     if (a.report.stages[s].simulated_peak_bytes != c.report.stages[s].simulated_peak_bytes ||
@@ -586,36 +655,7 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
 
   // Time breakdown per rank, averaged.
   TimeBreakdown sum;
-  for (size_t rank = 0; rank < step.ranks.size(); ++rank) {
-    TimeBreakdown b;
-    const int64_t window_end = window_start[rank] + period;
-    int64_t prev_end = window_start[rank];
-    int32_t prev_id = -1;
-    for (int32_t id : g.program[rank]) {
-      const Task& t = g.task(id);
-      const TaskTime& tt = r.times[static_cast<size_t>(id)];
-      classify_gap(g, r, prev_id, id, prev_end, tt.start_ps, &b, &dp_intervals[rank]);
-      const double busy = static_cast<double>(tt.end_ps - tt.start_ps) * 1e-12;
-      if (t.category == Category::kOptimizer) {
-        b.optimizer += busy;
-      } else {
-        const double tp = t.work_ps > 0 ? busy * static_cast<double>(t.tp_comm_ps) / static_cast<double>(t.work_ps) : 0;
-        const double ep = t.work_ps > 0 ? busy * static_cast<double>(t.ep_comm_ps) / static_cast<double>(t.work_ps) : 0;
-        b.tp_comm += tp;
-        b.ep_comm += ep;
-        b.compute += busy - tp - ep;
-      }
-      prev_end = tt.end_ps;
-      prev_id = id;
-    }
-    // After the rank's last task: waiting for trailing DP all-gathers, or for
-    // slower stages (pipeline imbalance).
-    if (window_end > prev_end) {
-      const int64_t last_comm = last_dp_end[rank];
-      const double dp = static_cast<double>(std::max<int64_t>(0, std::min(last_comm, window_end) - prev_end));
-      b.dp_comm += dp * 1e-12;
-      b.bubble += (static_cast<double>(window_end - prev_end) - dp) * 1e-12;
-    }
+  for (const TimeBreakdown& b : rank_breakdowns(step, r, dp_intervals, window_start, period)) {
     sum.compute += b.compute;
     sum.tp_comm += b.tp_comm;
     sum.ep_comm += b.ep_comm;

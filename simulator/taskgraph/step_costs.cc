@@ -498,6 +498,12 @@ double ep_comm_sm_share(const ClusterSpec& c, const Plan& p) {
   return std::min(1.0, sms / std::max(1, c.gpu.sm_count));
 }
 
+bool StepCosts::uniform_layers() const {
+  if (!recomputed_of_layer.empty()) return false;
+  if (!has_moe || moe_of_layer.empty()) return true;
+  return std::all_of(moe_of_layer.begin(), moe_of_layer.end(), [&](bool moe) { return moe == moe_of_layer.front(); });
+}
+
 int64_t StepCosts::layers_work_ps(int64_t first, int64_t count, bool less_ep_comm) const {
   int64_t t = 0;
   for (int64_t i = first; i < first + count; ++i) {
@@ -623,6 +629,13 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
     min_work = std::min(min_work, f + b);
   }
   const std::vector<int64_t> first = stage_first_layers(layout.stage_layers);
+  // A stage's layers are its chunks' (chunk_layers), which are not one run of
+  // layers where a rank holds several chunks; where the layers also differ
+  // (dense and MoE layers, or a partial recompute that recomputes the first
+  // layers of each chunk) the stage's work is summed chunk by chunk.
+  // Otherwise every run of as many layers costs the same.
+  std::vector<std::vector<ChunkLayers>> chunks;
+  if (v > 1 && p.schedule != Schedule::kDualPipe && !s.uniform_layers()) chunks = chunk_layers(layout);
   int64_t best = 0;
   // Stage st cannot start before micro-batch 0 has gone forward through the
   // first chunk of every earlier stage.  And its last op, the backward of a
@@ -634,10 +647,20 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
   // Zero-bubble schedules end a stage with a W pass that feeds nobody: no
   // drain there.
   const bool drains = p.pp > 1 && p.schedule != Schedule::kNaive && !zero_bubble(p.schedule);
+  // Zero Bubble's automatic schedules run with optimizer post-validation:
+  // their step is the longest rank's own span, first task to last
+  // (report_lowered), so a later stage's wait for its first input is not
+  // part of it.
+  const bool own_span = zero_bubble_automatic(p.schedule);
   int64_t start_delay = 0, drain = 0;
   for (int st = 0; st < p.pp; ++st) {
     const int64_t layers = layout.stage_layers[static_cast<size_t>(st)];
-    int64_t work = s.layers_work_ps(first[static_cast<size_t>(st)], layers, hide_ep);
+    int64_t work = 0;
+    if (chunks.empty()) {
+      work = s.layers_work_ps(first[static_cast<size_t>(st)], layers, hide_ep);
+    } else {
+      for (const ChunkLayers& cl : chunks[static_cast<size_t>(st)]) work += s.layers_work_ps(cl.first, cl.count, hide_ep);
+    }
     if (st == 0) work += s.embedding_forward_ps + s.embedding_backward_ps;
     if (st == output_rank) {
       work += s.output_forward_ps + s.output_backward_ps -
@@ -648,7 +671,7 @@ int64_t step_time_lower_bound(const ModelSpec& m, const ClusterSpec& c, const La
     const int64_t done = start_delay + mb * work;
     best = std::max(best, done + opt(st));
     if (drains) best = std::max(best, done + drain + opt(0));
-    start_delay += (layers / v) * min_fwd + (st == 0 ? s.embedding_forward_ps : 0);
+    if (!own_span) start_delay += (layers / v) * min_fwd + (st == 0 ? s.embedding_forward_ps : 0);
     drain += (layers / v) * min_bwd;
   }
   if (p.pp > 1 && p.schedule != Schedule::kNaive && !zero_bubble(p.schedule)) {

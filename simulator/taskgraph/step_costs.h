@@ -109,6 +109,9 @@ struct StepCosts {
     if (plain(index)) return moe ? without_recompute->moe_layer_times : without_recompute->layer_times;
     return moe ? moe_layer_times : layer_times;
   }
+  // Whether every layer has the same times (no mix of dense and MoE layers,
+  // no partial recompute).
+  bool uniform_layers() const;
   // Sum of forward + backward of layers [first, first + count);
   // `less_ep_comm`: without their expert-parallel collectives (what paired
   // passes may hide, ExecutionProfile::paired_ep_overlap).
