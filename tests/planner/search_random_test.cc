@@ -12,7 +12,9 @@
 //     the lowered step's critical path) never exceed its simulated step, and
 //     the search's score (sync plans) is at least the step (a straggler tax
 //     is never negative where no factor is below 1 on average: stragglers.h);
-//  3. determinism: the K = 3 search run twice gives the same plans and scores.
+//  3. determinism: the K = 3 search run twice gives the same plans and scores;
+//  4. the simulator again: each listed plan's step, and each tie's, is its
+//     own simulation afresh.
 // TRAINPLAN_RANDOM_SEARCHES=N draws N searches instead of the default (the
 // seed is fixed; TRAINPLAN_RANDOM_SEED=S draws another sample).
 #include <catch2/catch.hpp>
@@ -162,6 +164,17 @@ TEST_CASE("Search: random searches return the brute-force top 3, and every bound
       // GPU lacks): the same refusal both ways is all there is to check.
       CHECK_THROWS_AS(search_plans(m, c, s.gpus, s.options), InputError);
       continue;
+    }
+    // Each listed plan's step, and each of its ties', is its own simulation
+    // afresh (the search shares engine runs between plans that lower to the
+    // same step, and extrapolates long steps).
+    for (const RankedPlan& rp : pruned.plans) {
+      INFO("listed " << describe_plan(rp.layout.plan));
+      CHECK(simulate_step(m, c, rp.layout, SimulateOptions{}).step_time_s == rp.report.step_time_s);
+      for (const Layout& tie : rp.ties) {
+        INFO("tie " << describe_plan(tie.plan));
+        if (!rp.has_faults) CHECK(simulate_step(m, c, tie, SimulateOptions{}).step_time_s == rp.report.step_time_s);
+      }
     }
     again = search_plans(m, c, s.gpus, s.options);
     REQUIRE(again.plans.size() == pruned.plans.size());
