@@ -3,7 +3,7 @@
 sample of the space the hand-written tests do not enumerate (every built-in model and cluster, every
 framework, schedule, recompute, offload, precision, gradient dtype and MoE option, in combinations).
 
-    random_plans_test.py <trainplan binary> [--seed S] [--plans N] [--exports K]
+    random_plans_test.py <trainplan binary> [--seed S] [--plans N] [--exports K] [--faults F] [--steady L]
 
 TRAINPLAN_DATA_DIR = the repository root.  Oracles, none of which shares code with what it checks:
 
@@ -27,6 +27,10 @@ TRAINPLAN_DATA_DIR = the repository root.  Oracles, none of which shares code wi
    time is the tokens over the step's rate; the expected and mean times are never below it; p50 <= p90;
    the wall-time breakdown adds up to the mean; goodput lies in [0, 1]; and where the job spans several
    intervals, the automatic interval's goodput is not below the best of the steady-state sweep around it.
+6. The steady-state shortcut against the whole run: a long step is simulated from three short probes and
+   extended by their common increment (simulate_steady_state); on plans drawn with 24 to 96 micro-batches
+   per pipeline, `simulate --json` must give the same step time as the same plan simulated whole (a trace,
+   `--trace F`, forces the whole run).  It found the shortcut extending a transient (2026-12-07).
 """
 
 import argparse
@@ -169,6 +173,35 @@ def check_faults(a, run, rng, failures):
     return checked
 
 
+def check_steady(a, run, rng, failures, models, clusters, work):
+    """Draws plans with many micro-batches; appends a shortcut that differs from the whole run; returns the count."""
+    checked = 0
+    trace = os.path.join(work, "steady-trace.json")
+    for _ in range(a.steady * 4):
+        if checked >= a.steady:
+            break
+        flags = random_flags(rng, models, clusters)
+        if flags is None:
+            continue
+        value = lambda flag: int(flags[flags.index(flag) + 1])
+        if value("--gpus") > 128:
+            continue
+        dp = value("--gpus") // (value("--tp") * value("--pp") * value("--cp"))
+        flags[flags.index("--gbs") + 1] = str(dp * value("--mbs") * rng.choice([24, 48, 96]))
+        short = run([a.trainplan, "simulate", "--json"] + flags)
+        if short is None or short.returncode != 0 or "step_time_s" not in short.stdout:
+            continue
+        whole = run([a.trainplan, "simulate", "--json", "--trace", trace] + flags)
+        if whole is None or whole.returncode != 0:
+            failures.append("simulate --trace " + " ".join(flags) + ": failed where the run without a trace did not")
+            continue
+        checked += 1
+        s_step, w_step = json.loads(short.stdout)["step_time_s"], json.loads(whole.stdout)["step_time_s"]
+        if s_step != w_step:
+            failures.append(f"simulate {' '.join(flags)}: step {s_step} s, but {w_step} s simulated whole")
+    return checked
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trainplan")
@@ -176,6 +209,7 @@ def main():
     ap.add_argument("--plans", type=int, default=1000)
     ap.add_argument("--exports", type=int, default=40, help="saved plans whose exports are checked")
     ap.add_argument("--faults", type=int, default=60, help="failure models drawn")
+    ap.add_argument("--steady", type=int, default=30, help="long steps checked against the whole run")
     a = ap.parse_args()
     env = dict(os.environ, TRAINPLAN_DATA_DIR=os.environ.get("TRAINPLAN_DATA_DIR", REPO))
     models, clusters = load("models/*.json"), load("topologies/*.json")
@@ -276,10 +310,13 @@ def main():
                 failures.append(f"export --to {target} of {what}: the oracle refuses it: {o.stdout.strip()[:500]}")
             counts["exported"] += 1
     faults = check_faults(a, run, rng, failures)
-    print("random plans (seed %d): %s; failure models checked %d" %
-          (a.seed, ", ".join(f"{k} {v}" for k, v in counts.items()), faults))
+    steady = check_steady(a, run, rng, failures, models, clusters, work)
+    print("random plans (seed %d): %s; failure models checked %d; long steps against the whole run %d" %
+          (a.seed, ", ".join(f"{k} {v}" for k, v in counts.items()), faults, steady))
     if faults < a.faults // 3:
         failures.append(f"the sample is too thin: failure models {faults} < {a.faults // 3}")
+    if steady < a.steady // 2:
+        failures.append(f"the sample is too thin: long steps {steady} < {a.steady // 2}")
     # The sample must reach what it is for: simulated plans of both memory kinds, and accepted exports.
     for key, least in (("simulated", a.plans // 4), ("equal", a.plans // 10), ("bounded", a.plans // 40),
                         ("exported", a.exports // 6)):
