@@ -31,6 +31,9 @@ TRAINPLAN_DATA_DIR = the repository root.  Oracles, none of which shares code wi
    extended by their common increment (simulate_steady_state); on plans drawn with 24 to 96 micro-batches
    per pipeline, `simulate --json` must give the same step time as the same plan simulated whole (a trace,
    `--trace F`, forces the whole run).  It found the shortcut extending a transient (2026-12-07).
+7. What `recommend --framework F --save` picks, that framework's exporter writes and the framework's own
+   rules accept (the oracles of 4), on searches drawn over the smaller built-in models and every cluster:
+   the plans a user is most likely to launch.
 """
 
 import argparse
@@ -202,6 +205,83 @@ def check_steady(a, run, rng, failures, models, clusters, work):
     return checked
 
 
+# recommend --framework F: the export targets that framework runs (export --to).
+FRAMEWORK_TARGETS = {"megatron-core": ("megatron",), "megatron-lm": ("megatron",), "deepspeed": ("deepspeed",),
+                     "torchtitan": ("torchtitan", "torchtitan-py"), "pytorch": ("fsdp",)}
+# The built-in models small enough for a search in about a second on this machine's cores.
+SEARCH_MODELS = ("gpt-0.35b", "gpt3-1.3b", "gpt3-2.7b", "gpt-18b", "gpt-22b", "llama2-7b", "llama2-13b",
+                 "llama2-70b", "llama3-8b", "llama3-70b", "mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b")
+
+
+def one_line_refusal(r, what, failures):
+    """A refusal is one 'trainplan: ' line on stderr and nothing on stdout (oracle 1)."""
+    if r.stdout or len(r.stderr.strip().splitlines()) != 1 or not r.stderr.startswith("trainplan: "):
+        failures.append(f"{what}: a refusal must be one 'trainplan: ' line and no stdout: {r.stderr[:300]!r}")
+
+
+def check_exports(a, what, plan_path, out_path, target, gpus, nodes, run, failures):
+    """Exports plan_path to target and runs the framework's oracle on it: 'ok', 'refused' or 'failed'."""
+    e = run([a.trainplan, "export", "--plan", plan_path, "--to", target])
+    if e is None:
+        return "failed"
+    if e.returncode == 2:
+        one_line_refusal(e, f"export --to {target} of {what}", failures)
+        return "refused"
+    if e.returncode != 0:
+        failures.append(f"export --to {target} of {what}: exit {e.returncode}: {e.stderr[-300:]}")
+        return "failed"
+    with open(out_path, "w", encoding="utf-8") as f:
+        f.write(e.stdout)
+    if target in ("torchtitan", "torchtitan-py"):
+        check = [sys.executable, TITAN, "--plan", plan_path, "--file", out_path, "--world", str(gpus)]
+        if target == "torchtitan-py":
+            check += ["--format", "python"]
+    else:
+        check = [sys.executable, ORACLE, "--target", target, "--plan", plan_path, "--file", out_path,
+                 "--nodes", str(nodes)]
+    o = run(check)
+    if o is not None and o.returncode != 0:
+        failures.append(f"export --to {target} of {what}: the oracle refuses it: {o.stdout.strip()[:500]}")
+        return "failed"
+    return "ok"
+
+
+def check_recommended(a, run, rng, failures, clusters, work):
+    """Draws recommend searches per framework; each best plan's exports must be accepted; returns the count."""
+    accepted = 0
+    plan_path = os.path.join(work, "recommended.json")
+    for k in range(a.recommends):
+        framework = sorted(FRAMEWORK_TARGETS)[k % len(FRAMEWORK_TARGETS)]
+        cname = rng.choice(sorted(c for c in clusters if c != "cpu-local"))
+        host = clusters[cname].get("host", {}).get("gpus") or clusters[cname]["gpus_per_node"]
+        gpus = host * rng.choice([1, 2, 4])
+        args = ["recommend", "--model", rng.choice(SEARCH_MODELS), "--cluster", cname, "--gpus", str(gpus),
+                "--framework", framework, "--top", "1", "--save", plan_path]
+        if rng.random() < 0.5:
+            args += ["--gbs", str(gpus * rng.choice([1, 2, 4, 8]))]
+        if rng.random() < 0.3:
+            args += ["--precision", rng.choice(["fp8", "fp16"])]
+        if rng.random() < 0.3:
+            args += ["--strategies", rng.choice(["zero-bubble", "offload", "gpipe"])]
+        if os.path.exists(plan_path):
+            os.remove(plan_path)
+        what = " ".join(args)
+        r = run([a.trainplan] + args, timeout=300)
+        if r is None or r.returncode == 2:
+            continue  # a search refused in one line (e.g. FP8 on a GPU without it): the CLI contract, checked above
+        if r.returncode != 0:
+            failures.append(f"{what}: exit {r.returncode}: {r.stderr[-300:]}")
+            continue
+        if not os.path.exists(plan_path):
+            continue  # nothing fits: nothing to launch
+        for target in FRAMEWORK_TARGETS[framework]:
+            verdict = check_exports(a, what, plan_path, os.path.join(work, "recommended." + target), target, gpus,
+                                    max(1, gpus // host), run, failures)
+            # torchtitan's head (Python) config has no float8 converter: its refusal names the TOML target.
+            accepted += verdict == "ok"
+    return accepted
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trainplan")
@@ -210,6 +290,7 @@ def main():
     ap.add_argument("--exports", type=int, default=40, help="saved plans whose exports are checked")
     ap.add_argument("--faults", type=int, default=60, help="failure models drawn")
     ap.add_argument("--steady", type=int, default=30, help="long steps checked against the whole run")
+    ap.add_argument("--recommends", type=int, default=10, help="recommend searches whose best plan is exported")
     a = ap.parse_args()
     env = dict(os.environ, TRAINPLAN_DATA_DIR=os.environ.get("TRAINPLAN_DATA_DIR", REPO))
     models, clusters = load("models/*.json"), load("topologies/*.json")
@@ -225,9 +306,6 @@ def main():
             failures.append("timeout: " + " ".join(args[1:]))
             return None
 
-    def one_line_refusal(r, what):
-        if r.stdout or len(r.stderr.strip().splitlines()) != 1 or not r.stderr.startswith("trainplan: "):
-            failures.append(f"{what}: a refusal must be one 'trainplan: ' line and no stdout: {r.stderr[:300]!r}")
 
     saved = 0
     for i in range(a.plans):
@@ -242,7 +320,7 @@ def main():
             continue
         if r.returncode == 2:
             counts["refused"] += 1
-            one_line_refusal(r, what)
+            one_line_refusal(r, what, failures)
             continue
         if r.returncode != 0:
             failures.append(f"{what}: exit {r.returncode}: {r.stderr[-300:]}")
@@ -285,34 +363,20 @@ def main():
         host = cluster.get("host", {}).get("gpus") or cluster["gpus_per_node"]
         nodes = max(1, gpus // host)
         for target in TARGETS:
-            e = run([a.trainplan, "export", "--plan", plan_path, "--to", target])
-            if e is None:
-                continue
-            if e.returncode == 2:
+            verdict = check_exports(a, what, plan_path, os.path.join(work, f"out{i}.{target}"), target, gpus, nodes,
+                                    run, failures)
+            if verdict == "refused":
                 counts["export_refused"] += 1
-                one_line_refusal(e, f"export --to {target} of {what}")
-                continue
-            if e.returncode != 0:
-                failures.append(f"export --to {target} of {what}: exit {e.returncode}: {e.stderr[-300:]}")
-                continue
-            out = os.path.join(work, f"out{i}.{target}")
-            with open(out, "w", encoding="utf-8") as f:
-                f.write(e.stdout)
-            if target in ("torchtitan", "torchtitan-py"):
-                check = [sys.executable, TITAN, "--plan", plan_path, "--file", out, "--world", str(gpus)]
-                if target == "torchtitan-py":
-                    check += ["--format", "python"]
-            else:
-                check = [sys.executable, ORACLE, "--target", target, "--plan", plan_path, "--file", out,
-                         "--nodes", str(nodes)]
-            o = run(check)
-            if o is not None and o.returncode != 0:
-                failures.append(f"export --to {target} of {what}: the oracle refuses it: {o.stdout.strip()[:500]}")
-            counts["exported"] += 1
+            elif verdict == "ok":
+                counts["exported"] += 1
     faults = check_faults(a, run, rng, failures)
     steady = check_steady(a, run, rng, failures, models, clusters, work)
-    print("random plans (seed %d): %s; failure models checked %d; long steps against the whole run %d" %
-          (a.seed, ", ".join(f"{k} {v}" for k, v in counts.items()), faults, steady))
+    recommended = check_recommended(a, run, rng, failures, clusters, work)
+    print("random plans (seed %d): %s; failure models checked %d; long steps against the whole run %d; "
+          "exports of recommended plans accepted %d" %
+          (a.seed, ", ".join(f"{k} {v}" for k, v in counts.items()), faults, steady, recommended))
+    if recommended < a.recommends // 2:
+        failures.append(f"the sample is too thin: exports of recommended plans {recommended} < {a.recommends // 2}")
     if faults < a.faults // 3:
         failures.append(f"the sample is too thin: failure models {faults} < {a.faults // 3}")
     if steady < a.steady // 2:
