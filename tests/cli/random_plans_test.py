@@ -279,6 +279,8 @@ def check_recommended(a, run, rng, failures, clusters, work):
                                     max(1, gpus // host), run, failures)
             # torchtitan's head (Python) config has no float8 converter: its refusal names the TOML target.
             accepted += verdict == "ok"
+            if verdict == "refused" and os.environ.get("TRAINPLAN_RANDOM_VERBOSE"):
+                print(f"refused: export --to {target} of {what}")
     return accepted
 
 
