@@ -86,7 +86,7 @@ DrawnSearch draw_search(Draw* d) {
   SearchOptions& o = s.options;
   o.top_k = 3;
   o.gbs = d->one_of(std::vector<int64_t>{8, 16, 32, 64, 128});
-  o.seq = d->one_of(std::vector<int64_t>{0, 512, 1024, 2048});
+  o.seq = d->one_of(std::vector<int64_t>{0, 512, 1024, 2048, 4096, 8192});
   o.framework = d->one_of(frameworks);
   const std::string precision = d->one_of(std::vector<std::string>{"bf16", "bf16", "fp16", "fp8", "fp8", "fp32"});
   Plan probe;
@@ -108,6 +108,10 @@ DrawnSearch draw_search(Draw* d) {
     o.moe_dispatcher_given = true;
   }
   if ((o.framework == Framework::kTorchtitan || o.framework == Framework::kPytorch) && d->chance(50)) o.compile = true;
+  if (c.gpu.arch == GpuArch::kHopper && d->chance(20)) {  // a named fused kernel, costed against the framework's own
+    o.attention_kernel = d->one_of(std::vector<AttentionKernel>{AttentionKernel::kFa2, AttentionKernel::kCudnn,
+                                                                AttentionKernel::kFa3});
+  }
   if (o.framework == Framework::kMegatronCore && d->chance(20)) o.mtp_layers = 1;
   o.gpipe = d->chance(30);
   o.naive = d->chance(15);
@@ -138,7 +142,8 @@ DrawnSearch draw_search(Draw* d) {
        << " moments " << static_cast<int>(o.moment_dtype) << " dispatcher " << static_cast<int>(o.moe_dispatcher)
        << (o.moe_dispatcher_given ? " (given)" : "") << " compile " << o.compile << " mtp " << o.mtp_layers
        << " gpipe " << o.gpipe << " naive " << o.naive << " zb " << o.zero_bubble << " offload " << o.offload
-       << " async " << o.async_dp << " faults " << faults;
+       << " async " << o.async_dp << " faults " << faults << " attention kernel "
+       << static_cast<int>(o.attention_kernel);
   s.description = desc.str();
   return s;
 }
