@@ -422,6 +422,11 @@ int64_t lowered_step_lower_bound_ps(const LoweredStep& step, const Layout& layou
 namespace {
 
 void finish_report(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, StepReport* out);
+// report_lowered, and each simulated rank's own split of the step into *ranks
+// when not null (rank_breakdowns over the report's window).
+StepReport report_lowered_ranks(const ModelSpec& model, const ClusterSpec& cluster, const Layout& requested,
+                                const SimulateOptions& options, const LoweredStep& step, const EngineResult& r,
+                                double engine_wall_s, std::vector<TimeBreakdown>* ranks);
 
 // The steady state of a synchronous step: how many micro-batches the three
 // probe runs take (first, first + stride, first + 2 stride).  The first is
@@ -462,9 +467,9 @@ ProbeRun run_probe(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   LoweredStep step = lower_for_simulation(model, cluster, L, options);
   double wall_s = 0;
   const EngineResult r = run_lowered(step, &wall_s);
-  std::vector<TimeBreakdown> ranks = rank_breakdowns(step, r, rank_dp_intervals(step.graph, r, step.ranks.size()),
-                                                     std::vector<int64_t>(step.ranks.size(), 0), r.makespan_ps);
-  return ProbeRun{report_lowered(model, cluster, L, options, step, r, wall_s), r.makespan_ps, std::move(ranks)};
+  ProbeRun run{StepReport{}, r.makespan_ps, {}};
+  run.report = report_lowered_ranks(model, cluster, L, options, step, r, wall_s, &run.ranks);
+  return run;
 }
 
 // Whether b - a and c - b agree to rounding (sums of the same per-task
@@ -603,6 +608,14 @@ void finish_report(const ModelSpec& model, const ClusterSpec& cluster, const Lay
 StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, const Layout& requested,
                           const SimulateOptions& options, const LoweredStep& step, const EngineResult& r,
                           double engine_wall_s) {
+  return report_lowered_ranks(model, cluster, requested, options, step, r, engine_wall_s, nullptr);
+}
+
+namespace {
+
+StepReport report_lowered_ranks(const ModelSpec& model, const ClusterSpec& cluster, const Layout& requested,
+                                const SimulateOptions& options, const LoweredStep& step, const EngineResult& r,
+                                double engine_wall_s, std::vector<TimeBreakdown>* ranks) {
   TRAINPLAN_CHECK(requested.feasible, "simulating an infeasible layout");
   const Layout layout = execution_layout(model, cluster, requested);
   StepReport rep;
@@ -655,7 +668,8 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
 
   // Time breakdown per rank, averaged.
   TimeBreakdown sum;
-  for (const TimeBreakdown& b : rank_breakdowns(step, r, dp_intervals, window_start, period)) {
+  std::vector<TimeBreakdown> per_rank = rank_breakdowns(step, r, dp_intervals, window_start, period);
+  for (const TimeBreakdown& b : per_rank) {
     sum.compute += b.compute;
     sum.tp_comm += b.tp_comm;
     sum.ep_comm += b.ep_comm;
@@ -675,7 +689,10 @@ StepReport report_lowered(const ModelSpec& model, const ClusterSpec& cluster, co
   }
   finish_report(model, cluster, layout, &rep);
   if (options.trace) rep.trace_json = chrome_trace(step, r, p, dp_intervals);
+  if (ranks != nullptr) *ranks = std::move(per_rank);
   return rep;
 }
+
+}  // namespace
 
 }  // namespace trainplan
