@@ -766,7 +766,88 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
 // train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp, where
 // DeepSpeed's dp = world / (tp * pp).  `client_optimizer`: Megatron-DeepSpeed
 // builds its own optimizer, so the "optimizer" block is left out there.
-nlohmann::ordered_json deepspeed_config(const Layout& L, bool client_optimizer) {
+// DeepSpeed's AutoEP (deepspeed/module_inject/auto_ep*.py, DeepSpeed master
+// edaa7221, 2026-08; docs/code-docs/source/autoep.rst): a config's
+// "expert_parallel" section makes deepspeed.initialize replace the MoE blocks
+// of a Hugging Face model with expert-parallel layers (grouped GEMMs, an
+// all-to-all of every routed token copy, expert-data-parallel gradient
+// reduction).  It recognises the model by preset, each for the config.json
+// model types it names (auto_ep_presets/*.py PRESET_NAME, hf_model_types)
+// and routing with the preset's score function.
+struct AutoEpPreset {
+  const char* preset;
+  const char* hf_model_types[2];
+  RouterScore score;
+};
+constexpr AutoEpPreset kAutoEpPresets[] = {
+    {"mixtral", {"mixtral", nullptr}, RouterScore::kSoftmax},
+    {"qwen3_moe", {"qwen3_moe", "qwen2_moe"}, RouterScore::kSoftmax},
+    {"qwen3_5_moe", {"qwen3_5_moe_text", nullptr}, RouterScore::kSoftmax},
+    {"deepseek_v2", {"deepseek_v2", nullptr}, RouterScore::kSoftmax},
+    {"deepseek_v3", {"deepseek_v3", nullptr}, RouterScore::kSigmoid},
+};
+
+const AutoEpPreset* autoep_preset_of(const ModelSpec& m) {
+  for (const AutoEpPreset& e : kAutoEpPresets) {
+    for (const char* t : e.hf_model_types) {
+      if (t != nullptr && m.hf_model_type == t) return &e;
+    }
+  }
+  return nullptr;
+}
+
+// The MoE plans a DeepSpeed config cannot run through AutoEP, with the rule.
+std::optional<std::string> autoep_refusal(const ModelSpec& m, const Plan& p) {
+  const std::string use = " (use --to megatron)";
+  if (m.hf_model_type.empty()) {
+    return "DeepSpeed runs expert parallelism on a Hugging Face MoE model through AutoEP (config "
+           "\"expert_parallel\"), which recognises the model by its config.json model_type; " + m.name +
+           " names none (set \"hf_model_type\" in its model file)" + use;
+  }
+  const AutoEpPreset* e = autoep_preset_of(m);
+  if (e == nullptr) {
+    return "DeepSpeed's AutoEP has presets for the Hugging Face model types mixtral, qwen3_moe, qwen2_moe, "
+           "qwen3_5_moe_text, deepseek_v2 and deepseek_v3 (auto_ep_presets); " + m.name + " is \"" +
+           m.hf_model_type + "\"" + use;
+  }
+  if (p.tp > 1 || p.pp > 1) {
+    // engine.py _configure_expert_parallel: tensor parallelism from an mpu
+    // raises ("AutoEP does not currently support tensor model parallelism
+    // from mpu"), and a Hugging Face model is no PipelineModule; AutoEP's
+    // folding with AutoTP is not what this export writes.
+    return "DeepSpeed's AutoEP runs a Hugging Face MoE model on DeepSpeed's engine, without Megatron-DeepSpeed's tensor "
+           "or pipeline parallelism (\"AutoEP does not currently support tensor model parallelism from mpu\"); the "
+           "plan has tp=" + str(p.tp) + " pp=" + str(p.pp) + ": use tp 1 and pp 1" + use;
+  }
+  if (p.etp > 1) {
+    return "DeepSpeed's AutoEP reserves expert_tensor_parallel_size > 1 (\"not supported yet\", "
+           "auto_ep_folding.py); use etp 1" + use;
+  }
+  if (m.moe.load_balancing == LoadBalancing::kAuxFree) {
+    return "DeepSpeed's AutoEP does not run auxiliary-loss-free balancing (its " + std::string(e->preset) +
+           " preset leaves the expert bias out and load_balance_coeff must be null), which " + m.name +
+           " trains with" + use;
+  }
+  if (m.moe.capacity_factor > 0) {
+    return "DeepSpeed's AutoEP routes dropless (token-choice top-k, no expert capacity); " + m.name +
+           " drops tokens beyond a capacity factor" + use;
+  }
+  if (p.recompute == Recompute::kSelective) {
+    // transformers' PreTrainedModel.gradient_checkpointing_enable wraps
+    // whole decoder layers; module-level selective recompute is
+    // Megatron-Core's (--recompute-modules).
+    return "AutoEP trains a Hugging Face model, which recomputes whole decoder layers "
+           "(gradient_checkpointing_enable), not selected modules; use recompute none or full" + use;
+  }
+  if (e->score != m.moe.router) {
+    return "DeepSpeed's AutoEP " + std::string(e->preset) + " preset scores experts with " +
+           (e->score == RouterScore::kSigmoid ? "a sigmoid" : "a softmax") + ", " + m.name + "'s router with " +
+           (m.moe.router == RouterScore::kSigmoid ? "a sigmoid" : "a softmax") + " (check its hf_model_type)" + use;
+  }
+  return std::nullopt;
+}
+
+nlohmann::ordered_json deepspeed_config(const ModelSpec& m, const Layout& L, bool client_optimizer) {
   const Plan& p = L.plan;
   nlohmann::ordered_json j;
   j["train_batch_size"] = p.gbs;
@@ -821,6 +902,16 @@ nlohmann::ordered_json deepspeed_config(const Layout& L, bool client_optimizer) 
   if (p.offload != Offload::kNone) z["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
   if (p.offload == Offload::kParams) z["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
   j["zero_optimization"] = z;
+  if (m.has_moe) {
+    // AutoEP as simulated: every rank of an ep-wide group of consecutive
+    // ranks holds experts / ep experts (groups.py _create_expert_and_data_
+    // parallel), grouped GEMMs (use_grouped_mm, its default, written out).
+    const AutoEpPreset* e = autoep_preset_of(m);
+    j["expert_parallel"] = {{"enabled", true},
+                            {"autoep_size", p.ep},
+                            {"preset_model", e != nullptr ? e->preset : ""},
+                            {"use_grouped_mm", true}};
+  }
   if (p.recompute != Recompute::kNone) {
     j["activation_checkpointing"] = {{"partition_activations", false},
                                      {"cpu_checkpointing", false},
@@ -855,16 +946,11 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
                                          "checkpoints every layer (--checkpoint-activations)")) {
     return refuse(*r);
   }
-  if (m.attention == AttentionKind::kMla || m.separate_head_dim()) {
-    return refuse("Megatron-DeepSpeed's GPT model has no multi-head latent attention and this export writes no "
-                  "--kv-channels; heads must be hidden/heads wide (use --to megatron)");
-  }
   if (m.has_moe) {
-    // deepspeed/moe/layer.py: MoE(hidden_size, expert, num_experts, ep_size, k, ...) is built in model code;
-    // AutoEP (ds_config "expert_parallel") replaces the MoE blocks of preset Hugging Face models only.
-    return refuse("DeepSpeed sets expert parallelism in the model code (deepspeed.moe.layer.MoE(ep_size=...)), or "
-                  "through AutoEP for preset Hugging Face MoE models; a ds_config alone cannot describe this model's "
-                  "experts (use --to megatron)");
+    // Megatron-DeepSpeed's GPT builds deepspeed.moe.layer.MoE in its own
+    // model code; a plain config reaches a Hugging Face model's experts
+    // through AutoEP only.
+    if (auto r = autoep_refusal(m, p)) return refuse(*r);
   }
   if (p.fp8_recipe != Fp8Recipe::kNone) {
     return refuse(
@@ -910,9 +996,14 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
         "pp 1 or no offload");
   }
   const bool model_parallel = p.tp > 1 || p.pp > 1;
-  if (!model_parallel) return render == Render::kCheckOnly ? accept("") : accept(deepspeed_config(L, false).dump(2) + "\n");
+  if (!model_parallel) return render == Render::kCheckOnly ? accept("") : accept(deepspeed_config(m, L, false).dump(2) + "\n");
 
   // Tensor and pipeline parallelism: Megatron-DeepSpeed's pretrain_gpt.py.
+  if (m.attention == AttentionKind::kMla || m.separate_head_dim()) {
+    return refuse("DeepSpeed gets tensor and pipeline parallelism from Megatron-DeepSpeed, whose GPT model has no "
+                  "multi-head latent attention, and this export writes no --kv-channels: heads must be hidden/heads "
+                  "wide (use --to megatron, or tp 1 and pp 1 with your own model code)");
+  }
   if (m.has_sliding_window) {
     return refuse(
         "DeepSpeed gets tensor and pipeline parallelism from Megatron-DeepSpeed, whose GPT model has no sliding-window "
@@ -983,7 +1074,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
     s += "export CUDA_DEVICE_MAX_CONNECTIONS=1\n\n";
   }
   s += "DS_CONFIG=\"${DS_CONFIG:-ds_config.json}\"\n";
-  s += "cat >\"$DS_CONFIG\" <<'JSON'\n" + deepspeed_config(L, true).dump(2) + "\nJSON\n\n";
+  s += "cat >\"$DS_CONFIG\" <<'JSON'\n" + deepspeed_config(m, L, true).dump(2) + "\nJSON\n\n";
   s += torchrun_args(c, L).array("DISTRIBUTED_ARGS") + "\n";
   s += model.array("MODEL_ARGS") + "\n";
   s += parallel.array("PARALLEL_ARGS") + "\n";

@@ -1,5 +1,7 @@
 #include "simulator/spec/model.h"
 
+#include <algorithm>
+
 #include "simulator/core/error.h"
 #include "simulator/spec/data_dir.h"
 #include "simulator/spec/json_reader.h"
@@ -105,6 +107,20 @@ ModelSpec parse_model(const std::string& json_text, const std::string& where) {
     m.sliding_window.tokens = sw->integer("tokens", 1, kMaxSeqLen);
     m.sliding_window.full_every = sw->optional_integer("full_every", 2, m.layers).value_or(0);
     sw->finish();
+  }
+  m.hf_model_type = o.optional_string("hf_model_type").value_or("");
+  if (o.has("hf_model_type")) {
+    // transformers' model_type names (configuration_*.py): lowercase
+    // letters, digits and underscores.
+    const std::string& t = m.hf_model_type;
+    const bool ok = !t.empty() && t.size() <= 64 && std::all_of(t.begin(), t.end(), [](char ch) {
+      return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_';
+    });
+    if (!ok) {
+      throw_input_error(where, "/hf_model_type", "\"" + t + "\" is not a Hugging Face model_type",
+                        "the model_type of the model's config.json: 1 to 64 lowercase letters, digits or '_' "
+                        "(e.g. \"mixtral\", \"qwen3_moe\")");
+    }
   }
   m.source = o.optional_string("source").value_or("");
   o.finish();

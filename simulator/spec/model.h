@@ -109,6 +109,11 @@ struct ModelSpec {
   MoeSpec moe;                 // has_moe
   bool has_sliding_window = false;
   SlidingWindowSpec sliding_window;  // has_sliding_window
+  // The Hugging Face implementation of the architecture: its config.json
+  // "model_type" ("mixtral", "qwen3_moe", "deepseek_v3"; "" when not given).
+  // Only the exports read it: DeepSpeed's AutoEP replaces the MoE blocks of
+  // the Hugging Face model families it has presets for (exporters.cc).
+  std::string hf_model_type;
   std::string source;   // where the figures come from
 
   int64_t head_dim() const { return head_dim_given > 0 ? head_dim_given : hidden / heads; }

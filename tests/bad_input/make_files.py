@@ -141,3 +141,5 @@ edit(MODEL, '"layers": 4,', '"layers": 4, "moe": 5,', "moe_not_object.json")
 OSS = "models/gpt-oss-120b.json"
 edit(OSS, '"tokens": 128', '"tokens": 0', "window_tokens_0.json")
 edit(OSS, '"full_every": 2', '"full_every": 1', "window_full_every_1.json")
+# hf_model_type: a Hugging Face config.json model_type (lowercase, digits, '_').
+edit(MODEL, '"dropout": true,', '"dropout": true, "hf_model_type": "Mixtral",', "model_hf_model_type.json")

@@ -217,6 +217,10 @@ PY
         grep -q -- "--overlap-" "$work/fw.out" && fail "$fw plan $i: Megatron-LM 2021 has no overlap flags"
       fi
     fi
+    if [ "$target" = deepspeed ]; then
+      python3 "$ORACLE" --target deepspeed --plan "$plan" --file "$work/fw.out" --nodes "$nodes" > "$work/oracle" 2>&1 ||
+        fail "$fw plan $i ($model): $(cat "$work/oracle")"
+    fi
     if [ "$target" = torchtitan ]; then
       gpus=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["gpus"])' "$plan")
       python3 "$TITAN" --plan "$plan" --file "$work/fw.out" --world "$gpus" > "$work/oracle" 2>&1 ||
@@ -266,6 +270,8 @@ torchtitan torchtitan gpt-oss-120b dgx-h100 8
 torchtitan torchtitan deepseek-v3 dgx-h100 32
 megatron-core megatron qwen3-30b-a3b dgx-h100 2 --moe-dispatcher hybridep
 torchtitan torchtitan deepseek-v3 dgx-h100 32 --moe-dispatcher deepep
+deepspeed deepspeed mixtral-8x7b dgx-h100 2
+deepspeed deepspeed qwen3-30b-a3b dgx-h100 2
 FRAMEWORKS
 
 # Without --framework, recommend labels each plan with the frameworks that

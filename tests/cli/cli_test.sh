@@ -184,7 +184,7 @@ expect_ok "recipe fits: GPT-OSS 120B on 64 B200" memory --json --model gpt-oss-1
 json_check "GPT-OSS 120B recipe fits" 'assert d["fits"] is True, d["peak_gib"]'
 
 expect_error "model file with an unknown key" \
-  "trainplan: $DATA/model_unknown_key.json: /colour: unknown key; allowed: attention, bias, dropout, ffn_hidden, head_dim, heads, hidden, kv_heads, layers, mlp, moe, name, position_embedding, seq_len, sliding_window, source, tied_embeddings, vocab" \
+  "trainplan: $DATA/model_unknown_key.json: /colour: unknown key; allowed: attention, bias, dropout, ffn_hidden, head_dim, heads, hf_model_type, hidden, kv_heads, layers, mlp, moe, name, position_embedding, seq_len, sliding_window, source, tied_embeddings, vocab" \
   memory --model "$DATA/model_unknown_key.json" --cluster dgx-a100 --gpus 8
 
 # Line 5 is `  "heads": 4` after line 4 lost its comma: the unexpected token is

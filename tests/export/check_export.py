@@ -55,6 +55,18 @@ def cluster_doc(cluster: str | None) -> dict | None:
         return json.load(f)
 
 
+def model_doc(model: str | None) -> dict | None:
+    """The plan's model file: a path as given (containing '/' or ending in .json), else the built-in
+    models/<name>.json; None when there is none."""
+    if not model:
+        return None
+    path = model if ("/" in model or model.endswith(".json")) else os.path.join(REPO, "models", f"{model}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def gpus_per_host(cluster: str | None) -> int | None:
     """GPUs one host of the plan's built-in cluster drives (topologies/<name>.json: host.gpus, else
     gpus_per_node); None for a cluster that is not built in."""
@@ -1405,6 +1417,8 @@ def deepspeed_config_rules(cfg: dict, data: dict, plan: dict, what: str, P: Prob
         P.add(f"{what}: gradient_allreduce_op 'sum' is not supported with ZeRO stage 3 (config.py _do_error_check)",
               line)
 
+    autoep_rules(cfg, sections["expert_parallel"], plan, model_doc(plan["model"]), what, P, tp=tp, pp=pp, line=line)
+
     # Plan consistency.
     if stage != plan["zero"]:
         P.add(f"{what}: zero_optimization.stage {stage}, the plan has zero={plan['zero']}", line)
@@ -1421,6 +1435,81 @@ def deepspeed_config_rules(cfg: dict, data: dict, plan: dict, what: str, P: Prob
         if acc != plan["grad_dtype"]:
             P.add(f"{what}: data_types.grad_accum_dtype {gad!r}, the plan has grad_dtype={plan['grad_dtype']}", line)
     return {"stage": stage, "bf16": bf16, "fp16": fp16}
+
+
+def autoep_rules(cfg: dict, spec: dict, plan: dict, model: dict | None, what: str, P: Problems, *, tp: int, pp: int,
+                 line: int | None = None) -> None:
+    """DeepSpeed's AutoEP (config "expert_parallel"; tests/data/frameworks/deepspeed_config.json rules autoep_*):
+    what deepspeed.initialize validates, and whether it trains the plan's model and expert parallelism."""
+    sec = cfg.get("expert_parallel")
+    moe = (model or {}).get("moe")
+    enabled = isinstance(sec, dict) and sec.get("enabled") is True
+    if not enabled:
+        if moe and plan["ep"] > 1:
+            P.add(f"{what}: the plan has ep={plan['ep']} but expert_parallel is not enabled: DeepSpeed keeps every "
+                  "expert on every rank", line)
+        return
+    if sec.get("load_balance_coeff") is not None:
+        P.add(f"{what}: expert_parallel.load_balance_coeff must be null (AutoEP raises: expert-bias balancing is not "
+              "supported)", line)
+    size = sec.get("autoep_size", 1)
+    etp = sec.get("expert_tensor_parallel_size", 1)
+    if not (isinstance(size, int) and size >= 1 and isinstance(etp, int) and etp >= 1):
+        P.add(f"{what}: expert_parallel.autoep_size {size!r} and expert_tensor_parallel_size {etp!r} must be positive "
+              "integers (build_folding_spec)", line)
+        return
+    world = plan["gpus"]
+    if world % pp or (world // pp) % (size * etp):
+        P.add(f"{what}: autoep_size * expert_tensor_parallel_size = {size * etp} does not divide the stage size "
+              f"world/pp = {world}/{pp} (build_folding_spec)", line)
+    if etp != 1:
+        P.add(f"{what}: expert_parallel.expert_tensor_parallel_size {etp} is not supported yet (validate_folding_global)",
+              line)
+    if tp > 1:
+        P.add(f"{what}: AutoEP with tensor model parallelism from Megatron-DeepSpeed's mpu (tp={tp}) raises in "
+              "engine.py _configure_expert_parallel", line)
+    if size != plan["ep"]:
+        P.add(f"{what}: expert_parallel.autoep_size {size}, the plan has ep={plan['ep']}", line)
+    presets = spec["presets"]
+    preset = sec.get("preset_model")
+    if preset is not None and preset not in presets:
+        P.add(f"{what}: expert_parallel.preset_model {preset!r} is not an AutoEP preset ({', '.join(presets)})", line)
+        preset = None
+    if model is None:
+        return
+    if not moe:
+        P.add(f"{what}: expert_parallel is enabled but the model has no experts (AutoEP detects no MoE layer)", line)
+        return
+    experts = int(moe["experts"])
+    if size > experts or experts % size:
+        P.add(f"{what}: autoep_size {size} does not divide the model's {experts} experts "
+              "(validate_autoep_post_detection)", line)
+    hf = model.get("hf_model_type")
+    if preset is not None:
+        pr = presets[preset]
+        if hf not in pr["hf_model_types"]:
+            P.add(f"{what}: AutoEP preset {preset!r} supports model_type {pr['hf_model_types']}; the model's "
+                  f"config.json model_type is {hf!r} (_validate_hf_model_type raises)", line)
+        if pr["score_func"] != moe.get("router", "softmax"):
+            P.add(f"{what}: AutoEP preset {preset!r} scores experts with {pr['score_func']}; the model's router is "
+                  f"{moe.get('router', 'softmax')}", line)
+        if int(moe.get("shared_experts", 0) or 0) > 0 and not pr["shared_experts"]:
+            P.add(f"{what}: AutoEP preset {preset!r} has no shared experts; the model has {moe['shared_experts']}", line)
+    if moe.get("load_balancing") == "aux_free":
+        P.add(f"{what}: the model balances its experts without an auxiliary loss (expert bias), which AutoEP does not "
+              "run (load_balance_coeff must be null)", line)
+    if moe.get("capacity_factor") is not None:
+        P.add(f"{what}: the model drops tokens beyond capacity factor {moe['capacity_factor']}; AutoEP routes dropless",
+              line)
+    zero = cfg.get("zero_optimization") if isinstance(cfg.get("zero_optimization"), dict) else {}
+    if zero.get("stage") == 3:
+        if zero.get("zero_quantized_gradients"):
+            P.add(f"{what}: AutoEP with ZeRO stage 3 does not support zero_quantized_gradients "
+                  "(_validate_zero3_moe_compatibility)", line)
+        if (cfg.get("mics_shard_size") or 0) > 0 or (zero.get("mics_shard_size") or 0) > 0:
+            P.add(f"{what}: AutoEP with ZeRO stage 3 does not support MiCS (_validate_zero3_moe_compatibility)", line)
+        if (zero.get("zero_hpz_partition_size") or 1) > 1:
+            P.add(f"{what}: AutoEP with ZeRO stage 3 does not support hpZeRO (_validate_zero3_moe_compatibility)", line)
 
 
 def megatron_deepspeed_rules(ns: dict, given: dict, plan: dict, script: BashScript, ds_data: dict, P: Problems):

@@ -268,6 +268,48 @@ expect_pass "deepspeed: communication_data_type is read lower-cased" deepspeed "
 mutate "$T/ds.json" "$T/ds_stage0.json" 's/"stage": 2/"stage": 0/'
 expect_fail "deepspeed: stage 0 bf16 with fp32 grad accumulation" deepspeed "$D" "$T/ds_stage0.json" 'unsupported mix of model_dtype and grad_accum_dtype'
 
+# DeepSpeed AutoEP: Mixtral 8x7B on 16 GPUs, expert parallel 8 (config "expert_parallel").
+cat >"$T/plan_mixtral_ep8.json" <<'EOF'
+{"model": "mixtral-8x7b", "cluster": "dgx-h100", "gpus": 16, "tp": 1, "pp": 1, "dp": 16, "cp": 1, "vp": 1,
+ "zero": 1, "shard_group": 0, "mbs": 1, "gbs": 16, "seq": 4096, "sp": false, "recompute": "full",
+ "schedule": "1f1b", "precision": "bf16", "grad_dtype": "fp32", "attention": "flash", "offload": "none",
+ "dp_mode": "sync", "ep": 8, "etp": 1}
+EOF
+cat >"$T/ep.json" <<'EOF'
+{
+  "train_batch_size": 16,
+  "train_micro_batch_size_per_gpu": 1,
+  "gradient_accumulation_steps": 1,
+  "optimizer": {"type": "AdamW", "params": {"lr": 0.0003, "betas": [0.9, 0.95], "eps": 1e-08, "weight_decay": 0.1}},
+  "bf16": {"enabled": true},
+  "data_types": {"grad_accum_dtype": "fp32"},
+  "zero_optimization": {"stage": 1, "contiguous_gradients": true, "reduce_scatter": true},
+  "expert_parallel": {"enabled": true, "autoep_size": 8, "preset_model": "mixtral", "use_grouped_mm": true}
+}
+EOF
+E="$T/plan_mixtral_ep8.json"
+expect_pass "deepspeed autoep: good config" deepspeed "$E" "$T/ep.json"
+mutate "$T/ep.json" "$T/ep_off.json" 's/"enabled": true, "autoep_size"/"enabled": false, "autoep_size"/'
+expect_fail "deepspeed autoep: expert parallelism off for an ep plan" deepspeed "$E" "$T/ep_off.json" \
+  'the plan has ep=8 but expert_parallel is not enabled'
+mutate "$T/ep.json" "$T/ep_size.json" 's/"autoep_size": 8/"autoep_size": 3/'
+expect_fail "deepspeed autoep: autoep_size must divide the experts" deepspeed "$E" "$T/ep_size.json" \
+  "autoep_size 3 does not divide the model's 8 experts"
+mutate "$T/ep.json" "$T/ep_preset.json" 's/"preset_model": "mixtral"/"preset_model": "deepseek_v3"/'
+expect_fail "deepspeed autoep: preset of another model type" deepspeed "$E" "$T/ep_preset.json" \
+  "AutoEP preset 'deepseek_v3' supports model_type .*; the model's config.json model_type is 'mixtral'"
+mutate "$T/ep.json" "$T/ep_unknown.json" 's/"preset_model": "mixtral"/"preset_model": "gpt_oss"/'
+expect_fail "deepspeed autoep: unknown preset" deepspeed "$E" "$T/ep_unknown.json" \
+  "preset_model 'gpt_oss' is not an AutoEP preset"
+mutate "$T/ep.json" "$T/ep_etp.json" 's/"use_grouped_mm": true/"use_grouped_mm": true, "expert_tensor_parallel_size": 2/'
+expect_fail "deepspeed autoep: expert tensor parallelism" deepspeed "$E" "$T/ep_etp.json" \
+  'expert_tensor_parallel_size 2 is not supported yet'
+mutate "$T/ep.json" "$T/ep_lb.json" 's/"use_grouped_mm": true/"use_grouped_mm": true, "load_balance_coeff": 0.001/'
+expect_fail "deepspeed autoep: expert-bias balancing" deepspeed "$E" "$T/ep_lb.json" 'load_balance_coeff must be null'
+mutate "$T/ep.json" "$T/ep_score.json" 's/"use_grouped_mm": true/"use_grouped_mm": true, "score_func": "tanh"/'
+expect_fail "deepspeed autoep: score_func outside AutoEP's choices" deepspeed "$E" "$T/ep_score.json" \
+  'score_func = "tanh" is not one of'
+
 # Megatron-DeepSpeed launcher with the config in a heredoc; pp > 1 is DeepSpeed's PipelineEngine.
 cat >"$T/mds.sh" <<'EOF'
 #!/usr/bin/env bash

@@ -642,6 +642,83 @@ TEST_CASE("Export: DeepSpeed configs for other plans", "[planner][export]") {
   }
 }
 
+TEST_CASE("Export: DeepSpeed AutoEP for Hugging Face MoE models of a preset family", "[planner][export]") {
+  // DeepSpeed master edaa7221 (2026-08): a config's "expert_parallel"
+  // section turns on AutoEP, which recognises a Hugging Face model by its
+  // config.json model_type (auto_ep_presets/*.py hf_model_types; base.py
+  // _validate_hf_model_type raises for another), needs autoep_size to divide
+  // the experts and the world (validate_autoep_post_detection,
+  // build_folding_spec), reserves expert_tensor_parallel_size > 1, raises on
+  // tensor parallelism from an mpu (engine.py _configure_expert_parallel) and
+  // rejects a load_balance_coeff (no expert bias).
+  SECTION("Mixtral 8x7B, ep 8 over 16 GPUs, ZeRO-1: the mixtral preset") {
+    Plan p;
+    p.ep = 8;
+    p.zero = 1;
+    const Job j = job("mixtral-8x7b", "dgx-h100", 16, p);
+    const nlohmann::json c = nlohmann::json::parse(exported(ExportTarget::kDeepSpeed, j));
+    const nlohmann::json& e = c.at("expert_parallel");
+    CHECK(e.at("enabled").get<bool>());
+    CHECK(e.at("autoep_size").get<int>() == 8);
+    CHECK(e.at("preset_model").get<std::string>() == "mixtral");
+    CHECK(e.at("use_grouped_mm").get<bool>());
+    CHECK(e.count("expert_tensor_parallel_size") == 0);  // its default, 1
+    CHECK(e.count("load_balance_coeff") == 0);
+    CHECK(c.at("train_batch_size").get<int64_t>() == 16);  // dp 16 x mbs 1 x 1 micro-batch
+    CHECK(c.at("optimizer").at("type").get<std::string>() == "AdamW");  // the engine splits the MoE param groups
+  }
+  SECTION("Qwen3-30B-A3B, ep 16, ZeRO-3: the qwen3_moe preset") {
+    Plan p;
+    p.ep = 16;
+    p.zero = 3;
+    p.recompute = Recompute::kFull;
+    const Job j = job("qwen3-30b-a3b", "dgx-h100", 16, p);
+    const nlohmann::json c = nlohmann::json::parse(exported(ExportTarget::kDeepSpeed, j));
+    CHECK(c.at("expert_parallel").at("preset_model").get<std::string>() == "qwen3_moe");
+    CHECK(c.at("expert_parallel").at("autoep_size").get<int>() == 16);
+    CHECK(c.at("zero_optimization").at("stage").get<int>() == 3);
+  }
+  SECTION("what AutoEP cannot run is refused with its rule") {
+    Plan p;
+    p.ep = 8;
+    p.zero = 1;
+    Plan tp2 = p;
+    tp2.tp = 2;
+    CHECK(refusal(ExportTarget::kDeepSpeed, job("mixtral-8x7b", "dgx-h100", 16, tp2))
+              .find("\"AutoEP does not currently support tensor model parallelism from mpu\"") != std::string::npos);
+    Plan pp2 = p;
+    pp2.pp = 2;
+    CHECK(refusal(ExportTarget::kDeepSpeed, job("mixtral-8x7b", "dgx-h100", 16, pp2)).find("tp=1 pp=2") !=
+          std::string::npos);
+    Plan selective = p;
+    selective.recompute = Recompute::kSelective;
+    CHECK(refusal(ExportTarget::kDeepSpeed, job("mixtral-8x7b", "dgx-h100", 16, selective))
+              .find("recomputes whole decoder layers") != std::string::npos);
+    // DeepSeek-V3 balances with an expert bias (auxiliary-loss-free), which
+    // the deepseek_v3 preset leaves out; DeepSeek-V2 drops tokens beyond a
+    // capacity factor, AutoEP routes dropless; gpt-oss has no preset.
+    CHECK(refusal(ExportTarget::kDeepSpeed, job("deepseek-v3", "dgx-h100", 64, p)).find("auxiliary-loss-free") !=
+          std::string::npos);
+    CHECK(refusal(ExportTarget::kDeepSpeed, job("deepseek-v2", "dgx-h100", 64, p)).find("routes dropless") !=
+          std::string::npos);
+    CHECK(refusal(ExportTarget::kDeepSpeed, job("gpt-oss-120b", "dgx-h100", 64, p)).find("is \"gpt_oss\"") !=
+          std::string::npos);
+    Plan tiny;
+    tiny.ep = 4;
+    tiny.zero = 1;
+    Job j = job("gpt-tiny-moe", "dgx-h100", 4, tiny);
+    CHECK(refusal(ExportTarget::kDeepSpeed, j).find("set \"hf_model_type\" in its model file") != std::string::npos);
+    // A model type names a preset whose score function is not the model's.
+    j.model.hf_model_type = "qwen3_moe";
+    j.model.moe.router = RouterScore::kSigmoid;
+    CHECK(refusal(ExportTarget::kDeepSpeed, j).find("qwen3_moe preset scores experts with a softmax") !=
+          std::string::npos);
+    j.model.moe.router = RouterScore::kSoftmax;
+    CHECK(nlohmann::json::parse(exported(ExportTarget::kDeepSpeed, j)).at("expert_parallel").at("preset_model") ==
+          "qwen3_moe");
+  }
+}
+
 TEST_CASE("Export: torchtitan TOML for llama3-8b ZeRO-3 over two DGX H100s", "[planner][export]") {
   const Job j = job_from_file("plan_llama3-8b_zero3.json");
   const std::string text = exported(ExportTarget::kTorchtitan, j);

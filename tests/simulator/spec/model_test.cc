@@ -103,8 +103,19 @@ TEST_CASE("ModelSpec: bad model JSON is rejected with the exact message", "[sim]
   SECTION("unknown key lists the allowed keys") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"layers\": 2,", "\"layers\": 2, \"colour\": \"red\","), "m.json"),
                         "m.json: /colour: unknown key; allowed: attention, bias, dropout, ffn_hidden, head_dim, heads, "
-                        "hidden, kv_heads, layers, mlp, moe, name, position_embedding, seq_len, sliding_window, source, "
-                        "tied_embeddings, vocab");
+                        "hf_model_type, hidden, kv_heads, layers, mlp, moe, name, position_embedding, seq_len, "
+                        "sliding_window, source, tied_embeddings, vocab");
+  }
+  SECTION("hf_model_type: a Hugging Face config.json model_type, lowercase letters, digits and '_'") {
+    CHECK(parse_model(edited("\"layers\": 2,", "\"layers\": 2, \"hf_model_type\": \"qwen3_moe\","), "m.json")
+              .hf_model_type == "qwen3_moe");
+    CHECK(parse_model(edited("\"layers\": 2,", "\"layers\": 2,"), "m.json").hf_model_type.empty());
+    REQUIRE_THROWS_WITH(
+        parse_model(edited("\"layers\": 2,", "\"layers\": 2, \"hf_model_type\": \"Qwen3-MoE\","), "m.json"),
+        "m.json: /hf_model_type: \"Qwen3-MoE\" is not a Hugging Face model_type; the model_type of the model's "
+        "config.json: 1 to 64 lowercase letters, digits or '_' (e.g. \"mixtral\", \"qwen3_moe\")");
+    REQUIRE_THROWS_WITH(parse_model(edited("\"layers\": 2,", "\"layers\": 2, \"hf_model_type\": \"\","), "m.json"),
+                        Catch::Matchers::StartsWith("m.json: /hf_model_type: \"\" is not a Hugging Face model_type"));
   }
   SECTION("wrong type: a string where an integer is due") {
     REQUIRE_THROWS_WITH(parse_model(edited("\"layers\": 2", "\"layers\": \"2\""), "m.json"),
