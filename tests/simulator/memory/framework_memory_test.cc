@@ -175,6 +175,34 @@ TEST_CASE("DeepSpeed's BF16_Optimizer keeps bf16 gradients beside its unsharded 
   CHECK_THAT(mc.breakdown.gradients, WithinRel(4 * mc.params, 1e-12));
 }
 
+TEST_CASE("DeepSpeed's BF16_Optimizer with AutoEP experts: their states over the expert-data-parallel ranks") {
+  // Mixtral 8x7B on 16 GPUs, ep 8 (DeepSpeed AutoEP), bf16 + ZeRO-1 + fp32
+  // accumulation: BF16_Optimizer (bf16_optimizer.py _configure_moe_settings
+  // gives each MoE parameter group the expert-data-parallel group,
+  // _setup_for_real_optimizer partitions every group over its own group and
+  // zeros_like's the whole flat group for the fp32 gradients).  By hand:
+  // per layer attention 4096 x (4096 + 2 x 1024) + 4096 x 4096 = 41,943,040,
+  // two RMSNorms 8,192, the router 4096 x 8 = 32,768, one local expert of
+  // 3 x 4096 x 14336 = 176,160,768; 32 layers, embedding and output
+  // 2 x 32000 x 4096, the final norm 4096.
+  const ModelSpec m = load_model("mixtral-8x7b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan p;
+  p.ep = 8;
+  p.zero = 1;
+  p.recompute = Recompute::kFull;
+  p.framework = Framework::kDeepSpeed;
+  const StageMemory st = estimate_memory(m, c, feasible_layout(m, c, 16, p)).stages[0];
+  const double expert = 32.0 * 176160768;
+  const double dense = 32.0 * (41943040 + 8192 + 32768) + 2.0 * 32000 * 4096 + 4096;
+  CHECK_THAT(st.params, WithinRel(expert + dense, 1e-9));
+  CHECK_THAT(st.breakdown.weights, WithinRel(2 * (expert + dense), 1e-9));
+  CHECK_THAT(st.breakdown.gradients, WithinRel(6 * (expert + dense), 1e-9));  // bf16 .grad + fp32 buffer
+  // 12 B of master copy and moments: the dense part over dp 16, the experts
+  // over the 16 / 8 = 2 ranks holding the same experts.
+  CHECK_THAT(st.breakdown.optimizer, WithinRel(12 * dense / 16 + 12 * expert / 2, 1e-9));
+}
+
 TEST_CASE("DeepSpeed ZeRO-2 keeps its gradient partition in bf16 and casts it to fp32 at the step") {
   // zero/stage_1_and_2.py: copy_grads_in_partition allocates
   // grads_in_partition in the model's dtype (self.dtype), whatever
