@@ -325,6 +325,17 @@ expect_ok "-o writes the same text to a file" export --plan "$ZERO3_PLAN" --to t
 cmp -s "$TMP/job.toml" "$EXPORT/torchtitan_llama3-8b_zero3.toml" || fail "-o: file differs from the golden file"
 [ ! -e "$TMP/job.toml.tmp" ] || fail "-o left its temporary file"
 
+# DeepSpeed AutoEP: an MoE plan of a preset family, flags instead of a plan file.
+expect_ok "deepspeed: Mixtral 8x7B with AutoEP" export --to deepspeed --model mixtral-8x7b --cluster dgx-h100 \
+  --gpus 16 --ep 8 --zero 1 --framework deepspeed
+py_check "deepspeed: AutoEP section as DeepSpeed's parse_autoep_config reads it" "$EXPORT/plan_gpt3-1.3b_zero2.json" '
+c = json.loads(text)
+assert c["expert_parallel"] == {"enabled": True, "autoep_size": 8, "preset_model": "mixtral", "use_grouped_mm": True}, c
+assert c["train_batch_size"] == 16 and c["zero_optimization"]["stage"] == 1, c'
+expect_error "deepspeed refuses an MoE model AutoEP has no preset for" \
+  "trainplan: --to: deepspeed cannot express this plan: DeepSpeed's AutoEP has presets for the Hugging Face model types mixtral, qwen3_moe, qwen2_moe, qwen3_5_moe_text, deepseek_v2 and deepseek_v3 (auto_ep_presets); gpt-oss-120b is \"gpt_oss\" (use --to megatron)" \
+  export --to deepspeed --model gpt-oss-120b --cluster dgx-h100 --gpus 64 --ep 8 --zero 1 --framework deepspeed
+
 # ---- refusals and bad input -----------------------------------------------------
 
 expect_error "deepspeed refuses ZeRO-2 with pipeline parallelism" \
