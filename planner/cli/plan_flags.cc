@@ -91,6 +91,11 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
                   "MoE: alltoall (every token copy over NCCL, default), deepep or hybridep (Megatron-Core's flex "
                   "dispatcher, torchtitan's DeepEP/HybridEP backends: each token once per destination rank, once per "
                   "node across nodes; hybridep also across a multi-node NVLink domain)");
+  app->add_option("--cp-comm-type", f->cp_comm,
+                  "with cp > 1: p2p (ring attention, the K/V chunks exchanged beside the attention, default) or a2a "
+                  "(DeepSpeed-Ulysses: all-to-alls before and after the attention, each rank attending over the "
+                  "whole sequence for heads/cp heads; Megatron-Core --cp-comm-type; needs heads and kv_heads "
+                  "divisible by tp*cp)");
   app->add_flag("--moe-pad-to-capacity", f->moe_pad_to_capacity,
                 "MoE with a capacity factor: pad every expert's input to its capacity, so each runs "
                 "capacity_factor x its mean load whatever the routing (Megatron-Core "
@@ -306,6 +311,7 @@ Job to_job(const PlanFlags& f) {
   p.delay_wgrad = f.delay_wgrad;
   p.moe_dispatcher = static_cast<MoeDispatcher>(pick("--moe-dispatcher", f.moe_dispatcher, moe_dispatcher_names()));
   p.moe_pad_to_capacity = f.moe_pad_to_capacity;
+  p.cp_comm = static_cast<CpComm>(pick("--cp-comm-type", f.cp_comm, cp_comm_names()));
   if (given("--cuda-graph")) p.cuda_graph = parse_cuda_graph(f.cuda_graph);
   p.mtp_layers = static_cast<int>(in_range("--mtp-layers", f.mtp_layers, 0, kMaxMtpLayers));
   if (given("--stage-layers") && static_cast<int>(p.stage_layers.size()) == p.pp &&

@@ -55,6 +55,7 @@ struct PlanFlags {
   bool ep_overlap = false;
   bool delay_wgrad = false;
   std::string moe_dispatcher = "alltoall";
+  std::string cp_comm = "p2p";
   bool moe_pad_to_capacity = false;
   std::string cuda_graph;
   int64_t mtp_layers = 0;

@@ -202,6 +202,7 @@ std::string plan_difference(const Plan& base, const Plan& other) {
   field("ep-overlap", base.ep_overlap ? "on" : "off", other.ep_overlap ? "on" : "off");
   field("delay-wgrad", base.delay_wgrad ? "on" : "off", other.delay_wgrad ? "on" : "off");
   field("moe-dispatcher", to_string(base.moe_dispatcher), to_string(other.moe_dispatcher));
+  field("cp-comm-type", to_string(base.cp_comm), to_string(other.cp_comm));
   field("moe-pad-to-capacity", base.moe_pad_to_capacity ? "on" : "off", other.moe_pad_to_capacity ? "on" : "off");
   field("cuda-graph", base.cuda_graph ? cuda_graph_modules_name(base.cuda_graph) : "off",
         other.cuda_graph ? cuda_graph_modules_name(other.cuda_graph) : "off");
@@ -742,6 +743,10 @@ int run_recommend(const RecommendFlags& f) {
         std::printf("       expert all-to-alls overlapped with another micro-batch's compute (Megatron-Core "
                     "--overlap-moe-expert-parallel-comm%s)\n",
                     q.delay_wgrad ? " --delay-wgrad-compute" : "");
+      }
+      if (q.cp > 1 && q.cp_comm == CpComm::kA2a) {
+        std::printf("       context parallelism as Ulysses all-to-alls of Q, K, V and the output, each rank attending "
+                    "over the whole sequence (Megatron-Core --cp-comm-type a2a)\n");
       }
       if (q.moe_dispatcher != MoeDispatcher::kAllToAll) {
         std::printf("       tokens dispatched by %s (each token once per destination rank and node%s)\n",

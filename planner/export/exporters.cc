@@ -431,13 +431,13 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
         "Megatron-LM has no ALiBi position embedding (--position-embedding-type takes learned_absolute, rope, mrope, "
         "relative or none)");
   }
-  if (p.cp > 1 && m.has_sliding_window) {
+  if (p.cp > 1 && m.has_sliding_window && p.cp_comm == CpComm::kP2p) {
     // transformer_engine/pytorch/attention/dot_product_attention/
     // context_parallel.py attn_forward_func_with_cp: "Context parallelism
     // does not support sliding window attention with cp_comm_type='p2p'".
     return refuse(
         "Transformer Engine runs sliding-window attention under context parallelism only with --cp-comm-type a2a or "
-        "all_gather, whose exchange trainplan does not model (it simulates the p2p ring); use cp 1 for this model");
+        "all_gather, not the p2p ring this plan runs; use --cp-comm-type a2a, or cp 1");
   }
   if (p.cp > 1 && p.attention == Attention::kNaive) {
     return refuse(
@@ -587,6 +587,8 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
   parallel.opt("--tensor-model-parallel-size", p.tp);
   parallel.opt("--pipeline-model-parallel-size", p.pp);
   parallel.opt("--context-parallel-size", p.cp);
+  // Plan::cp_comm: Megatron's default is p2p (arguments.py --cp-comm-type).
+  if (p.cp > 1 && p.cp_comm == CpComm::kA2a) parallel.opt("--cp-comm-type", "a2a");
   if (p.sp && p.tp > 1) parallel.flag("--sequence-parallel");
   if (m.has_moe) {
     parallel.opt("--expert-model-parallel-size", p.ep);
@@ -2215,6 +2217,15 @@ ExportResult export_or_check(ExportTarget target, const ModelSpec& model, const 
     return refuse("the plan captures its layers in CUDA graphs (--cuda-graph " +
                   cuda_graph_modules_name(layout.plan.cuda_graph) +
                   "), as Megatron-Core runs them (--cuda-graph-impl transformer_engine); export it with --to megatron");
+  }
+  if (layout.plan.cp > 1 && layout.plan.cp_comm == CpComm::kA2a && runs != ExportTarget::kMegatron) {
+    // torchtitan's context parallelism is ring attention (context_parallel,
+    // rotating K/V by all-gather or all-to-all); DeepSpeed-Ulysses lives in
+    // Megatron-DeepSpeed's model code, which the DeepSpeed export does not
+    // write with context parallelism; the FSDP2 script has none.
+    return refuse("the plan runs context parallelism as Ulysses all-to-alls (--cp-comm-type a2a), which "
+                  "Megatron-Core runs (--cp-comm-type a2a); export it with --to megatron, or plan with "
+                  "--cp-comm-type p2p");
   }
   if (layout.plan.moe_pad_to_capacity && runs != ExportTarget::kMegatron) {
     return refuse("the plan pads every expert's input to its capacity (--moe-pad-to-capacity), which only "

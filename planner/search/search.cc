@@ -378,13 +378,16 @@ uint8_t cuda_graphs_to_try(const ModelSpec& m, const Plan& plan, const Layout& L
 //   combined 1F1B) and --delay-wgrad-compute, the pair the MoE README
 //   recommends (never slower: the merged backward's own W only adds to what
 //   hides its all-to-all): it hides the all-to-alls under another
-//   micro-batch's compute but holds one more micro-batch.
+//   micro-batch's compute but holds one more micro-batch;
+// - Megatron-Core (and generic) context-parallel plans with Ulysses'
+//   all-to-alls instead of the ring (--cp-comm-type a2a): exposed exchange,
+//   but every rank's attention runs over the whole sequence.
 // Each holds at least the memory of the plan it comes from (the userbuffers
 // or SymmetricMemory workspace; one more micro-batch in flight), so the
 // search tries them only where that plan fits (search_test.cc checks the
 // premise on a grid of plans), and the plan rules (resolve_plan,
 // framework_refusal) drop what the framework cannot run.
-std::vector<Plan> overlap_variants_to_try(const SearchOptions& o, const Plan& plan) {
+std::vector<Plan> overlap_variants_to_try(const SearchOptions& o, const ClusterSpec& c, const Plan& plan) {
   std::vector<Plan> out;
   if ((o.framework == Framework::kMegatronCore || o.framework == Framework::kTorchtitan) && plan.sp && plan.tp >= 2) {
     Plan p = plan;
@@ -396,6 +399,18 @@ std::vector<Plan> overlap_variants_to_try(const SearchOptions& o, const Plan& pl
     q.ep_overlap = true;
     q.delay_wgrad = true;
     if (ep_overlap_conflicts(q).empty()) out.push_back(std::move(q));
+  }
+  if ((o.framework == Framework::kMegatronCore || o.framework == Framework::kGeneric) && plan.cp > 1 &&
+      plan.cp_comm == CpComm::kP2p && int64_t{plan.tp} * plan.cp <= c.gpus_per_node) {
+    // Ulysses instead of the ring: the same memory here (the all-to-all
+    // buffers are transient), a different exchange; resolve_plan drops it
+    // where the heads do not split over tp*cp.  Searched where the CP group
+    // lies inside a node: across nodes its exposed all-to-alls cross the
+    // NICs, where the ring hides its exchange under the attention
+    // (simulate takes either anywhere).
+    Plan u = plan;
+    u.cp_comm = CpComm::kA2a;
+    out.push_back(std::move(u));
   }
   return out;
 }
@@ -554,7 +569,8 @@ bool simpler(const Plan& a, const Plan& b) {
                          (p.offload != Offload::kNone) + (p.recompute != Recompute::kNone) + (p.sp ? 1 : 0) +
                          (p.dp_mode != DpMode::kSync) + (p.tp_comm_overlap ? 1 : 0) + (p.ep_overlap ? 1 : 0) +
                          (p.stage_layers.empty() ? 0 : 1) + (p.cuda_graph != 0 ? 1 : 0) +
-                         (p.moe_dispatcher != MoeDispatcher::kAllToAll ? 1 : 0);
+                         (p.moe_dispatcher != MoeDispatcher::kAllToAll ? 1 : 0) +
+                         (p.cp_comm != CpComm::kP2p ? 1 : 0);
     return std::make_tuple(features, p.zero, p.cp, p.tp, p.pp, p.vp, static_cast<int>(p.recompute),
                            static_cast<int>(p.offload), p.shard_group, p.mbs);
   };
@@ -678,7 +694,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   // Partial full recompute also depends on which layers of each chunk are
   // recomputed: the count and the plan's chunking (pp, vp, schedule, stage split).
   using ShapeKey = std::tuple<int, int, bool, int64_t, int64_t, int, int, int, uint16_t, int, bool, int, int, double, int,
-                              int, int, int, bool, bool, int, bool, std::vector<int>, int>;
+                              int, int, int, bool, bool, int, bool, std::vector<int>, int, bool>;
   // Whether the framework's ZeRO-3 costs differ from its other stages' (FSDP2's copies).
   const bool zero3_costs = [&] {
     Plan z;
@@ -693,7 +709,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
                     x.fp8_saved_inputs, x.ep, x.etp, x.moe_load, p.recompute_layers, partial ? p.pp : 0,
                     partial ? p.vp : 0, partial ? static_cast<int>(p.schedule) : 0, p.tp_comm_overlap,
                     zero3_costs && p.zero == 3, static_cast<int>(x.dispatcher), x.pad_to_capacity,
-                    partial ? p.stage_layers : std::vector<int>{}, static_cast<int>(x.cuda_graph)};
+                    partial ? p.stage_layers : std::vector<int>{}, static_cast<int>(x.cuda_graph), x.cp_a2a};
   };
   // The cached costs live as long as the search: references to them hold.
   std::map<ShapeKey, std::shared_ptr<const StepCosts>> cost_cache;
@@ -898,7 +914,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
         // overlap or, unasked, a flex dispatcher) that the plan rules or the
         // framework refuse is one try less, not a layout the user asked about.
         if (!plans[i].stage_layers.empty() || plans[i].cuda_graph != 0 || plans[i].tp_comm_overlap ||
-            plans[i].ep_overlap ||
+            plans[i].ep_overlap || plans[i].cp_comm == CpComm::kA2a ||
             (!o.moe_dispatcher_given && plans[i].moe_dispatcher != MoeDispatcher::kAllToAll)) {
           dropped_variants += 1;
           continue;
@@ -933,7 +949,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       res.feasible += 1;
       if (base_plan[i]) {
         append_larger_microbatch(i);
-        for (Plan& v : overlap_variants_to_try(o, plans[i])) append(std::move(v), i, false);
+        for (Plan& v : overlap_variants_to_try(o, c, plans[i])) append(std::move(v), i, false);
       }
       if (!ev.balanced_stages.empty()) {
         Plan balanced = plans[i];

@@ -12,6 +12,7 @@ LayerShape layer_shape(const Plan& p) {
   LayerShape s;
   s.tp = p.tp;
   s.cp = p.cp;
+  s.cp_a2a = p.cp > 1 && p.cp_comm == CpComm::kA2a;
   s.sp = p.sp && p.tp > 1;
   s.mbs = p.mbs;
   s.seq = p.seq;
@@ -577,9 +578,10 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     op.n = static_cast<int64_t>(seq);
     op.k = static_cast<int64_t>(qd / t);
     // A fused kernel's rate depends on the keys it loops over (ring
-    // attention: one step's keys per call); unfused attention runs GEMMs.
+    // attention: one step's keys per call; Ulysses: the whole sequence for
+    // its heads); unfused attention runs GEMMs.
     if (s.attention == Attention::kFlash) {
-      op.kv_len = static_cast<int64_t>(seq / s.cp);
+      op.kv_len = static_cast<int64_t>(s.cp_a2a ? seq : seq / s.cp);
       op.head_dim = mla ? m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim : m.head_dim();
     }
     op.flops = 2.0 * tokens * seq * (qd + vd) / t;
@@ -853,7 +855,14 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
   assign_host_calls(&c, m, s);
   add_totals(&c, e);
 
-  if (s.cp > 1) {
+  if (s.cp_a2a) {
+    // Ulysses: this rank's b*s/cp tokens of Q, K and V (its tp share of the
+    // heads) go out in cp pieces, one per head group, and the attention
+    // output of its heads comes back the same way (Transformer Engine
+    // flash_attn_a2a_communicate, before and after the attention).
+    c.cp_a2a_qkv_bytes = tokens * (qd + kvd + kvvd) * e / t;
+    c.cp_a2a_out_bytes = tokens * vd * e / t;
+  } else if (s.cp > 1) {
     // Context parallel: every rank needs the K and V of the whole sequence
     // (ring exchange; all-gather buffer of b*s*(k + v width) elements per tp rank).
     c.cp_comm_bytes = static_cast<double>(s.mbs) * seq * (kvd + kvvd) * e / t;
@@ -930,6 +939,8 @@ void append_block(LayerCost* into, const LayerCost& b) {
   c.saved_bytes += b.saved_bytes;
   c.recompute_flops += b.recompute_flops;
   c.cp_comm_bytes += b.cp_comm_bytes;
+  c.cp_a2a_qkv_bytes += b.cp_a2a_qkv_bytes;
+  c.cp_a2a_out_bytes += b.cp_a2a_out_bytes;
   c.linear_params += b.linear_params;
   c.weight_grad_saved_bytes += b.weight_grad_saved_bytes;
   c.expert_params += b.expert_params;

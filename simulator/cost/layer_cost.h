@@ -28,6 +28,7 @@ namespace trainplan {
 struct LayerShape {
   int tp = 1;
   int cp = 1;
+  bool cp_a2a = false;  // the CP exchange is Ulysses' all-to-alls (Plan::cp_comm), not the ring
   bool sp = false;
   int64_t mbs = 1;
   int64_t seq = 0;
@@ -175,7 +176,11 @@ struct LayerCost {
   double fwd_bytes = 0;
   double saved_bytes = 0;        // per recompute mode (see saved_activation_bytes)
   double recompute_flops = 0;    // extra forward FLOPs in backward
-  double cp_comm_bytes = 0;      // K,V bytes exchanged over cp per forward
+  double cp_comm_bytes = 0;      // K,V bytes exchanged over cp per forward (ring: the all-gather's output)
+  // Ulysses (cp_a2a): each rank's send buffer of the all-to-all before the
+  // attention (its tokens' Q, K and V) and of the one after it (their
+  // attention output); the backward moves the same gradients the other way.
+  double cp_a2a_qkv_bytes = 0, cp_a2a_out_bytes = 0;
   double linear_params = 0;      // parameters of the FP8-capable linear layers on this rank
   // M_W of Zero Bubble (Qi et al. Table 1): what one micro-batch keeps from
   // its input-gradient pass B to its weight-gradient pass W: each linear

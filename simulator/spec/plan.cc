@@ -126,6 +126,13 @@ const std::vector<std::string>& moe_dispatcher_names() {
   return names;
 }
 
+const char* to_string(CpComm c) { return c == CpComm::kA2a ? "a2a" : "p2p"; }
+
+const std::vector<std::string>& cp_comm_names() {
+  static const std::vector<std::string> names = {"p2p", "a2a"};
+  return names;
+}
+
 const char* to_string(Offload o) {
   switch (o) {
     case Offload::kNone: return "none";
@@ -838,6 +845,25 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (p.sp && p.seq % p.tp != 0) fail("sequence parallel needs tp=" + str(p.tp) + " to divide seq=" + str(p.seq));
   if (p.cp > 1 && p.seq % (2 * p.cp) != 0)
     fail("cp=" + str(p.cp) + " needs seq=" + str(p.seq) + " to be a multiple of 2*cp (causal load balancing)");
+  if (p.cp_comm == CpComm::kA2a) {
+    // Transformer Engine AttnFuncWithCPAndQKVOA2A: "The number of attention
+    // heads needs to be divisible by CP size!" (the heads of a TP rank, for
+    // the queries and for the keys and values).  Megatron-Core and generic
+    // plans run it; torchtitan's context parallelism is ring attention
+    // (torch.distributed.tensor.experimental.context_parallel), DeepSpeed's
+    // Ulysses lives in Megatron-DeepSpeed's model code, which the DeepSpeed
+    // export does not write (exporters.cc).
+    const int64_t width = int64_t{p.tp} * p.cp;
+    if (p.cp < 2) fail("cp comm type a2a needs cp >= 2 (there is no context-parallel exchange)");
+    else if (model.heads % width != 0 || model.kv_heads % width != 0)
+      fail("cp comm type a2a splits the attention heads over tp*cp = " + str(width) + " ranks; heads=" +
+           str(model.heads) + " and kv_heads=" + str(model.kv_heads) +
+           " must both be multiples of it (Transformer Engine: the number of attention heads needs to be divisible "
+           "by CP size); use p2p or a smaller cp");
+    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
+      fail("cp comm type a2a (all-to-all context parallelism) runs in Megatron-Core (--cp-comm-type a2a); this "
+           "plan's framework runs ring attention: use --framework megatron-core, or --cp-comm-type p2p");
+  }
   if (p.pp > model.layers) fail("pp=" + str(p.pp) + " exceeds layers=" + str(model.layers));
 
   // The simulator's clock counts picoseconds in 64 bits (106 days).  A step

@@ -123,6 +123,16 @@ enum class Offload { kNone, kOptimizer, kParams };
 //   hybridep  the flex dispatcher on HybridEP, the same traffic, and the one
 //             backend that runs across a multi-node NVLink domain (NVL72)
 enum class MoeDispatcher { kAllToAll, kDeepEp, kHybridEp };
+// How the context-parallel ranks of a layer share its attention (Megatron-Core
+// --cp-comm-type; Transformer Engine attention/dot_product_attention/
+// context_parallel.py):
+//   p2p  ring attention (AttnFuncWithCPAndKVP2P): each rank keeps its
+//        queries, the K/V chunks circle the ring beside the attention blocks
+//   a2a  DeepSpeed-Ulysses (AttnFuncWithCPAndQKVOA2A): an all-to-all turns
+//        the sequence-sharded Q, K, V into head-sharded ones before the
+//        attention and one turns the output back after it; each rank attends
+//        over the whole sequence for heads/cp of its heads
+enum class CpComm { kP2p, kA2a };
 // FP8 training (docs/fp8.md): the linear layers' GEMMs run in FP8 with one
 // of these scaling recipes, everything else in bf16 (Transformer Engine,
 // torchao float8).  kNone: no FP8.
@@ -148,6 +158,9 @@ const char* to_string(Offload o);
 const char* to_string(MoeDispatcher d);
 // The dispatcher names the CLI and plan.json accept, in enum order.
 const std::vector<std::string>& moe_dispatcher_names();
+const char* to_string(CpComm c);
+// The CLI / plan.json names, in enum order: p2p, a2a.
+const std::vector<std::string>& cp_comm_names();
 const char* to_string(Fp8Recipe r);
 // The schedule names the CLI and plan.json accept, in enum order.
 const std::vector<std::string>& schedule_names();
@@ -228,6 +241,10 @@ struct Plan {
   // The MoE token dispatcher (MoeDispatcher); the flex ones need ep * etp >
   // 1 and Megatron-Core, DeepEP an NVLink domain of at most 8 GPUs.
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // The context-parallel exchange (CpComm); a2a needs cp > 1, heads and
+  // kv_heads divisible by tp*cp, and a framework that runs it (megatron-core,
+  // generic).
+  CpComm cp_comm = CpComm::kP2p;
   // Token dropping with padding (Megatron-Core
   // --moe-pad-expert-input-to-capacity): every expert's input is padded to
   // its capacity, ceil(capacity_factor x its mean load), so each expert runs

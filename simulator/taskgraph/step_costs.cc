@@ -321,7 +321,19 @@ LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const C
   const OpTimes lt = op_times(layer, cpm, c, lp, p, true, prof);
   int64_t cp_f = 0, cp_b = 0;
   CommTotals cp_link_f, cp_link_b;
-  if (p.cp > 1) {
+  if (p.cp > 1 && p.cp_comm == CpComm::kA2a) {
+    // Ulysses: the all-to-alls run before and after the attention that
+    // needs their data, on the compute stream's critical path (Transformer
+    // Engine AttnFuncWithCPAndQKVOA2A): Q, K, V in and the output back in
+    // forward, the output gradient in and dQ, dK, dV back in backward.
+    const GroupPlacement g = strided_group_placement(p.cp, p.tp, c);
+    const int64_t qkv =
+        collective_cost(Collective::kAllToAll, static_cast<Bytes>(layer.cp_a2a_qkv_bytes), g, lp).time.ps();
+    const int64_t out =
+        collective_cost(Collective::kAllToAll, static_cast<Bytes>(layer.cp_a2a_out_bytes), g, lp).time.ps();
+    cp_f = qkv + out;
+    cp_b = qkv + out;
+  } else if (p.cp > 1) {
     // Ring attention overlaps the K/V exchange with the attention blocks
     // (Megatron context parallel): only the excess is exposed.
     const GroupPlacement g = strided_group_placement(p.cp, p.tp, c);
@@ -346,6 +358,14 @@ LayerTimes layer_times(const LayerCost& layer, const ComputeParams& cpm, const C
     recompute = lt.rc + lt.rc_tp + lt.rc_ep;
     recompute_tp = lt.rc_tp;
     recompute_ep = lt.rc_ep;
+  }
+  // Ulysses' all-to-alls are part of Transformer Engine's attention call, so
+  // re-running the layer or its core attention runs them again.
+  const uint16_t rc_modules = p.recompute_modules != 0 ? p.recompute_modules : static_cast<uint16_t>(kRcCoreAttn);
+  if (p.cp > 1 && p.cp_comm == CpComm::kA2a &&
+      (p.recompute == Recompute::kFull || (p.recompute == Recompute::kSelective && (rc_modules & kRcCoreAttn)))) {
+    recompute += cp_f;
+    recompute_tp += cp_f;
   }
   const auto [copy_f, copy_b] = fsdp2_copy_ps(layer.params, cpm, p, prof);
   LayerTimes t;

@@ -143,3 +143,5 @@ edit(OSS, '"tokens": 128', '"tokens": 0', "window_tokens_0.json")
 edit(OSS, '"full_every": 2', '"full_every": 1', "window_full_every_1.json")
 # hf_model_type: a Hugging Face config.json model_type (lowercase, digits, '_').
 edit(MODEL, '"dropout": true,', '"dropout": true, "hf_model_type": "Mixtral",', "model_hf_model_type.json")
+# cp_comm_type: p2p or a2a.
+edit(PLAN, '"cp": 1,', '"cp": 1, "cp_comm_type": "ulysses",', "plan_cp_comm_type.json")

@@ -107,6 +107,7 @@ def load_plan(path: str) -> dict:
         "moe_dispatcher": p.get("moe_dispatcher", "alltoall"),
         "moe_pad_to_capacity": bool(p.get("moe_pad_to_capacity", False)),
         "cuda_graph": list(p.get("cuda_graph") or []),
+        "cp_comm_type": p.get("cp_comm_type", "p2p"),
     }
     out["etp"] = int(p.get("etp", out["tp"]))
     tp, pp, cp = out["tp"], out["pp"], out["cp"]
@@ -923,6 +924,26 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
             P.add(f"megatron: --{dest.replace('_', '-')} {got}, the plan has {want}", ln(dest))
     if dp != plan["dp"]:
         P.add(f"megatron: data-parallel size {dp} (world {world} / tp*pp*cp), the plan has dp={plan['dp']}")
+    # Context parallelism's exchange: arguments.py --cp-comm-type (nargs '+', one per layer or one for all);
+    # Transformer Engine context_parallel.py attn_forward_func_with_cp takes p2p, all_gather, a2a and a2a+p2p,
+    # and AttnFuncWithCPAndQKVOA2A asserts "The number of attention heads needs to be divisible by CP size!"
+    # for the query and the key/value heads of a TP rank.
+    comm = ns.get("cp_comm_type") or ["p2p"]
+    comm = comm if isinstance(comm, list) else [comm]
+    for c in comm:
+        if c not in ("p2p", "all_gather", "a2a", "a2a+p2p"):
+            P.add(f"megatron: --cp-comm-type {c!r} is not one Transformer Engine runs (p2p, all_gather, a2a, a2a+p2p)",
+                  ln("cp_comm_type"))
+    if cp > 1 and "a2a" in comm and heads:
+        groups = geti("num_query_groups", heads) if ns.get("group_query_attention") else heads
+        if (heads // max(tp, 1)) % cp or (groups // max(tp, 1)) % cp:
+            P.add(f"megatron: --cp-comm-type a2a with cp {cp}: the {heads // max(tp, 1)} query and "
+                  f"{groups // max(tp, 1)} key/value heads of a TP rank must be divisible by it (Transformer Engine: "
+                  "\"The number of attention heads needs to be divisible by CP size!\")", ln("cp_comm_type"))
+    want_comm = "a2a" if plan.get("cp_comm_type") == "a2a" and plan["cp"] > 1 else "p2p"
+    if cp > 1 and comm != [want_comm]:
+        P.add(f"megatron: --cp-comm-type {' '.join(comm)}, the plan's context-parallel exchange is {want_comm}",
+              ln("cp_comm_type"))
     if plan["sp"] and plan["tp"] > 1 and not ns.get("sequence_parallel"):
         P.add("megatron: the plan has sp=on with tp > 1 but --sequence-parallel is missing")
     zero = plan["zero"]

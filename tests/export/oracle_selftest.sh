@@ -199,6 +199,21 @@ expect_fail "megatron: tp>1 without CUDA_DEVICE_MAX_CONNECTIONS=1" megatron "$P"
 mutate "$M" "$T/m_gqa.sh" 's/--num-query-groups 8/--num-query-groups 3/'
 expect_fail "megatron: query groups vs tp/heads" megatron "$P" "$T/m_gqa.sh" 'num-query-groups 3 must be a multiple or divisor of tp 2'
 
+# Context parallelism as Ulysses all-to-alls: cp 2 instead of dp 2, --cp-comm-type a2a.
+sed -e 's/"dp": 2, "cp": 1/"dp": 1, "cp": 2/; s/"dp_mode": "sync"/"dp_mode": "sync", "cp_comm_type": "a2a"/' \
+  "$P" >"$T/plan_cp2_a2a.json"
+mutate "$M" "$T/m_a2a.sh" 's/--context-parallel-size 1/--context-parallel-size 2\n  --cp-comm-type a2a/'
+expect_pass "megatron: cp 2 with --cp-comm-type a2a" megatron "$T/plan_cp2_a2a.json" "$T/m_a2a.sh"
+mutate "$T/m_a2a.sh" "$T/m_a2a_p2p.sh" 's/--cp-comm-type a2a/--cp-comm-type p2p/'
+expect_fail "megatron: the plan's a2a exchange written as p2p" megatron "$T/plan_cp2_a2a.json" "$T/m_a2a_p2p.sh" \
+  "--cp-comm-type p2p, the plan's context-parallel exchange is a2a"
+mutate "$T/m_a2a.sh" "$T/m_a2a_heads.sh" 's/--num-query-groups 8/--num-query-groups 2/'
+expect_fail "megatron: a2a needs the key/value heads of a TP rank divisible by cp" megatron "$T/plan_cp2_a2a.json" \
+  "$T/m_a2a_heads.sh" 'query and 1 key/value heads of a TP rank must be divisible by it'
+mutate "$T/m_a2a.sh" "$T/m_a2a_name.sh" 's/--cp-comm-type a2a/--cp-comm-type alltoall/'
+expect_fail "megatron: a cp comm type Transformer Engine does not run" megatron "$T/plan_cp2_a2a.json" \
+  "$T/m_a2a_name.sh" "--cp-comm-type 'alltoall' is not one Transformer Engine runs"
+
 mutate "$M" "$T/m_vp.sh" 's/--sequence-parallel/--sequence-parallel\n  --num-layers-per-virtual-pipeline-stage 3/'
 expect_fail "megatron: virtual pipeline stage size" megatron "$P" "$T/m_vp.sh" \
   'layers per pipeline stage 16 not divisible by --num-layers-per-virtual-pipeline-stage 3'

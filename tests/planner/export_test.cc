@@ -529,7 +529,30 @@ TEST_CASE("Export: sliding-window attention as Megatron-Core and Transformer Eng
   cp.cp = 2;
   CHECK(refusal(ExportTarget::kMegatron, job("gpt-oss-120b", "dgx-h100", 64, cp)) ==
         "Transformer Engine runs sliding-window attention under context parallelism only with --cp-comm-type a2a or "
-        "all_gather, whose exchange trainplan does not model (it simulates the p2p ring); use cp 1 for this model");
+        "all_gather, not the p2p ring this plan runs; use --cp-comm-type a2a, or cp 1");
+  // With Ulysses' all-to-alls (64 query and 8 key/value heads split over cp 2) it runs, and says so.
+  cp.cp_comm = CpComm::kA2a;
+  cp.framework = Framework::kMegatronCore;
+  const Job ulysses = job("gpt-oss-120b", "dgx-h100", 64, cp);
+  const std::string script = exported(ExportTarget::kMegatron, ulysses);
+  CHECK(bash_args(script, "PARALLEL_ARGS").at("--cp-comm-type") == "a2a");
+  CHECK(int_arg(bash_args(script, "PARALLEL_ARGS"), "--context-parallel-size") == 2);
+  CHECK(bash_args(script, "MODEL_ARGS").at("--window-size") == "127,0");
+  // The ring is Megatron's default: nothing written.
+  CHECK(bash_args(exported(ExportTarget::kMegatron, job("llama3-8b", "dgx-h100", 8, [] {
+                    Plan q;
+                    q.cp = 2;
+                    return q;
+                  }())),
+                  "PARALLEL_ARGS")
+            .count("--cp-comm-type") == 0);
+  // torchtitan's context parallelism is ring attention.
+  Plan generic_a2a;
+  generic_a2a.cp = 2;
+  generic_a2a.cp_comm = CpComm::kA2a;
+  CHECK(refusal(ExportTarget::kTorchtitan, job("llama3-8b", "dgx-h100", 8, generic_a2a)) ==
+        "the plan runs context parallelism as Ulysses all-to-alls (--cp-comm-type a2a), which Megatron-Core runs "
+        "(--cp-comm-type a2a); export it with --to megatron, or plan with --cp-comm-type p2p");
   // Megatron-DeepSpeed's GPT and torchtitan's llama3/deepseek_v3 have no window.
   Plan tp2;
   tp2.tp = 2;
