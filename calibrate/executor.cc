@@ -408,9 +408,14 @@ class RankExecutor {
       if (op.kind == OpKind::kAttention && lc.cp_comm_bytes > 0 && cp_->size() > 1) {
         timed(*cp_, Collective::kAllGather, lc.cp_comm_bytes, &cp_times_);
       }
+      // Ulysses (cp_comm a2a): Q, K, V all-to-all'd to head groups before
+      // the attention, the output back after it (step_costs: both exposed).
+      const bool ulysses = op.kind == OpKind::kAttention && lc.cp_a2a_qkv_bytes > 0 && cp_->size() > 1;
+      if (ulysses) timed(*cp_, Collective::kAllToAll, lc.cp_a2a_qkv_bytes, &cp_times_);
       const double t0 = now_s();
       run_op_forward(op);
       charge(&t_->compute, t0);
+      if (ulysses) timed(*cp_, Collective::kAllToAll, lc.cp_a2a_out_bytes, &cp_times_);
       if (with_tp && op.tp_comm_after != TpComm::kNone) {
         const auto [comm, times] = layer_group(op.comm_group);
         if (comm->size() > 1) timed(*comm, tp_collective(op.tp_comm_after, false), op.tp_comm_bytes, times);
@@ -487,6 +492,14 @@ class RankExecutor {
             timed(*cp_, Collective::kReduceScatter, lc.cp_comm_bytes, &cp_times_);
             continue;
           }
+          // Ulysses: the output gradient in before, dQ, dK, dV back after
+          // (the order of the two does not change their sum).
+          if (lc.cp_a2a_qkv_bytes > 0 && cp_->size() > 1) {
+            charge(&t_->compute, t0);
+            timed(*cp_, Collective::kAllToAll, lc.cp_a2a_out_bytes, &cp_times_);
+            timed(*cp_, Collective::kAllToAll, lc.cp_a2a_qkv_bytes, &cp_times_);
+            continue;
+          }
           break;
         case OpKind::kElementwise:
           // A copy of n bytes moves 2n of traffic (the embedding's, all
@@ -536,9 +549,13 @@ class RankExecutor {
         } else if (p_.recompute == Recompute::kSelective) {
           for (const OpCost& op : lc.ops) {
             if (op.kind != OpKind::kAttention) continue;
+            // Ulysses' all-to-alls are inside the recomputed attention call.
+            const bool ulysses = lc.cp_a2a_qkv_bytes > 0 && cp_->size() > 1;
+            if (ulysses) timed(*cp_, Collective::kAllToAll, lc.cp_a2a_qkv_bytes, &cp_times_);
             const double t0 = now_s();
             run_op_forward(op);
             charge(&t_->compute, t0);
+            if (ulysses) timed(*cp_, Collective::kAllToAll, lc.cp_a2a_out_bytes, &cp_times_);
           }
         }
         backward_ops(lc, part);

@@ -39,7 +39,7 @@ out=docs/validation.md
   echo "\$ mpirun --allow-run-as-root --oversubscribe -np 2 trainplan calibrate --backend cpu -e 32M --iters 20 --model gpt-tiny --model gpt-tiny-moe --mbs 1,2"
   grep -E '^# (trainplan|nRanks|Fit|GEMM:|WARNING|OK)|^  (all_reduce|all_gather|reduce_scatter|alltoall|broadcast|sendrecv) ' "$work/calibrate.txt" || true
   echo '```'
-  for n in dp2 tp2 pp2 zbv2 cp2 zero3 moe_ep2; do
+  for n in dp2 tp2 pp2 zbv2 cp2 cp2_a2a zero3 moe_ep2; do
     echo
     echo "## ${n^^}"
     echo

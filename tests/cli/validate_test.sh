@@ -35,7 +35,7 @@ assert len(c["gemm_table"]) > 10 and c["peak"].endswith("TFLOP/s")
 PY
 
 # --tolerance: validate exits 1 when the step time misses by more, 0 within.
-for n in dp2 tp2 pp2 zbv2 cp2 zero3 moe_ep2; do
+for n in dp2 tp2 pp2 zbv2 cp2 cp2_a2a zero3 moe_ep2; do
   ok=0
   for attempt in 1 2 3 4 5; do
     # A calibration taken during a burst of other work skews every later
