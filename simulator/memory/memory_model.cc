@@ -393,8 +393,20 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
     // The interleaved schedule's in-flight forwards by model chunk, at the
     // steady state's peak (chunks of unequal layers hold unequal
     // activations; the embedding is in chunk 0 of rank 0).
+    // A framework that keeps each stage's output until its backward
+    // (ExecutionProfile::keeps_stage_outputs) holds one per in-flight
+    // micro-batch of every model chunk but the one ending in the loss: under
+    // the interleaved schedule that is part of each chunk's share, so that
+    // the walk finds the moment the two peak together (the last rank's
+    // in-flight mix of loss and other chunks changes from step to step).
+    const bool keeps_outputs = fw.keeps_stage_outputs && p.pp > 1 && !zero_bubble(p.schedule);
+    const double kept_output = keeps_outputs ? layer_input_bytes(model, shape) * kept_stage_output_share(fw, p) : 0.0;
     if (p.schedule == Schedule::kInterleaved) {
-      act = interleaved_peak_activations(p.pp, p.vp, chunks, layout.microbatches, ss.chunk_saved);
+      std::vector<double> chunk_held = ss.chunk_saved;
+      for (size_t c = 0; c < chunk_held.size(); ++c) {
+        if (!(i == out_at.rank && static_cast<int>(c) == out_at.chunk)) chunk_held[c] += kept_output;
+      }
+      act = interleaved_peak_activations(p.pp, p.vp, chunks, layout.microbatches, chunk_held);
     } else if (i == 0) {
       act += static_cast<double>(chunks) * emb.saved_bytes;
     }
@@ -416,17 +428,11 @@ MemoryReport estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
       if (i == p.pp - 1) held += out.weight_grad_saved_bytes - out.saved_bytes;
       act += std::max(0.0, held);
     }
-    // Stage outputs held until their backward (ExecutionProfile): one per
-    // in-flight micro-batch chunk but those of the chunk that ends in the
-    // loss.
-    if (fw.keeps_stage_outputs && p.pp > 1 && !zero_bubble(p.schedule)) {
-      int64_t held = chunks;
-      if (i == p.pp - 1) {
-        held = p.schedule == Schedule::kInterleaved ? chunks - (layout.microbatches == p.pp ? layout.microbatches : 1)
-                                                    : 0;
-      }
-      act += static_cast<double>(std::max<int64_t>(0, held)) * layer_input_bytes(model, shape) *
-             kept_stage_output_share(fw, p);
+    // The other schedules' stage outputs (the interleaved ones are in the
+    // walk above): one per in-flight micro-batch, none on the last stage,
+    // whose one chunk ends in the loss.
+    if (keeps_outputs && p.schedule != Schedule::kInterleaved && i != p.pp - 1) {
+      act += static_cast<double>(chunks) * kept_output;
     }
     // One layer's backward re-materialises what recompute dropped; the last
     // stage's loss holds its gradient buffers as its backward starts (both

@@ -84,6 +84,8 @@ def random_flags(rng, models, clusters):
         flags.append("--sp")
     if pp > 1 and rng.random() < 0.4:
         flags += ["--vp", str(rng.choice([2, 3, 4]))]
+    if cp > 1 and framework in ("generic", "megatron-core") and rng.random() < 0.4:
+        flags += ["--cp-comm-type", "a2a"]
     if pp > 1 and rng.random() < 0.2:
         flags += ["--schedule", rng.choice(["gpipe", "zb-1p", "zb-2p", "zb-v", "dualpipe-v", "dualpipe",
                                             "interleaved-zb"])]
