@@ -746,7 +746,10 @@ int run_recommend(const RecommendFlags& f) {
       }
       if (q.cp > 1 && q.cp_comm == CpComm::kA2a) {
         std::printf("       context parallelism as Ulysses all-to-alls of Q, K, V and the output, each rank attending "
-                    "over the whole sequence (Megatron-Core --cp-comm-type a2a)\n");
+                    "over the whole sequence (%s)\n",
+                    q.framework == Framework::kDeepSpeed ? "DeepSpeed-Ulysses, Megatron-DeepSpeed --ds-sequence-parallel-size"
+                    : q.framework == Framework::kMegatronCore ? "Megatron-Core --cp-comm-type a2a"
+                                                              : "Megatron-Core --cp-comm-type a2a, DeepSpeed-Ulysses");
       }
       if (q.moe_dispatcher != MoeDispatcher::kAllToAll) {
         std::printf("       tokens dispatched by %s (each token once per destination rank and node%s)\n",

@@ -960,10 +960,21 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
         "and Megatron-DeepSpeed's FP8 path takes delayed scaling only, without GQA, and is skipped by its pipeline "
         "engine; export FP8 plans with --to megatron");
   }
-  if (p.cp > 1) {
+  if (p.cp > 1 && p.cp_comm != CpComm::kA2a) {
     return refuse(
         "DeepSpeed has no ring context parallelism; its sequence parallelism (DeepSpeed-Ulysses) splits attention "
-        "heads with all-to-all instead (use cp 1)");
+        "heads with all-to-all instead (use --cp-comm-type a2a, or cp 1)");
+  }
+  if (p.cp > 1 && (p.tp > 1 || p.pp > 1 || m.has_moe)) {
+    // Megatron-DeepSpeed megatron/core/parallel_state.py
+    // initialize_model_parallel: "DeepSpeed's sequence parallel does not
+    // work with tensor parallel or pipeline parallel"; an MoE plan is a
+    // plain config for a Hugging Face model (AutoEP), without Ulysses.
+    return refuse(m.has_moe ? "DeepSpeed-Ulysses comes from Megatron-DeepSpeed's GPT model, and an MoE plan exports as a "
+                              "config for a Hugging Face model through AutoEP, which has none (use cp 1, or --to megatron)"
+                            : "Megatron-DeepSpeed runs DeepSpeed-Ulysses only without tensor and pipeline parallelism "
+                              "(\"DeepSpeed's sequence parallel does not work with tensor parallel or pipeline "
+                              "parallel\"); the plan has tp=" + str(p.tp) + " pp=" + str(p.pp) + " (use tp 1 and pp 1)");
   }
   if (const std::string why = deepspeed_pipeline_zero_conflict(p); !why.empty()) return refuse(why);
   if (p.pp > 1 && p.schedule != Schedule::k1F1B) {
@@ -997,7 +1008,9 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
         "DeepSpeed's pipeline engine fails with bf16 and optimizer offload (deepspeedai/DeepSpeed#3866); use fp16, "
         "pp 1 or no offload");
   }
-  const bool model_parallel = p.tp > 1 || p.pp > 1;
+  // Tensor, pipeline and Ulysses sequence parallelism come from
+  // Megatron-DeepSpeed; a plain config describes data parallelism only.
+  const bool model_parallel = p.tp > 1 || p.pp > 1 || p.cp > 1;
   if (!model_parallel) return render == Render::kCheckOnly ? accept("") : accept(deepspeed_config(m, L, false).dump(2) + "\n");
 
   // Tensor and pipeline parallelism: Megatron-DeepSpeed's pretrain_gpt.py.
@@ -1037,6 +1050,10 @@ ExportResult export_deepspeed(const ModelSpec& m, const ClusterSpec& c, const La
   BashArgs parallel;
   parallel.opt("--tensor-model-parallel-size", p.tp);
   parallel.opt("--pipeline-model-parallel-size", p.pp);
+  // DeepSpeed-Ulysses (megatron/model/transformer.py: DistributedAttention
+  // over the sequence-parallel group of ds_sequence_parallel_size
+  // consecutive ranks), the plan's cp with its all-to-alls.
+  if (p.cp > 1) parallel.opt("--ds-sequence-parallel-size", p.cp);
   if (p.pp == 1) parallel.flag("--no-pipeline-parallel");
   if (p.sp && p.tp > 1) parallel.flag("--sequence-parallel");
   parallel.flag("--deepspeed");
@@ -2218,14 +2235,13 @@ ExportResult export_or_check(ExportTarget target, const ModelSpec& model, const 
                   cuda_graph_modules_name(layout.plan.cuda_graph) +
                   "), as Megatron-Core runs them (--cuda-graph-impl transformer_engine); export it with --to megatron");
   }
-  if (layout.plan.cp > 1 && layout.plan.cp_comm == CpComm::kA2a && runs != ExportTarget::kMegatron) {
+  if (layout.plan.cp > 1 && layout.plan.cp_comm == CpComm::kA2a && runs != ExportTarget::kMegatron &&
+      runs != ExportTarget::kDeepSpeed) {
     // torchtitan's context parallelism is ring attention (context_parallel,
-    // rotating K/V by all-gather or all-to-all); DeepSpeed-Ulysses lives in
-    // Megatron-DeepSpeed's model code, which the DeepSpeed export does not
-    // write with context parallelism; the FSDP2 script has none.
+    // rotating K/V by all-gather or all-to-all); the FSDP2 script has none.
     return refuse("the plan runs context parallelism as Ulysses all-to-alls (--cp-comm-type a2a), which "
-                  "Megatron-Core runs (--cp-comm-type a2a); export it with --to megatron, or plan with "
-                  "--cp-comm-type p2p");
+                  "Megatron-Core (--cp-comm-type a2a) and Megatron-DeepSpeed (--ds-sequence-parallel-size) run; "
+                  "export it with --to megatron or --to deepspeed, or plan with --cp-comm-type p2p");
   }
   if (layout.plan.moe_pad_to_capacity && runs != ExportTarget::kMegatron) {
     return refuse("the plan pads every expert's input to its capacity (--moe-pad-to-capacity), which only "

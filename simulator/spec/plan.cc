@@ -848,11 +848,10 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (p.cp_comm == CpComm::kA2a) {
     // Transformer Engine AttnFuncWithCPAndQKVOA2A: "The number of attention
     // heads needs to be divisible by CP size!" (the heads of a TP rank, for
-    // the queries and for the keys and values).  Megatron-Core and generic
-    // plans run it; torchtitan's context parallelism is ring attention
-    // (torch.distributed.tensor.experimental.context_parallel), DeepSpeed's
-    // Ulysses lives in Megatron-DeepSpeed's model code, which the DeepSpeed
-    // export does not write (exporters.cc).
+    // the queries and for the keys and values).  Megatron-Core, DeepSpeed
+    // (DeepSpeed-Ulysses through Megatron-DeepSpeed, exporters.cc) and
+    // generic plans run it; torchtitan's context parallelism is ring
+    // attention (torch.distributed.tensor.experimental.context_parallel).
     const int64_t width = int64_t{p.tp} * p.cp;
     if (p.cp < 2) fail("cp comm type a2a needs cp >= 2 (there is no context-parallel exchange)");
     else if (model.heads % width != 0 || model.kv_heads % width != 0)
@@ -860,9 +859,11 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
            str(model.heads) + " and kv_heads=" + str(model.kv_heads) +
            " must both be multiples of it (Transformer Engine: the number of attention heads needs to be divisible "
            "by CP size); use p2p or a smaller cp");
-    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore)
-      fail("cp comm type a2a (all-to-all context parallelism) runs in Megatron-Core (--cp-comm-type a2a); this "
-           "plan's framework runs ring attention: use --framework megatron-core, or --cp-comm-type p2p");
+    if (p.framework != Framework::kGeneric && p.framework != Framework::kMegatronCore &&
+        p.framework != Framework::kDeepSpeed)
+      fail("cp comm type a2a (all-to-all context parallelism) runs in Megatron-Core (--cp-comm-type a2a) and "
+           "DeepSpeed (Ulysses); this plan's framework runs ring attention or none: use --framework megatron-core "
+           "or deepspeed, or --cp-comm-type p2p");
   }
   if (p.pp > model.layers) fail("pp=" + str(p.pp) + " exceeds layers=" + str(model.layers));
 

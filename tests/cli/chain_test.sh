@@ -192,7 +192,7 @@ d = json.load(open(sys.argv[1]))
 keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
         "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers",
         "framework", "gpus", "ep", "etp", "recompute_modules", "tp_comm_overlap", "ep_overlap", "delay_wgrad", "mtp_layers",
-        "moe_dispatcher", "moe_pad_to_capacity", "moment_dtype"]
+        "moe_dispatcher", "moe_pad_to_capacity", "moment_dtype", "cp_comm_type"]
 for i, p in enumerate(d["plans"]):
     plan = {k: p[k] for k in keys if k in p}
     plan.update(model=sys.argv[3], cluster=sys.argv[4])
@@ -272,6 +272,7 @@ megatron-core megatron qwen3-30b-a3b dgx-h100 2 --moe-dispatcher hybridep
 torchtitan torchtitan deepseek-v3 dgx-h100 32 --moe-dispatcher deepep
 deepspeed deepspeed mixtral-8x7b dgx-h100 2
 deepspeed deepspeed qwen3-30b-a3b dgx-h100 2
+deepspeed deepspeed llama3-8b dgx-h100 2 --seq 65536 --gbs 16
 FRAMEWORKS
 
 # Without --framework, recommend labels each plan with the frameworks that
@@ -282,7 +283,8 @@ python3 - "$work/gen.json" "$work" <<'PY' > "$work/gen.list" || fail "recommend 
 import json, sys
 d = json.load(open(sys.argv[1]))
 keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
-        "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers", "gpus"]
+        "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers", "gpus",
+        "cp_comm_type"]
 target = {"megatron-core": "megatron", "deepspeed": "deepspeed", "torchtitan": "torchtitan", "pytorch": "fsdp"}
 for i, p in enumerate(d["plans"]):
     plan = {k: p[k] for k in keys if k in p}

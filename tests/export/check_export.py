@@ -1318,7 +1318,7 @@ def check_model(obj, model: str, models: dict, path: str, what: str, P: Problems
                 check_model(value, sub, models, f"{path}.{key}", what, P)
 
 
-def deepspeed_config_rules(cfg: dict, data: dict, plan: dict, what: str, P: Problems, *, tp: int = 1, pp: int = 1,
+def deepspeed_config_rules(cfg: dict, data: dict, plan: dict, what: str, P: Problems, *, tp: int = 1, pp: int = 1, sp: int = 1,
                            pipeline_engine: bool = False, client_optimizer: bool = False,
                            cpu_optimizer: bool = False, line: int | None = None) -> dict:
     top = data["top_level"]["keys"]
@@ -1383,9 +1383,11 @@ def deepspeed_config_rules(cfg: dict, data: dict, plan: dict, what: str, P: Prob
                   line)
 
     # config.py _batch_assertion: train_batch_size == micro * gas * world_size,
-    # world_size = the data-parallel degree = world / (tp * pp).
+    # world_size = the data-parallel degree = world / (tp * pp), and / sp under
+    # Megatron-DeepSpeed's Ulysses (its mpu's data-parallel group excludes
+    # the sequence-parallel ranks, parallel_state.py).
     world = plan["gpus"]
-    dp = world // (tp * pp) if world % (tp * pp) == 0 else None
+    dp = world // (tp * pp * sp) if world % (tp * pp * sp) == 0 else None
     tb = cfg.get("train_batch_size")
     mb = cfg.get("train_micro_batch_size_per_gpu")
     gas = cfg.get("gradient_accumulation_steps")
@@ -1551,6 +1553,24 @@ def megatron_deepspeed_rules(ns: dict, given: dict, plan: dict, script: BashScri
         P.add(f"megatron-deepspeed: world {world} not divisible by tp*pp*ds_sp = {tp * pp * sps} (validate_args)")
         return
     dp = world // (tp * pp * sps)
+    # DeepSpeed-Ulysses (megatron/core/parallel_state.py initialize_model_parallel: "DeepSpeed's sequence
+    # parallel does not work with tensor parallel or pipeline parallel"; megatron/model/transformer.py:
+    # num_attention_heads % sequence-parallel size == 0 for DistributedAttention).
+    if sps > 1:
+        if tp != 1 or pp != 1:
+            P.add(f"megatron-deepspeed: --ds-sequence-parallel-size {sps} with tp {tp} pp {pp}: DeepSpeed's sequence "
+                  "parallel does not work with tensor parallel or pipeline parallel (parallel_state.py)",
+                  ln("ds_sequence_parallel_size"))
+        heads_ = geti("num_attention_heads")
+        if heads_ and heads_ % sps:
+            P.add(f"megatron-deepspeed: --num-attention-heads {heads_} not divisible by --ds-sequence-parallel-size "
+                  f"{sps} (transformer.py DistributedAttention)", ln("ds_sequence_parallel_size"))
+    if sps > 1 and plan.get("cp_comm_type") != "a2a":
+        P.add(f"megatron-deepspeed: --ds-sequence-parallel-size {sps} runs Ulysses all-to-alls; the plan's "
+              f"context-parallel exchange is {plan.get('cp_comm_type', 'p2p')}", ln("ds_sequence_parallel_size"))
+    if sps != max(1, plan["cp"]) and (sps > 1 or plan["cp"] > 1):
+        P.add(f"megatron-deepspeed: --ds-sequence-parallel-size {sps}, the plan has cp={plan['cp']}",
+              ln("ds_sequence_parallel_size"))
     # validate_args: --no-pipeline-parallel requires pp == 1.
     no_pipe = bool(ns.get("no_pipeline_parallel"))
     if no_pipe and pp != 1:
@@ -1623,7 +1643,7 @@ def megatron_deepspeed_rules(ns: dict, given: dict, plan: dict, script: BashScri
             # pretrain_gpt.py: --deepspeed without --no-pipeline-parallel builds
             # GPTModelPipe, so deepspeed.initialize returns a PipelineEngine;
             # megatron/training.py passes its own optimizer (client optimizer).
-            r = deepspeed_config_rules(cfg, ds_data, plan, "deepspeed config (heredoc)", P, tp=tp, pp=pp,
+            r = deepspeed_config_rules(cfg, ds_data, plan, "deepspeed config (heredoc)", P, tp=tp, pp=pp, sp=sps,
                                        pipeline_engine=not no_pipe, client_optimizer=True,
                                        cpu_optimizer=bool(ns.get("cpu_optimizer")) and not ns.get("cpu_torch_adam"),
                                        line=doc["line"])

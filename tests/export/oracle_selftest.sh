@@ -385,6 +385,15 @@ expect_fail "megatron-deepspeed: --zero-stage disagrees with the config" deepspe
   '--zero-stage 0 but the DeepSpeed config has stage 1'
 mutate "$T/mds.sh" "$T/mds_name.sh" 's/--deepspeed_config/--deepspeed-config/'
 expect_fail "megatron-deepspeed: wrong flag name" deepspeed "$DP" "$T/mds_name.sh" 'unknown argument --deepspeed-config'
+# DeepSpeed-Ulysses: cp 4 as --ds-sequence-parallel-size 4, tp 1, pp 1 (dp 2: the same 16 accumulation steps).
+sed -e 's/"tp": 2, "pp": 2, "dp": 2, "cp": 1/"tp": 1, "pp": 1, "dp": 2, "cp": 4/; s/"sp": true/"sp": false/' \
+  -e 's/"dp_mode": "sync"/"dp_mode": "sync", "cp_comm_type": "a2a"/' "$DP" >"$T/plan_ds_ulysses.json"
+mutate "$T/mds.sh" "$T/mds_ulysses.sh" 's/--tensor-model-parallel-size 2/--tensor-model-parallel-size 1/; s/--pipeline-model-parallel-size 2/--pipeline-model-parallel-size 1\n  --no-pipeline-parallel\n  --ds-sequence-parallel-size 4/; /--sequence-parallel$/d; /CUDA_DEVICE_MAX_CONNECTIONS/d'
+expect_pass "megatron-deepspeed: Ulysses, --ds-sequence-parallel-size 4" deepspeed "$T/plan_ds_ulysses.json" \
+  "$T/mds_ulysses.sh"
+mutate "$T/mds_ulysses.sh" "$T/mds_ulysses_tp.sh" 's/--tensor-model-parallel-size 1/--tensor-model-parallel-size 2/; s/--ds-sequence-parallel-size 4/--ds-sequence-parallel-size 2/'
+expect_fail "megatron-deepspeed: Ulysses with tensor parallelism" deepspeed "$T/plan_ds_ulysses.json" \
+  "$T/mds_ulysses_tp.sh" "sequence parallel does not work with tensor parallel or pipeline parallel"
 
 # ---- PyTorch FSDP2 / DDP script --------------------------------------------
 cat >"$T/fsdp.py" <<'EOF'

@@ -550,9 +550,27 @@ TEST_CASE("Export: sliding-window attention as Megatron-Core and Transformer Eng
   Plan generic_a2a;
   generic_a2a.cp = 2;
   generic_a2a.cp_comm = CpComm::kA2a;
+  generic_a2a.zero = 1;  // DeepSpeed takes fp32 gradient accumulation of a bf16 model under ZeRO only
   CHECK(refusal(ExportTarget::kTorchtitan, job("llama3-8b", "dgx-h100", 8, generic_a2a)) ==
-        "the plan runs context parallelism as Ulysses all-to-alls (--cp-comm-type a2a), which Megatron-Core runs "
-        "(--cp-comm-type a2a); export it with --to megatron, or plan with --cp-comm-type p2p");
+        "the plan runs context parallelism as Ulysses all-to-alls (--cp-comm-type a2a), which Megatron-Core "
+        "(--cp-comm-type a2a) and Megatron-DeepSpeed (--ds-sequence-parallel-size) run; export it with --to megatron "
+        "or --to deepspeed, or plan with --cp-comm-type p2p");
+  // DeepSpeed-Ulysses through Megatron-DeepSpeed: tp 1 and pp 1 only
+  // (megatron/core/parallel_state.py), its sequence-parallel degree the cp.
+  const std::string ds = exported(ExportTarget::kDeepSpeed, job("llama3-8b", "dgx-h100", 8, generic_a2a));
+  CHECK(int_arg(bash_args(ds, "PARALLEL_ARGS"), "--ds-sequence-parallel-size") == 2);
+  CHECK(bash_args(ds, "PARALLEL_ARGS").count("--no-pipeline-parallel") == 1);
+  CHECK(heredoc_json(ds).at("train_batch_size").get<int64_t>() == 4);  // dp 4 (8 / cp 2) x mbs 1 x 1
+  Plan ulysses_tp2 = generic_a2a;
+  ulysses_tp2.tp = 2;
+  ulysses_tp2.sp = true;
+  CHECK(refusal(ExportTarget::kDeepSpeed, job("llama3-8b", "dgx-h100", 8, ulysses_tp2))
+            .find("\"DeepSpeed's sequence parallel does not work with tensor parallel or pipeline parallel\"") !=
+        std::string::npos);
+  Plan ring = generic_a2a;
+  ring.cp_comm = CpComm::kP2p;
+  CHECK(refusal(ExportTarget::kDeepSpeed, job("llama3-8b", "dgx-h100", 8, ring)).find("use --cp-comm-type a2a") !=
+        std::string::npos);
   // Megatron-DeepSpeed's GPT and torchtitan's llama3/deepseek_v3 have no window.
   Plan tp2;
   tp2.tp = 2;
@@ -970,7 +988,7 @@ TEST_CASE("Export: refusals name the framework's rule", "[planner][export]") {
     cp.cp = 2;
     CHECK(refusal(ExportTarget::kDeepSpeed, job("llama3-8b", "dgx-h100", 8, cp)) ==
           "DeepSpeed has no ring context parallelism; its sequence parallelism (DeepSpeed-Ulysses) splits attention "
-          "heads with all-to-all instead (use cp 1)");
+          "heads with all-to-all instead (use --cp-comm-type a2a, or cp 1)");
     Plan vp;
     vp.pp = 2;
     vp.vp = 2;
