@@ -917,7 +917,8 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
         // overlap or, unasked, a flex dispatcher) that the plan rules or the
         // framework refuse is one try less, not a layout the user asked about.
         if (!plans[i].stage_layers.empty() || plans[i].cuda_graph != 0 || plans[i].tp_comm_overlap ||
-            plans[i].ep_overlap || plans[i].cp_comm == CpComm::kA2a ||
+            plans[i].ep_overlap ||
+            (plans[i].cp_comm == CpComm::kA2a && o.framework != Framework::kDeepSpeed) ||  // DeepSpeed's are enumerated
             (!o.moe_dispatcher_given && plans[i].moe_dispatcher != MoeDispatcher::kAllToAll)) {
           dropped_variants += 1;
           continue;
