@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "planner/cli/commands.h"
+#include "planner/cli/op_table.h"
 #include "planner/cli/output.h"
 #include "planner/cli/plan_flags.h"
 #include "planner/report/html_report.h"
@@ -29,6 +30,7 @@ struct SimulateFlags {
   PlanFlags plan;
   bool json = false;
   bool full = false;
+  bool ops = false;  // --ops: each layer kind's ops as charged (op_table.h)
   std::string trace;
   std::string html;
   std::string save;         // --save plan.json: the plan, for export, validate, memory, simulate --plan
@@ -428,6 +430,11 @@ int run_simulate(const SimulateFlags& f) {
   if (attention_kernel != nullptr) out["attention_kernel"] = attention_kernel;
   out["tasks"] = rep.tasks;
   out["events"] = rep.events;
+  std::vector<LayerCharges> op_tables;
+  if (f.ops) {
+    op_tables = layer_charges(job.model, job.cluster, layout.plan);
+    out["layer_ops"] = op_tables_json(op_tables, job.cluster);
+  }
   FaultReport fr;
   if (faults.any()) {
     const double tokens_per_step = static_cast<double>(layout.plan.gbs) * static_cast<double>(layout.plan.seq);
@@ -508,6 +515,7 @@ int run_simulate(const SimulateFlags& f) {
   }
   std::printf("peak %.2f GiB of %.2f GiB: %s\n", to_gib(rep.peak_memory_bytes), to_gib(rep.capacity_bytes),
               rep.fits ? "fits" : "DOES NOT FIT");
+  if (f.ops) print_op_tables(op_tables, job.cluster);
   if (faults.any()) print_faults(fr, faults, layout.gpus, layout.nodes);
   if (!f.save.empty()) std::printf("saved the plan to %s\n", f.save.c_str());
   return 0;
@@ -521,6 +529,10 @@ void register_simulate_command(CLI::App* app, int* status) {
   add_plan_flags(cmd, &flags.plan);
   cmd->add_flag("--json", flags.json, "JSON output");
   cmd->add_flag("--full", flags.full, "simulate every rank (lock-step TP peers as one) instead of one representative rank per stage");
+  cmd->add_flag("--ops", flags.ops,
+                "also print each kind of transformer layer's ops for one micro-batch on one rank: shape, forward, "
+                "backward and recompute time, the rate that implies, host calls and the collective after each, as the "
+                "step charges them (JSON: layer_ops)");
   cmd->add_option("--convergence", flags.convergence,
                   std::string("async plans: the stale-gradient convergence model (default sharpness=1,condition=1000,"
                               "lr=scaled); ") + kConvergenceGrammar);

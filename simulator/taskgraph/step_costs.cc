@@ -141,8 +141,9 @@ std::optional<std::pair<int64_t, int64_t>> overlapped_tp_comm(const std::vector<
 
 // `block`: lc is a transformer layer (the GEMMs TE's userbuffers overlap);
 // false for the embedding and output layers.
+// `charges`, when given, gets each op's own times (layer_charges).
 OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpec& c, const LinkParams& lp,
-                 const Plan& p, bool block, const ExecutionProfile& prof) {
+                 const Plan& p, bool block, const ExecutionProfile& prof, std::vector<OpCharge>* charges = nullptr) {
   OpTimes t;
   // Groups in rank order (Megatron): tp consecutive; etp consecutive and
   // the ep group etp apart (expert rank order tp-ep-dp-pp).
@@ -218,15 +219,25 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
     const OpCost& op = lc.ops[i];
     const int64_t f = op_forward_time(cpm, op).ps();
     const int64_t b = op_backward_time(cpm, op, attention_run(p)).ps();
+    const int64_t w = op_weight_grad_time(cpm, op).ps();
     const bool rerun = per_op ? op.sac_rerun_share > 0 && op.tp_comm_after != TpComm::kReduceScatter
                               : (op.rerun_by & modules) != 0;
-    if (per_op) t.rc += static_cast<int64_t>(static_cast<double>(f) * op.sac_rerun_share);
-    else if (rerun) t.rc += f;
+    const int64_t rc = per_op ? static_cast<int64_t>(static_cast<double>(f) * op.sac_rerun_share) : rerun ? f : 0;
+    t.rc += rc;
     t.host_calls += op.host_calls;
     if (per_op ? op.sac_rerun_share > 0 : rerun) t.rc_host_calls += op.host_calls;
     t.fwd += f;
     t.bwd += b;
-    t.wgrad += op_weight_grad_time(cpm, op).ps();
+    t.wgrad += w;
+    if (charges != nullptr) {
+      OpCharge ch;
+      ch.op = op;
+      ch.forward_ps = f;
+      ch.backward_ps = b;
+      ch.weight_grad_ps = w;
+      ch.recompute_ps = p.recompute == Recompute::kFull ? f : p.recompute == Recompute::kSelective ? rc : 0;
+      charges->push_back(std::move(ch));
+    }
     if (op.kind == OpKind::kAttention) {
       t.attn_f += f;
       t.attn_b += b;
@@ -258,6 +269,17 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
           tf = CommTotals{};
           tb = CommTotals{};
         }
+      }
+      if (charges != nullptr && placement(op.comm_group).first > 1) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s %s %.3g MiB over %d",
+                      op.comm_group == CommGroup::kTp ? "tp" : op.comm_group == CommGroup::kEp ? "ep" : "etp",
+                      to_string(in_forward ? fk : bk), (in_forward ? bytes : bwd_bytes) / (1024.0 * 1024.0),
+                      placement(op.comm_group).first);
+        OpCharge& ch = charges->back();
+        ch.comm = buf;
+        ch.comm_forward_ps = cf;
+        ch.comm_backward_ps = cb;
       }
       if (op.comm_group == CommGroup::kTp) {
         t.tp_f += cf;
@@ -506,6 +528,38 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
   s.comm_slowdown = kNcclChannels / std::max(1, c.gpu.sm_count);
   s.ep_comm_sm_share = ep_comm_sm_share(c, p);
   return s;
+}
+
+std::vector<LayerCharges> layer_charges(const ModelSpec& m, const ClusterSpec& c, const Plan& p) {
+  if (p.recompute == Recompute::kFull && p.recompute_layers > 0) {
+    std::vector<LayerCharges> out;
+    for (bool all : {true, false}) {
+      for (LayerCharges& k : layer_charges(m, c, partial_recompute_part(p, all))) {
+        k.recomputed = all;
+        out.push_back(std::move(k));
+      }
+    }
+    return out;
+  }
+  const LayerShape shape = layer_shape(p);
+  const ComputeParams cpm = compute_params(c, p);
+  const LinkParams lp = link_params(c);
+  const ExecutionProfile prof = execution_profile(p);
+  int64_t moe_layers = 0;
+  for (int64_t i = 0; i < m.layers; ++i) moe_layers += m.is_moe_layer(i) ? 1 : 0;
+  std::vector<LayerCharges> out;
+  for (bool moe : {false, true}) {
+    const int64_t count = moe ? moe_layers : m.layers - moe_layers;
+    if (count == 0) continue;
+    LayerCharges k;
+    k.moe = moe;
+    k.layers = count;
+    const LayerCost layer = transformer_layer_cost(m, shape, moe);
+    op_times(layer, cpm, c, lp, p, true, prof, &k.ops);
+    k.times = layer_times(layer, cpm, c, lp, p, true, prof);
+    out.push_back(std::move(k));
+  }
+  return out;
 }
 
 double ep_comm_sm_share(const ClusterSpec& c, const Plan& p) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -152,6 +153,40 @@ double ep_comm_sm_share(const ClusterSpec& cluster, const Plan& plan);
 // compute (the CPU backend), where all of it is exposed.
 // REQUIRES: those are valid.
 StepCosts step_costs(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan, bool cp_overlap = true);
+
+// One op of a transformer layer as the step charges it on a rank for one
+// micro-batch (`simulate --ops`): the times op_forward_time and
+// op_backward_time give it, the share of its forward that recomputation
+// re-runs in the backward, and the collective after it as charged there
+// (what TP overlap leaves exposed).
+struct OpCharge {
+  OpCost op;                      // shape, FLOPs, bytes, host calls
+  int64_t forward_ps = 0;
+  int64_t backward_ps = 0;        // data and weight gradients
+  int64_t weight_grad_ps = 0;     // the weight-gradient part of backward_ps
+  int64_t recompute_ps = 0;       // its forward again in the backward (recompute)
+  std::string comm;               // the collective after it, e.g. "tp all_reduce 16 MiB over 8"; empty: none
+  int64_t comm_forward_ps = 0, comm_backward_ps = 0;
+};
+
+// The ops of one kind of transformer layer and the layer's totals as
+// step_costs charges them (LayerTimes: collectives, the CP exchange,
+// recomputation, FSDP2's copies and the host's pace folded in).
+struct LayerCharges {
+  bool moe = false;               // an MoE layer; else a dense one
+  // Megatron's partial recompute (recompute_layers > 0): the recomputed
+  // layers of each chunk (true) or the rest (false); unset otherwise.
+  std::optional<bool> recomputed;
+  int64_t layers = 0;             // layers of this kind in the model
+  std::vector<OpCharge> ops;      // forward order
+  LayerTimes times;
+};
+
+// Every kind of transformer layer `plan` runs (dense and/or MoE; with
+// partial recompute each recomputed and not), in that order.  The sums of
+// a kind's op times are the compute inside its LayerTimes.
+// REQUIRES: as step_costs.
+std::vector<LayerCharges> layer_charges(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan);
 
 // The plan without partial recompute whose step costs a partial plan
 // (recompute full, recompute_layers > 0) is made of: every layer recomputed

@@ -582,6 +582,27 @@ expect_ok "memory --offload optimizer" "${OFFL[@]}"
 grep -q "^host memory per node for the offloaded states: $HOST_GIB GiB of 2048.00 GiB: fits$" "$TMP/out" ||
   fail "memory --offload optimizer: no host memory line with $HOST_GIB GiB: $(grep host "$TMP/out")"
 
+# simulate --ops: each layer kind's ops as the step charges them.  Their
+# forward times and the collectives after them add up to the layer's
+# forward (layer_ms, the same figure), a GPU-bound dense layer at tp 2 with
+# sequence parallelism; the text prints the same totals.
+OPS=(simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --tp 2 --sp --seq 4096 --gbs 8 --framework megatron-core --ops)
+expect_ok "simulate --ops --json" "${OPS[@]}" --json
+json_check "ops add up to the layer" '
+k = d["layer_ops"][0]
+assert k["layer"] == "dense" and k["layers"] == 32 and not k["host_bound"], k
+fwd = sum(o["forward_ms"] + o.get("collective_forward_ms", 0) for o in k["ops"])
+assert abs(fwd - k["forward_ms"]) < 1e-4, (fwd, k["forward_ms"])
+assert abs(k["forward_ms"] - d["layer_ms"]["forward"]) < 1e-3, (k["forward_ms"], d["layer_ms"])
+assert [o["name"] for o in k["ops"] if o["kind"] == "gemm"] == ["qkv", "out_proj", "fc1", "fc2"], k["ops"]
+assert all(o["collective"].startswith("tp ") for o in k["ops"] if "collective" in o)
+'
+LAYER_FWD=$(python3 -c 'import json,sys; print("%.3f" % json.load(open(sys.argv[1]))["layer_ops"][0]["forward_ms"])' "$TMP/out")
+expect_ok "simulate --ops" "${OPS[@]}"
+grep -q "^ops of a dense layer (32 such layers)" "$TMP/out" || fail "simulate --ops: no table header"
+grep -q "^  the layer as the step charges it: forward $LAYER_FWD ms" "$TMP/out" ||
+  fail "simulate --ops: no layer total of $LAYER_FWD ms: $(grep 'charges it' "$TMP/out")"
+
 mkdir -p "$TMP/alone" && cp "$BIN" "$TMP/alone/trainplan"
 CHECKS=$((CHECKS + 1))
 echo "check $CHECKS: calibrate without trainplan-backends"
