@@ -20,11 +20,31 @@ const char* kind_name(OpKind k) {
   return "memory";
 }
 
-// "dense layer", "MoE layer, recomputed", ...
-std::string layer_name(const LayerCharges& k) {
-  std::string s = k.moe ? "MoE layer" : "dense layer";
+bool transformer_layer(const LayerCharges& k) {
+  return k.kind == ChargedLayer::kDense || k.kind == ChargedLayer::kMoe;
+}
+
+// "a dense layer (32 such layers)", "an MoE layer, recomputed (...)", "the output layer and the loss", ...
+std::string layer_title(const LayerCharges& k) {
+  switch (k.kind) {
+    case ChargedLayer::kEmbedding: return "the embedding";
+    case ChargedLayer::kOutput: return "the output layer and the loss";
+    case ChargedLayer::kDense:
+    case ChargedLayer::kMoe: break;
+  }
+  std::string s = k.moe() ? "an MoE layer" : "a dense layer";
   if (k.recomputed.has_value()) s += *k.recomputed ? ", recomputed" : ", not recomputed";
-  return s;
+  return s + " (" + std::to_string(k.layers) + " such layers)";
+}
+
+const char* layer_key(ChargedLayer k) {
+  switch (k) {
+    case ChargedLayer::kDense: return "dense";
+    case ChargedLayer::kMoe: return "moe";
+    case ChargedLayer::kEmbedding: return "embedding";
+    case ChargedLayer::kOutput: return "output";
+  }
+  return "dense";
 }
 
 std::string shape_of(const OpCost& op) {
@@ -66,9 +86,9 @@ Sums sums_of(const LayerCharges& k) {
 
 void print_op_tables(const std::vector<LayerCharges>& kinds, const ClusterSpec& cluster) {
   for (const LayerCharges& k : kinds) {
-    std::printf("ops of %s %s (%lld such layers), one micro-batch on one rank, ms per pass (bwd includes "
-                "wgrad; rerun: the forward again under recompute):\n",
-                k.moe ? "an" : "a", layer_name(k).c_str(), static_cast<long long>(k.layers));
+    std::printf("ops of %s, one micro-batch on one rank, ms per pass (bwd includes wgrad; rerun: the forward "
+                "again under recompute):\n",
+                layer_title(k).c_str());
     std::printf("  %-20s %-9s %-26s %8s %8s %8s %8s %9s %8s %6s  %s\n", "op", "kind", "m x n x k (x groups)", "fwd_ms",
                 "bwd_ms", "wgrad_ms", "rerun_ms", "TFLOP/s", "GB/s", "calls", "collective after it: fwd / bwd ms");
     for (const OpCharge& c : k.ops) {
@@ -88,9 +108,12 @@ void print_op_tables(const std::vector<LayerCharges>& kinds, const ClusterSpec& 
     std::printf("  %-20s %-9s %-26s %8.3f %8.3f %8.3f %8.3f %9s %8s %6.1f  %.3f / %.3f\n", "ops", "", "", ms(s.fwd),
                 ms(s.bwd), ms(s.wgrad), ms(s.rerun), "", "", s.calls, ms(s.comm_f), ms(s.comm_b));
     const LayerTimes& t = k.times;
-    std::printf("  the layer as the step charges it: forward %.3f ms, backward %.3f ms (collectives, the context-"
-                "parallel exchange, recomputation and FSDP2's copies included)\n",
-                ms(t.forward_ps), ms(t.backward_ps));
+    std::printf("  %s as the step charges it: forward %.3f ms, backward %.3f ms (%s)\n",
+                transformer_layer(k) ? "the layer" : "all of it", ms(t.forward_ps), ms(t.backward_ps),
+                transformer_layer(k) ? "collectives, the context-parallel exchange, recomputation and FSDP2's copies "
+                                       "included"
+                                     : "collectives, FSDP2's copies and any multi-token prediction depths included");
+    if (!transformer_layer(k)) continue;
     std::printf("  host: %.1f op calls x %.2f us = %.3f ms to issue the forward, %.3f ms the backward: %s\n", s.calls,
                 cluster.host.op_overhead.us(), ms(t.host_forward_ps), ms(t.host_backward_ps),
                 t.host_bound_ps > 0 ? ("host-bound, " + fixed(ms(t.host_bound_ps), 3) + " ms more than on the GPU").c_str()
@@ -129,15 +152,17 @@ nlohmann::json op_tables_json(const std::vector<LayerCharges>& kinds, const Clus
       ops.push_back(o);
     }
     const LayerTimes& t = k.times;
-    nlohmann::json j = {{"layer", k.moe ? "moe" : "dense"},
+    nlohmann::json j = {{"layer", layer_key(k.kind)},
                         {"layers", k.layers},
                         {"ops", ops},
                         {"forward_ms", rounded(ms(t.forward_ps), 6)},
-                        {"backward_ms", rounded(ms(t.backward_ps), 6)},
-                        {"host_op_call_us", rounded(cluster.host.op_overhead.us(), 3)},
-                        {"host_forward_ms", rounded(ms(t.host_forward_ps), 6)},
-                        {"host_backward_ms", rounded(ms(t.host_backward_ps), 6)},
-                        {"host_bound", t.host_bound_ps > 0}};
+                        {"backward_ms", rounded(ms(t.backward_ps), 6)}};
+    if (transformer_layer(k)) {
+      j["host_op_call_us"] = rounded(cluster.host.op_overhead.us(), 3);
+      j["host_forward_ms"] = rounded(ms(t.host_forward_ps), 6);
+      j["host_backward_ms"] = rounded(ms(t.host_backward_ps), 6);
+      j["host_bound"] = t.host_bound_ps > 0;
+    }
     if (k.recomputed.has_value()) j["recomputed"] = *k.recomputed;
     out.push_back(j);
   }

@@ -532,13 +532,21 @@ StepCosts step_costs(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bo
 
 std::vector<LayerCharges> layer_charges(const ModelSpec& m, const ClusterSpec& c, const Plan& p) {
   if (p.recompute == Recompute::kFull && p.recompute_layers > 0) {
-    std::vector<LayerCharges> out;
+    // The transformer layers of each part, then the embedding and output
+    // layer once, as the step takes them (from the recomputed part:
+    // partial_recompute_step_costs).
+    std::vector<LayerCharges> out, ends;
     for (bool all : {true, false}) {
       for (LayerCharges& k : layer_charges(m, c, partial_recompute_part(p, all))) {
-        k.recomputed = all;
-        out.push_back(std::move(k));
+        if (k.kind == ChargedLayer::kDense || k.kind == ChargedLayer::kMoe) {
+          k.recomputed = all;
+          out.push_back(std::move(k));
+        } else if (all) {
+          ends.push_back(std::move(k));
+        }
       }
     }
+    for (LayerCharges& k : ends) out.push_back(std::move(k));
     return out;
   }
   const LayerShape shape = layer_shape(p);
@@ -552,13 +560,30 @@ std::vector<LayerCharges> layer_charges(const ModelSpec& m, const ClusterSpec& c
     const int64_t count = moe ? moe_layers : m.layers - moe_layers;
     if (count == 0) continue;
     LayerCharges k;
-    k.moe = moe;
+    k.kind = moe ? ChargedLayer::kMoe : ChargedLayer::kDense;
     k.layers = count;
     const LayerCost layer = transformer_layer_cost(m, shape, moe);
     op_times(layer, cpm, c, lp, p, true, prof, &k.ops);
     k.times = layer_times(layer, cpm, c, lp, p, true, prof);
     out.push_back(std::move(k));
   }
+  const StepCosts sc = step_costs(m, c, p);
+  LayerCharges e;
+  e.kind = ChargedLayer::kEmbedding;
+  e.layers = 1;
+  op_times(embedding_cost(m, shape), cpm, c, lp, p, false, prof, &e.ops);
+  e.times.forward_ps = sc.embedding_forward_ps;
+  e.times.backward_ps = sc.embedding_backward_ps;
+  e.times.weight_grad_ps = sc.embedding_weight_grad_ps;
+  out.push_back(std::move(e));
+  LayerCharges o;
+  o.kind = ChargedLayer::kOutput;
+  o.layers = 1;
+  op_times(output_cost(m, shape), cpm, c, lp, p, false, prof, &o.ops);
+  o.times.forward_ps = sc.output_forward_ps;
+  o.times.backward_ps = sc.output_backward_ps;
+  o.times.weight_grad_ps = sc.output_weight_grad_ps;
+  out.push_back(std::move(o));
   return out;
 }
 

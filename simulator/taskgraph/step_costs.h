@@ -169,22 +169,28 @@ struct OpCharge {
   int64_t comm_forward_ps = 0, comm_backward_ps = 0;
 };
 
-// The ops of one kind of transformer layer and the layer's totals as
-// step_costs charges them (LayerTimes: collectives, the CP exchange,
-// recomputation, FSDP2's copies and the host's pace folded in).
+// The ops of one kind of layer and the layer's totals as step_costs
+// charges them (LayerTimes: collectives, the CP exchange, recomputation,
+// FSDP2's copies and, for transformer layers, the host's pace folded in).
+enum class ChargedLayer { kDense, kMoe, kEmbedding, kOutput };
 struct LayerCharges {
-  bool moe = false;               // an MoE layer; else a dense one
+  ChargedLayer kind = ChargedLayer::kDense;
+  bool moe() const { return kind == ChargedLayer::kMoe; }
   // Megatron's partial recompute (recompute_layers > 0): the recomputed
   // layers of each chunk (true) or the rest (false); unset otherwise.
   std::optional<bool> recomputed;
-  int64_t layers = 0;             // layers of this kind in the model
+  int64_t layers = 0;             // layers of this kind in the model (1: embedding, output)
   std::vector<OpCharge> ops;      // forward order
+  // forward_ps, backward_ps and weight_grad_ps for every kind; the rest for
+  // transformer layers only.  The output's include its multi-token
+  // prediction depths (Plan::mtp_layers), which its ops do not list.
   LayerTimes times;
 };
 
 // Every kind of transformer layer `plan` runs (dense and/or MoE; with
-// partial recompute each recomputed and not), in that order.  The sums of
-// a kind's op times are the compute inside its LayerTimes.
+// partial recompute each recomputed and not), in that order, then the
+// embedding and the output layer with the loss.  The sums of a kind's op
+// times are the compute inside its times.
 // REQUIRES: as step_costs.
 std::vector<LayerCharges> layer_charges(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan);
 

@@ -33,9 +33,15 @@ TEST_CASE("LayerCharges: a Llama 3 8B layer's ops carry the layer's FLOPs", "[si
   const Layout L = resolve_plan(m, c, 8, llama_plan(1, Recompute::kNone));
   REQUIRE(L.feasible);
   const std::vector<LayerCharges> kinds = layer_charges(m, c, L.plan);
-  REQUIRE(kinds.size() == 1);
-  CHECK_FALSE(kinds[0].moe);
+  // A dense layer, the embedding, the output layer with the loss.
+  REQUIRE(kinds.size() == 3);
+  CHECK(kinds[0].kind == ChargedLayer::kDense);
   CHECK(kinds[0].layers == 32);
+  CHECK((kinds[1].kind == ChargedLayer::kEmbedding && kinds[2].kind == ChargedLayer::kOutput));
+  // The output layer: the logits GEMM, 2 x T x h x V FLOPs (vocab 128256).
+  double logits = 0;
+  for (const OpCharge& ch : kinds[2].ops) logits += ch.op.kind == OpKind::kGemm ? ch.op.flops : 0;
+  CHECK_THAT(logits, WithinRel(2.0 * 4096 * 4096 * 128256, 1e-9));
   // Closed form (Llama 3 8B: h 4096, 32 heads of 128, 8 KV heads, SwiGLU of
   // 14336; T = 4096 tokens): the linear layers 2T x (h(h + 2*1024) + h*h +
   // 3*h*14336) FLOPs forward; the attention's two products 2 x 2*T*s*h
@@ -80,7 +86,7 @@ TEST_CASE("LayerCharges: the ops' times are what the step charges the layer", "[
     const Layout L = resolve_plan(m, c, 8, llama_plan(2, r));
     REQUIRE(L.feasible);
     const std::vector<LayerCharges> kinds = layer_charges(m, c, L.plan);
-    REQUIRE(kinds.size() == 1);
+    REQUIRE(kinds.size() == 3);
     const LayerCharges& k = kinds[0];
     int64_t fwd = 0, bwd = 0, rerun = 0, comm_f = 0, comm_b = 0;
     for (const OpCharge& ch : k.ops) {
@@ -103,8 +109,20 @@ TEST_CASE("LayerCharges: the ops' times are what the step charges the layer", "[
     if (r == Recompute::kNone) CHECK(rerun == 0);
     if (r == Recompute::kFull) CHECK(rerun == fwd);
     if (r == Recompute::kSelective) CHECK((rerun > 0 && rerun < fwd));
-    // The same layer as step_costs gives the simulator.
-    CHECK(k.times.forward_ps == step_costs(m, c, L.plan).layer_times.forward_ps);
+    // The same layer as step_costs gives the simulator, and so the
+    // embedding and the output layer, whose ops add up to it too.
+    const StepCosts sc = step_costs(m, c, L.plan);
+    CHECK(k.times.forward_ps == sc.layer_times.forward_ps);
+    for (const LayerCharges& end : {kinds[1], kinds[2]}) {
+      int64_t f = 0, b = 0;
+      for (const OpCharge& ch : end.ops) {
+        f += ch.forward_ps + ch.comm_forward_ps;
+        b += ch.backward_ps + ch.comm_backward_ps;
+      }
+      CHECK(end.times.forward_ps == f);
+      CHECK(end.times.backward_ps == b);
+    }
+    CHECK(kinds[2].times.forward_ps == sc.output_forward_ps);
   }
 }
 
@@ -124,9 +142,9 @@ TEST_CASE("LayerCharges: the layer kinds are the model's", "[sim][taskgraph][ops
   const Layout L = resolve_plan(m, c, 64, p);
   REQUIRE(L.feasible);
   const std::vector<LayerCharges> kinds = layer_charges(m, c, L.plan);
-  REQUIRE(kinds.size() == 2);
-  CHECK((!kinds[0].moe && kinds[0].layers == 3));
-  CHECK((kinds[1].moe && kinds[1].layers == 58));
+  REQUIRE(kinds.size() == 4);
+  CHECK((kinds[0].kind == ChargedLayer::kDense && kinds[0].layers == 3));
+  CHECK((kinds[1].moe() && kinds[1].layers == 58));
   bool all_to_all = false;
   for (const OpCharge& ch : kinds[1].ops) all_to_all = all_to_all || ch.comm.find("ep all_to_all") == 0;
   CHECK(all_to_all);
@@ -140,7 +158,8 @@ TEST_CASE("LayerCharges: the layer kinds are the model's", "[sim][taskgraph][ops
   const Layout Q = resolve_plan(llama, c, 8, q);
   REQUIRE(Q.feasible);
   const std::vector<LayerCharges> parts = layer_charges(llama, c, Q.plan);
-  REQUIRE(parts.size() == 2);
+  REQUIRE(parts.size() == 4);  // two of the layer, then the embedding and the output layer once
+  CHECK((parts[2].kind == ChargedLayer::kEmbedding && parts[3].kind == ChargedLayer::kOutput));
   REQUIRE((parts[0].recomputed.has_value() && parts[1].recomputed.has_value()));
   CHECK((*parts[0].recomputed && !*parts[1].recomputed));
   CHECK(parts[0].ops.front().recompute_ps > 0);
