@@ -11,7 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "planner/cli/commands.h"
-#include "planner/cli/op_table.h"
+#include "planner/report/op_table.h"
 #include "planner/cli/output.h"
 #include "planner/cli/plan_flags.h"
 #include "planner/report/html_report.h"

@@ -1,5 +1,8 @@
 #include "planner/report/html_report.h"
 
+#include "planner/report/op_table.h"
+#include "simulator/taskgraph/step_costs.h"
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -244,6 +247,32 @@ constexpr const char* kScript = R"JS(
                                       lineStyle: {color: '#c00', type: 'dashed'}} : undefined}))
     }, st.memory.stages.length * kinds.length);
 
+    // One transformer layer's ops, each kind the plan runs (simulate --ops):
+    // where a micro-batch's time in it goes, forward to recompute.
+    (st.layer_ops || []).filter(k => k.layer === 'dense' || k.layer === 'moe').forEach((k, n) => {
+      const ops = k.ops;
+      const segs = [['forward', o => o.forward_ms, '#4e79a7'],
+                    ['backward (data gradient)', o => o.backward_ms - o.weight_grad_ms, '#76b7b2'],
+                    ['weight gradient', o => o.weight_grad_ms, '#59a14f'],
+                    ['recompute', o => o.recompute_ms, '#edc948'],
+                    ['collective after it', o => (o.collective_forward_ms || 0) + (o.collective_backward_ms || 0),
+                     '#f28e2b']];
+      const what = (k.layer === 'moe' ? 'an MoE layer' : 'a dense layer') +
+                   (k.recomputed === undefined ? '' : (k.recomputed ? ', recomputed' : ', not recomputed'));
+      chart(s, 'chart-ops-' + n, 90 + 22 * ops.length, {
+        title: {text: 'One micro-batch through ' + what + ' (' + k.layers + ' such layers), by op (ms): forward ' +
+                      fmt(k.forward_ms, 3) + ', backward ' + fmt(k.backward_ms, 3) +
+                      (k.host_bound ? ', host-bound' : ''), textStyle: {fontSize: 13}},
+        tooltip: {trigger: 'axis', axisPointer: {type: 'shadow'}},
+        legend: {top: 22},
+        grid: {left: 150, right: 30, top: 60, bottom: 30},
+        xAxis: {type: 'value', name: 'ms'},
+        yAxis: {type: 'category', data: ops.map(o => o.name), inverse: true},
+        series: segs.map(([name, f, color]) => ({name: name, type: 'bar', stack: 'op', itemStyle: {color: color},
+                                                 data: ops.map(o => Number(f(o).toFixed(6)))}))
+      }, ops.length * segs.length);
+    });
+
     // Timeline: one lane per (rank, thread) of the simulated step.
     const tl = st.timeline || {lanes: [], kinds: [], labels: [], boxes: [], memory: []};
     const catColor = c => ({compute: '#4e79a7', optimizer: '#edc948', tp_comm: '#f28e2b', pp_comm: '#76b7b2',
@@ -383,6 +412,7 @@ nlohmann::json step_section(const ModelSpec& model, const ClusterSpec& cluster, 
   }
   j["memory"] = {{"capacity_gib", r4(to_gib(mem.capacity_bytes))}, {"stages", stages}};
   j["timeline"] = report.trace_json.empty() ? nlohmann::json::object() : compact_timeline(report.trace_json);
+  j["layer_ops"] = op_tables_json(layer_charges(model, cluster, layout.plan), cluster);
   return j;
 }
 

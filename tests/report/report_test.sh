@@ -67,22 +67,22 @@ PY
   echo "$label: $charts charts, screenshot ${w}x${h}, non-white $nonwhite, $colours colours"
 }
 
-# recommend's page on 2 nodes: why-lose, memory, timeline, memory over
-# time, scaling (tokens/s and MFU) = 6 charts.
+# recommend's page on 2 nodes: why-lose, memory, one layer by op, timeline,
+# memory over time, scaling (tokens/s and MFU) = 7 charts.
 "$T" report --model llama3-8b --cluster dgx-h100 --nodes 2 --out "$work/report.html" > "$work/out" 2>&1 ||
   fail "report: $(cat "$work/out")"
 grep -q "^wrote $work/report.html" "$work/out" || fail "report: unexpected output: $(cat "$work/out")"
-check_page "$work/report.html" 6 "report llama3-8b 2 nodes"
+check_page "$work/report.html" 7 "report llama3-8b 2 nodes"
 # With faults: goodput against the checkpoint interval and cluster size too.
 # (gpt3-1.3b on 2 nodes: stragglers simulate every rank, so a small search.)
 "$T" report --model gpt3-1.3b --cluster dgx-a100 --nodes 2 --top 2 --out "$work/faults.html" --failure-rates llama3 \
   --train-tokens 100B --storage-bandwidth 100GB/s --stragglers jitter=lognormal:0.05 > "$work/out" 2>&1 ||
   fail "report with faults: $(cat "$work/out")"
-check_page "$work/faults.html" 8 "report with faults"
-# One plan: simulate --html (memory, timeline, memory over time).
+check_page "$work/faults.html" 9 "report with faults"
+# One plan: simulate --html (memory, one layer by op, timeline, memory over time).
 "$T" simulate --model llama3-8b --cluster dgx-h100 --nodes 1 --tp 2 --pp 2 --vp 2 --gbs 32 --html "$work/plan.html" \
   > "$work/out" 2>&1 || fail "simulate --html: $(cat "$work/out")"
-check_page "$work/plan.html" 3 "simulate --html"
+check_page "$work/plan.html" 4 "simulate --html"
 # Same inputs, byte-identical page.
 "$T" simulate --model llama3-8b --cluster dgx-h100 --nodes 1 --tp 2 --pp 2 --vp 2 --gbs 32 --html "$work/plan2.html" \
   > /dev/null 2>&1

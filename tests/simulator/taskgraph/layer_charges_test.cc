@@ -66,7 +66,8 @@ TEST_CASE("LayerCharges: no op runs faster than the H100's datasheet peaks", "[s
   for (int tp : {1, 2, 8}) {
     const Layout L = resolve_plan(m, c, 8, llama_plan(tp, Recompute::kNone));
     REQUIRE(L.feasible);
-    for (const OpCharge& ch : layer_charges(m, c, L.plan)[0].ops) {
+    const std::vector<LayerCharges> kinds = layer_charges(m, c, L.plan);
+    for (const OpCharge& ch : kinds[0].ops) {
       const double t = static_cast<double>(ch.forward_ps) * 1e-12;
       if (ch.op.kind == OpKind::kElementwise) {
         CHECK(t >= ch.op.bytes / 3.35e12);

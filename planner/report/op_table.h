@@ -4,8 +4,8 @@
 // the rate that time implies, host calls and the collective after each op,
 // and the layer's totals.  What a profiler trace of one layer would show,
 // to set beside one (nsys, the PyTorch profiler).
-#ifndef TRAINPLAN_PLANNER_CLI_OP_TABLE_H_
-#define TRAINPLAN_PLANNER_CLI_OP_TABLE_H_
+#ifndef TRAINPLAN_PLANNER_REPORT_OP_TABLE_H_
+#define TRAINPLAN_PLANNER_REPORT_OP_TABLE_H_
 
 #include <vector>
 
@@ -24,4 +24,4 @@ nlohmann::json op_tables_json(const std::vector<LayerCharges>& kinds, const Clus
 
 }  // namespace trainplan
 
-#endif  // TRAINPLAN_PLANNER_CLI_OP_TABLE_H_
+#endif  // TRAINPLAN_PLANNER_REPORT_OP_TABLE_H_

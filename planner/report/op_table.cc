@@ -1,15 +1,26 @@
-#include "planner/cli/op_table.h"
+#include "planner/report/op_table.h"
 
+#include <cmath>
 #include <cstdio>
 #include <string>
-
-#include "planner/cli/output.h"
 
 namespace trainplan {
 
 namespace {
 
 double ms(int64_t ps) { return static_cast<double>(ps) * 1e-9; }
+
+// JSON numbers rounded to `decimals` digits, so they stay short and stable.
+double rounded(double x, int decimals) {
+  const double f = std::pow(10.0, decimals);
+  return std::round(x * f) / f;
+}
+
+std::string fixed(double x, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, x);
+  return buf;
+}
 
 const char* kind_name(OpKind k) {
   switch (k) {
