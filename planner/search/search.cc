@@ -213,7 +213,7 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         p.dp = dp;
                         p.cp = cp;
                         // DeepSpeed's context parallelism is Ulysses
-                        // (exporters.cc: it has no ring).
+                        // (torchtitan_export.cc: it has no ring).
                         if (o.framework == Framework::kDeepSpeed && cp > 1) p.cp_comm = CpComm::kA2a;
                         p.vp = vp;
                         p.zero = zero;

@@ -189,7 +189,7 @@ ExecutionProfile deepspeed(const Plan& p) {
     // BFLOAT16; v0.6.5 took it for ZeRO-0 only, BLOOM's final runs), its fp32
     // groups partitioned over the data-parallel group (bf16_optimizer.py
     // _setup_for_real_optimizer).  Current releases raise on this mix, so the
-    // exporter refuses it (exporters.cc) and recommend does not offer it.
+    // exporter refuses it (planner/export/) and recommend does not offer it.
     e.optimizer_sharded_without_zero = p.zero == 0;
     e.lp_grad_bytes = 2;
     // pipe/engine.py _exec_backward_pass (v0.6.5+, "bf16+pipeline

@@ -112,7 +112,8 @@ struct ModelSpec {
   // The Hugging Face implementation of the architecture: its config.json
   // "model_type" ("mixtral", "qwen3_moe", "deepseek_v3"; "" when not given).
   // Only the exports read it: DeepSpeed's AutoEP replaces the MoE blocks of
-  // the Hugging Face model families it has presets for (exporters.cc).
+  // the Hugging Face model families it has presets for
+  // (planner/export/deepspeed_export.cc).
   std::string hf_model_type;
   std::string source;   // where the figures come from
 

@@ -849,7 +849,7 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     // Transformer Engine AttnFuncWithCPAndQKVOA2A: "The number of attention
     // heads needs to be divisible by CP size!" (the heads of a TP rank, for
     // the queries and for the keys and values).  Megatron-Core, DeepSpeed
-    // (DeepSpeed-Ulysses through Megatron-DeepSpeed, exporters.cc) and
+    // (DeepSpeed-Ulysses through Megatron-DeepSpeed, deepspeed_export.cc) and
     // generic plans run it; torchtitan's context parallelism is ring
     // attention (torch.distributed.tensor.experimental.context_parallel).
     const int64_t width = int64_t{p.tp} * p.cp;

@@ -189,7 +189,7 @@ class Plan:
 
 def plan_refusals(p: Plan) -> list[str]:
     """Plan features no torchtitan config can express (same list as
-    trainplan: planner/export/exporters.cc export_torchtitan refuses)."""
+    trainplan: planner/export/torchtitan_export.cc export_torchtitan refuses)."""
     out = []
     if p.dp_mode == "async":
         out.append("plan: dp_mode async: torchtitan has no asynchronous data parallelism")
@@ -519,7 +519,7 @@ def resolved_reshard(policy: str, pp: int) -> bool | None:
 def fidelity_degrees(p: Plan, rep: int, shard: int, cp: int, tp: int, pp: int, policy: str,
                      world: int, where: str,
                      reshard_src: str = "torchtitan/models/llama3/infra/parallelize.py apply_fsdp") -> list[str]:
-    """The degrees must be the plan's (trainplan: planner/export/exporters.cc
+    """The degrees must be the plan's (trainplan: planner/export/torchtitan_export.cc
     export_torchtitan maps ZeRO 2/3 to FSDP2 over dp_shard*cp ranks and ZeRO 0
     to DDP replicas)."""
     out = []
