@@ -328,7 +328,6 @@ if __name__ == "__main__":
     main()
 )PY";
 
-
 }  // namespace
 
 ExportResult export_fsdp(const ModelSpec& m, const ClusterSpec& c, const Layout& L, Render render) {

@@ -549,41 +549,38 @@ std::vector<LayerCharges> layer_charges(const ModelSpec& m, const ClusterSpec& c
     for (LayerCharges& k : ends) out.push_back(std::move(k));
     return out;
   }
-  const LayerShape shape = layer_shape(p);
+  // The costs and totals are the step's own (step_costs); op_times runs
+  // again over each block only to record its ops.
+  const StepCosts sc = step_costs(m, c, p);
   const ComputeParams cpm = compute_params(c, p);
   const LinkParams lp = link_params(c);
   const ExecutionProfile prof = execution_profile(p);
+  std::vector<LayerCharges> out;
+  auto add = [&](ChargedLayer kind, int64_t layers, const LayerCost& cost, bool block, const LayerTimes& times) {
+    LayerCharges k;
+    k.kind = kind;
+    k.layers = layers;
+    op_times(cost, cpm, c, lp, p, block, prof, &k.ops);
+    k.times = times;
+    out.push_back(std::move(k));
+  };
   int64_t moe_layers = 0;
   for (int64_t i = 0; i < m.layers; ++i) moe_layers += m.is_moe_layer(i) ? 1 : 0;
-  std::vector<LayerCharges> out;
-  for (bool moe : {false, true}) {
-    const int64_t count = moe ? moe_layers : m.layers - moe_layers;
-    if (count == 0) continue;
-    LayerCharges k;
-    k.kind = moe ? ChargedLayer::kMoe : ChargedLayer::kDense;
-    k.layers = count;
-    const LayerCost layer = transformer_layer_cost(m, shape, moe);
-    op_times(layer, cpm, c, lp, p, true, prof, &k.ops);
-    k.times = layer_times(layer, cpm, c, lp, p, true, prof);
-    out.push_back(std::move(k));
-  }
-  const StepCosts sc = step_costs(m, c, p);
-  LayerCharges e;
-  e.kind = ChargedLayer::kEmbedding;
-  e.layers = 1;
-  op_times(embedding_cost(m, shape), cpm, c, lp, p, false, prof, &e.ops);
-  e.times.forward_ps = sc.embedding_forward_ps;
-  e.times.backward_ps = sc.embedding_backward_ps;
-  e.times.weight_grad_ps = sc.embedding_weight_grad_ps;
-  out.push_back(std::move(e));
-  LayerCharges o;
-  o.kind = ChargedLayer::kOutput;
-  o.layers = 1;
-  op_times(output_cost(m, shape), cpm, c, lp, p, false, prof, &o.ops);
-  o.times.forward_ps = sc.output_forward_ps;
-  o.times.backward_ps = sc.output_backward_ps;
-  o.times.weight_grad_ps = sc.output_weight_grad_ps;
-  out.push_back(std::move(o));
+  if (m.layers > moe_layers) add(ChargedLayer::kDense, m.layers - moe_layers, sc.layer, true, sc.layer_times);
+  if (moe_layers > 0) add(ChargedLayer::kMoe, moe_layers, sc.moe_layer, true, sc.moe_layer_times);
+  // The embedding and the output layer: their passes' totals (the output's
+  // with any multi-token prediction depths, which output_cost leaves out).
+  auto ends = [](int64_t forward, int64_t backward, int64_t weight_grad) {
+    LayerTimes t;
+    t.forward_ps = forward;
+    t.backward_ps = backward;
+    t.weight_grad_ps = weight_grad;
+    return t;
+  };
+  add(ChargedLayer::kEmbedding, 1, sc.embedding, false,
+      ends(sc.embedding_forward_ps, sc.embedding_backward_ps, sc.embedding_weight_grad_ps));
+  add(ChargedLayer::kOutput, 1, output_cost(m, sc.shape), false,
+      ends(sc.output_forward_ps, sc.output_backward_ps, sc.output_weight_grad_ps));
   return out;
 }
 
