@@ -230,6 +230,12 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
       model.opt("--moe-router-group-topk", e.router_group_topk);
     }
     model.flag("--moe-grouped-gemm");
+    // The permutations as the simulator costs them: Transformer Engine's
+    // fused permute, sort-by-local-expert and unpermute kernels (one launch
+    // each; TE >= 2.1, transformer_config.py), as NVIDIA's recipes set them
+    // (Megatron-Bridge moe_permute_fusion = True).  Without it Megatron-Core
+    // permutes with torch index ops and syncs the host before the sort.
+    model.flag("--moe-permute-fusion");
     if (p.moe_dispatcher != MoeDispatcher::kAllToAll) {
       // The flex dispatcher on the plan's backend (Plan::moe_dispatcher;
       // resolve_plan holds its rules).

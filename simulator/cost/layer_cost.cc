@@ -770,7 +770,11 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
         c.ops.push_back(scores);
       }
     }
+    // A permutation's backward is the inverse permutation of the gradient
+    // (Transformer Engine's moe_permute backward unpermutes it, moe_unpermute
+    // backward permutes it): the forward's bytes again.
     OpCost permute = elementwise("permute", (flex ? 0 : tr + assign) * h * e, 0);
+    permute.bwd_bytes = permute.bytes;
     permute.rerun_by = kRcMoe;
     permute.tp_comm_after = s.ep > 1 ? TpComm::kAllToAll : TpComm::kNone;
     permute.comm_group = CommGroup::kEp;
@@ -782,6 +786,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     c.ops.push_back(permute);
     if (flex) {
       OpCost regroup = elementwise("local_permute", (recv + rows) * h * e, 0);
+      regroup.bwd_bytes = regroup.bytes;
       regroup.rerun_by = kRcMoe;
       c.ops.push_back(regroup);
     }
@@ -792,6 +797,23 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
       g.comm_group = CommGroup::kEtp;
       g.tp_comm_bytes = rows * h * e;
       c.ops.push_back(g);
+    }
+    // The all-to-all dispatcher's second permutation (Megatron-Core
+    // token_dispatcher.py MoEAlltoAllTokenDispatcher, "Permutation 2: Sort
+    // tokens by local expert"): with more than one local expert the rows
+    // arrive grouped by source rank and are reordered by local expert
+    // (sort_chunks_by_idxs; with drop-and-pad a transpose().contiguous()),
+    // and combine_preprocess reverses it before the combine ("Unpermutation
+    // 2").  Each reads and writes every row once; its backward is the
+    // inverse reordering of the gradient, the same bytes.  The flex
+    // dispatchers' local_permute above does this as part of theirs, and with
+    // ep x etp = 1 the all-gather dispatcher has no second permutation.
+    const bool local_sort = !flex && s.ep * s.etp > 1 && local > 1;
+    if (local_sort) {
+      OpCost sort = elementwise("local_sort", 2 * rows * h * e, 0);
+      sort.bwd_bytes = sort.bytes;
+      sort.rerun_by = kRcMoe;
+      c.ops.push_back(sort);
     }
     auto grouped = [&](const std::string& name, double n_, double k_, double saved_elements) {
       if (fp8) {
@@ -820,12 +842,19 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     }
     OpCost fc2 = grouped("expert_fc2", h, fe, rows * fe);
     fc2 = tag(fc2, kRcMoe, act, fc2.saved_bytes);
+    // The expert-tensor-parallel reduce-scatter of the experts' output
+    // follows the reverse of the local sort where there is one.
+    OpCost unsort = elementwise("local_unsort", 2 * rows * h * e, 0);
+    unsort.bwd_bytes = unsort.bytes;
+    unsort.rerun_by = kRcMoe;
+    OpCost& before_rs = local_sort ? unsort : fc2;
     if (s.etp > 1) {
-      fc2.tp_comm_after = TpComm::kReduceScatter;
-      fc2.comm_group = CommGroup::kEtp;
-      fc2.tp_comm_bytes = rows * h * e;
+      before_rs.tp_comm_after = TpComm::kReduceScatter;
+      before_rs.comm_group = CommGroup::kEtp;
+      before_rs.tp_comm_bytes = rows * h * e;
     }
     c.ops.push_back(fc2);
+    if (local_sort) c.ops.push_back(unsort);
     if (s.ep > 1) {
       OpCost combine = elementwise("combine", 0, 0);
       combine.rerun_by = kRcMoe;
@@ -840,7 +869,9 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
     // scores saved with the activation input), so unpermute saves nothing
     // but its index map.  Before a flex combine the expert side sums its
     // rows into the `recv` tokens it sends back.
-    c.ops.push_back(tag(elementwise("unpermute", (flex ? recv + rows : assign + tr) * h * e, 0), kRcMoe, 0, 0));
+    OpCost unpermute = elementwise("unpermute", (flex ? recv + rows : assign + tr) * h * e, 0);
+    unpermute.bwd_bytes = unpermute.bytes;
+    c.ops.push_back(tag(unpermute, kRcMoe, 0, 0));
     if (shared) {
       tp_mlp("shared_", static_cast<double>(m.moe.shared_experts * m.moe.shared_ffn_hidden),
              static_cast<uint16_t>(kRcSharedExperts | kRcMoe));

@@ -1136,6 +1136,12 @@ def megatron_moe_rules(ns: dict, given: dict, plan: dict, world: int, tp: int, p
                   "(transformer_config.py)", ln("moe_router_enable_expert_bias"))
         if ns.get("add_bias_linear", True) and not ns.get("disable_bias_linear") and etp != 1:
             P.add("megatron: MoE experts with biases need --expert-tensor-parallel-size 1 (transformer_config.py)")
+        # The simulator costs the token permutations as Transformer Engine's fused kernels
+        # (layer_cost.cc permute, local_sort, unpermute); unfused, Megatron-Core runs torch index ops
+        # and syncs the host before the sort by local expert (token_dispatcher.py).
+        if not ns.get("moe_permute_fusion"):
+            P.add("megatron: an MoE export without --moe-permute-fusion permutes tokens unfused, the plan "
+                  "simulated Transformer Engine's fused permutation kernels")
         disp = ns.get("moe_token_dispatcher_type") or "allgather"
         if disp == "flex" and etp * ep <= 1:
             P.add("megatron: the flex dispatcher needs etp*ep > 1 (token_dispatcher.py)")

@@ -199,6 +199,16 @@ expect_fail "megatron: tp>1 without CUDA_DEVICE_MAX_CONNECTIONS=1" megatron "$P"
 mutate "$M" "$T/m_gqa.sh" 's/--num-query-groups 8/--num-query-groups 3/'
 expect_fail "megatron: query groups vs tp/heads" megatron "$P" "$T/m_gqa.sh" 'num-query-groups 3 must be a multiple or divisor of tp 2'
 
+# Mixture-of-Experts: 8 experts over ep 2 with the all-to-all dispatcher and the fused permutations the
+# simulator costs (plan moe fields as trainplan writes them); without --moe-permute-fusion the export runs
+# unfused torch permutations.
+sed -e 's/"dp_mode": "sync"/"dp_mode": "sync", "ep": 2, "etp": 1, "moe_dispatcher": "alltoall"/' "$P" >"$T/plan_moe.json"
+mutate "$M" "$T/m_moe.sh" 's/--swiglu/--swiglu\n  --num-experts 8\n  --moe-router-topk 2\n  --moe-grouped-gemm\n  --moe-permute-fusion\n  --moe-token-dispatcher-type alltoall\n  --disable-bias-linear/; s/--pipeline-model-parallel-size 2/--pipeline-model-parallel-size 2\n  --expert-model-parallel-size 2\n  --expert-tensor-parallel-size 1/'
+expect_pass "megatron: MoE with the fused permutations" megatron "$T/plan_moe.json" "$T/m_moe.sh"
+mutate "$T/m_moe.sh" "$T/m_moe_unfused.sh" '/--moe-permute-fusion/d'
+expect_fail "megatron: MoE without --moe-permute-fusion" megatron "$T/plan_moe.json" "$T/m_moe_unfused.sh" \
+  'without --moe-permute-fusion permutes tokens unfused'
+
 # Context parallelism as Ulysses all-to-alls: cp 2 instead of dp 2, --cp-comm-type a2a.
 sed -e 's/"dp": 2, "cp": 1/"dp": 1, "cp": 2/; s/"dp_mode": "sync"/"dp_mode": "sync", "cp_comm_type": "a2a"/' \
   "$P" >"$T/plan_cp2_a2a.json"

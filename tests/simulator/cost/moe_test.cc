@@ -218,6 +218,57 @@ TEST_CASE("Token all-to-all bytes per GPU follow tokens * top_k * hidden * bytes
   for (const OpCost& op : transformer_layer_cost(m, moe_shape(1, 2), true).ops) CHECK(op.tp_comm_bytes == 0);
 }
 
+TEST_CASE("The all-to-all dispatcher sorts its rows by local expert after the dispatch and back before the combine") {
+  // Megatron-Core MoEAlltoAllTokenDispatcher: with more than one local
+  // expert, dispatch_postprocess reorders the received rows from source-rank
+  // order to local-expert order (sort_chunks_by_idxs, "Permutation 2") and
+  // combine_preprocess undoes it.  Qwen3-30B-A3B, ep 8 (16 local experts),
+  // 8192 tokens x top-8 at a perfect balance: 65,536 rows of 2048 bf16
+  // values, each read once and written once by each of the two:
+  // 2 x 65,536 x 2048 x 2 B, forward and (the inverse reordering) backward.
+  const ModelSpec m = load_model("qwen3-30b-a3b");
+  auto find = [](const LayerCost& c, const char* name) -> const OpCost* {
+    for (const OpCost& op : c.ops)
+      if (op.name == name) return &op;
+    return nullptr;
+  };
+  const LayerCost c = transformer_layer_cost(m, moe_shape(8, 2), true);
+  const OpCost* sort = find(c, "local_sort");
+  const OpCost* unsort = find(c, "local_unsort");
+  REQUIRE(sort != nullptr);
+  REQUIRE(unsort != nullptr);
+  const double bytes = 2.0 * 8192 * 8 * 2048 * 2;
+  CHECK(sort->bytes == Approx(bytes));
+  CHECK(sort->bwd_bytes == Approx(bytes));
+  CHECK(unsort->bytes == Approx(bytes));
+  // The sort comes after the dispatch all-to-all, the unsort before the combine.
+  auto index = [&](const char* name) {
+    for (size_t i = 0; i < c.ops.size(); ++i)
+      if (c.ops[i].name == name) return static_cast<int>(i);
+    return -1;
+  };
+  CHECK(index("permute") < index("local_sort"));
+  CHECK(index("local_sort") < index("expert_fc1"));
+  CHECK(index("expert_fc2") < index("local_unsort"));
+  CHECK(index("local_unsort") < index("combine"));
+  // None with one local expert (ep 128), with ep 1 (the all-gather
+  // dispatcher permutes once over every expert) or with a flex dispatcher
+  // (its local_permute does it).
+  CHECK(find(transformer_layer_cost(m, moe_shape(128, 2), true), "local_sort") == nullptr);
+  CHECK(find(transformer_layer_cost(m, moe_shape(1, 2), true), "local_sort") == nullptr);
+  LayerShape flex = moe_shape(8, 2);
+  flex.dispatcher = MoeDispatcher::kDeepEp;
+  CHECK(find(transformer_layer_cost(m, flex, true), "local_sort") == nullptr);
+  // Expert tensor parallelism: the experts' outputs are reduce-scattered
+  // over etp after the unsort (combine_preprocess), not after FC2.
+  LayerShape etp = moe_shape(4, 2);
+  etp.etp = 2;
+  const LayerCost e = transformer_layer_cost(m, etp, true);
+  REQUIRE(find(e, "local_unsort") != nullptr);
+  CHECK(find(e, "local_unsort")->tp_comm_after == TpComm::kReduceScatter);
+  CHECK(find(e, "expert_fc2")->tp_comm_after == TpComm::kNone);
+}
+
 TEST_CASE("Memory per GPU of an expert-parallel plan equals the hand derivation") {
   // Mixtral 8x7B on one DGX H100 node: tp 1, pp 1, dp 8, ep 8 (one expert
   // per GPU), ZeRO-1, mbs 1, seq 4096, bf16 with fp32 gradients, balanced
