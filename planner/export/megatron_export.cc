@@ -236,6 +236,7 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
     // (Megatron-Bridge moe_permute_fusion = True).  Without it Megatron-Core
     // permutes with torch index ops and syncs the host before the sort.
     model.flag("--moe-permute-fusion");
+    if (p.moe_router_fusion) model.flag("--moe-router-fusion");  // Plan::moe_router_fusion
     if (p.moe_dispatcher != MoeDispatcher::kAllToAll) {
       // The flex dispatcher on the plan's backend (Plan::moe_dispatcher;
       // resolve_plan holds its rules).

@@ -231,6 +231,10 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         p.mtp_layers = o.mtp_layers;
                         p.compile = o.compile;
                         p.moe_dispatcher = ep * std::max(1, etp) > 1 ? o.moe_dispatcher : MoeDispatcher::kAllToAll;
+                        // Megatron-Core's fused router costs nothing and
+                        // saves host calls, so every MoE plan it runs has it
+                        // (as NVIDIA's DeepSeek-V3 GB200 tuning sets it).
+                        p.moe_router_fusion = m.has_moe && o.framework == Framework::kMegatronCore;
                         p.attention_kernel = o.attention_kernel;
                         p.grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
                         p.offload = off;

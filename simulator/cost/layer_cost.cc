@@ -29,6 +29,7 @@ LayerShape layer_shape(const Plan& p) {
   s.etp = p.etp;
   s.moe_load = p.moe_imbalance;
   s.pad_to_capacity = p.moe_pad_to_capacity;
+  s.router_fusion = p.moe_router_fusion;
   s.cuda_graph = p.cuda_graph;
   const ExecutionProfile fw = execution_profile(p);
   s.per_op_sac = fw.per_op_selective_recompute && p.recompute == Recompute::kSelective;
@@ -307,10 +308,11 @@ namespace {
 //   the split of its input by expert, and with FP8 two torch.empty per GEMM
 //   for the cast outputs (TE#1499, maintainer's answer: torch.split() and
 //   torch.empty() "2x num_gemms calls" under fused_multi_cast_transpose).
-// - Megatron-Core's router (s.te_modules): 72 kernels before router fusion
-//   (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization, Sec. 2.1.4:
-//   "reducing the total number of kernels in the router part from 72 to 31"
-//   with --moe-router-fusion, off by default), the gating GEMM one of them.
+// - Megatron-Core's router (s.te_modules): 72 kernels, 31 with router fusion
+//   (s.router_fusion; Megatron-LM docs/discussions/deepseek-v3-gb200-
+//   optimization, Sec. 2.1.4: "reducing the total number of kernels in the
+//   router part from 72 to 31" with --moe-router-fusion, off by default),
+//   the gating GEMM one of them.
 // - PyTorch eager memory-bound ops (s.eager), one call per kernel of the
 //   decompositions kEagerRmsNormBytes and kEagerRopeBytes describe: RMSNorm
 //   6 (x.float, pow, mean, x * rsqrt, type_as, * weight), rotary 3 for each
@@ -318,6 +320,7 @@ namespace {
 //   each for K and V, SwiGLU 2 (SiLU, the product).
 constexpr double kTeModuleCalls = (99.66 / 37.08 + 90.53 / 33.17) / 2;
 constexpr double kMcoreRouterKernels = 72;
+constexpr double kMcoreFusedRouterKernels = 31;
 
 void assign_host_calls(LayerCost* c, const ModelSpec& m, const LayerShape& s) {
   for (OpCost& op : c->ops) {
@@ -334,7 +337,7 @@ void assign_host_calls(LayerCost* c, const ModelSpec& m, const LayerShape& s) {
       op.host_calls = kTeModuleCalls;
       if (op.groups > 1) op.host_calls += 1 + (op.fp8 ? 2.0 * static_cast<double>(op.groups) : 0.0);
     }
-    if (op.name == "router_topk") op.host_calls = kMcoreRouterKernels - 1;
+    if (op.name == "router_topk") op.host_calls = (s.router_fusion ? kMcoreFusedRouterKernels : kMcoreRouterKernels) - 1;
   }
 }
 

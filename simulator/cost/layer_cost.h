@@ -71,6 +71,9 @@ struct LayerShape {
   // Every expert's input padded to its capacity (Plan::moe_pad_to_capacity):
   // the load is the model's capacity_factor, whatever the routing.
   bool pad_to_capacity = false;
+  // Megatron-Core's fused router (Plan::moe_router_fusion): fewer router
+  // kernels, so fewer host calls (te_modules only).
+  bool router_fusion = false;
   // Per-layer CUDA graphs (Plan::cuda_graph, CudaGraphModule bits): the
   // captured ops' host calls become one graph replay per layer and pass,
   // and the layer keeps its graph's static inputs (layer_cost.cc

@@ -751,8 +751,14 @@ void resolve_experts(const ModelSpec& model, Layout* L, Fail fail) {
     p.ep = 1;
     p.etp = 1;
     if (p.moe_imbalance != 0) fail("moe imbalance needs a Mixture-of-Experts model");
+    if (p.moe_router_fusion) fail("moe router fusion needs a Mixture-of-Experts model");
     return;
   }
+  // transformer_config.py moe_router_fusion: Transformer Engine's fused
+  // router kernels, which only Megatron-Core calls.
+  if (p.moe_router_fusion && p.framework != Framework::kMegatronCore)
+    fail("moe router fusion is Megatron-Core's (--moe-router-fusion, Transformer Engine's fused top-k and aux-loss "
+         "kernels); this plan's framework does not run it: use --framework megatron-core");
   const MoeSpec& e = model.moe;
   if (p.ep < 1 || e.experts % p.ep != 0) fail("ep=" + str(p.ep) + " does not divide experts=" + str(e.experts));
   if (p.etp < 1 || e.expert_ffn_hidden % p.etp != 0)

@@ -251,6 +251,11 @@ struct Plan {
   // and each rank sends exactly capacity_factor x the mean (static shapes).
   // Needs the model's capacity_factor; not with deepep.
   bool moe_pad_to_capacity = false;
+  // Megatron-Core's --moe-router-fusion: Transformer Engine's fused top-k
+  // with the score function and the auxiliary-loss kernels, the router's
+  // 72 kernels down to 31 (layer_cost.cc assign_host_calls).  MoE models on
+  // Megatron-Core only.
+  bool moe_router_fusion = false;
   // Multi-token prediction (DeepSeek-V3 report Sec. 2.2; Megatron-Core
   // --mtp-num-layers): depths after the output layer, each a projection of
   // the next tokens' embedding and the hidden state, a transformer layer of

@@ -129,6 +129,7 @@ edit(MOE, '"router": "softmax"', '"router": "softmax", "router_groups": 3, "rout
 edit(MOE, '"router": "softmax"', '"router": "softmax", "router_group_topk": 2', "moe_group_topk_alone.json")
 edit(PLAN, '"zero": 1', '"zero": 1, "moe_dispatcher": "nccl"', "plan_moe_dispatcher_bad.json")
 edit(PLAN, '"zero": 1', '"zero": 1, "moe_pad_to_capacity": 1', "plan_moe_pad_number.json")
+edit(PLAN, '"zero": 1', '"zero": 1, "moe_router_fusion": "yes"', "plan_moe_router_fusion_string.json")
 edit("tests/data/export/plan_qwen3-30b-a3b_ep8.json", '"framework": "torchtitan"',
      '"framework": "megatron-core", "moe_dispatcher": "deepep"', "plan_moe_dispatcher_deepep.json")
 edit(MOE, '"top_k": 2', '"top_k": 2, "capacity_factor": -1', "moe_capacity_negative.json")

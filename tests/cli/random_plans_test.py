@@ -106,6 +106,8 @@ def random_flags(rng, models, clusters):
             flags += ["--moe-dispatcher", rng.choice(["alltoall", "deepep", "hybridep"])]
         if rng.random() < 0.2:
             flags.append("--ep-overlap")
+        if framework == "megatron-core" and rng.random() < 0.3:
+            flags.append("--moe-router-fusion")
     return flags
 
 

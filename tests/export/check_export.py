@@ -106,6 +106,7 @@ def load_plan(path: str) -> dict:
         "delay_wgrad": bool(p.get("delay_wgrad", False)),
         "moe_dispatcher": p.get("moe_dispatcher", "alltoall"),
         "moe_pad_to_capacity": bool(p.get("moe_pad_to_capacity", False)),
+        "moe_router_fusion": bool(p.get("moe_router_fusion", False)),
         "cuda_graph": list(p.get("cuda_graph") or []),
         "cp_comm_type": p.get("cp_comm_type", "p2p"),
     }
@@ -1162,6 +1163,10 @@ def megatron_moe_rules(ns: dict, given: dict, plan: dict, world: int, tp: int, p
         if pad and disp == "flex" and backend == "deepep":
             P.add("megatron: the flex dispatcher with deepep does not support --moe-pad-expert-input-to-capacity "
                   "(transformer_config.py)", ln("moe_pad_expert_input_to_capacity"))
+        fused_router = bool(ns.get("moe_router_fusion"))
+        if fused_router != plan.get("moe_router_fusion", False):
+            P.add(f"megatron: --moe-router-fusion is {fused_router}, the plan's moe_router_fusion is "
+                  f"{plan.get('moe_router_fusion', False)}", ln("moe_router_fusion"))
         if pad != plan.get("moe_pad_to_capacity", False):
             P.add(f"megatron: --moe-pad-expert-input-to-capacity is {pad}, the plan's moe_pad_to_capacity is "
                   f"{plan.get('moe_pad_to_capacity', False)}")

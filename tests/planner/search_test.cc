@@ -659,7 +659,13 @@ TEST_CASE("Search: where the expert group spans nodes the flex dispatcher is sea
   o.moe_dispatcher_given = true;
   for (const RankedPlan& rp : search_plans(m, c, 32, o).plans) {
     CHECK(rp.layout.plan.moe_dispatcher == MoeDispatcher::kAllToAll);
+    // Megatron-Core's fused router costs nothing, so every MoE plan of a
+    // Megatron-Core search has it (Plan::moe_router_fusion).
+    CHECK(rp.layout.plan.moe_router_fusion);
   }
+  // Other frameworks do not run it.
+  o.framework = Framework::kTorchtitan;
+  for (const RankedPlan& rp : search_plans(m, c, 32, o).plans) CHECK(!rp.layout.plan.moe_router_fusion);
 }
 
 TEST_CASE("Search: a plan's memory does not fall as its micro-batch grows, nor with TP or EP overlap",

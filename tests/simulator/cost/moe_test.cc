@@ -690,5 +690,35 @@ TEST_CASE("Padding to capacity runs every expert at the capacity factor times it
   CHECK(reasons_mention(resolve_plan(m, cl, 8, stated), "moe imbalance does not apply"));
 }
 
+TEST_CASE("Router fusion takes Megatron-Core's router from 72 kernels to 31") {
+  // NVIDIA's DeepSeek-V3 GB200 tuning notes (Megatron-LM docs/discussions/
+  // deepseek-v3-gb200-optimization, Sec. 2.1.4): --moe-router-fusion reduces
+  // "the total number of kernels in the router part from 72 to 31".  The
+  // gating GEMM is one of them (its own op), the rest are router_topk's.
+  const ModelSpec m = load_model("qwen3-30b-a3b");
+  const ClusterSpec cl = load_cluster("dgx-h100");
+  Plan p = megatron_ep8_plan();
+  auto router_calls = [&](const Plan& q) {
+    const LayerCost c = transformer_layer_cost(m, layer_shape(resolve_plan(m, cl, 8, q).plan), true);
+    double calls = 0;
+    for (const OpCost& op : c.ops)
+      if (op.name == "router" || op.name == "router_topk") calls += op.host_calls;
+    return calls;
+  };
+  CHECK(router_calls(p) == 72);
+  p.moe_router_fusion = true;
+  CHECK(resolve_plan(m, cl, 8, p).reasons.empty());
+  CHECK(router_calls(p) == 31);
+  // Only Megatron-Core calls Transformer Engine's fused router, and only an
+  // MoE model has one.
+  using testing::reasons_mention;
+  Plan titan = p;
+  titan.framework = Framework::kTorchtitan;
+  CHECK(reasons_mention(resolve_plan(m, cl, 8, titan), "moe router fusion is Megatron-Core's"));
+  Plan dense = p;
+  dense.ep = 1;
+  CHECK(reasons_mention(resolve_plan(load_model("llama3-8b"), cl, 8, dense), "needs a Mixture-of-Experts model"));
+}
+
 }  // namespace
 }  // namespace trainplan
