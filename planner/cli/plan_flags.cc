@@ -103,6 +103,10 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_flag("--moe-router-fusion", f->moe_router_fusion,
                 "MoE on Megatron-Core: Transformer Engine's fused router (top-k with the score function and the "
                 "aux-loss kernels: 31 kernels instead of 72; Megatron-Core --moe-router-fusion)");
+  app->add_flag("--moe-shared-expert-overlap", f->moe_shared_expert_overlap,
+                "MoE with shared experts on Megatron-Core: run them on their own stream beside the token "
+                "all-to-alls, FC1 beside the dispatch and FC2 beside the combine (Megatron-Core "
+                "--moe-shared-expert-overlap; not with --ep-overlap)");
   app->add_option("--cuda-graph", f->cuda_graph,
                   "per-layer CUDA graphs, Megatron-Core --cuda-graph-impl transformer_engine: \"layer\" (the whole "
                   "layer) or modules of attn,mlp,moe,moe_router,moe_preprocess (--cuda-graph-modules): the captured "
@@ -315,6 +319,7 @@ Job to_job(const PlanFlags& f) {
   p.moe_dispatcher = static_cast<MoeDispatcher>(pick("--moe-dispatcher", f.moe_dispatcher, moe_dispatcher_names()));
   p.moe_pad_to_capacity = f.moe_pad_to_capacity;
   p.moe_router_fusion = f.moe_router_fusion;
+  p.moe_shared_expert_overlap = f.moe_shared_expert_overlap;
   p.cp_comm = static_cast<CpComm>(pick("--cp-comm-type", f.cp_comm, cp_comm_names()));
   if (given("--cuda-graph")) p.cuda_graph = parse_cuda_graph(f.cuda_graph);
   p.mtp_layers = static_cast<int>(in_range("--mtp-layers", f.mtp_layers, 0, kMaxMtpLayers));

@@ -205,6 +205,8 @@ std::string plan_difference(const Plan& base, const Plan& other) {
   field("cp-comm-type", to_string(base.cp_comm), to_string(other.cp_comm));
   field("moe-pad-to-capacity", base.moe_pad_to_capacity ? "on" : "off", other.moe_pad_to_capacity ? "on" : "off");
   field("moe-router-fusion", base.moe_router_fusion ? "on" : "off", other.moe_router_fusion ? "on" : "off");
+  field("moe-shared-expert-overlap", base.moe_shared_expert_overlap ? "on" : "off",
+        other.moe_shared_expert_overlap ? "on" : "off");
   field("cuda-graph", base.cuda_graph ? cuda_graph_modules_name(base.cuda_graph) : "off",
         other.cuda_graph ? cuda_graph_modules_name(other.cuda_graph) : "off");
   return s.str();
@@ -756,6 +758,9 @@ int run_recommend(const RecommendFlags& f) {
         std::printf("       tokens dispatched by %s (each token once per destination rank and node%s)\n",
                     to_string(q.moe_dispatcher),
                     q.framework == Framework::kMegatronCore ? ": Megatron-Core's flex dispatcher" : "");
+      }
+      if (q.moe_shared_expert_overlap) {
+        std::printf("       shared experts beside the token all-to-alls (Megatron-Core --moe-shared-expert-overlap)\n");
       }
       if (q.moe_router_fusion) {
         std::printf("       router fused (Megatron-Core --moe-router-fusion: 31 kernels instead of 72)\n");

@@ -141,6 +141,10 @@ ExportResult export_or_check(ExportTarget target, const ModelSpec& model, const 
     return refuse("the plan pads every expert's input to its capacity (--moe-pad-to-capacity), which only "
                   "Megatron-Core runs (--moe-pad-expert-input-to-capacity); export it with --to megatron");
   }
+  if (layout.plan.moe_shared_expert_overlap && runs != ExportTarget::kMegatron) {
+    return refuse("the plan runs its shared experts beside the token all-to-alls (--moe-shared-expert-overlap), "
+                  "which only Megatron-Core runs; export it with --to megatron");
+  }
   if (layout.plan.moe_router_fusion && runs != ExportTarget::kMegatron) {
     return refuse("the plan runs Megatron-Core's fused router (--moe-router-fusion), which only Megatron-Core runs; "
                   "export it with --to megatron");

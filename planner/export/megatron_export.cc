@@ -237,6 +237,7 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
     // permutes with torch index ops and syncs the host before the sort.
     model.flag("--moe-permute-fusion");
     if (p.moe_router_fusion) model.flag("--moe-router-fusion");  // Plan::moe_router_fusion
+    if (p.moe_shared_expert_overlap) model.flag("--moe-shared-expert-overlap");  // Plan::moe_shared_expert_overlap
     if (p.moe_dispatcher != MoeDispatcher::kAllToAll) {
       // The flex dispatcher on the plan's backend (Plan::moe_dispatcher;
       // resolve_plan holds its rules).

@@ -235,6 +235,16 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         // saves host calls, so every MoE plan it runs has it
                         // (as NVIDIA's DeepSeek-V3 GB200 tuning sets it).
                         p.moe_router_fusion = m.has_moe && o.framework == Framework::kMegatronCore;
+                        // Shared experts beside the token all-to-alls
+                        // wherever Megatron-Core allows it (the --ep-overlap
+                        // variant turns it off: overlap_variants_to_try).
+                        p.moe_shared_expert_overlap = o.framework == Framework::kMegatronCore && m.has_moe &&
+                                                      m.moe.shared_experts > 0;
+                        if (p.moe_shared_expert_overlap) {
+                          Plan q = p;  // the framework is set where the plan is evaluated
+                          q.framework = o.framework;
+                          p.moe_shared_expert_overlap = shared_expert_overlap_conflicts(m, q).empty();
+                        }
                         p.attention_kernel = o.attention_kernel;
                         p.grad_dtype = GradDtype::kFp32;  // Megatron keeps fp32 main grads
                         p.offload = off;
@@ -405,6 +415,7 @@ std::vector<Plan> overlap_variants_to_try(const SearchOptions& o, const ClusterS
     Plan q = plan;
     q.ep_overlap = true;
     q.delay_wgrad = true;
+    q.moe_shared_expert_overlap = false;  // Megatron-Core runs one or the other
     if (ep_overlap_conflicts(q).empty()) out.push_back(std::move(q));
   }
   if ((o.framework == Framework::kMegatronCore || o.framework == Framework::kGeneric) && plan.cp > 1 &&

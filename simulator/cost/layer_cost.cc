@@ -30,6 +30,7 @@ LayerShape layer_shape(const Plan& p) {
   s.moe_load = p.moe_imbalance;
   s.pad_to_capacity = p.moe_pad_to_capacity;
   s.router_fusion = p.moe_router_fusion;
+  s.shared_expert_overlap = p.moe_shared_expert_overlap;
   s.cuda_graph = p.cuda_graph;
   const ExecutionProfile fw = execution_profile(p);
   s.per_op_sac = fw.per_op_selective_recompute && p.recompute == Recompute::kSelective;
@@ -368,8 +369,11 @@ void capture_in_cuda_graph(LayerCost* c, const ModelSpec& m, const LayerShape& s
     Region r = kAttn;
     if (after_ln2) {
       r = kMlpRest;
+      // With --moe-shared-expert-overlap the shared experts run beside the
+      // dispatcher, outside the moe_router graph (transformer_layer.py
+      // _get_submodules_under_cudagraphs).
       if (moe && (base == "ln2" || base == "tp_gather_copy_mlp" || base == "router" || base == "router_topk" ||
-                  base.rfind("shared_", 0) == 0))
+                  (base.rfind("shared_", 0) == 0 && !s.shared_expert_overlap)))
         r = kRouter;
       if (moe && (base == "token_counts" || base == "score_dispatch")) r = kPreprocess;
     }

@@ -74,6 +74,10 @@ struct LayerShape {
   // Megatron-Core's fused router (Plan::moe_router_fusion): fewer router
   // kernels, so fewer host calls (te_modules only).
   bool router_fusion = false;
+  // Megatron-Core's shared-expert overlap (Plan::moe_shared_expert_overlap):
+  // the shared experts run beside the dispatcher, outside the moe_router
+  // CUDA graph.
+  bool shared_expert_overlap = false;
   // Per-layer CUDA graphs (Plan::cuda_graph, CudaGraphModule bits): the
   // captured ops' host calls become one graph replay per layer and pass,
   // and the layer keeps its graph's static inputs (layer_cost.cc

@@ -642,6 +642,33 @@ std::vector<std::string> cuda_graph_conflicts(const ModelSpec& m, const Plan& p)
   return why;
 }
 
+std::vector<std::string> shared_expert_overlap_conflicts(const ModelSpec& m, const Plan& p) {
+  // megatron/core/transformer/transformer_config.py (d98e8a64dd): "Only
+  // effective when moe-shared-expert-intermediate-size is set";
+  // "moe_shared_expert_overlap only works with alltoall or flex token
+  // dispatcher" (ep * etp = 1 exports the allgather one); "disable
+  // moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm";
+  // "shared_experts recompute cannot work with --moe-shared-expert-overlap".
+  std::vector<std::string> why;
+  if (!m.has_moe || m.moe.shared_experts == 0) {
+    why.push_back("moe shared expert overlap needs shared experts; " + m.name + " has none");
+    return why;
+  }
+  if (p.framework != Framework::kMegatronCore)
+    why.push_back("moe shared expert overlap is Megatron-Core's (--moe-shared-expert-overlap); this plan's framework "
+                  "does not run it: use --framework megatron-core");
+  if (int64_t{p.ep} * std::max(1, p.etp) < 2)
+    why.push_back("moe shared expert overlap hides the token all-to-alls (Megatron-Core: the alltoall or flex "
+                  "dispatcher only); with ep*etp = 1 there are none: use --ep > 1");
+  if (p.ep_overlap)
+    why.push_back("moe shared expert overlap and --ep-overlap exclude each other (Megatron-Core: disable "
+                  "moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm)");
+  if (p.recompute == Recompute::kSelective && (p.recompute_modules & kRcSharedExperts) != 0)
+    why.push_back("moe shared expert overlap cannot recompute the shared_experts module (Megatron-Core "
+                  "TransformerConfig)");
+  return why;
+}
+
 std::vector<std::string> ep_overlap_conflicts(const Plan& p) {
   // megatron/core/transformer/transformer_config.py __post_init__, under
   // overlap_moe_expert_parallel_comm: "only supported with expert model
@@ -1056,6 +1083,9 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
     for (const std::string& why : ep_overlap_conflicts(p)) fail(why);
   }
   for (const std::string& why : cuda_graph_conflicts(model, p)) fail(why);
+  if (p.moe_shared_expert_overlap) {
+    for (const std::string& why : shared_expert_overlap_conflicts(model, p)) fail(why);
+  }
   if (p.framework == Framework::kDeepSpeed) {
     const std::string why = deepspeed_pipeline_zero_conflict(p);
     if (!why.empty()) fail(why);

@@ -256,6 +256,11 @@ struct Plan {
   // 72 kernels down to 31 (layer_cost.cc assign_host_calls).  MoE models on
   // Megatron-Core only.
   bool moe_router_fusion = false;
+  // Megatron-Core's --moe-shared-expert-overlap: the shared experts run on
+  // a stream of their own beside the token all-to-alls (step_costs.cc).
+  // Needs shared experts, Megatron-Core, ep * etp > 1, no --ep-overlap and
+  // no recompute of the shared_experts module (shared_expert_conflicts).
+  bool moe_shared_expert_overlap = false;
   // Multi-token prediction (DeepSeek-V3 report Sec. 2.2; Megatron-Core
   // --mtp-num-layers): depths after the output layer, each a projection of
   // the next tokens' embedding and the hidden state, a transformer layer of
@@ -364,6 +369,8 @@ std::vector<std::string> ep_overlap_conflicts(const Plan& plan);
 // transformer_engine implementation, in the order checked; empty when it
 // takes them.  `plan` has its recompute modules resolved.
 std::vector<std::string> cuda_graph_conflicts(const ModelSpec& model, const Plan& plan);
+// Why the plan cannot run --moe-shared-expert-overlap (empty: it can).
+std::vector<std::string> shared_expert_overlap_conflicts(const ModelSpec& model, const Plan& plan);
 // Why DeepSpeed's pipeline engine refuses `plan`'s ZeRO stage: ZeRO-2 and
 // ZeRO-3 with pp > 1 (deepspeed/runtime/pipe/engine.py PipelineEngine
 // __init__: "ZeRO-2 and ZeRO-3 are incompatible with pipeline

@@ -108,6 +108,8 @@ def random_flags(rng, models, clusters):
             flags.append("--ep-overlap")
         if framework == "megatron-core" and rng.random() < 0.3:
             flags.append("--moe-router-fusion")
+        if framework == "megatron-core" and (model.get("moe") or {}).get("shared_experts") and rng.random() < 0.4:
+            flags.append("--moe-shared-expert-overlap")
     return flags
 
 
@@ -377,7 +379,8 @@ def main():
                 counts["exported"] += 1
     faults = check_faults(a, run, rng, failures)
     steady = check_steady(a, run, rng, failures, models, clusters, work)
-    recommended = check_recommended(a, run, rng, failures, clusters, work)
+    # A stream of its own, so that the searches drawn do not shift when the plan draws above change.
+    recommended = check_recommended(a, run, random.Random(a.seed + 1), failures, clusters, work)
     print("random plans (seed %d): %s; failure models checked %d; long steps against the whole run %d; "
           "exports of recommended plans accepted %d" %
           (a.seed, ", ".join(f"{k} {v}" for k, v in counts.items()), faults, steady, recommended))

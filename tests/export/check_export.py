@@ -107,6 +107,7 @@ def load_plan(path: str) -> dict:
         "moe_dispatcher": p.get("moe_dispatcher", "alltoall"),
         "moe_pad_to_capacity": bool(p.get("moe_pad_to_capacity", False)),
         "moe_router_fusion": bool(p.get("moe_router_fusion", False)),
+        "moe_shared_expert_overlap": bool(p.get("moe_shared_expert_overlap", False)),
         "cuda_graph": list(p.get("cuda_graph") or []),
         "cp_comm_type": p.get("cp_comm_type", "p2p"),
     }
@@ -1163,6 +1164,25 @@ def megatron_moe_rules(ns: dict, given: dict, plan: dict, world: int, tp: int, p
         if pad and disp == "flex" and backend == "deepep":
             P.add("megatron: the flex dispatcher with deepep does not support --moe-pad-expert-input-to-capacity "
                   "(transformer_config.py)", ln("moe_pad_expert_input_to_capacity"))
+        shared_overlap = bool(ns.get("moe_shared_expert_overlap"))
+        if shared_overlap != plan.get("moe_shared_expert_overlap", False):
+            P.add(f"megatron: --moe-shared-expert-overlap is {shared_overlap}, the plan's moe_shared_expert_overlap "
+                  f"is {plan.get('moe_shared_expert_overlap', False)}", ln("moe_shared_expert_overlap"))
+        # transformer_config.py: "moe_shared_expert_overlap only works with alltoall or flex token dispatcher";
+        # "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm".
+        if shared_overlap and (ns.get("moe_token_dispatcher_type") or "allgather") not in ("alltoall", "flex"):
+            P.add("megatron: --moe-shared-expert-overlap needs the alltoall or flex dispatcher (transformer_config.py)",
+                  ln("moe_shared_expert_overlap"))
+        if shared_overlap and ns.get("overlap_moe_expert_parallel_comm"):
+            P.add("megatron: --moe-shared-expert-overlap with --overlap-moe-expert-parallel-comm "
+                  "(transformer_config.py)", ln("moe_shared_expert_overlap"))
+        modules = ns.get("recompute_modules") or []
+        if shared_overlap and "shared_experts" in (modules if isinstance(modules, list) else [modules]):
+            P.add("megatron: shared_experts recompute cannot work with --moe-shared-expert-overlap "
+                  "(transformer_config.py)", ln("moe_shared_expert_overlap"))
+        if shared_overlap and ns.get("moe_shared_expert_intermediate_size") is None:
+            P.add("megatron: --moe-shared-expert-overlap without --moe-shared-expert-intermediate-size has no effect",
+                  ln("moe_shared_expert_overlap"))
         fused_router = bool(ns.get("moe_router_fusion"))
         if fused_router != plan.get("moe_router_fusion", False):
             P.add(f"megatron: --moe-router-fusion is {fused_router}, the plan's moe_router_fusion is "

@@ -208,6 +208,16 @@ expect_pass "megatron: MoE with the fused permutations" megatron "$T/plan_moe.js
 mutate "$T/m_moe.sh" "$T/m_moe_unfused.sh" '/--moe-permute-fusion/d'
 expect_fail "megatron: MoE without --moe-permute-fusion" megatron "$T/plan_moe.json" "$T/m_moe_unfused.sh" \
   'without --moe-permute-fusion permutes tokens unfused'
+# Shared experts beside the all-to-alls: the plan's flag must match the script's, and Megatron-Core's rules hold.
+sed -e 's/"moe_dispatcher": "alltoall"/"moe_dispatcher": "alltoall", "moe_shared_expert_overlap": true/' \
+  "$T/plan_moe.json" >"$T/plan_moe_shared.json"
+mutate "$T/m_moe.sh" "$T/m_moe_shared.sh" 's/--moe-permute-fusion/--moe-permute-fusion\n  --moe-shared-expert-intermediate-size 4096\n  --moe-shared-expert-overlap/'
+expect_pass "megatron: shared experts beside the all-to-alls" megatron "$T/plan_moe_shared.json" "$T/m_moe_shared.sh"
+expect_fail "megatron: shared-expert overlap the plan does not have" megatron "$T/plan_moe.json" "$T/m_moe_shared.sh" \
+  'moe-shared-expert-overlap is True, the plan'
+mutate "$T/m_moe_shared.sh" "$T/m_moe_shared_ag.sh" 's/--moe-token-dispatcher-type alltoall/--moe-token-dispatcher-type allgather/'
+expect_fail "megatron: shared-expert overlap with the allgather dispatcher" megatron "$T/plan_moe_shared.json" \
+  "$T/m_moe_shared_ag.sh" 'needs the alltoall or flex dispatcher'
 
 # Context parallelism as Ulysses all-to-alls: cp 2 instead of dp 2, --cp-comm-type a2a.
 sed -e 's/"dp": 2, "cp": 1/"dp": 1, "cp": 2/; s/"dp_mode": "sync"/"dp_mode": "sync", "cp_comm_type": "a2a"/' \

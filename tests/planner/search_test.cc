@@ -668,6 +668,32 @@ TEST_CASE("Search: where the expert group spans nodes the flex dispatcher is sea
   for (const RankedPlan& rp : search_plans(m, c, 32, o).plans) CHECK(!rp.layout.plan.moe_router_fusion);
 }
 
+TEST_CASE("Search: Megatron-Core MoE plans run their shared experts beside the all-to-alls unless --ep-overlap",
+          "[planner][search]") {
+  // TransformerConfig: --moe-shared-expert-overlap needs shared experts and
+  // the alltoall or flex dispatcher (ep*etp > 1), and excludes
+  // --overlap-moe-expert-parallel-comm.  A small MoE model given one shared
+  // expert, on one DGX H100 under Megatron-Core: each listed plan has the
+  // overlap exactly where those rules allow it.
+  ModelSpec m = load_model("gpt-tiny-moe");
+  m.moe.shared_experts = 1;
+  m.moe.shared_ffn_hidden = 512;
+  const ClusterSpec c = load_cluster("dgx-h100");
+  SearchOptions o;
+  o.gbs = 64;
+  o.top_k = 100;
+  o.framework = Framework::kMegatronCore;
+  int with = 0;
+  for (const RankedPlan& rp : search_plans(m, c, 8, o).plans) {
+    const Plan& q = rp.layout.plan;
+    INFO(describe_plan(q));
+    const bool allowed = int64_t{q.ep} * q.etp > 1 && !q.ep_overlap;
+    CHECK(q.moe_shared_expert_overlap == allowed);
+    with += q.moe_shared_expert_overlap ? 1 : 0;
+  }
+  CHECK(with >= 1);
+}
+
 TEST_CASE("Search: a plan's memory does not fall as its micro-batch grows, nor with TP or EP overlap",
           "[planner][search]") {
   // The search proposes a layout's next micro-batch past a plan that does

@@ -18,6 +18,7 @@
 #include "simulator/spec/model.h"
 #include "simulator/spec/plan.h"
 #include "simulator/taskgraph/step_costs.h"
+#include "tests/simulator/fixtures.h"
 
 namespace trainplan {
 namespace {
@@ -303,6 +304,107 @@ TEST_CASE("EpOverlap: the dispatch kernels hold their SMs", "[sim][taskgraph][mo
   CHECK(ep_comm_sm_share(gb200, p) == Approx(32.0 / 152));
   p.ep = 128;  // two domains
   CHECK(ep_comm_sm_share(gb200, p) == Approx(8.0 / 152));
+}
+
+TEST_CASE("SharedExpertOverlap: the shared experts hide the token all-to-alls up to their own time",
+          "[sim][taskgraph][moe]") {
+  // Megatron-Core --moe-shared-expert-overlap (shared_experts.py,
+  // token_dispatcher.py): FC1 and the activation of the shared experts run
+  // on their own stream beside the dispatch all-to-alls (tokens, then
+  // scores), FC2 beside the combine; in backward the transposes beside
+  // their backward.  Oracle: the exposed expert-parallel time falls by
+  // min(dispatch + scores, FC1 + act) + min(combine, FC2) per pass, the ops'
+  // own times as the plan without the overlap charges them, and the compute
+  // grows by that hidden time x the collective kernels' SM share (they keep
+  // 16 of the H100's 132 SMs).  DeepSeek-V3 (one shared expert of 2048),
+  // ep 8 inside a DGX H100, mbs 1 x 4096 tokens: GPU-bound.
+  const ModelSpec m = load_model("deepseek-v3");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan p;
+  p.pp = 16;
+  p.ep = 8;
+  p.mbs = 1;
+  p.seq = 4096;
+  p.gbs = 1024;
+  p.zero = 1;
+  p.framework = Framework::kMegatronCore;
+  const Layout off = resolve_plan(m, c, 256, p);
+  REQUIRE(off.feasible);
+  p.moe_shared_expert_overlap = true;
+  const Layout on = resolve_plan(m, c, 256, p);
+  REQUIRE(on.feasible);
+  auto moe_kind = [&](const Plan& q) {
+    for (const LayerCharges& k : layer_charges(m, c, q))
+      if (k.moe()) return k;
+    FAIL("no MoE layer");
+    return LayerCharges{};
+  };
+  const LayerCharges a = moe_kind(off.plan), b = moe_kind(on.plan);
+  REQUIRE(a.times.host_bound_ps == 0);
+  REQUIRE(b.times.host_bound_ps == 0);
+  int64_t disp_f = 0, disp_b = 0, comb_f = 0, comb_b = 0, in_f = 0, in_b = 0, out_f = 0, out_b = 0;
+  for (const OpCharge& ch : a.ops) {
+    const std::string& n = ch.op.name;
+    if (n == "permute" || n == "score_dispatch") {
+      disp_f += ch.comm_forward_ps;
+      disp_b += ch.comm_backward_ps;
+    }
+    if (n == "combine") {
+      comb_f = ch.comm_forward_ps;
+      comb_b = ch.comm_backward_ps;
+    }
+    if (n == "shared_fc1" || n == "shared_swiglu") {
+      in_f += ch.forward_ps;
+      in_b += ch.backward_ps;
+    }
+    if (n == "shared_fc2") {
+      out_f = ch.forward_ps;
+      out_b = ch.backward_ps;
+    }
+  }
+  REQUIRE(disp_f > 0);
+  REQUIRE(in_f > 0);
+  const int64_t hidden_f = std::min(disp_f, in_f) + std::min(comb_f, out_f);
+  const int64_t hidden_b = std::min(disp_b, in_b) + std::min(comb_b, out_b);
+  CHECK(a.times.ep_comm_forward_ps - b.times.ep_comm_forward_ps == hidden_f);
+  CHECK(a.times.ep_comm_backward_ps - b.times.ep_comm_backward_ps == hidden_b);
+  const double share = 16.0 / 132;
+  CHECK_THAT(static_cast<double>(b.times.forward_ps - (a.times.forward_ps - hidden_f)),
+             WithinRel(static_cast<double>(hidden_f) * share, 1e-3));
+  CHECK_THAT(static_cast<double>(b.times.backward_ps - (a.times.backward_ps - hidden_b)),
+             WithinRel(static_cast<double>(hidden_b) * share, 1e-3));
+  // The ops still add up to the layer.
+  int64_t f = 0, bw = 0;
+  for (const OpCharge& ch : b.ops) {
+    f += ch.forward_ps + ch.comm_forward_ps;
+    bw += ch.backward_ps + ch.comm_backward_ps;
+  }
+  CHECK(f == b.times.forward_ps);
+  CHECK(bw == b.times.backward_ps);
+
+  // TransformerConfig's rules: shared experts, an all-to-all to hide (ep*etp
+  // > 1), not with --ep-overlap, no recompute of the shared experts; only
+  // Megatron-Core runs it.
+  using testing::reasons_mention;
+  CHECK(reasons_mention(resolve_plan(load_model("qwen3-30b-a3b"), c, 8, [] {
+          Plan q;
+          q.ep = 8;
+          q.gbs = 64;
+          q.framework = Framework::kMegatronCore;
+          q.moe_shared_expert_overlap = true;
+          return q;
+        }()),
+                        "needs shared experts"));
+  Plan q = p;
+  q.ep_overlap = true;
+  CHECK(reasons_mention(resolve_plan(m, c, 256, q), "exclude each other"));
+  q = p;
+  q.recompute = Recompute::kSelective;
+  q.recompute_modules = kRcSharedExperts;
+  CHECK(reasons_mention(resolve_plan(m, c, 256, q), "cannot recompute the shared_experts module"));
+  q = p;
+  q.framework = Framework::kTorchtitan;
+  CHECK(reasons_mention(resolve_plan(m, c, 256, q), "is Megatron-Core's"));
 }
 
 }  // namespace
