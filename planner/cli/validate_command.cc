@@ -93,6 +93,21 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
                           "): the executors launch each kernel from the host, so they would measure another plan",
                       "validate the same layout without cuda_graph");
   }
+  if (layout.plan.moe_shared_expert_overlap) {
+    // The executors run the shared experts in line after the routed ones.
+    throw_input_error("--plan", "",
+                      "validate cannot run the shared experts beside the all-to-alls (moe_shared_expert_overlap): the "
+                      "executors run them in line, so they would measure another plan",
+                      "validate the same layout without moe_shared_expert_overlap");
+  }
+  if (layout.plan.moe_router_fusion) {
+    // The executors' router is their own ops, not Transformer Engine's
+    // fused kernels, whose host calls the simulation charges.
+    throw_input_error("--plan", "",
+                      "validate cannot run Transformer Engine's fused router (moe_router_fusion): the executors route "
+                      "with their own ops, so they would measure another plan",
+                      "validate the same layout without moe_router_fusion");
+  }
   if (layout.plan.schedule == Schedule::kDualPipe) {
     throw_input_error("--plan", "",
                       "validate cannot execute the dualpipe schedule: its mirrored ranks hand each micro-batch over at "

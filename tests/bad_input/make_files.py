@@ -132,6 +132,12 @@ edit(PLAN, '"zero": 1', '"zero": 1, "moe_pad_to_capacity": 1', "plan_moe_pad_num
 edit(PLAN, '"zero": 1', '"zero": 1, "moe_router_fusion": "yes"', "plan_moe_router_fusion_string.json")
 edit("tests/data/export/plan_qwen3-30b-a3b_ep8.json", '"framework": "torchtitan"',
      '"framework": "megatron-core", "moe_dispatcher": "deepep"', "plan_moe_dispatcher_deepep.json")
+edit("tests/data/export/plan_qwen3-30b-a3b_ep8.json", '"framework": "torchtitan"',
+     '"framework": "megatron-core", "moe_router_fusion": true', "plan_moe_router_fusion.json")
+write("plan_moe_shared_overlap.json",
+      text("tests/data/export/plan_qwen3-30b-a3b_ep8.json")
+      .replace('"framework": "torchtitan"', '"framework": "megatron-core", "moe_shared_expert_overlap": true')
+      .replace('"model": "qwen3-30b-a3b"', '"model": "deepseek-v2"'))
 edit(MOE, '"top_k": 2', '"top_k": 2, "capacity_factor": -1', "moe_capacity_negative.json")
 edit(MOE, '"top_k": 2', '"top_k": 2, "dense_layers": 32', "moe_dense_all.json")
 edit(MOE, '"kv_heads": 8,', '"kv_heads": 8, "kv_lora_rank": 512,', "mla_key_without_mla.json")
