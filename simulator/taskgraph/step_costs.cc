@@ -139,6 +139,65 @@ std::optional<std::pair<int64_t, int64_t>> overlapped_tp_comm(const std::vector<
   return std::nullopt;
 }
 
+// The ops Megatron-Core's --moe-shared-expert-overlap pairs: their
+// forward and backward time, the collective after them, whether recompute
+// re-runs them, and their index in the layer's ops (-1: none).
+struct PairedOp {
+  int64_t f = 0, b = 0, cf = 0, cb = 0;
+  bool rerun = false;
+  int index = -1;
+};
+
+// Shared experts beside the token all-to-alls (Megatron-Core
+// --moe-shared-expert-overlap; moe/shared_experts.py runs them on a stream
+// of their own, token_dispatcher.py launches FC1 and the activation right
+// after the dispatch all-to-all of the tokens, before the scores', and FC2
+// beside the combine): in forward the dispatch (and the scores) hide under
+// FC1 and the activation (`shared_in`), the combine under FC2 (`shared_out`);
+// autograd replays each on its stream, so in backward the combine's
+// transpose hides under FC2's backward and the dispatch's under FC1's.
+// While a collective runs its kernels keep their SMs and the GEMM beside it
+// gets the rest: it is slower by the hidden time x `share`
+// (ep_comm_sm_share, as the combined 1F1B's pairs).  Updates `t` and, when
+// given, the ops' charges (each collective keeps what is left exposed; the
+// shared experts' first op and FC2 carry the slowdown).
+void overlap_shared_experts(const PairedOp& dispatch, const PairedOp& scores, const PairedOp& combine,
+                            const PairedOp& shared_in, const PairedOp& shared_out, double share, OpTimes* t,
+                            std::vector<OpCharge>* charges) {
+  const int64_t in_f = std::min(dispatch.cf + scores.cf, shared_in.f);
+  const int64_t out_f = std::min(combine.cf, shared_out.f);
+  const int64_t out_b = std::min(combine.cb, shared_out.b);
+  const int64_t in_b = std::min(dispatch.cb + scores.cb, shared_in.b);
+  auto slower = [share](int64_t hidden) { return static_cast<int64_t>(std::llround(static_cast<double>(hidden) * share)); };
+  t->ep_f -= in_f + out_f;
+  t->ep_b -= in_b + out_b;
+  t->fwd += slower(in_f) + slower(out_f);
+  t->bwd += slower(in_b) + slower(out_b);
+  if (dispatch.rerun) {
+    t->rc_ep -= in_f + out_f;
+    t->rc += slower(in_f) + slower(out_f);
+  }
+  if (charges == nullptr) return;
+  auto hide = [&](const PairedOp& x, int64_t hf, int64_t hb) {
+    if (x.index < 0) return;
+    OpCharge& ch = (*charges)[static_cast<size_t>(x.index)];
+    ch.comm_forward_ps -= hf;
+    ch.comm_backward_ps -= hb;
+  };
+  const int64_t scores_f = std::min(scores.cf, in_f), scores_b = std::min(scores.cb, in_b);
+  hide(scores, scores_f, scores_b);
+  hide(dispatch, in_f - scores_f, in_b - scores_b);
+  hide(combine, out_f, out_b);
+  auto slow = [&](const PairedOp& x, int64_t hf, int64_t hb) {
+    OpCharge& ch = (*charges)[static_cast<size_t>(x.index)];
+    ch.forward_ps += slower(hf);
+    ch.backward_ps += slower(hb);
+    if (ch.recompute_ps > 0) ch.recompute_ps += slower(hf);
+  };
+  slow(shared_in, in_f, in_b);
+  slow(shared_out, out_f, out_b);
+}
+
 // `block`: lc is a transformer layer (the GEMMs TE's userbuffers overlap);
 // false for the embedding and output layers.
 // `charges`, when given, gets each op's own times (layer_charges).
@@ -215,14 +274,8 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
   // saved reduce-scatters are not repeated, other collectives are.
   const bool per_op = layer_shape(p).per_op_sac;
   const bool overlap = block && prof.tp_comm_overlap && p.tp > 1;
-  // Megatron-Core's --moe-shared-expert-overlap (shared_expert_overlap
-  // below): the times of the ops it pairs, by op index.
-  struct Timed {
-    int64_t f = 0, b = 0, cf = 0, cb = 0;
-    bool rerun = false;
-    int index = -1;
-  };
-  Timed dispatch, scores, combine, shared_in, shared_out;
+  // The ops --moe-shared-expert-overlap pairs (overlap_shared_experts).
+  PairedOp dispatch, scores, combine, shared_in, shared_out;
   for (size_t i = 0; i < lc.ops.size(); ++i) {
     const OpCost& op = lc.ops[i];
     const int64_t f = op_forward_time(cpm, op).ps();
@@ -303,69 +356,22 @@ OpTimes op_times(const LayerCost& lc, const ComputeParams& cpm, const ClusterSpe
         t.ep_b += cb;
         if (rerun) t.rc_ep += cf;
       }
-      Timed* x = op.comm_group != CommGroup::kEp ? nullptr
+      PairedOp* x = op.comm_group != CommGroup::kEp ? nullptr
                  : op.name == "permute" || op.name == "dispatch" ? &dispatch
                  : op.name == "score_dispatch"                   ? &scores
                  : op.name == "combine"                          ? &combine
                                                                  : nullptr;
-      if (x != nullptr) *x = Timed{f, b, cf, cb, rerun, static_cast<int>(i)};
+      if (x != nullptr) *x = PairedOp{f, b, cf, cb, rerun, static_cast<int>(i)};
     }
     if (op.name == "shared_fc1" || op.name == "shared_swiglu" || op.name == "shared_gelu") {
       shared_in.f += f;
       shared_in.b += b;
       if (shared_in.index < 0) shared_in.index = static_cast<int>(i);
     }
-    if (op.name == "shared_fc2") shared_out = Timed{f, b, 0, 0, false, static_cast<int>(i)};
+    if (op.name == "shared_fc2") shared_out = PairedOp{f, b, 0, 0, false, static_cast<int>(i)};
   }
   if (block && p.moe_shared_expert_overlap && shared_in.index >= 0 && shared_out.index >= 0 && dispatch.index >= 0) {
-    // Shared experts beside the token all-to-alls (Megatron-Core
-    // --moe-shared-expert-overlap; moe/shared_experts.py runs them on a
-    // stream of their own, token_dispatcher.py launches FC1 and the
-    // activation right after the dispatch all-to-all of the tokens, before
-    // the scores', and FC2 beside the combine): in forward the dispatch (and
-    // the scores) hide under FC1 and the activation, the combine under FC2;
-    // autograd replays each on its stream, so in backward the combine's
-    // transpose hides under FC2's backward and the dispatch's under FC1's.
-    // While a collective runs its kernels keep their SMs, the GEMM beside
-    // it gets the rest (ep_comm_sm_share, as the combined 1F1B's pairs).
-    const double share = ep_comm_sm_share(c, p);
-    const int64_t in_f = std::min(dispatch.cf + scores.cf, shared_in.f);
-    const int64_t out_f = std::min(combine.cf, shared_out.f);
-    const int64_t out_b = std::min(combine.cb, shared_out.b);
-    const int64_t in_b = std::min(dispatch.cb + scores.cb, shared_in.b);
-    auto slower = [share](int64_t hidden) {
-      return static_cast<int64_t>(std::llround(static_cast<double>(hidden) * share));
-    };
-    t.ep_f -= in_f + out_f;
-    t.ep_b -= in_b + out_b;
-    t.fwd += slower(in_f) + slower(out_f);
-    t.bwd += slower(in_b) + slower(out_b);
-    if (dispatch.rerun) {
-      t.rc_ep -= in_f + out_f;
-      t.rc += slower(in_f) + slower(out_f);
-    }
-    if (charges != nullptr) {
-      // Each collective keeps what is left exposed; the shared experts'
-      // first op and FC2 carry the slowdown.
-      auto hide = [&](const Timed& x, int64_t hf, int64_t hb) {
-        if (x.index < 0) return;
-        OpCharge& ch = (*charges)[static_cast<size_t>(x.index)];
-        ch.comm_forward_ps -= hf;
-        ch.comm_backward_ps -= hb;
-      };
-      const int64_t scores_f = std::min(scores.cf, in_f), scores_b = std::min(scores.cb, in_b);
-      hide(scores, scores_f, scores_b);
-      hide(dispatch, in_f - scores_f, in_b - scores_b);
-      hide(combine, out_f, out_b);
-      auto slow = [&](const Timed& x, int64_t hf, int64_t hb) {
-        OpCharge& ch = (*charges)[static_cast<size_t>(x.index)];
-        ch.forward_ps += slower(hf);
-        ch.backward_ps += slower(hb);
-        if (ch.recompute_ps > 0) ch.recompute_ps += slower(hf);
-      };
-      slow(shared_in, in_f, in_b);
-      slow(shared_out, out_f, out_b);
-    }
+    overlap_shared_experts(dispatch, scores, combine, shared_in, shared_out, ep_comm_sm_share(c, p), &t, charges);
   }
   // Described as "2x tp all_reduce 16 MiB over 8 (ring/simple)"; those that
   // read the same at three digits count as one.
