@@ -62,6 +62,34 @@ TEST_CASE("CudaGraph: a graphed layer's captured ops cost the host one replay pe
   CHECK(testing::layer_host_calls(moe_eager) - testing::layer_host_calls(moe_graphed) > 72);
 }
 
+TEST_CASE("CudaGraph: the moe_router graph holds the shared experts unless they run beside the all-to-alls",
+          "[sim][taskgraph][host]") {
+  // transformer_layer.py _get_submodules_under_cudagraphs: under moe_router
+  // the graph takes the pre-MLP norm, the router and the shared experts,
+  // but not the shared experts with --moe-shared-expert-overlap (they run
+  // on their own stream inside the dispatcher).  DeepSeek-V3's layer, whose
+  // shared expert is three ops: FC1 and FC2 Transformer Engine modules of
+  // (99.66/37.08 + 90.53/33.17)/2 host calls each (TE#2053), the SwiGLU one.
+  const ModelSpec m = load_model("deepseek-v3");
+  Plan p;
+  p.framework = Framework::kMegatronCore;
+  p.ep = 8;
+  p.etp = 1;
+  p.seq = 4096;
+  auto shared_calls = [&](const Plan& q) {
+    double n = 0;
+    for (const OpCost& op : transformer_layer_cost(m, layer_shape(q), true).ops)
+      if (op.name.rfind("shared_", 0) == 0) n += op.host_calls;
+    return n;
+  };
+  const double eager = shared_calls(p);
+  CHECK(eager == Approx(99.66 / 37.08 + 90.53 / 33.17 + 1));
+  p.cuda_graph = kCgMoeRouter;
+  CHECK(shared_calls(p) == 0);
+  p.moe_shared_expert_overlap = true;
+  CHECK(shared_calls(p) == Approx(eager));
+}
+
 TEST_CASE("CudaGraph: each graphed layer keeps its static inputs per micro-batch in flight", "[sim][memory]") {
   // Oracle: Megatron's get_layer_static_inputs (transformer_layer.py) gives
   // each graph the hidden states, s x b x h bf16, and with attention
