@@ -690,6 +690,10 @@ TEST_CASE("Search: Megatron-Core MoE plans run their shared experts beside the a
     const bool allowed = int64_t{q.ep} * q.etp > 1 && !q.ep_overlap;
     CHECK(q.moe_shared_expert_overlap == allowed);
     with += q.moe_shared_expert_overlap ? 1 : 0;
+    // The search's cached layer costs are the plan's own (its step as a
+    // fresh simulation gives it): plans that differ only in the overlap do
+    // not share them.
+    CHECK_THAT(rp.report.step_time_s, Catch::Matchers::WithinRel(simulate_step(m, c, rp.layout, SimulateOptions{}).step_time_s, 1e-9));
   }
   CHECK(with >= 1);
 }
