@@ -59,6 +59,7 @@ struct PlanFlags {
   bool moe_pad_to_capacity = false;
   bool moe_router_fusion = false;
   bool moe_shared_expert_overlap = false;
+  bool cross_entropy_fusion = false;
   std::string cuda_graph;
   int64_t mtp_layers = 0;
   int64_t ep = 1, etp = 0;

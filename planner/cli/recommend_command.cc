@@ -205,6 +205,7 @@ std::string plan_difference(const Plan& base, const Plan& other) {
   field("cp-comm-type", to_string(base.cp_comm), to_string(other.cp_comm));
   field("moe-pad-to-capacity", base.moe_pad_to_capacity ? "on" : "off", other.moe_pad_to_capacity ? "on" : "off");
   field("moe-router-fusion", base.moe_router_fusion ? "on" : "off", other.moe_router_fusion ? "on" : "off");
+  field("cross-entropy-fusion", base.cross_entropy_fusion ? "on" : "off", other.cross_entropy_fusion ? "on" : "off");
   field("moe-shared-expert-overlap", base.moe_shared_expert_overlap ? "on" : "off",
         other.moe_shared_expert_overlap ? "on" : "off");
   field("cuda-graph", base.cuda_graph ? cuda_graph_modules_name(base.cuda_graph) : "off",

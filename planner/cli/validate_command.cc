@@ -100,6 +100,14 @@ int run_validate_checked(const ValidateFlags& f, int* argc, char*** argv) {
                       "executors run them in line, so they would measure another plan",
                       "validate the same layout without moe_shared_expert_overlap");
   }
+  if (layout.plan.cross_entropy_fusion) {
+    // The executors compute the loss with their own ops, not Megatron-Core's
+    // fused segments, whose bytes the simulation charges.
+    throw_input_error("--plan", "",
+                      "validate cannot run Megatron-Core's fused cross-entropy loss (cross_entropy_fusion): the "
+                      "executors compute the loss with their own ops, so they would measure another plan",
+                      "validate the same layout without cross_entropy_fusion");
+  }
   if (layout.plan.moe_router_fusion) {
     // The executors' router is their own ops, not Transformer Engine's
     // fused kernels, whose host calls the simulation charges.

@@ -145,6 +145,10 @@ ExportResult export_or_check(ExportTarget target, const ModelSpec& model, const 
     return refuse("the plan runs its shared experts beside the token all-to-alls (--moe-shared-expert-overlap), "
                   "which only Megatron-Core runs; export it with --to megatron");
   }
+  if (layout.plan.cross_entropy_fusion && runs != ExportTarget::kMegatron) {
+    return refuse("the plan runs Megatron-Core's fused cross-entropy loss (--cross-entropy-fusion), which only "
+                  "Megatron-Core runs; export it with --to megatron");
+  }
   if (layout.plan.moe_router_fusion && runs != ExportTarget::kMegatron) {
     return refuse("the plan runs Megatron-Core's fused router (--moe-router-fusion), which only Megatron-Core runs; "
                   "export it with --to megatron");

@@ -268,6 +268,13 @@ ExportResult export_megatron(const ModelSpec& m, const ClusterSpec& c, const Lay
   // (flash-attn 2, or flash-attn 3 on Hopper when its hopper build is
   // installed); cudnn = TE's FusedAttention.
   model.opt("--attention-backend", megatron_attention_backend(p));
+  // Plan::cross_entropy_fusion: the fused vocab-parallel loss, its native
+  // implementation (training arguments.py refuses the 'te' one: "disabled
+  // due to stability issues").
+  if (p.cross_entropy_fusion) {
+    model.flag("--cross-entropy-loss-fusion");
+    model.opt("--cross-entropy-fusion-impl", "native");
+  }
 
   BashArgs parallel;
   parallel.opt("--tensor-model-parallel-size", p.tp);

@@ -75,6 +75,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   if (p.cp_comm != CpComm::kP2p) j["cp_comm_type"] = to_string(p.cp_comm);
   if (p.moe_pad_to_capacity) j["moe_pad_to_capacity"] = true;
   if (p.moe_router_fusion) j["moe_router_fusion"] = true;
+  if (p.cross_entropy_fusion) j["cross_entropy_fusion"] = true;
   if (p.moe_shared_expert_overlap) j["moe_shared_expert_overlap"] = true;
   if (p.cuda_graph != 0) j["cuda_graph"] = set_bit_names(p.cuda_graph, cuda_graph_module_names());
   if (p.mtp_layers > 0) j["mtp_layers"] = p.mtp_layers;
@@ -156,6 +157,7 @@ PlanFile parse_plan_file(const std::string& text, const std::string& where) {
   p.cp_comm = static_cast<CpComm>(o.optional_choice("cp_comm_type", cp_comm_names()).value_or(0));
   p.moe_pad_to_capacity = o.optional_boolean("moe_pad_to_capacity").value_or(false);
   p.moe_router_fusion = o.optional_boolean("moe_router_fusion").value_or(false);
+  p.cross_entropy_fusion = o.optional_boolean("cross_entropy_fusion").value_or(false);
   p.moe_shared_expert_overlap = o.optional_boolean("moe_shared_expert_overlap").value_or(false);
   o.allow("cuda_graph");
   if (o.has("cuda_graph")) {
@@ -225,6 +227,7 @@ std::string describe_plan(const Plan& p) {
   if (p.cp_comm != CpComm::kP2p) s << " cp_comm_type=" << to_string(p.cp_comm);
   if (p.moe_pad_to_capacity) s << " moe_pad_to_capacity=on";
   if (p.moe_router_fusion) s << " moe_router_fusion=on";
+  if (p.cross_entropy_fusion) s << " cross_entropy_fusion=on";
   if (p.moe_shared_expert_overlap) s << " moe_shared_expert_overlap=on";
   if (p.cuda_graph != 0) s << " cuda_graph=" << cuda_graph_modules_name(p.cuda_graph);
   if (p.mtp_layers > 0) s << " mtp_layers=" << p.mtp_layers;

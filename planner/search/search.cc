@@ -235,6 +235,9 @@ std::vector<Plan> enumerate(const ModelSpec& m, const ClusterSpec& c, int gpus, 
                         // saves host calls, so every MoE plan it runs has it
                         // (as NVIDIA's DeepSeek-V3 GB200 tuning sets it).
                         p.moe_router_fusion = m.has_moe && o.framework == Framework::kMegatronCore;
+                        // Its fused loss likewise: fewer bytes, the same
+                        // memory (layer_cost.cc output_cost).
+                        p.cross_entropy_fusion = o.framework == Framework::kMegatronCore;
                         // Shared experts beside the token all-to-alls
                         // wherever Megatron-Core allows it (the --ep-overlap
                         // variant turns it off: overlap_variants_to_try).
@@ -712,7 +715,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   // Partial full recompute also depends on which layers of each chunk are
   // recomputed: the count and the plan's chunking (pp, vp, schedule, stage split).
   using ShapeKey = std::tuple<int, int, bool, int64_t, int64_t, int, int, int, uint16_t, int, bool, int, int, double, int,
-                              int, int, int, bool, bool, int, bool, std::vector<int>, int, bool, bool, bool>;
+                              int, int, int, bool, bool, int, bool, std::vector<int>, int, bool, bool, bool, bool>;
   // Whether the framework's ZeRO-3 costs differ from its other stages' (FSDP2's copies).
   const bool zero3_costs = [&] {
     Plan z;
@@ -728,7 +731,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
                     partial ? p.vp : 0, partial ? static_cast<int>(p.schedule) : 0, p.tp_comm_overlap,
                     zero3_costs && p.zero == 3, static_cast<int>(x.dispatcher), x.pad_to_capacity,
                     partial ? p.stage_layers : std::vector<int>{}, static_cast<int>(x.cuda_graph), x.cp_a2a,
-                    x.router_fusion, x.shared_expert_overlap};
+                    x.router_fusion, x.shared_expert_overlap, x.loss_fusion};
   };
   // The cached costs live as long as the search: references to them hold.
   std::map<ShapeKey, std::shared_ptr<const StepCosts>> cost_cache;

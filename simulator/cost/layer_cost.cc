@@ -35,6 +35,7 @@ LayerShape layer_shape(const Plan& p) {
   const ExecutionProfile fw = execution_profile(p);
   s.per_op_sac = fw.per_op_selective_recompute && p.recompute == Recompute::kSelective;
   s.pytorch_loss = fw.pytorch_cross_entropy;
+  s.loss_fusion = p.cross_entropy_fusion && !s.pytorch_loss;
   s.eager = fw.eager_elementwise;
   s.te_modules = fw.te_modules;
   s.tp_seq_copies = fw.dtensor_sequence_copies && p.sp && p.tp > 1;
@@ -1046,8 +1047,18 @@ LayerCost output_cost(const ModelSpec& m, const LayerShape& s) {
   //   write 4) = e + 20; backward the dense nll_loss gradient (4),
   //   log_softmax's backward (reads 8, writes 4) and the cast back (4 + e)
   //   = 20 + e.
-  OpCost loss = elementwise("cross_entropy", tokens * v / t * (s.pytorch_loss ? e + 20 : e + 36), 4 * tokens * v / t);
-  loss.bwd_bytes = tokens * v / t * (s.pytorch_loss ? 20 + e : 12 + e);
+  // - Megatron-Core's fused loss (s.loss_fusion, --cross-entropy-loss-fusion
+  //   with the native implementation, megatron/core/fusions/
+  //   fused_cross_entropy.py): the same steps as three torch.compile'd
+  //   segments forward, each one pass over the row (jit_fuser is
+  //   torch.compile from PyTorch 2.2): the cast with the max (e + 4), the
+  //   in-place subtract and exp with their sum (8), the in-place divide (8)
+  //   = e + 20; backward one segment, the in-place mul_ written back and
+  //   the cast to bf16 = 8 + e.  It keeps the same fp32 softmax.
+  const double fwd_per_logit = s.pytorch_loss ? e + 20 : s.loss_fusion ? e + 20 : e + 36;
+  const double bwd_per_logit = s.pytorch_loss ? 20 + e : s.loss_fusion ? 8 + e : 12 + e;
+  OpCost loss = elementwise("cross_entropy", tokens * v / t * fwd_per_logit, 4 * tokens * v / t);
+  loss.bwd_bytes = tokens * v / t * bwd_per_logit;
   c.ops.push_back(loss);
   add_totals(&c, e);
   // The loss's backward (layer_cost.h): Megatron's _VocabParallelCrossEntropy

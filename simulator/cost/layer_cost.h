@@ -49,9 +49,12 @@ struct LayerShape {
   double moe_load = 0;
   // How the framework runs it (ExecutionProfile): selective recompute as
   // torchtitan's per-op SAC, and the loss as PyTorch's cross_entropy on
-  // fp32-cast logits (else Megatron's fused vocab-parallel one).
+  // fp32-cast logits (else Megatron's vocab-parallel one).
   bool per_op_sac = false;
   bool pytorch_loss = false;
+  // Megatron's vocab-parallel loss as its fused implementation
+  // (Plan::cross_entropy_fusion; output_cost).
+  bool loss_fusion = false;
   // Memory-bound ops as PyTorch eager kernels (ExecutionProfile::eager_elementwise).
   bool eager = false;
   // Each sequence-parallel all-gather's result and reduce-scatter's input

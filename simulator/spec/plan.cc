@@ -1086,6 +1086,11 @@ Layout resolve_plan(const ModelSpec& model, const ClusterSpec& cluster, int gpus
   if (p.moe_shared_expert_overlap) {
     for (const std::string& why : shared_expert_overlap_conflicts(model, p)) fail(why);
   }
+  // model_parallel_config.py cross_entropy_loss_fusion: Megatron-Core's
+  // fused vocab-parallel loss (language_module.py compute_language_model_loss).
+  if (p.cross_entropy_fusion && p.framework != Framework::kMegatronCore)
+    fail("cross entropy fusion is Megatron-Core's (--cross-entropy-loss-fusion, its fused vocab-parallel loss); this "
+         "plan's framework does not run it: use --framework megatron-core");
   if (p.framework == Framework::kDeepSpeed) {
     const std::string why = deepspeed_pipeline_zero_conflict(p);
     if (!why.empty()) fail(why);

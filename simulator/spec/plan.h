@@ -261,6 +261,12 @@ struct Plan {
   // Needs shared experts, Megatron-Core, ep * etp > 1, no --ep-overlap and
   // no recompute of the shared_experts module (shared_expert_conflicts).
   bool moe_shared_expert_overlap = false;
+  // Megatron-Core's --cross-entropy-loss-fusion (native implementation,
+  // megatron/core/fusions/fused_cross_entropy.py): the vocab-parallel loss's
+  // elementwise kernels compiled into three fused segments forward and one
+  // backward, the same fp32 softmax kept (layer_cost.cc output_cost).
+  // Megatron-Core only; any model.
+  bool cross_entropy_fusion = false;
   // Multi-token prediction (DeepSeek-V3 report Sec. 2.2; Megatron-Core
   // --mtp-num-layers): depths after the output layer, each a projection of
   // the next tokens' embedding and the hidden state, a transformer layer of

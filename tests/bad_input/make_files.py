@@ -130,6 +130,8 @@ edit(MOE, '"router": "softmax"', '"router": "softmax", "router_group_topk": 2', 
 edit(PLAN, '"zero": 1', '"zero": 1, "moe_dispatcher": "nccl"', "plan_moe_dispatcher_bad.json")
 edit(PLAN, '"zero": 1', '"zero": 1, "moe_pad_to_capacity": 1', "plan_moe_pad_number.json")
 edit(PLAN, '"zero": 1', '"zero": 1, "moe_router_fusion": "yes"', "plan_moe_router_fusion_string.json")
+edit(PLAN, '"zero": 1', '"zero": 1, "cross_entropy_fusion": 1', "plan_ce_fusion_number.json")
+edit(PLAN, '"zero": 1', '"zero": 1, "framework": "megatron-core", "cross_entropy_fusion": true', "plan_ce_fusion.json")
 edit("tests/data/export/plan_qwen3-30b-a3b_ep8.json", '"framework": "torchtitan"',
      '"framework": "megatron-core", "moe_dispatcher": "deepep"', "plan_moe_dispatcher_deepep.json")
 edit("tests/data/export/plan_qwen3-30b-a3b_ep8.json", '"framework": "torchtitan"',

@@ -192,7 +192,7 @@ d = json.load(open(sys.argv[1]))
 keys = ["tp", "pp", "dp", "cp", "vp", "zero", "shard_group", "mbs", "gbs", "seq", "recompute", "sp", "schedule",
         "precision", "fp8_recipe", "grad_dtype", "attention", "dp_mode", "offload", "ps_servers", "stage_layers",
         "framework", "gpus", "ep", "etp", "recompute_modules", "tp_comm_overlap", "ep_overlap", "delay_wgrad", "mtp_layers",
-        "moe_dispatcher", "moe_pad_to_capacity", "moe_router_fusion", "moe_shared_expert_overlap", "moment_dtype", "cp_comm_type"]
+        "moe_dispatcher", "moe_pad_to_capacity", "moe_router_fusion", "moe_shared_expert_overlap", "cross_entropy_fusion", "moment_dtype", "cp_comm_type"]
 for i, p in enumerate(d["plans"]):
     plan = {k: p[k] for k in keys if k in p}
     plan.update(model=sys.argv[3], cluster=sys.argv[4])

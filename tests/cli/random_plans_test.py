@@ -110,6 +110,9 @@ def random_flags(rng, models, clusters):
             flags.append("--moe-router-fusion")
         if framework == "megatron-core" and (model.get("moe") or {}).get("shared_experts") and rng.random() < 0.4:
             flags.append("--moe-shared-expert-overlap")
+    # Drawn from a stream seeded by the plan so far, so the flags added later keep the main stream's sample.
+    if framework in ("megatron-core", "generic") and random.Random(" ".join(flags)).random() < 0.4:
+        flags.append("--cross-entropy-fusion")
     return flags
 
 

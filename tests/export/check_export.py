@@ -108,6 +108,7 @@ def load_plan(path: str) -> dict:
         "moe_pad_to_capacity": bool(p.get("moe_pad_to_capacity", False)),
         "moe_router_fusion": bool(p.get("moe_router_fusion", False)),
         "moe_shared_expert_overlap": bool(p.get("moe_shared_expert_overlap", False)),
+        "cross_entropy_fusion": bool(p.get("cross_entropy_fusion", False)),
         "cuda_graph": list(p.get("cuda_graph") or []),
         "cp_comm_type": p.get("cp_comm_type", "p2p"),
     }
@@ -917,7 +918,16 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
     if ns.get("attention_backend") == "local" and not (ns.get("spec") and ns.get("spec")[0] == "local"):
         P.add("megatron: --attention-backend local needs --spec local (validate_args)", ln("attention_backend"))
 
+    # validate_args: "Transformer Engine cross entropy loss fusion is disabled due to stability issues".
+    if ns.get("cross_entropy_loss_fusion") and ns.get("cross_entropy_fusion_impl") == "te":
+        P.add("megatron: --cross-entropy-loss-fusion with --cross-entropy-fusion-impl te (validate_args: disabled "
+              "due to stability issues)", ln("cross_entropy_fusion_impl"))
+
     # Plan consistency: the exported arguments are the plan's.
+    fused_loss = bool(ns.get("cross_entropy_loss_fusion"))
+    if fused_loss != plan.get("cross_entropy_fusion", False):
+        P.add(f"megatron: --cross-entropy-loss-fusion is {fused_loss}, the plan's cross_entropy_fusion is "
+              f"{plan.get('cross_entropy_fusion', False)}", ln("cross_entropy_loss_fusion"))
     for dest, want in (("tensor_model_parallel_size", plan["tp"]), ("pipeline_model_parallel_size", plan["pp"]),
                        ("context_parallel_size", plan["cp"]), ("micro_batch_size", plan["mbs"]),
                        ("global_batch_size", plan["gbs"]), ("seq_length", plan["seq"] or None)):

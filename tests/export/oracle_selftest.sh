@@ -188,6 +188,19 @@ mutate "$T/m_moments.sh" "$T/m_moments_nodo.sh" '/--use-distributed-optimizer/d;
 expect_fail "megatron: precision-aware optimizer without the distributed optimizer" megatron \
   "$T/plan_tp2pp2_bf16m.json" "$T/m_moments_nodo.sh" 'use-precision-aware-optimizer needs --use-distributed-optimizer'
 
+# The fused cross-entropy loss: the script's flag must be the plan's, and training's validate_args refuses
+# the Transformer Engine implementation ("disabled due to stability issues").
+sed -e 's/"dp_mode": "sync"/"dp_mode": "sync", "cross_entropy_fusion": true/' "$P" >"$T/plan_tp2pp2_ce.json"
+mutate "$M" "$T/m_ce.sh" 's/--bf16/--bf16\n  --cross-entropy-loss-fusion\n  --cross-entropy-fusion-impl native/'
+expect_pass "megatron: fused cross-entropy loss" megatron "$T/plan_tp2pp2_ce.json" "$T/m_ce.sh"
+expect_fail "megatron: fused loss the plan does not have" megatron "$P" "$T/m_ce.sh" \
+  'cross-entropy-loss-fusion is True, the plan.s cross_entropy_fusion is False'
+expect_fail "megatron: plan's fused loss missing from the script" megatron "$T/plan_tp2pp2_ce.json" "$M" \
+  'cross-entropy-loss-fusion is False, the plan.s cross_entropy_fusion is True'
+mutate "$T/m_ce.sh" "$T/m_ce_te.sh" 's/--cross-entropy-fusion-impl native/--cross-entropy-fusion-impl te/'
+expect_fail "megatron: the TE loss fusion validate_args refuses" megatron "$T/plan_tp2pp2_ce.json" "$T/m_ce_te.sh" \
+  'cross-entropy-fusion-impl te .validate_args: disabled due to stability issues'
+
 mutate "$M" "$T/m_ogr.sh" '/--overlap-grad-reduce/d'
 expect_fail "megatron: overlap-param-gather without overlap-grad-reduce" megatron "$P" "$T/m_ogr.sh" \
   'overlap-param-gather needs --overlap-grad-reduce'

@@ -209,6 +209,37 @@ TEST_CASE("Search: every listed plan's time is its own simulation", "[planner][s
   CHECK(ties > 0);  // the case exercises equivalent plans
 }
 
+TEST_CASE("Search: Megatron-Core plans run the fused loss, and it never makes a step slower", "[planner][search]") {
+  // Megatron-Core's --cross-entropy-loss-fusion moves fewer bytes per logit
+  // (22 + 10 against 38 + 14, layer_cost_test.cc) and keeps the same memory,
+  // so a Megatron-Core search gives it to every plan; the oracle is a fresh
+  // simulation of each listed plan without it, which can be no faster (on
+  // one stage the loss is on the critical path, so strictly slower there).
+  const ModelSpec m = load_model("llama3-8b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  SearchOptions o;
+  o.gbs = 64;
+  o.top_k = 5;
+  o.framework = Framework::kMegatronCore;
+  int slower = 0;
+  for (const RankedPlan& rp : search_plans(m, c, 8, o).plans) {
+    INFO(describe_plan(rp.layout.plan));
+    REQUIRE(rp.layout.plan.cross_entropy_fusion);
+    CHECK(simulate_step(m, c, rp.layout, SimulateOptions{}).step_time_s == rp.report.step_time_s);
+    Plan unfused = rp.layout.plan;
+    unfused.cross_entropy_fusion = false;
+    const Layout L = resolve_plan(m, c, rp.layout.gpus, unfused);
+    REQUIRE(L.feasible);
+    const double t = simulate_step(m, c, L, SimulateOptions{}).step_time_s;
+    CHECK(t >= rp.report.step_time_s);
+    if (rp.layout.plan.pp == 1 && t > rp.report.step_time_s) ++slower;
+  }
+  CHECK(slower >= 1);
+  // Other frameworks do not run it.
+  o.framework = Framework::kTorchtitan;
+  for (const RankedPlan& rp : search_plans(m, c, 8, o).plans) CHECK(!rp.layout.plan.cross_entropy_fusion);
+}
+
 TEST_CASE("Search: branch and bound returns the brute-force top K", "[planner][search]") {
   // Oracle: with top_k larger than the number of feasible plans, every
   // feasible plan is simulated (brute force); its first 3 must equal the

@@ -265,6 +265,30 @@ TEST_CASE("LayerCost: the embedding and output layer add Korthikanti's extra ter
     CHECK(loss(true).bytes == Approx(22 * logits).epsilon(kRel));
     CHECK(loss(true).bwd_bytes == Approx(22 * logits).epsilon(kRel));
   }
+  SECTION("Megatron-Core's fused loss: the same steps, one pass per compiled segment") {
+    // megatron/core/fusions/fused_cross_entropy.py, each function a
+    // torch.compile'd segment (jit_fuser), each one loop over the row:
+    // calculate_logits_max reads bf16 and writes the fp32 copy it returns
+    // (2 + 4, the max in the same loop); calculate_predicted_logits
+    // subtracts and exponentiates in place with the sum (4 + 4);
+    // calculate_cross_entropy_loss divides in place (4 + 4) = 22 B per
+    // logit forward, against the unfused 38.  Backward calculate_gradients:
+    // mul_ in place, written back (4 + 4), and the cast to bf16 (2) = 10,
+    // against 14.  The saved fp32 softmax is the same: 4sbv/t.
+    const double logits = kB * kS * v / 8;
+    LayerShape s = shape(8, true, Recompute::kNone);
+    s.loss_fusion = true;
+    const LayerCost fused = output_cost(m, s);
+    const OpCost* ce = nullptr;
+    for (const OpCost& op : fused.ops) {
+      if (op.name == "cross_entropy") ce = &op;
+    }
+    REQUIRE(ce != nullptr);
+    CHECK(ce->bytes == Approx(22 * logits).epsilon(kRel));
+    CHECK(ce->bwd_bytes == Approx(10 * logits).epsilon(kRel));
+    CHECK(fused.saved_bytes == Approx(output_cost(m, shape(8, true, Recompute::kNone)).saved_bytes).epsilon(kRel));
+    CHECK(fused.backward_transient_bytes == Approx(2 * logits).epsilon(kRel));
+  }
 }
 
 TEST_CASE("LayerCost: TP splits matrices and column biases, not row biases and norms", "[sim][cost]") {

@@ -600,5 +600,27 @@ TEST_CASE("Plan: a named attention kernel runs where the framework can select it
   }
 }
 
+TEST_CASE("Plan: the fused cross-entropy loss is Megatron-Core's", "[sim][plan]") {
+  // megatron/core/model_parallel_config.py cross_entropy_loss_fusion, read
+  // by language_module.py compute_language_model_loss: Megatron-Core's own
+  // loss code; the other frameworks compute the loss with theirs.
+  const ModelSpec m = load_model("llama3-8b");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  Plan p;
+  p.cross_entropy_fusion = true;
+  p.framework = Framework::kMegatronCore;
+  CHECK(resolve_plan(m, c, 8, p).feasible);
+  const std::string why =
+      "cross entropy fusion is Megatron-Core's (--cross-entropy-loss-fusion, its fused vocab-parallel loss); this "
+      "plan's framework does not run it: use --framework megatron-core";
+  for (Framework f : {Framework::kGeneric, Framework::kMegatronLM, Framework::kDeepSpeed, Framework::kTorchtitan,
+                      Framework::kPytorch}) {
+    p.framework = f;
+    const Layout L = resolve_plan(m, c, 8, p);
+    INFO(all_reasons(L));
+    CHECK(has_reason(L, why));
+  }
+}
+
 }  // namespace
 }  // namespace trainplan
