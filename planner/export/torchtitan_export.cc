@@ -104,8 +104,12 @@ std::optional<std::string> titan_moe_refusal(const ModelSpec& m, const Layout& L
     }
   }
   if (f == nullptr) {
-    return "torchtitan v0.2.2 trains MoE models through its own model code, and none of its MoE flavors "
-           "(deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has " + m.name +
+    // Head has more MoE models (kimi_k2_7, qwen3_5) than this export writes.
+    return std::string(head ? "torchtitan at head (b5bcd76c) trains MoE models through its own model code, and "
+                              "none of the MoE flavors this export writes"
+                            : "torchtitan v0.2.2 trains MoE models through its own model code, and none of its "
+                              "MoE flavors") +
+           " (deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has " + m.name +
            "'s shape, attention windows and routing groups (layers=" +
            str(m.layers) + ", hidden=" + str(m.hidden) + ", experts=" + str(m.moe.experts) + ", top_k=" +
            str(m.moe.top_k) + ", expert_ffn_hidden=" + str(m.moe.expert_ffn_hidden) + "; use --to megatron)";

@@ -228,6 +228,9 @@ expect_error "torchtitan refuses DualPipeV with expert parallelism and activatio
 expect_error "torchtitan refuses an MoE model it has no flavor of" \
   "trainplan: --to: torchtitan cannot express this plan: torchtitan v0.2.2 trains MoE models through its own model code, and none of its MoE flavors (deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has mixtral-8x7b's shape, attention windows and routing groups (layers=32, hidden=4096, experts=8, top_k=2, expert_ffn_hidden=14336; use --to megatron)" \
   export --plan "$EXPORT/plan_mixtral-8x7b_ep8.json" --to torchtitan
+expect_error "torchtitan at head refuses it too, naming its version" \
+  "trainplan: --to: torchtitan-py cannot express this plan: torchtitan at head (b5bcd76c) trains MoE models through its own model code, and none of the MoE flavors this export writes (deepseek_v3 671B, qwen3 30B-A3B and 235B-A22B, gpt_oss 120b) has mixtral-8x7b's shape, attention windows and routing groups (layers=32, hidden=4096, experts=8, top_k=2, expert_ffn_hidden=14336; use --to megatron)" \
+  export --plan "$EXPORT/plan_mixtral-8x7b_ep8.json" --to torchtitan-py
 # Async TP (the plan's tp_comm_overlap under torchtitan): enable_async_tensor_parallel
 # with the model compiled, as maybe_enable_async_tp requires; the oracle checks
 # both against the plan, in the TOML and in the head's Python config.
