@@ -109,7 +109,7 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
                 "--moe-shared-expert-overlap; not with --ep-overlap)");
   app->add_flag("--cross-entropy-fusion", f->cross_entropy_fusion,
                 "Megatron-Core's fused vocab-parallel cross-entropy loss, its native implementation: the loss's "
-                "elementwise kernels as fused segments, 28 instead of 52 bytes per bf16 logit (Megatron-Core "
+                "elementwise kernels as fused segments, 32 instead of 52 bytes per bf16 logit (Megatron-Core "
                 "--cross-entropy-loss-fusion --cross-entropy-fusion-impl native)");
   app->add_option("--cuda-graph", f->cuda_graph,
                   "per-layer CUDA graphs, Megatron-Core --cuda-graph-impl transformer_engine: \"layer\" (the whole "

@@ -766,6 +766,9 @@ int run_recommend(const RecommendFlags& f) {
       if (q.moe_router_fusion) {
         std::printf("       router fused (Megatron-Core --moe-router-fusion: 31 kernels instead of 72)\n");
       }
+      if (q.cross_entropy_fusion) {
+        std::printf("       loss fused (Megatron-Core --cross-entropy-loss-fusion: 32 instead of 52 bytes per logit)\n");
+      }
       if (q.cuda_graph != 0) {
         std::printf("       layers captured in CUDA graphs: %s (Megatron-Core --cuda-graph-impl transformer_engine; "
                     "searched because the eager layers are host-bound)\n",
