@@ -1054,9 +1054,12 @@ LayerCost output_cost(const ModelSpec& m, const LayerShape& s) {
   //   torch.compile from PyTorch 2.2): the cast with the max (e + 4), the
   //   in-place subtract and exp with their sum (8), the in-place divide (8)
   //   = e + 20; backward one segment, the in-place mul_ written back and
-  //   the cast to bf16 = 8 + e.  It keeps the same fp32 softmax.
+  //   the cast to bf16 = 8 + e (calculate_gradients casts to bf16 whatever
+  //   the logits' dtype: under fp16 autograd casts that gradient to fp16,
+  //   2 + 2 more).  It keeps the same fp32 softmax.
+  const double fused_bwd = 8 + e + (s.precision == Precision::kFp16 ? 4 : 0);
   const double fwd_per_logit = s.pytorch_loss ? e + 20 : s.loss_fusion ? e + 20 : e + 36;
-  const double bwd_per_logit = s.pytorch_loss ? 20 + e : s.loss_fusion ? 8 + e : 12 + e;
+  const double bwd_per_logit = s.pytorch_loss ? 20 + e : s.loss_fusion ? fused_bwd : 12 + e;
   OpCost loss = elementwise("cross_entropy", tokens * v / t * fwd_per_logit, 4 * tokens * v / t);
   loss.bwd_bytes = tokens * v / t * bwd_per_logit;
   c.ops.push_back(loss);

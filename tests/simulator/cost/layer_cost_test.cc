@@ -288,6 +288,12 @@ TEST_CASE("LayerCost: the embedding and output layer add Korthikanti's extra ter
     CHECK(ce->bwd_bytes == Approx(10 * logits).epsilon(kRel));
     CHECK(fused.saved_bytes == Approx(output_cost(m, shape(8, true, Recompute::kNone)).saved_bytes).epsilon(kRel));
     CHECK(fused.backward_transient_bytes == Approx(2 * logits).epsilon(kRel));
+    // Under fp16 the segment's bf16 gradient is cast again by autograd to
+    // the fp16 logits' dtype: 2 + 2 more, 14.
+    s.precision = Precision::kFp16;
+    for (const OpCost& op : output_cost(m, s).ops) {
+      if (op.name == "cross_entropy") CHECK(op.bwd_bytes == Approx(14 * logits).epsilon(kRel));
+    }
   }
 }
 
