@@ -81,6 +81,9 @@ ExportResult export_or_check(ExportTarget target, const ModelSpec& model, const 
   TRAINPLAN_CHECK(static_cast<int>(layout.stage_layers.size()) == layout.plan.pp,
                   "export_plan needs one layer count per pipeline stage");
   // A plan simulated for one framework exports to that framework only.
+  // This also keeps the options only Megatron-Core runs (the fused router
+  // and loss, the shared experts beside the all-to-alls) off the other
+  // targets: resolve_plan refuses them under any other framework.
   const Framework fw = layout.plan.framework;
   // torchtitan's two formats run the same framework.
   const ExportTarget runs = target == ExportTarget::kTorchtitanPy ? ExportTarget::kTorchtitan : target;
@@ -140,18 +143,6 @@ ExportResult export_or_check(ExportTarget target, const ModelSpec& model, const 
   if (layout.plan.moe_pad_to_capacity && runs != ExportTarget::kMegatron) {
     return refuse("the plan pads every expert's input to its capacity (--moe-pad-to-capacity), which only "
                   "Megatron-Core runs (--moe-pad-expert-input-to-capacity); export it with --to megatron");
-  }
-  if (layout.plan.moe_shared_expert_overlap && runs != ExportTarget::kMegatron) {
-    return refuse("the plan runs its shared experts beside the token all-to-alls (--moe-shared-expert-overlap), "
-                  "which only Megatron-Core runs; export it with --to megatron");
-  }
-  if (layout.plan.cross_entropy_fusion && runs != ExportTarget::kMegatron) {
-    return refuse("the plan runs Megatron-Core's fused cross-entropy loss (--cross-entropy-fusion), which only "
-                  "Megatron-Core runs; export it with --to megatron");
-  }
-  if (layout.plan.moe_router_fusion && runs != ExportTarget::kMegatron) {
-    return refuse("the plan runs Megatron-Core's fused router (--moe-router-fusion), which only Megatron-Core runs; "
-                  "export it with --to megatron");
   }
   if (layout.plan.moe_dispatcher != MoeDispatcher::kAllToAll && runs != ExportTarget::kMegatron &&
       runs != ExportTarget::kTorchtitan) {
