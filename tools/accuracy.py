@@ -8,9 +8,10 @@ Usage: python3 tools/accuracy.py [--trainplan build/planner/trainplan]
 Each row is mapped to `trainplan simulate` flags by fixed rules (below), not
 tuned per row: the model shape comes from the row; the cluster from the GPU and its fabric (Jean Zay's Omni-Path A100 nodes
 for BLOOM, a DGX A100 otherwise, the built-in DGX or NVL72 cluster of an H100, H200, B200, B300, GB200 or GB300:
-BUILTIN_CLUSTERS);
+BUILTIN_CLUSTERS; a V100 without NVLink: the PCIe V100 server);
 the attention kernel from the year (FlashAttention from 2023 on); the
-micro-batch from the row, else 1 (ACCURACY.md L3).
+micro-batch from the row, else 1 (ACCURACY.md L3).  Rows of a normalized-throughput table (T1) are scored as
+their predicted tokens/s over their table's anchor row's; every row left out is listed with the reason.
 """
 import argparse
 import ast
@@ -94,12 +95,26 @@ def gpu_type_of(row):
 
 
 def cluster_for(row):
-    """The built-in cluster of the row's GPU (BUILTIN_CLUSTERS), Jean Zay's for A100s on Omni-Path; None when the
-    part is not built in."""
+    """The built-in cluster of the row's GPU (BUILTIN_CLUSTERS), Jean Zay's for A100s on Omni-Path, the PCIe V100
+    server for a V100 whose GPUs the row does not join with NVLink (its fabric is the built-in's); None when the
+    part is not built in (unsupported_reason says why)."""
     part = gpu_type_of(row)
-    if part == "A100" and "Omni-Path" in (row["hardware"].get("inter_node") or ""):
+    hw = row["hardware"]
+    if part == "A100" and "Omni-Path" in (hw.get("inter_node") or ""):
         return "jean-zay-a100"
+    fabric = " ".join(str(hw.get(k) or "") for k in ("gpu", "intra_node")).lower()
+    nvlink = re.search(r"nvlink|nvswitch|dgx|sxm", re.sub(r"\b(no|without)\s+nvlinks?", "", fabric))
+    if part is None and re.search(r"(?<![a-z0-9])v100(?![0-9])", fabric) and not nvlink:
+        return "v100-pcie"
     return BUILTIN_CLUSTERS.get(part)
+
+
+def unsupported_reason(row):
+    """Why cluster_for has no cluster for the row, for the report's "not expressible" list."""
+    gpu = row["hardware"]["gpu"]
+    if re.search(r"\bTPU", gpu):
+        return "TPU: not expressible (ACCURACY.md cluster rule)"
+    return "no built-in cluster for %s" % gpu
 
 
 # Memory technologies a row may name, as (GB per stack, GB/s per stack, source).  Each stack has a 1024-bit
@@ -134,16 +149,21 @@ def derived_cluster(row, name, tmp):
     limit = re.search(r"(\d+)\s*W power limit", gpu)
     size = re.search(r"(\d+)\s*GB", gpu)
     tech = re.search(r"\bHBM(2e|2|3e|3)\b", gpu, re.I)
-    if not limit and not size:
-        return name
     with open(os.path.join(ROOT, "topologies", name + ".json")) as f:
         doc = json.load(f)
     changed = []
+    # A single box (no inter-node fabric) with as many GPUs as the row says its one host holds.
+    per_node = row["hardware"].get("gpus_per_node")
+    if "inter_node" not in doc and isinstance(per_node, int) and per_node != doc["gpus_per_node"] \
+            and row["hardware"].get("gpus", 0) <= per_node:
+        doc["gpus_per_node"] = per_node
+        changed.append("gpus_per_node %d" % per_node)
     if limit:
         doc["gpu"]["power_limit_w"] = int(limit.group(1))
         changed.append("power_limit_w %s" % limit.group(1))
     if size:
-        mib = int(doc["gpu"]["memory"].replace("MiB", ""))
+        amount = re.fullmatch(r"(\d+)(MiB|GiB)", doc["gpu"]["memory"])
+        mib = int(amount.group(1)) * (1024 if amount.group(2) == "GiB" else 1)
         marketed = round(mib * 1024 * 1024 / 2 ** 30 / 8) * 8  # 81559 MiB -> the 80 GB part
         if int(size.group(1)) != marketed:
             doc["gpu"]["memory"] = "%dMiB" % round(mib * int(size.group(1)) / marketed)
@@ -278,14 +298,21 @@ def sp_flags(lay, trainplan):
     return ["--sp"]
 
 
-def precision_flags(lay, trainplan):
+# GPUs without bf16 tensor cores (ACCURACY.md L9): bf16 tensor cores came with Ampere (NVIDIA A100 whitepaper, 2020);
+# Volta (V100), Turing (T4, RTX 20xx) and Pascal (P100, P40) have none.
+NO_BF16_GPU = re.compile(r"(?<![A-Za-z0-9])(V100|P100|P40|P4|T4|K80|RTX ?20\d0|Titan V)(?![0-9])", re.I)
+
+
+def precision_flags(lay, trainplan, gpu=""):
     """L9: FP8 / float8 anywhere in precision, techniques or quantization -> --precision fp8 (the recipe is
-    trainplan's default; None, not expressible, where the CLI does not offer it); "fp16" -> fp16; otherwise bf16
-    (every GPU here has bf16 tensor cores)."""
+    trainplan's default; None, not expressible, where the CLI does not offer it); "fp16" -> fp16; a GPU without
+    bf16 tensor cores (NO_BF16_GPU, from the row's hardware.gpu) -> fp32; otherwise bf16."""
     text = " ".join(str(lay.get(k) or "") for k in ("precision", "techniques", "quantization")).lower()
     if "fp8" in text or "float8" in text:
         return ["--precision", "fp8"] if cli_offers(trainplan, "fp8") else None
-    return ["--precision", "fp16" if "fp16" in text else "bf16"]
+    if "fp16" in text:
+        return ["--precision", "fp16"]
+    return ["--precision", "fp32" if NO_BF16_GPU.search(gpu or "") else "bf16"]
 
 
 def moment_flags(lay, zero, trainplan):
@@ -302,7 +329,8 @@ def schedule_flags(row, trainplan, per=None):
     """L7: ZB-1p/ZB-2p -> --schedule zb-1p/zb-2p when the CLI offers them (else None, not expressible); vp int > 1
     -> interleaved with that vp; "1 layer per chunk" (1F1B-I) -> vp = the smallest stage's layer count (`per`, else
     layers / pp; None below 2); "interleaved (... not stated)" -> vp 2; a vp naming DualPipe -> --schedule dualpipe
-    when the CLI offers it (else None); "GPipe" -> gpipe; otherwise trainplan's default (1f1b)."""
+    when the CLI offers it (else None); "GPipe" (the schedule field's first word: "GPipe (all-F then all-B, flush)")
+    -> gpipe; otherwise trainplan's default (1f1b)."""
     lay = row["layout"]
     sched = (lay.get("schedule") or "").strip().lower()
     vp = lay.get("vp")
@@ -318,7 +346,7 @@ def schedule_flags(row, trainplan, per=None):
         return ["--vp", "2"]
     if text.startswith("dualpipe"):
         return ["--schedule", "dualpipe"] if cli_offers(trainplan, "dualpipe") else None
-    return ["--schedule", "gpipe"] if sched == "gpipe" else []
+    return ["--schedule", "gpipe"] if re.match(r"gpipe\b", sched) else []
 
 
 def flags_for(row, trainplan, layout_only=False):
@@ -340,7 +368,7 @@ def flags_for(row, trainplan, layout_only=False):
     z = zero_of(lay)
     if z > 0:
         f += ["--zero", str(z)]
-    prec = precision_flags(lay, trainplan)
+    prec = precision_flags(lay, trainplan, row["hardware"].get("gpu"))
     if prec is None:
         return None
     f += prec
@@ -559,7 +587,7 @@ def moe_flags_for(row, trainplan):
         return None
     gbs = moe_global_batch_of(lay)
     sched = schedule_flags(row, trainplan)
-    prec = precision_flags(lay, trainplan)
+    prec = precision_flags(lay, trainplan, row["hardware"].get("gpu"))
     if not gbs or sched is None or prec is None:
         return None
     f = ["--gpus", str(row["hardware"]["gpus"]), "--tp", str(lay["tp"]), "--pp", str(lay["pp"]),
@@ -950,6 +978,61 @@ def predict(trainplan, row, model, cluster, flags, mbs, key):
     return metric_of(res, key, row["measured"]), res
 
 
+def normalized_table_key(row):
+    """T1's "same table" for normalized throughput: one source, model and GPU."""
+    return (row.get("source"), row["model"].get("name"), row["hardware"].get("gpu"))
+
+
+def normalized_rows(trainplan, rows, tmp):
+    """ACCURACY.md T1, normalized throughput: each row's predicted tokens/s over that of the anchor row of its table
+    (normalized_table_key) whose measured value is 1, compared with the measured ratio; the anchor itself is not
+    scored.  Returns ([(row, flags, measured, predicted, shown cluster)], [skipped with the reason])."""
+    tables = {}
+    for row in rows:
+        if row["kind"] == "normalized_throughput":
+            tables.setdefault(normalized_table_key(row), []).append(row)
+    scored, skipped = [], []
+    for table in tables.values():
+        anchors = [r for r in table if abs(r["measured"]["normalized_throughput"] - 1) < 1e-9]
+        predicted = {}
+        for row in table:
+            cluster = cluster_for(row)
+            if not cluster:
+                predicted[row["id"]] = unsupported_reason(row)
+                continue
+            mapped = flags_for(row, trainplan, layout_only=True)
+            if not mapped:
+                predicted[row["id"]] = "layout not expressible"
+                continue
+            flags, mbs = mapped
+            cl = derived_cluster(row, cluster, tmp)
+            try:
+                res = run(trainplan, ["--model", model_file(row, tmp), "--cluster", cl, "--mbs", str(mbs)] + flags)
+            except RuntimeError as e:
+                predicted[row["id"]] = str(e)
+                continue
+            if not res.get("valid", True):
+                predicted[row["id"]] = "; ".join(res.get("reasons", []))
+                continue
+            predicted[row["id"]] = (res["tokens_per_s"], "mbs=%d %s" % (mbs, " ".join(flags)), cluster)
+        anchor = anchors[0] if len(anchors) == 1 else None
+        for row in table:
+            if row is anchor:
+                continue
+            mine = predicted[row["id"]]
+            base = predicted.get(anchor["id"]) if anchor else None
+            if isinstance(mine, str):
+                skipped.append("%s (%s)" % (row["id"], mine))
+            elif anchor is None:
+                skipped.append("%s (normalized: %s anchor row with measured 1 in its table)"
+                               % (row["id"], "no" if not anchors else "more than one"))
+            elif isinstance(base, str):
+                skipped.append("%s (its anchor %s: %s)" % (row["id"], anchor["id"], base))
+            else:
+                scored.append((row, mine[1], row["measured"]["normalized_throughput"], mine[0] / base[0], mine[2]))
+    return scored, skipped
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trainplan", default=os.path.join(ROOT, "build", "planner", "trainplan"))
@@ -979,9 +1062,12 @@ def main():
             if row["kind"] not in ("measured_throughput", "measured_step_time", "measured_layer_time"):
                 continue
             cluster = cluster_for(row)
-            mapped = flags_for(row, a.trainplan) if cluster else None
+            if not cluster:
+                skipped.append("%s (%s)" % (row["id"], unsupported_reason(row)))
+                continue
+            mapped = flags_for(row, a.trainplan)
             if not mapped:
-                skipped.append(row["id"])
+                skipped.append("%s (model shape, layout or metric not published)" % row["id"])
                 continue
             flags, mbs, metric, measured, key = mapped
             if "--framework" in flags:
@@ -1016,6 +1102,15 @@ def main():
                                            ", ".join(re.findall(r"\d+\s*W power limit|\d+\s*GB(?: HBM2e)?", row["hardware"]["gpu"])) + ")"),
                 metric, measured, pred, 100 * err,
                 "mbs=%d %s" % (res["plan"]["mbs"], " ".join(flags))))
+        scored, unscored = normalized_rows(a.trainplan, rows, tmp)
+        skipped += unscored
+        for row, flags, measured, pred, cluster in scored:
+            err = (pred - measured) / measured
+            errors.append(abs(err))
+            group = row["id"].split("_")[0]
+            groups.setdefault(group, []).append((row["id"], err, measured, pred, False))
+            lines.append("| %s | %s | normalized throughput | %.4g | %.4g | %+.1f%% | %s |" % (
+                row["id"], cluster, measured, pred, 100 * err, flags))
         loso = leave_one_source_out(a.trainplan, fit_rows, tmp)
         memory, memory_summary = memory_section(a.trainplan, rows, tmp)
         memory += zero_bubble_attention_check(a.trainplan, rows, tmp)
@@ -1023,6 +1118,10 @@ def main():
         moe = moe_section(a.trainplan, a.moe_reference, tmp)
     errors.sort()
     n = len(errors)
+    if n == 0:
+        print("no row of %s could be predicted: %s" % (a.reference, ", ".join(skipped) or "none of a scored kind"),
+              file=sys.stderr)
+        return 1
     signed = [e for g in groups.values() for _, e, _, _, _ in g]
     summary = ("%d rows; median |error| %.1f%%, MAPE %.1f%%, bias %+.1f%%, max %.1f%%; %d within 5%%, %d within 10%%, "
                "%d within 20%%"
@@ -1050,7 +1149,7 @@ def main():
         errs = [e for _, e, _, _, _ in g]
         worst = max(g, key=lambda x: abs(x[1]))
         rho = ""
-        if group in ("bloom", "zerobubble") and len(g) >= 3:
+        if group in ("bloom", "zerobubble", "gpipe") and len(g) >= 3:
             # Throughput order: time metrics inverted.
             meas = [(1 / m if t else m) for _, _, m, _, t in g]
             pred = [(1 / p if t else p) for _, _, _, p, t in g]

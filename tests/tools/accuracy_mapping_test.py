@@ -152,6 +152,14 @@ class LayoutRules(unittest.TestCase):
         self.assertEqual(r({"recompute": "not stated"}), "none")
         self.assertEqual(r({"recompute": None}), "none")
 
+    def test_l7_gpipe(self):
+        # L7: '"GPipe" -> gpipe', as GPipe's own rows print it ("GPipe (all-F then all-B, flush)").
+        s = accuracy.schedule_flags
+        self.assertEqual(s(row({"tp": 1, "pp": 4, "schedule": "GPipe (all-F then all-B, flush)"}), FAKE_CLI),
+                         ["--schedule", "gpipe"])
+        self.assertEqual(s(row({"tp": 1, "pp": 4, "schedule": "gpipe"}), FAKE_CLI), ["--schedule", "gpipe"])
+        self.assertEqual(s(row({"tp": 1, "pp": 4, "schedule": "1F1B"}), FAKE_CLI), [])
+
 
 class SourceRules(unittest.TestCase):
     def test_l10_source_year(self):
@@ -511,6 +519,101 @@ class MoePlacement(unittest.TestCase):
             self.assertIsNotNone(accuracy.moe_model_file(row, tmp))  # 61 layers, period 3 from layer 0
             row["moe"]["moe_layer_freq"] = "[1,1,0]*20+[1]"
             self.assertIsNone(accuracy.moe_model_file(row, tmp))
+
+
+def gpipe_row(k, m, value, gpu="NVIDIA V100-PCIe-16GB (one host, no NVLink)"):
+    """A row of a normalized-throughput table as published_dev.json writes GPipe's (Huang et al. 2019, Table 2:
+    K partitions, M micro-batches, throughput normalized to one row of the table)."""
+    return {"id": "gpipe_k%d_m%d" % (k, m), "kind": "normalized_throughput", "source": "GPipe Table 3",
+            "model": {"name": "Transformer-48", "layers": 48, "hidden": 2048, "heads": 32, "kv_heads": 32,
+                      "ffn_hidden": 8192, "vocab": 32000, "seq_len": 1024},
+            "hardware": {"gpu": gpu, "gpus": k, "gpus_per_node": 8, "intra_node": "PCIe", "inter_node": None},
+            "layout": {"tp": 1, "pp": k, "dp": 1, "cp": 1, "vp": None, "zero_stage": None, "micro_batch": None,
+                       "global_batch": None, "recompute": "re-materialization (per partition)",
+                       "schedule": "GPipe (all-F then all-B, flush)", "num_microbatches": m},
+            "measured": {"normalized_throughput": value}}
+
+
+class NormalizedThroughput(unittest.TestCase):
+    """T1: 'normalized throughput (ratio of predicted tokens/s to the anchor row of the same table whose measured
+    value is 1; the anchor itself is not scored)'."""
+
+    def setUp(self):
+        # A stand-in for `trainplan simulate --json`: GPipe's own closed form, throughput proportional to
+        # K x M / (M + K - 1) (K stages each busy M of the M + K - 1 slots; Huang et al. 2019, Sec. 2.3's bubble
+        # O((K - 1) / (M + K - 1))), read off the flags the rules wrote.
+        self.calls = []
+
+        def fake_run(trainplan, args):
+            self.calls.append(args)
+            k = int(args[args.index("--pp") + 1])
+            m = int(args[args.index("--gbs") + 1]) // int(args[args.index("--mbs") + 1])
+            return {"valid": True, "tokens_per_s": 1000.0 * k * m / (m + k - 1)}
+        self.saved = accuracy.run
+        accuracy.run = fake_run
+
+    def tearDown(self):
+        accuracy.run = self.saved
+
+    def test_ratio_to_the_anchor(self):
+        rows = [gpipe_row(2, 32, 1.0), gpipe_row(4, 32, 1.8), gpipe_row(8, 32, 3.3)]
+        with tempfile.TemporaryDirectory() as tmp:
+            scored, skipped = accuracy.normalized_rows(FAKE_CLI, rows, tmp)
+        self.assertEqual(skipped, [])
+        self.assertEqual([r["id"] for r, *_ in scored], ["gpipe_k4_m32", "gpipe_k8_m32"])  # not the anchor
+        # (4 x 32 / 35) / (2 x 32 / 33) = 1.8857; (8 x 32 / 39) / (2 x 32 / 33) = 3.3846.
+        self.assertAlmostEqual(scored[0][3], 4 * 32 / 35 / (2 * 32 / 33), places=9)
+        self.assertAlmostEqual(scored[1][3], 8 * 32 / 39 / (2 * 32 / 33), places=9)
+        self.assertEqual(scored[0][2], 1.8)
+        # The rules' flags: L4 micro_batch (null -> 1) x num_microbatches; L5 re-materialization -> full; L7 GPipe;
+        # L9 a V100 has no bf16 tensor cores -> fp32.
+        flags = " ".join(self.calls[1])
+        for part in ("--gbs 32", "--mbs 1", "--recompute full", "--schedule gpipe", "--precision fp32", "--pp 4"):
+            self.assertIn(part, flags)
+
+    def test_rows_without_an_anchor_or_a_cluster_are_named_with_the_reason(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            scored, skipped = accuracy.normalized_rows(FAKE_CLI, [gpipe_row(4, 32, 1.8)], tmp)
+            self.assertEqual(scored, [])
+            self.assertIn("no anchor row", skipped[0])
+            tpu = [gpipe_row(k, 4, v, gpu="Cloud TPUv3 (16GB per core)") for k, v in ((2, 1.0), (4, 3.2))]
+            scored, skipped = accuracy.normalized_rows(FAKE_CLI, tpu, tmp)
+            self.assertEqual(scored, [])
+            self.assertEqual(skipped, ["gpipe_k4_m4 (TPU: not expressible (ACCURACY.md cluster rule))"])
+
+
+class OlderGpus(unittest.TestCase):
+    def test_l9_fp32_without_bf16_tensor_cores(self):
+        # L9: '"fp16" -> fp16; GPUs without bf16 tensor cores -> fp32; otherwise bf16'.  bf16 tensor cores came
+        # with Ampere (A100 whitepaper); V100 (Volta) and P100 (Pascal) have none.
+        p = accuracy.precision_flags
+        self.assertEqual(p({}, FAKE_CLI, "Tesla V100-PCIe-32GB"), ["--precision", "fp32"])
+        self.assertEqual(p({}, FAKE_CLI, "NVIDIA P100"), ["--precision", "fp32"])
+        self.assertEqual(p({"precision": "fp16 mixed"}, FAKE_CLI, "V100"), ["--precision", "fp16"])
+        self.assertEqual(p({}, FAKE_CLI, "A100-SXM4-80GB"), ["--precision", "bf16"])
+        self.assertEqual(p({}, FAKE_CLI, "H100 (SXM, 80GB)"), ["--precision", "bf16"])
+
+    def test_v100_without_nvlink_is_the_pcie_server(self):
+        def c(gpu, intra=""):
+            return accuracy.cluster_for({"hardware": {"gpu": gpu, "intra_node": intra}})
+        self.assertEqual(c("NVIDIA V100-PCIe-16GB (one host, no NVLink)"), "v100-pcie")
+        self.assertEqual(c("Tesla V100", "PCIe Gen3"), "v100-pcie")
+        self.assertIsNone(c("V100-SXM2-32GB (DGX-1)"))  # NVLink hybrid cube mesh: no such built-in cluster
+        self.assertIsNone(c("V100", "NVLink 2.0"))
+
+    def test_one_host_with_more_gpus_than_the_built_in_box(self):
+        # The row states 8 GPUs in one host; the built-in PCIe server has 4 and no network: only that figure and
+        # the stated 16 GB memory change (32768 MiB x 16 / 32).
+        row = gpipe_row(8, 32, 3.3)
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(accuracy.derived_cluster(row, "v100-pcie", tmp)) as f:
+                derived = json.load(f)
+        with open(os.path.join(ROOT, "topologies", "v100-pcie.json")) as f:
+            built = json.load(f)
+        self.assertEqual(derived["gpus_per_node"], 8)
+        self.assertEqual(derived["gpu"]["memory"], "16384MiB")
+        self.assertEqual(derived["intra_node"], built["intra_node"])
+        self.assertEqual({k for k in built["gpu"] if built["gpu"][k] != derived["gpu"][k]}, {"memory"})
 
 
 class MoeOverlapOffload(unittest.TestCase):
