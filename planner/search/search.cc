@@ -15,6 +15,7 @@
 #include <optional>
 #include <queue>
 #include <set>
+#include <shared_mutex>
 #include <thread>
 #include <tuple>
 
@@ -735,7 +736,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
   };
   // The cached costs live as long as the search: references to them hold.
   std::map<ShapeKey, std::shared_ptr<const StepCosts>> cost_cache;
-  std::mutex cost_mu;
+  std::shared_mutex cost_mu;  // lookups share it; an insertion holds it alone
   // The costs of a plan's shape, computed once (on whichever thread asks
   // first; a thread that loses the race drops its copy).  A partial-recompute
   // plan's costs are made of those of its two parts (every layer recomputed,
@@ -745,7 +746,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       [&](const Plan& p) -> std::shared_ptr<const StepCosts> {
     const ShapeKey key = shape_key(layer_shape(p), p);
     {
-      std::lock_guard<std::mutex> lock(cost_mu);
+      std::shared_lock<std::shared_mutex> lock(cost_mu);
       auto cit = cost_cache.find(key);
       if (cit != cost_cache.end()) return cit->second;
     }
@@ -757,7 +758,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, int gpus, co
       made = step_costs(m, c, p);
     }
     auto shared = std::make_shared<const StepCosts>(std::move(made));
-    std::lock_guard<std::mutex> lock(cost_mu);
+    std::unique_lock<std::shared_mutex> lock(cost_mu);
     return cost_cache.emplace(key, std::move(shared)).first->second;
   };
   auto costs_of = [&](const Plan& p) -> const StepCosts& { return *shared_costs_of(p); };

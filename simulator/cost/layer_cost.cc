@@ -224,7 +224,7 @@ namespace {
 void mark_per_op_sac(LayerCost* c, const ModelSpec& m, const LayerShape& s, double e) {
   int mm = 0;
   const double t = s.tp;
-  for (OpCost& op : c->ops) {
+  for (OpCost& op : c->ops.mut()) {
     op.sac_saved_bytes = 0;
     op.sac_rerun_share = 0;
     if (op.kind == OpKind::kAttention) {
@@ -325,7 +325,7 @@ constexpr double kMcoreRouterKernels = 72;
 constexpr double kMcoreFusedRouterKernels = 31;
 
 void assign_host_calls(LayerCost* c, const ModelSpec& m, const LayerShape& s) {
-  for (OpCost& op : c->ops) {
+  for (OpCost& op : c->ops.mut()) {
     op.host_calls = 1;
     if (s.eager) {
       if ((op.name == "ln1" || op.name == "ln2") && !m.bias) op.host_calls = 6;
@@ -364,7 +364,7 @@ void capture_in_cuda_graph(LayerCost* c, const ModelSpec& m, const LayerShape& s
   bool after_ln2 = false;
   bool graphed = false, attention = false;
   double* first = nullptr;
-  for (OpCost& op : c->ops) {
+  for (OpCost& op : c->ops.mut()) {
     if (op.name == "ln2") after_ln2 = true;
     const std::string base = op.name.rfind("fp8_cast_", 0) == 0 ? op.name.substr(9) : op.name;
     Region r = kAttn;
@@ -552,7 +552,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
       c.ops.push_back(up(linear("q_up", tokens, qd / t, ql, tokens * ql), q_out));
     } else {
       c.ops.push_back(up(after_norm(linear("q_proj", tokens, qd / t, h, tokens * h / sp_div), 0), q_out));
-      c.ops.back().drop_by = kRcMlaUpProj;  // (its input, the norm output, stays with layernorm recompute)
+      c.ops.mut().back().drop_by = kRcMlaUpProj;  // (its input, the norm output, stays with layernorm recompute)
     }
     c.ops.push_back(linear("kv_down", tokens, kl + static_cast<double>(x.qk_rope_head_dim), h, 0));
     c.ops.push_back(elementwise("kv_norm", 2 * tokens * kl * e, tokens * kl * e));
@@ -888,7 +888,7 @@ LayerCost transformer_layer_cost(const ModelSpec& m, const LayerShape& s, bool m
   c.ops.push_back(elementwise("dropout_residual2", 3 * tp_buffer / sp_div, mask * tokens * h / sp_div));
   // An FP8 cast is re-run with the GEMM it feeds (the next op).
   for (size_t i = 0; i + 1 < c.ops.size(); ++i) {
-    if (c.ops[i].name.rfind("fp8_cast_", 0) == 0) c.ops[i].rerun_by = c.ops[i + 1].rerun_by;
+    if (c.ops[i].name.rfind("fp8_cast_", 0) == 0) c.ops.mut()[i].rerun_by = c.ops[i + 1].rerun_by;
   }
   if (s.per_op_sac) mark_per_op_sac(&c, m, s, e);
   assign_host_calls(&c, m, s);
@@ -971,7 +971,8 @@ BlockDims block_dims(const ModelSpec& m, const LayerShape& s) {
 // traffic and activations summed, the larger backward transient.
 void append_block(LayerCost* into, const LayerCost& b) {
   LayerCost& c = *into;
-  c.ops.insert(c.ops.end(), b.ops.begin(), b.ops.end());
+  std::vector<OpCost>& ops = c.ops.mut();
+  ops.insert(ops.end(), b.ops.begin(), b.ops.end());
   c.params += b.params;
   c.fwd_flops += b.fwd_flops;
   c.fwd_bytes += b.fwd_bytes;

@@ -16,6 +16,8 @@
 #ifndef TRAINPLAN_SIM_COST_LAYER_COST_H_
 #define TRAINPLAN_SIM_COST_LAYER_COST_H_
 
+#include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -179,8 +181,51 @@ struct OpCost {
   } dedup;
 };
 
+// A layer's ops, shared by the copies of its LayerCost until one of them is
+// changed (copy on write).  The planner keeps tens of thousands of step costs
+// that differ only in which layers recompute (partial_recompute_step_costs:
+// each a copy of the costs with every layer recomputed), so a copy must not
+// copy the ops.  Reading is a const std::vector<OpCost>; changing goes
+// through push_back or mut(), which first make this copy's ops its own.
+class OpList {
+ public:
+  using value_type = OpCost;
+  using const_iterator = std::vector<OpCost>::const_iterator;
+  using const_reverse_iterator = std::vector<OpCost>::const_reverse_iterator;
+
+  OpList() = default;
+  OpList(std::vector<OpCost> ops) : ops_(std::make_shared<std::vector<OpCost>>(std::move(ops))) {}  // NOLINT
+
+  const std::vector<OpCost>& vec() const { return ops_ ? *ops_ : empty_list(); }
+  operator const std::vector<OpCost>&() const { return vec(); }  // NOLINT: reads as the vector
+  size_t size() const { return vec().size(); }
+  bool empty() const { return vec().empty(); }
+  const OpCost& operator[](size_t i) const { return vec()[i]; }
+  const OpCost& front() const { return vec().front(); }
+  const OpCost& back() const { return vec().back(); }
+  const_iterator begin() const { return vec().begin(); }
+  const_iterator end() const { return vec().end(); }
+  const_reverse_iterator rbegin() const { return vec().rbegin(); }
+  const_reverse_iterator rend() const { return vec().rend(); }
+
+  // This copy's own ops, to change (copied first where another copy shares them).
+  std::vector<OpCost>& mut() {
+    if (!ops_) ops_ = std::make_shared<std::vector<OpCost>>();
+    else if (ops_.use_count() > 1) ops_ = std::make_shared<std::vector<OpCost>>(*ops_);
+    return *ops_;
+  }
+  void push_back(OpCost op) { mut().push_back(std::move(op)); }
+
+ private:
+  static const std::vector<OpCost>& empty_list() {
+    static const std::vector<OpCost> kEmpty;
+    return kEmpty;
+  }
+  std::shared_ptr<std::vector<OpCost>> ops_;
+};
+
 struct LayerCost {
-  std::vector<OpCost> ops;       // forward, in execution order
+  OpList ops;                    // forward, in execution order
   double params = 0;             // parameters held by this TP rank
   double fwd_flops = 0;          // sum of ops
   double fwd_bytes = 0;

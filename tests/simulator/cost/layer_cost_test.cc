@@ -49,6 +49,40 @@ constexpr double kS = 2048, kB = 4, kH = 6144, kA = 64;
 constexpr double kSbh = kS * kB * kH;  // 50,331,648
 constexpr double kRel = 1e-9;          // the Table 2 forms are exact by construction
 
+// OpList shares a layer's ops between copies until one changes them: each copy
+// must still behave as a value (the oracle: std::vector's value semantics), and
+// a copy that nobody changes must not hold ops of its own (what the planner's
+// tens of thousands of partial-recompute step costs rely on).
+TEST_CASE("LayerCost: copies share their ops until one of them changes them", "[sim][cost]") {
+  const LayerCost original = transformer_layer_cost(gpt22b(), shape(8, true, Recompute::kSelective));
+  const std::vector<OpCost> before = original.ops.vec();
+  REQUIRE(before.size() > 3);
+
+  LayerCost copy = original;
+  CHECK(&copy.ops.vec() == &original.ops.vec());  // shared, not copied
+  copy.ops.mut()[1].flops += 1;
+  copy.ops.push_back(before.front());
+  CHECK(&copy.ops.vec() != &original.ops.vec());
+  CHECK(copy.ops.size() == before.size() + 1);
+  CHECK(copy.ops[1].flops == before[1].flops + 1);
+  // The original is as it was, op for op.
+  REQUIRE(original.ops.size() == before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    CHECK(original.ops[i].name == before[i].name);
+    CHECK(original.ops[i].flops == before[i].flops);
+  }
+  // A copy changed while it is the only holder changes in place.
+  const std::vector<OpCost>* own = &copy.ops.vec();
+  copy.ops.mut()[0].bytes += 1;
+  CHECK(&copy.ops.vec() == own);
+  // An empty list reads as an empty vector; its first change makes one.
+  OpList none;
+  CHECK(none.empty());
+  CHECK(none.begin() == none.end());
+  none.push_back(before.front());
+  CHECK(none.size() == 1);
+}
+
 TEST_CASE("LayerCost: GPT layer saves sbh(34 + 5as/h) bytes", "[sim][cost]") {
   const ModelSpec m = gpt22b();
   SECTION("no parallelism") {
