@@ -44,6 +44,11 @@ def cli_offers(trainplan, value):
     return value in _HELP[trainplan]
 
 
+# What mapping a row whose fields are not as the rules read them can raise (a field missing, null or of
+# another type, a zero degree): the row is listed as not expressible with the error, never the run stopped.
+ROW_ERRORS = (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, IndexError)
+
+
 def model_file(row, tmp):
     m = row["model"]
     name = row["id"]
@@ -655,13 +660,20 @@ def moe_section(trainplan, path, tmp):
     rows = json.load(open(path))
     lines, skipped, errs = [], [], []
     for row in rows:
-        cluster = moe_cluster_for(row, tmp)
-        mapped = moe_flags_for(row, trainplan) if cluster else None
+        try:
+            cluster = moe_cluster_for(row, tmp)
+            mapped = moe_flags_for(row, trainplan) if cluster else None
+            model = moe_model_file(row, tmp) if mapped else None
+        except ROW_ERRORS as e:
+            skipped.append("%s (a field the rules read is missing or of another type: %r)" % (row.get("id"), e))
+            continue
+        if not cluster:
+            skipped.append("%s (%s)" % (row["id"], unsupported_reason(row)))
+            continue
         if not mapped:
-            skipped.append(row["id"])
+            skipped.append("%s (layout, batch, schedule or metric not published)" % row["id"])
             continue
         flags, metric, measured, key = mapped
-        model = moe_model_file(row, tmp)
         if model is None:
             skipped.append(row["id"] + " (MoE layer placement %r)" % row["moe"].get("moe_layer_freq"))
             continue
@@ -996,11 +1008,15 @@ def normalized_rows(trainplan, rows, tmp):
         anchors = [r for r in table if abs(r["measured"]["normalized_throughput"] - 1) < 1e-9]
         predicted = {}
         for row in table:
-            cluster = cluster_for(row)
+            try:
+                cluster = cluster_for(row)
+                mapped = flags_for(row, trainplan, layout_only=True) if cluster else None
+            except ROW_ERRORS as e:
+                predicted[row["id"]] = "a field the rules read is missing or of another type: %r" % e
+                continue
             if not cluster:
                 predicted[row["id"]] = unsupported_reason(row)
                 continue
-            mapped = flags_for(row, trainplan, layout_only=True)
             if not mapped:
                 predicted[row["id"]] = "layout not expressible"
                 continue
@@ -1061,11 +1077,15 @@ def main():
         for row in rows:
             if row["kind"] not in ("measured_throughput", "measured_step_time", "measured_layer_time"):
                 continue
-            cluster = cluster_for(row)
+            try:
+                cluster = cluster_for(row)
+                mapped = flags_for(row, a.trainplan) if cluster else None
+            except ROW_ERRORS as e:
+                skipped.append("%s (a field the rules read is missing or of another type: %r)" % (row.get("id"), e))
+                continue
             if not cluster:
                 skipped.append("%s (%s)" % (row["id"], unsupported_reason(row)))
                 continue
-            mapped = flags_for(row, a.trainplan)
             if not mapped:
                 skipped.append("%s (model shape, layout or metric not published)" % row["id"])
                 continue
@@ -1074,7 +1094,11 @@ def main():
                 frameworks[row["id"]] = flags[flags.index("--framework") + 1]
             base_cluster = cluster
             cluster = derived_cluster(row, cluster, tmp)
-            pred, res = predict(a.trainplan, row, model_file(row, tmp), cluster, flags, mbs, key)
+            try:
+                pred, res = predict(a.trainplan, row, model_file(row, tmp), cluster, flags, mbs, key)
+            except RuntimeError as e:  # trainplan refused the flags (exit 2, one line on stderr)
+                skipped.append("%s (%s)" % (row["id"], e))
+                continue
             if pred is None:
                 skipped.append(row["id"] + " (" + "; ".join(res.get("reasons", [])) + ")")
                 continue
