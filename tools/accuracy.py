@@ -49,6 +49,22 @@ def cli_offers(trainplan, value):
 ROW_ERRORS = (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, IndexError)
 
 
+def map_row(row, cluster_of, flags_of, unpublished):
+    """(cluster, flags_of(row, cluster), None) for a row the rules map, else (None, None, why): its GPU has no
+    cluster (unsupported_reason), flags_of finds nothing (`unpublished`), or a field it reads is not there or not
+    of the type the rules read (ROW_ERRORS)."""
+    try:
+        cluster = cluster_of(row)
+        mapped = flags_of(row, cluster) if cluster else None
+    except ROW_ERRORS as e:
+        return None, None, "a field the rules read is missing or of another type: %r" % e
+    if not cluster:
+        return None, None, unsupported_reason(row)
+    if not mapped:
+        return None, None, unpublished
+    return cluster, mapped, None
+
+
 def model_file(row, tmp):
     m = row["model"]
     name = row["id"]
@@ -659,21 +675,17 @@ def moe_section(trainplan, path, tmp):
         return []
     rows = json.load(open(path))
     lines, skipped, errs = [], [], []
+
+    def flags_and_model(row, cluster):
+        mapped = moe_flags_for(row, trainplan)
+        return (mapped, moe_model_file(row, tmp)) if mapped else None
     for row in rows:
-        try:
-            cluster = moe_cluster_for(row, tmp)
-            mapped = moe_flags_for(row, trainplan) if cluster else None
-            model = moe_model_file(row, tmp) if mapped else None
-        except ROW_ERRORS as e:
-            skipped.append("%s (a field the rules read is missing or of another type: %r)" % (row.get("id"), e))
+        cluster, both, why = map_row(row, lambda r: moe_cluster_for(r, tmp), flags_and_model,
+                                     "layout, batch, schedule or metric not published")
+        if why:
+            skipped.append("%s (%s)" % (row.get("id"), why))
             continue
-        if not cluster:
-            skipped.append("%s (%s)" % (row["id"], unsupported_reason(row)))
-            continue
-        if not mapped:
-            skipped.append("%s (layout, batch, schedule or metric not published)" % row["id"])
-            continue
-        flags, metric, measured, key = mapped
+        (flags, metric, measured, key), model = both
         if model is None:
             skipped.append(row["id"] + " (MoE layer placement %r)" % row["moe"].get("moe_layer_freq"))
             continue
@@ -1008,17 +1020,10 @@ def normalized_rows(trainplan, rows, tmp):
         anchors = [r for r in table if abs(r["measured"]["normalized_throughput"] - 1) < 1e-9]
         predicted = {}
         for row in table:
-            try:
-                cluster = cluster_for(row)
-                mapped = flags_for(row, trainplan, layout_only=True) if cluster else None
-            except ROW_ERRORS as e:
-                predicted[row["id"]] = "a field the rules read is missing or of another type: %r" % e
-                continue
-            if not cluster:
-                predicted[row["id"]] = unsupported_reason(row)
-                continue
-            if not mapped:
-                predicted[row["id"]] = "layout not expressible"
+            cluster, mapped, why = map_row(row, cluster_for, lambda r, c: flags_for(r, trainplan, layout_only=True),
+                                           "layout not expressible")
+            if why:
+                predicted[row["id"]] = why
                 continue
             flags, mbs = mapped
             cl = derived_cluster(row, cluster, tmp)
@@ -1077,17 +1082,10 @@ def main():
         for row in rows:
             if row["kind"] not in ("measured_throughput", "measured_step_time", "measured_layer_time"):
                 continue
-            try:
-                cluster = cluster_for(row)
-                mapped = flags_for(row, a.trainplan) if cluster else None
-            except ROW_ERRORS as e:
-                skipped.append("%s (a field the rules read is missing or of another type: %r)" % (row.get("id"), e))
-                continue
-            if not cluster:
-                skipped.append("%s (%s)" % (row["id"], unsupported_reason(row)))
-                continue
-            if not mapped:
-                skipped.append("%s (model shape, layout or metric not published)" % row["id"])
+            cluster, mapped, why = map_row(row, cluster_for, lambda r, c: flags_for(r, a.trainplan),
+                                           "model shape, layout or metric not published")
+            if why:
+                skipped.append("%s (%s)" % (row.get("id"), why))
                 continue
             flags, mbs, metric, measured, key = mapped
             if "--framework" in flags:
