@@ -101,14 +101,14 @@ def model_file(row, tmp):
 
 # ACCURACY.md's cluster rule, "a built-in cluster where the hardware matches (A100 on Omni-Path -> jean-zay-a100,
 # other A100 -> dgx-a100, H100 -> dgx-h100, H200 -> dgx-h200, B200 -> dgx-b200)", with the racks and parts built in
-# since: GB200 NVL72 -> gb200-nvl72, B300 -> dgx-b300, GB300 NVL72 -> gb300-nvl72.
+# since: GB200 NVL72 -> gb200-nvl72, B300 -> dgx-b300, GB300 NVL72 -> gb300-nvl72, H800 -> hgx-h800.
 BUILTIN_CLUSTERS = {"A100": "dgx-a100", "H100": "dgx-h100", "H200": "dgx-h200", "B200": "dgx-b200",
-                    "B300": "dgx-b300", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
+                    "B300": "dgx-b300", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72", "H800": "hgx-h800"}
 
 
 def gpu_type_of(row):
     """The GPU part the row's hardware.gpu names first, as a BUILTIN_CLUSTERS key ("NVIDIA H100 SXM (H200 same)" ->
-    H100; "GB200" is not a B200, "GH200" not an H200); None for any other part (H800, GH200, TPUs, V100, MI300X)."""
+    H100; "GB200" is not a B200, "GH200" not an H200); None for any other part (GH200, TPUs, V100, MI300X)."""
     gpu = row["hardware"]["gpu"]
     found = [(m.start(), part) for part in BUILTIN_CLUSTERS
              for m in [re.search(r"(?<![A-Za-z0-9])%s(?![0-9])" % part, gpu)] if m]
@@ -449,21 +449,11 @@ def mfu_of(meas):
 
 def moe_cluster_for(row, tmp):
     """The cluster rule of the dense rows (cluster_for, then derived_cluster for a stated memory size, power limit or
-    memory technology); an H800 (the H100 die with its NVLink cut to 8 links) -> dgx-h100 with the NVLink bandwidth
-    the row states per GPU (ACCURACY.md's derived cluster: only the stated figure changed; DeepSeek-V3's report,
-    Sec. 3.2.2: "NVLink offers a bandwidth of 160 GB/s"); other GPUs are not expressible."""
-    if not re.search(r"(?<![A-Za-z0-9])H800(?![0-9])", row["hardware"]["gpu"]):
-        base = cluster_for(row)
-        return derived_cluster(row, base, tmp) if base else None
-    stated = re.search(r"([\d.]+)\s*GB/s per GPU", row["hardware"].get("intra_node") or "")
-    if not stated:
-        return None
-    with open(os.path.join(ROOT, "topologies", "dgx-h100.json")) as f:
-        doc = json.load(f)
-    doc["intra_node"]["bandwidth"] = stated.group(1) + "GB/s"
-    changed = ["intra_node bandwidth %s GB/s per GPU (%s)" % (stated.group(1), row["hardware"]["intra_node"])]
-    return write_derived_cluster(doc, "dgx-h100", row, changed, tmp)
-
+    memory technology).  An H800 is the built-in hgx-h800 (8 NVLink4 links; its ring bus bandwidth by NCCL's
+    per-link figure, 8 x 20.6 = 165 GB/s, is the "160 GB/s" DeepSeek-V3's report states, Sec. 3.2.2, so the
+    stated figure changes nothing); other GPUs without a built-in cluster are not expressible."""
+    base = cluster_for(row)
+    return derived_cluster(row, base, tmp) if base else None
 
 def layer_pattern_of(text):
     """A Megatron --moe-layer-freq list pattern, "([0]*3+[1]*1)*12" or "[0]*3+[1]*58" or "[0,1,0,1]" (prose after
@@ -707,8 +697,7 @@ def moe_section(trainplan, path, tmp):
             base = doc["name"][:-len("-" + row["id"])]
             with open(os.path.join(ROOT, "topologies", base + ".json")) as f:
                 built = json.load(f)
-            changed = ["NVLink " + doc["intra_node"]["bandwidth"].replace("GB/s", " GB/s")
-                       ] if doc["intra_node"] != built["intra_node"] else []
+            changed = ["gpus_per_node %d" % doc["gpus_per_node"]] if doc["gpus_per_node"] != built["gpus_per_node"] else []
             changed += ["%s %s" % (k, doc["gpu"][k]) for k in sorted(doc["gpu"])
                         if k != "source" and doc["gpu"][k] != built["gpu"].get(k)]
             shown = "%s (derived: %s)" % (base, ", ".join(changed))
