@@ -49,6 +49,32 @@ def cli_offers(trainplan, value):
 ROW_ERRORS = (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, IndexError)
 
 
+def rule_flags(row):
+    """What the rules flag on a row they map (ACCURACY.md): L1 a printed dp other than gpus / (tp*pp*cp), which is not
+    used; L5 microbatch-level recompute, which is not modelled; L7 an interleaved schedule whose depth is not stated,
+    run with vp 2."""
+    lay = row.get("layout") or {}
+    out = []
+    try:
+        derived = row["hardware"]["gpus"] // ((lay.get("tp") or 1) * (lay.get("pp") or 1) * (lay.get("cp") or 1))
+    except ROW_ERRORS:
+        derived = None
+    if isinstance(lay.get("dp"), int) and derived is not None and lay["dp"] != derived:
+        out.append("L1: printed dp %d, gpus / (tp*pp*cp) = %d used" % (lay["dp"], derived))
+    if "microbatch-level" in str(lay.get("recompute") or "").lower():
+        out.append("L5: microbatch-level recompute not modelled")
+    vp = lay.get("vp")
+    if isinstance(vp, str) and "interleaved" in vp.lower() and "1 layer per chunk" not in vp.lower():
+        out.append("L7: interleaving depth not stated, vp 2")
+    return out
+
+
+def flagged_line(flagged):
+    """The report's line of the rows the rules flag (rule_flags), each with its flags."""
+    return "Flagged by the rules (ACCURACY.md L1, L5, L7): " + (
+        "; ".join("%s (%s)" % (rid, ", ".join(f)) for rid, f in flagged) or "none")
+
+
 def map_row(row, cluster_of, flags_of, unpublished):
     """(cluster, flags_of(row, cluster), None) for a row the rules map, else (None, None, why): its GPU has no
     cluster (unsupported_reason), flags_of finds nothing (`unpublished`), or a field it reads is not there or not
@@ -664,7 +690,7 @@ def moe_section(trainplan, path, tmp):
     if not os.path.exists(path):
         return []
     rows = json.load(open(path))
-    lines, skipped, errs = [], [], []
+    lines, skipped, errs, flagged = [], [], [], []
 
     def flags_and_model(row, cluster):
         mapped = moe_flags_for(row, trainplan)
@@ -676,6 +702,8 @@ def moe_section(trainplan, path, tmp):
             skipped.append("%s (%s)" % (row.get("id"), why))
             continue
         (flags, metric, measured, key), model = both
+        if rule_flags(row):
+            flagged.append((row["id"], rule_flags(row)))
         if model is None:
             skipped.append(row["id"] + " (MoE layer placement %r)" % row["moe"].get("moe_layer_freq"))
             continue
@@ -718,7 +746,7 @@ def moe_section(trainplan, path, tmp):
         out.append("")
     out += ["| row | cluster | metric | measured | predicted | error | fits | flags |",
             "|---|---|---|---:|---:|---:|---|---|"] + lines
-    out += ["", "Not expressible (skipped): " + (", ".join(skipped) or "none"), ""]
+    out += ["", "Not expressible (skipped): " + (", ".join(skipped) or "none"), "", flagged_line(flagged), ""]
     return out
 
 
@@ -1066,6 +1094,7 @@ def main():
     groups = {}
     fit_rows = []
     skipped = []
+    flagged = []
     frameworks = {}
     with tempfile.TemporaryDirectory() as tmp:
         for row in rows:
@@ -1077,6 +1106,8 @@ def main():
                 skipped.append("%s (%s)" % (row.get("id"), why))
                 continue
             flags, mbs, metric, measured, key = mapped
+            if rule_flags(row):
+                flagged.append((row["id"], rule_flags(row)))
             if "--framework" in flags:
                 frameworks[row["id"]] = flags[flags.index("--framework") + 1]
             base_cluster = cluster
@@ -1183,7 +1214,7 @@ def main():
         doc.append("| %s | %d | %.1f%% | %+.1f%% | %s (%+.1f%%) | %d |" % (
             fw, len(g), 100 * sum(abs(e) for e in errs) / len(g), 100 * sum(errs) / len(g), worst[0],
             100 * worst[1], sum(abs(e) <= 0.10 for e in errs)))
-    doc += ["", "Not expressible (skipped): " + (", ".join(skipped) or "none")]
+    doc += ["", "Not expressible (skipped): " + (", ".join(skipped) or "none"), "", flagged_line(flagged)]
     doc += memory
     doc += loso
     doc += moe

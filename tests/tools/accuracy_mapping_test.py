@@ -153,6 +153,20 @@ class LayoutRules(unittest.TestCase):
         self.assertEqual(r({"recompute": "not stated"}), "none")
         self.assertEqual(r({"recompute": None}), "none")
 
+    def test_what_the_rules_flag(self):
+        # L1 "a printed dp that disagrees is flagged, not used"; L5 "'selective + microbatch-level' -> selective
+        # (flagged: microbatch-level recompute is not modelled)"; L7 'vp string "interleaved (... not stated)" ->
+        # interleaved, vp 2 (the least interleaving; flagged)'.
+        f = accuracy.rule_flags
+        self.assertEqual(f(row({"tp": 8, "pp": 2, "dp": 4})), [])  # 64 / 16 = 4
+        self.assertEqual(f(row({"tp": 8, "pp": 2, "dp": 8})), ["L1: printed dp 8, gpus / (tp*pp*cp) = 4 used"])
+        self.assertEqual(f(row({"tp": 8, "pp": 1, "recompute": "selective + microbatch-level"})),
+                         ["L5: microbatch-level recompute not modelled"])
+        self.assertEqual(f(row({"tp": 8, "pp": 2, "vp": "interleaved (chunks not stated)"})),
+                         ["L7: interleaving depth not stated, vp 2"])
+        self.assertEqual(f(row({"tp": 1, "pp": 8, "vp": "max chunks: 1 layer per chunk"})), [])  # its own rule
+        self.assertIn("none", accuracy.flagged_line([]))
+
     def test_l7_gpipe(self):
         # L7: '"GPipe" -> gpipe', as GPipe's own rows print it ("GPipe (all-F then all-B, flush)").
         s = accuracy.schedule_flags
