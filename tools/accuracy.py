@@ -457,11 +457,24 @@ def flags_for(row, trainplan, layout_only=False):
         return f, mbs, "MFU", mfu_of(meas), "mfu"
     if "tokens_per_s_per_gpu" in meas:
         return f, mbs, "tokens/s per GPU", meas["tokens_per_s_per_gpu"], "tokens_per_s_per_gpu"
+    if total_per_gpu(meas, "tokens_per_s", row):
+        return f, mbs, "tokens/s per GPU", total_per_gpu(meas, "tokens_per_s", row), "tokens_per_s_per_gpu"
     if "samples_per_s_per_gpu" in meas:
         return f, mbs, "samples/s per GPU", meas["samples_per_s_per_gpu"], "samples_per_s_per_gpu"
+    if total_per_gpu(meas, "samples_per_s", row):
+        return f, mbs, "samples/s per GPU", total_per_gpu(meas, "samples_per_s", row), "samples_per_s_per_gpu"
     if "layer_fwd_plus_bwd_ms" in meas:
         return f, mbs, "layer fwd+bwd (ms)", meas["layer_fwd_plus_bwd_ms"], "layer_ms"
     return None
+
+
+def total_per_gpu(meas, key, row):
+    """T1's "tokens/s per GPU (= tokens_per_s / gpus)" and "samples/s per GPU": a whole job's printed rate over its
+    GPUs; None where the row prints no such positive number."""
+    v = meas.get(key)
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+        return None
+    return v / row["hardware"]["gpus"]
 
 
 def mfu_of(meas):
@@ -657,6 +670,8 @@ def moe_flags_for(row, trainplan):
         return f, "MFU", mfu_of(meas), "mfu"
     if "tokens_per_s_per_gpu" in meas:
         return f, "tokens/s per GPU", meas["tokens_per_s_per_gpu"], "tokens_per_s_per_gpu"
+    if total_per_gpu(meas, "tokens_per_s", row):
+        return f, "tokens/s per GPU", total_per_gpu(meas, "tokens_per_s", row), "tokens_per_s_per_gpu"
     derived = row.get("derived") or {}
     if row.get("kind") == "derived_throughput" and "tokens_per_s_per_gpu" in derived:
         return f, "tokens/s per GPU (derived)", derived["tokens_per_s_per_gpu"], "tokens_per_s_per_gpu"

@@ -70,6 +70,10 @@ class MetricRule(unittest.TestCase):
         self.assertEqual(mapped({"tflops_per_gpu": 400, "mfu": 0.41})[2], "model_tflops_per_gpu")
         self.assertEqual(mapped({"step_time_s": 1.0, "mfu": 0.41})[2], "step_time_s")
         self.assertEqual(mapped({"tokens_per_s_per_gpu": 100})[2], "tokens_per_s_per_gpu")
+        # "tokens/s per GPU (= tokens_per_s / gpus)": a job's total over its 8 GPUs; samples/s the same way.
+        self.assertEqual(mapped({"tokens_per_s": 800})[1:], (100, "tokens_per_s_per_gpu"))
+        self.assertEqual(mapped({"samples_per_s": 4})[1:], (0.5, "samples_per_s_per_gpu"))
+        self.assertIsNone(accuracy.flags_for(dict(base, measured={"tokens_per_s": 0}), FAKE_CLI))
         self.assertIsNone(accuracy.mfu_of({"mfu": None}))
 
 
