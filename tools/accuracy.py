@@ -494,6 +494,7 @@ def moe_cluster_for(row, tmp):
     base = cluster_for(row)
     return derived_cluster(row, base, tmp) if base else None
 
+
 def layer_pattern_of(text):
     """A Megatron --moe-layer-freq list pattern, "([0]*3+[1]*1)*12" or "[0]*3+[1]*58" or "[0,1,0,1]" (prose after
     it ignored), as the list of 0/1 it builds (Megatron's arguments.py evaluates the string as a Python list

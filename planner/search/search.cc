@@ -677,8 +677,8 @@ int smallest_fitting_recompute_layers(const ModelSpec& m, const ClusterSpec& c, 
   if (largest < 2) return 0;
   const LayerCost& plain = none.layer;
   const LayerCost& plain_moe = m.has_moe ? none.moe_layer : none.layer;
+  Layout t = L;  // one copy, its recompute set per probe
   auto fits = [&](int n) {
-    Layout t = L;
     t.plan.recompute = n == 0 ? Recompute::kNone : Recompute::kFull;
     t.plan.recompute_layers = n;
     if (n == 0) return estimate_memory(m, c, t, plain, plain_moe, sc.embedding, sc.output).fits;
