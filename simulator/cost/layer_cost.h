@@ -187,6 +187,9 @@ struct OpCost {
 // each a copy of the costs with every layer recomputed), so a copy must not
 // copy the ops.  Reading is a const std::vector<OpCost>; changing goes
 // through push_back or mut(), which first make this copy's ops its own.
+// Unlike a vector member, a const reference taken to the ops of a copy that
+// shares them keeps reading the shared ones after mut() on that copy:
+// take references after changing, not across a change.
 class OpList {
  public:
   using value_type = OpCost;
