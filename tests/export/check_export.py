@@ -516,6 +516,14 @@ def cuda_max_connections(script: BashScript):
 # Megatron-LM rules
 
 
+def megatron_switch_is_plans(ns: dict, plan: dict, dest: str, key: str, ln, P: Problems) -> None:
+    """Plan consistency of an on/off argument: Megatron's store_true `dest` (argparse's name) is on exactly where the
+    plan's boolean `key` is (absent: off)."""
+    on, want = bool(ns.get(dest)), plan.get(key, False)
+    if on != want:
+        P.add(f"megatron: --{dest.replace('_', '-')} is {on}, the plan's {key} is {want}", ln(dest))
+
+
 def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Problems) -> None:
     def ln(dest):
         return given.get(dest, (None,))[0]
@@ -924,10 +932,7 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
               "due to stability issues)", ln("cross_entropy_fusion_impl"))
 
     # Plan consistency: the exported arguments are the plan's.
-    fused_loss = bool(ns.get("cross_entropy_loss_fusion"))
-    if fused_loss != plan.get("cross_entropy_fusion", False):
-        P.add(f"megatron: --cross-entropy-loss-fusion is {fused_loss}, the plan's cross_entropy_fusion is "
-              f"{plan.get('cross_entropy_fusion', False)}", ln("cross_entropy_loss_fusion"))
+    megatron_switch_is_plans(ns, plan, "cross_entropy_loss_fusion", "cross_entropy_fusion", ln, P)
     for dest, want in (("tensor_model_parallel_size", plan["tp"]), ("pipeline_model_parallel_size", plan["pp"]),
                        ("context_parallel_size", plan["cp"]), ("micro_batch_size", plan["mbs"]),
                        ("global_batch_size", plan["gbs"]), ("seq_length", plan["seq"] or None)):
@@ -1015,9 +1020,7 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
     if ns.get("delay_wgrad_compute") and not ns.get("overlap_moe_expert_parallel_comm"):
         P.add("megatron: --delay-wgrad-compute needs --overlap-moe-expert-parallel-comm (transformer_config.py)",
               ln("delay_wgrad_compute"))
-    if bool(ns.get("delay_wgrad_compute")) != plan.get("delay_wgrad", False):
-        P.add(f"megatron: --delay-wgrad-compute is {bool(ns.get('delay_wgrad_compute'))}, "
-              f"the plan's delay_wgrad is {plan.get('delay_wgrad', False)}")
+    megatron_switch_is_plans(ns, plan, "delay_wgrad_compute", "delay_wgrad", ln, P)
     # Multi-token prediction: arguments.py validate_args ("MTP is not supported with {type} position
     # embedding type. The supported position embedding types are rope and none"); transformer_config.py
     # ("MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm"); the plan's depth.
@@ -1031,9 +1034,7 @@ def megatron_rules(ns: dict, given: dict, plan: dict, script: BashScript, P: Pro
                   "(transformer_config.py)", where)
     if mtp != plan.get("mtp_layers", 0):
         P.add(f"megatron: --mtp-num-layers {mtp}, the plan has mtp_layers {plan.get('mtp_layers', 0)}")
-    if bool(ns.get("overlap_moe_expert_parallel_comm")) != plan.get("ep_overlap", False):
-        P.add(f"megatron: --overlap-moe-expert-parallel-comm is {bool(ns.get('overlap_moe_expert_parallel_comm'))}, "
-              f"the plan's ep_overlap is {plan.get('ep_overlap', False)}")
+    megatron_switch_is_plans(ns, plan, "overlap_moe_expert_parallel_comm", "ep_overlap", ln, P)
     megatron_cuda_graph_rules(ns, plan, ln, P)
 
 
@@ -1175,9 +1176,7 @@ def megatron_moe_rules(ns: dict, given: dict, plan: dict, world: int, tp: int, p
             P.add("megatron: the flex dispatcher with deepep does not support --moe-pad-expert-input-to-capacity "
                   "(transformer_config.py)", ln("moe_pad_expert_input_to_capacity"))
         shared_overlap = bool(ns.get("moe_shared_expert_overlap"))
-        if shared_overlap != plan.get("moe_shared_expert_overlap", False):
-            P.add(f"megatron: --moe-shared-expert-overlap is {shared_overlap}, the plan's moe_shared_expert_overlap "
-                  f"is {plan.get('moe_shared_expert_overlap', False)}", ln("moe_shared_expert_overlap"))
+        megatron_switch_is_plans(ns, plan, "moe_shared_expert_overlap", "moe_shared_expert_overlap", ln, P)
         # transformer_config.py: "moe_shared_expert_overlap only works with alltoall or flex token dispatcher";
         # "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm".
         if shared_overlap and (ns.get("moe_token_dispatcher_type") or "allgather") not in ("alltoall", "flex"):
@@ -1193,13 +1192,8 @@ def megatron_moe_rules(ns: dict, given: dict, plan: dict, world: int, tp: int, p
         if shared_overlap and ns.get("moe_shared_expert_intermediate_size") is None:
             P.add("megatron: --moe-shared-expert-overlap without --moe-shared-expert-intermediate-size has no effect",
                   ln("moe_shared_expert_overlap"))
-        fused_router = bool(ns.get("moe_router_fusion"))
-        if fused_router != plan.get("moe_router_fusion", False):
-            P.add(f"megatron: --moe-router-fusion is {fused_router}, the plan's moe_router_fusion is "
-                  f"{plan.get('moe_router_fusion', False)}", ln("moe_router_fusion"))
-        if pad != plan.get("moe_pad_to_capacity", False):
-            P.add(f"megatron: --moe-pad-expert-input-to-capacity is {pad}, the plan's moe_pad_to_capacity is "
-                  f"{plan.get('moe_pad_to_capacity', False)}")
+        megatron_switch_is_plans(ns, plan, "moe_router_fusion", "moe_router_fusion", ln, P)
+        megatron_switch_is_plans(ns, plan, "moe_pad_expert_input_to_capacity", "moe_pad_to_capacity", ln, P)
         # TransformerConfig: "When using group limited routing, moe_router_num_groups must be specified";
         # num_moe_experts divisible by it; group_topk <= num_groups.
         groups, gtopk = ns.get("moe_router_num_groups"), ns.get("moe_router_group_topk")
