@@ -445,7 +445,7 @@ def bloom_sweep_rows(path):
 
 def bloom_sweep_section(trainplan, path, tmp):
     rows = bloom_sweep_rows(path)
-    results, mem_errs, mem_bf16_errs = [], [], []
+    results, mem_errs, mem_bf16_errs, mem_bf16_short = [], [], [], []
     predicted, _ = predict_dev_rows(trainplan, rows, tmp)
     for r in predicted:
         mem = r["row"]["measured"]["memory_gb_per_gpu"]
@@ -457,12 +457,15 @@ def bloom_sweep_section(trainplan, path, tmp):
             # The diagnostic of docs/accuracy.md: DeepSpeed's other bf16 ZeRO-1 path (bf16 gradients).
             bf16 = accuracy.run_memory(trainplan, args + ["--grad-dtype", "bf16"])["peak_gib"]
             mem_bf16_errs.append((mem - bf16) / mem)
+            mem_bf16_short.append(mem - bf16)
         results.append((r["row"], r["flags"], r["measured"], r["pred"], r["err"], mem, mem_pred))
     errs = [r[4] for r in results]
     # Throughput (sequences per second) orders the layouts; the global batches differ (1568-2048).
     gbs = [r[0]["layout"]["global_batch"] for r in results]
     rho = accuracy.spearman([g / r[2] for g, r in zip(gbs, results)], [g / r[3] for g, r in zip(gbs, results)])
     mabs = sorted(abs(e) for e in mem_errs)
+    short = sorted(mem_bf16_short)
+    quartile = lambda q: short[min(len(short) - 1, int(q * len(short)))]
     doc = ["## BLOOM's pre-launch sweep", "",
            "bigscience's `chronicles-prequel.md`, every 384-GPU layout with a step time from Feb 21 to 27 2022 (facts",
            "in `tests/data/validation/bloom_prequel_sweep.json`: %d layouts of five model shapes, the 7 dev rows" % len(rows),
@@ -481,9 +484,26 @@ def bloom_sweep_section(trainplan, path, tmp):
            "(docs/accuracy.md, the BLOOM diagnostic), the memory error is %.1f%% MAPE, bias %+.1f%%: the right shape," % (
                100 * sum(abs(e) for e in mem_bf16_errs) / len(mem_bf16_errs),
                100 * sum(mem_bf16_errs) / len(mem_bf16_errs)),
-           "short by a roughly constant fifth that nothing modelled accounts for, while the step",
-           "times there lose the fp32 accumulation's per-micro-batch traffic and grow 1-6 points more optimistic",
-           "(the dev rows, docs/accuracy.md).", "",
+           "short by about the same amount whatever the layout (median %.1f GiB, quartiles %.1f and %.1f, over params" % (
+               quartile(0.5), quartile(0.25), quartile(0.75)),
+           "of 2.3 to 11.6 billion per GPU and micro-batches of 1 to 8), while the step times there lose the fp32",
+           "accumulation's per-micro-batch traffic and grow 1-6 points more optimistic (the dev rows, docs/accuracy.md).",
+           "",
+           "Where that constant comes from (read 2026-12-08 in DeepSpeed master 2151c787a of 2022-02-18, the code these",
+           "rows ran: bf16 with ZeRO-1 reached master on 02-16, BF16_Optimizer only on 02-28; not modelled). Every one",
+           "of these layouts has about the same parameters per GPU and data-parallel rank (177-196e9 / 384, about",
+           "0.5e9), so any term per sharded parameter is a constant here. ZeRO-1 flattens each 5e8-element gradient",
+           "bucket for its all-reduce and casts it to the fp16 `communication_data_type` of the time",
+           "(`stage_1_and_2.py` allreduce_bucket: 2 x 1 GB); the step builds the partition's bf16 flat and fp32",
+           "gradient (6 B per sharded parameter, about 3 GB, which trainplan lets reuse the freed activations'",
+           "blocks); PyTorch 1.11 on CUDA 11 loads every kernel into the context (about 1.6 GB where trainplan counts",
+           "today's lazily loaded 0.5; the chronicle's own `torch.ones(1).cuda()` reading on an A100 40GB: 1573 MiB);",
+           "and the run holds about ten NCCL communicators (tp, pp, dp, DeepSpeed's grid groups, the tied embedding,",
+           "one per pipeline peer) whose channels NCCL 2.10 connects eagerly. The first three come to about 6 GB, the",
+           "NCCL buffers plausibly 1.5-3.5 GB more. The first two are transients in the caching allocator's reserved",
+           "memory, which nvidia-smi (the chronicle's figure) shows and the allocator gives back before it runs out:",
+           "not memory a plan needs, so trainplan's fit verdict leaves them out; the context and the NCCL buffers are",
+           "that software generation's.", "",
            "| date | hidden | layers | heads | tp | pp | dp | mbs | gbs | measured (s) | predicted (s) | error | "
            "memory (GB) | predicted (GiB) | error |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
