@@ -949,9 +949,9 @@ def bloom_gradient_path_check(trainplan, rows, tmp):
            "sit nearer the first path: under the path they ran, trainplan is 1-11% optimistic and 17-27% short on",
            "memory, so the judged mapping's agreement on BLOOM rests on costs that path does not have, and some",
            "per-micro-batch cost of those runs is not modelled.  The memory they lack there is about the same",
-           "whatever the layout (7-13 GiB here, a median 11.6 over the sweep's 39 figures): transients of that",
-           "DeepSpeed's ZeRO-1 reduction and step, the CUDA 11 context and NCCL 2.10 buffers, all shown by",
-           "nvidia-smi (wider-check.md, BLOOM's pre-launch sweep, where they are read in the source).", "",
+           "whatever the layout: transients of that DeepSpeed's ZeRO-1 reduction and step, the CUDA 11 context and",
+           "NCCL 2.10 buffers, all shown by nvidia-smi (wider-check.md, BLOOM's pre-launch sweep, gives the spread",
+           "over the sweep's memory figures and reads them in the source).", "",
            "| row | measured step (s) | fp32 grads (L11) | bf16 grads | measured GB | fp32 grads (L11) | bf16 grads |",
            "|---|---:|---:|---:|---:|---:|---:|"]
     return out + variant_lines(trainplan, rows, tmp, "bloom_prequel",

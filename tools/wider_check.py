@@ -445,7 +445,7 @@ def bloom_sweep_rows(path):
 
 def bloom_sweep_section(trainplan, path, tmp):
     rows = bloom_sweep_rows(path)
-    results, mem_errs, mem_bf16_errs, mem_bf16_short = [], [], [], []
+    results, mem_errs, mem_bf16_errs, mem_bf16_short, mem_params, mem_mbs = [], [], [], [], [], []
     predicted, _ = predict_dev_rows(trainplan, rows, tmp)
     for r in predicted:
         mem = r["row"]["measured"]["memory_gb_per_gpu"]
@@ -455,9 +455,12 @@ def bloom_sweep_section(trainplan, path, tmp):
             mem_pred = accuracy.run_memory(trainplan, args)["peak_gib"]
             mem_errs.append((mem - mem_pred) / mem)
             # The diagnostic of docs/accuracy.md: DeepSpeed's other bf16 ZeRO-1 path (bf16 gradients).
-            bf16 = accuracy.run_memory(trainplan, args + ["--grad-dtype", "bf16"])["peak_gib"]
+            bf16_report = accuracy.run_memory(trainplan, args + ["--grad-dtype", "bf16"])
+            bf16 = bf16_report["peak_gib"]
             mem_bf16_errs.append((mem - bf16) / mem)
             mem_bf16_short.append(mem - bf16)
+            mem_params.append(bf16_report["stages"][bf16_report["peak_stage"]]["params_per_gpu"])
+            mem_mbs.append(r["mbs"])
         results.append((r["row"], r["flags"], r["measured"], r["pred"], r["err"], mem, mem_pred))
     errs = [r[4] for r in results]
     # Throughput (sequences per second) orders the layouts; the global batches differ (1568-2048).
@@ -486,7 +489,8 @@ def bloom_sweep_section(trainplan, path, tmp):
                100 * sum(mem_bf16_errs) / len(mem_bf16_errs)),
            "short by about the same amount whatever the layout (median %.1f GiB, quartiles %.1f and %.1f, over params" % (
                quartile(0.5), quartile(0.25), quartile(0.75)),
-           "of 2.3 to 11.6 billion per GPU and micro-batches of 1 to 8), while the step times there lose the fp32",
+           "of %.1f to %.1f billion per GPU on the peak stage and micro-batches of %d to %d), while the step times there lose the fp32" % (
+               min(mem_params) / 1e9, max(mem_params) / 1e9, min(mem_mbs), max(mem_mbs)),
            "accumulation's per-micro-batch traffic and grow 1-6 points more optimistic (the dev rows, docs/accuracy.md).",
            "",
            "Where that constant comes from (read 2026-12-08 in DeepSpeed master 2151c787a of 2022-02-18, the code these",
