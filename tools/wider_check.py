@@ -467,8 +467,7 @@ def bloom_sweep_section(trainplan, path, tmp):
     gbs = [r[0]["layout"]["global_batch"] for r in results]
     rho = accuracy.spearman([g / r[2] for g, r in zip(gbs, results)], [g / r[3] for g, r in zip(gbs, results)])
     mabs = sorted(abs(e) for e in mem_errs)
-    short = sorted(mem_bf16_short)
-    quartile = lambda q: short[min(len(short) - 1, int(q * len(short)))]
+    short_q1, short_median, short_q3 = statistics.quantiles(mem_bf16_short, n=4, method="inclusive")
     doc = ["## BLOOM's pre-launch sweep", "",
            "bigscience's `chronicles-prequel.md`, every 384-GPU layout with a step time from Feb 21 to 27 2022 (facts",
            "in `tests/data/validation/bloom_prequel_sweep.json`: %d layouts of five model shapes, the 7 dev rows" % len(rows),
@@ -488,7 +487,7 @@ def bloom_sweep_section(trainplan, path, tmp):
                100 * sum(abs(e) for e in mem_bf16_errs) / len(mem_bf16_errs),
                100 * sum(mem_bf16_errs) / len(mem_bf16_errs)),
            "short by about the same amount whatever the layout (median %.1f GiB, quartiles %.1f and %.1f, over params" % (
-               quartile(0.5), quartile(0.25), quartile(0.75)),
+               short_median, short_q1, short_q3),
            "of %.1f to %.1f billion per GPU on the peak stage and micro-batches of %d to %d), while the step times there lose the fp32" % (
                min(mem_params) / 1e9, max(mem_params) / 1e9, min(mem_mbs), max(mem_mbs)),
            "accumulation's per-micro-batch traffic and grow 1-6 points more optimistic (the dev rows, docs/accuracy.md).",
